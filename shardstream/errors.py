@@ -1,0 +1,31 @@
+"""Errors a user can act on. Each message names the file, shard or sample and the fix."""
+
+from __future__ import annotations
+
+
+class ShardstreamError(Exception):
+    """Base class: a problem with the user's input, data or storage (not a bug)."""
+
+
+class SourceError(ShardstreamError):
+    """The pack source is missing, empty, unreadable or of an unsupported kind."""
+
+
+class DatasetExistsError(ShardstreamError):
+    """The destination already holds a dataset and overwriting was not asked for."""
+
+
+class ManifestError(ShardstreamError):
+    """The manifest is missing, unreadable or inconsistent."""
+
+
+class CorruptShardError(ShardstreamError):
+    """A shard does not parse, is truncated, or does not match its manifest entry."""
+
+
+class StorageError(ShardstreamError):
+    """Reading or writing a URL failed in a way that retrying will not fix."""
+
+
+class EncodeError(ShardstreamError):
+    """A sample field cannot be encoded into a shard."""

@@ -1,0 +1,48 @@
+"""Shard formats: WebDataset-style tar (optionally zstd/gzip-compressed) and Arrow IPC.
+
+This module maps a manifest's ``shard_format`` to the code that reads it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from . import arrow, tar
+
+TAR_COMPRESSION = {"tar": None, "tar.zst": "zstd", "tar.gz": "gzip"}
+
+
+def shard_format_of(name: str) -> str | None:
+    """The shard format a file name implies (``x.tar.zst`` -> ``tar.zst``), or None."""
+    lower = name.lower()
+    for suffix, fmt in ((".tar.zst", "tar.zst"), (".tar.gz", "tar.gz"), (".tgz", "tar.gz"),
+                        (".tar", "tar"), (".arrow", "arrow"), (".feather", "arrow")):
+        if lower.endswith(suffix):
+            return fmt
+    return None
+
+
+def iter_shard_samples(shard_format: str, buf, name: str = "shard") -> Iterator[dict[str, Any]]:
+    """Every sample of a stored shard as a dict: ``__key__`` (tar) plus one entry per field.
+
+    Tar fields are ``bytes``; Arrow rows are Python values.
+    """
+    if shard_format == "arrow":
+        yield from arrow.iter_rows(buf, name)
+        return
+    data = tar.decompress(buf, TAR_COMPRESSION[shard_format], name)
+    view = memoryview(data)
+    for key, fields in tar.iter_samples(data, name):
+        sample: dict[str, Any] = {"__key__": key}
+        for ext, (offset, size) in fields.items():
+            sample[ext] = bytes(view[offset : offset + size])
+        yield sample
+
+
+def count_samples(shard_format: str, buf, name: str = "shard", unkeyed: list[str] | None = None) -> int:
+    """Parse the whole shard (every header, every record batch) and count its samples."""
+    if shard_format == "arrow":
+        return arrow.read_table(buf, name).num_rows
+    data = tar.decompress(buf, TAR_COMPRESSION[shard_format], name)
+    return sum(1 for _ in tar.iter_samples(data, name, unkeyed=unkeyed))

@@ -1,0 +1,268 @@
+"""Tar shards in the WebDataset convention, written and parsed without ``tarfile``.
+
+A sample is a run of consecutive members ``KEY.EXT`` sharing ``KEY`` (the member name
+up to the first dot of its base name). Members are plain POSIX ustar entries with
+fixed metadata (mode 0644, owner 0, mtime 0), so the same samples always give the
+same bytes; a PAX header is added only for a name that ustar cannot hold. The reader
+walks headers by offset over a buffer (bytes or a memory map) and hands out slices.
+"""
+
+from __future__ import annotations
+
+import gzip
+import struct
+from collections.abc import Iterable, Iterator, Sequence
+from typing import IO
+
+from ..errors import CorruptShardError
+from .hashing import HashingWriter
+
+BLOCK = 512
+END_OF_ARCHIVE = bytes(2 * BLOCK)
+_MAX_OCTAL_SIZE = 8**11 - 1
+
+
+def _pad(n: int) -> int:
+    return -n % BLOCK
+
+
+def _ustar_header(name: bytes, prefix: bytes, size: int, typeflag: bytes = b"0") -> bytes:
+    header = bytearray(
+        struct.pack(
+            "100s8s8s8s12s12s8sc100s6s2s32s32s8s8s155s12s",
+            name, b"0000644\0", b"0000000\0", b"0000000\0",
+            b"%011o\0" % size, b"00000000000\0", b" " * 8, typeflag,
+            b"", b"ustar\0", b"00", b"", b"", b"0000000\0", b"0000000\0", prefix, b"",
+        )
+    )
+    header[148:156] = b"%06o\0 " % sum(header)
+    return bytes(header)
+
+
+def _split_ustar_name(name: bytes) -> tuple[bytes, bytes] | None:
+    """(prefix, name) so that ustar can hold ``name``, or None when it cannot."""
+    if len(name) <= 100:
+        return b"", name
+    for i in range(len(name) - 1, -1, -1):
+        if name[i : i + 1] == b"/" and i <= 155 and len(name) - i - 1 <= 100 and i > 0:
+            return name[:i], name[i + 1 :]
+    return None
+
+
+def _pax_record(key: str, value: bytes) -> bytes:
+    body = b" " + key.encode() + b"=" + value + b"\n"
+    length = len(body) + 1
+    while len(str(length).encode()) + len(body) != length:
+        length = len(str(length).encode()) + len(body)
+    return str(length).encode() + body
+
+
+def member_header(name: str, size: int) -> bytes:
+    """The header block(s) for a regular file ``name`` of ``size`` bytes."""
+    raw = name.encode("utf-8", "surrogateescape")
+    split = _split_ustar_name(raw)
+    if split is not None and size <= _MAX_OCTAL_SIZE:
+        return _ustar_header(split[1], split[0], size)
+    records = b""
+    if split is None:
+        records += _pax_record("path", raw)
+    if size > _MAX_OCTAL_SIZE:
+        records += _pax_record("size", str(size).encode())
+    pax = _ustar_header(b"././@PaxHeader", b"", len(records), b"x") + records + bytes(_pad(len(records)))
+    short = split[1] if split is not None else raw[-100:].lstrip(b"/")
+    return pax + _ustar_header(short, split[0] if split else b"", min(size, _MAX_OCTAL_SIZE))
+
+
+def member_size(name: str, size: int) -> int:
+    """Bytes that member ``name`` of ``size`` bytes takes in a tar, headers and padding included."""
+    raw_len = len(name.encode("utf-8", "surrogateescape"))
+    if raw_len <= 100 and size <= _MAX_OCTAL_SIZE:
+        return BLOCK + size + _pad(size)
+    return len(member_header(name, size)) + size + _pad(size)
+
+
+def sample_size(key: str, fields: Iterable[tuple[str, int]]) -> int:
+    """Bytes a sample with (extension, data size) ``fields`` takes in a tar shard."""
+    return sum(member_size(f"{key}.{ext}", n) for ext, n in fields)
+
+
+class TarShardWriter:
+    """Writes one tar shard to ``sink``; optional whole-shard ``"zstd"`` or ``"gzip"``.
+
+    ``close()`` returns ``(bytes written, sha256 hex)`` of the stored (compressed) bytes.
+    """
+
+    def __init__(self, sink: IO[bytes], compression: str | None = None, level: int | None = None):
+        self._out = HashingWriter(sink)
+        self._compressor = None
+        if compression == "zstd":
+            import zstandard
+
+            self._compressor = zstandard.ZstdCompressor(level=3 if level is None else level).stream_writer(
+                self._out, closefd=False
+            )
+            self._write = self._compressor.write
+        elif compression == "gzip":
+            self._compressor = gzip.GzipFile(
+                fileobj=self._out, mode="wb", mtime=0, compresslevel=6 if level is None else level
+            )
+            self._write = self._compressor.write
+        elif compression is None:
+            self._write = self._out.write
+        else:
+            raise ValueError(f"unknown tar compression {compression!r}; use None, 'zstd' or 'gzip'")
+        self.samples = 0
+        self.tar_bytes = 0
+
+    def add(self, key: str, fields: Sequence[tuple[str, bytes | bytearray | memoryview]]) -> None:
+        """Append one sample: one member ``KEY.EXT`` per (extension, data) pair, in order."""
+        write = self._write
+        for ext, data in fields:
+            n = len(data) if not isinstance(data, memoryview) else data.nbytes
+            header = member_header(f"{key}.{ext}", n)
+            write(header)
+            if n:
+                write(data)
+            pad = _pad(n)
+            if pad:
+                write(bytes(pad))
+            self.tar_bytes += len(header) + n + pad
+        self.samples += 1
+
+    def close(self) -> tuple[int, str]:
+        self._write(END_OF_ARCHIVE)
+        self.tar_bytes += len(END_OF_ARCHIVE)
+        if self._compressor is not None:
+            self._compressor.close()  # ends the frame; leaves the sink open
+        self._out.flush()
+        return self._out.nbytes, self._out.hexdigest()
+
+
+def decompress(data, compression: str | None, name: str = "shard"):
+    """The plain tar bytes of a stored shard (``data`` itself when not compressed)."""
+    try:
+        if compression == "zstd":
+            import zstandard
+
+            return zstandard.ZstdDecompressor().decompressobj().decompress(data)
+        if compression == "gzip":
+            return gzip.decompress(data)
+    except Exception as exc:  # zstd and gzip raise several unrelated types
+        raise CorruptShardError(f"{name}: cannot decompress ({compression}): {exc}") from exc
+    return data
+
+
+def _parse_int(field: bytes, name: str, offset: int) -> int:
+    if field[:1] and field[0] & 0x80:  # GNU base-256 for big numbers
+        return int.from_bytes(field[1:], "big")
+    text = field.split(b"\0", 1)[0].strip()
+    try:
+        return int(text, 8) if text else 0
+    except ValueError:
+        raise CorruptShardError(f"{name}: bad tar header at byte {offset} (number field {field!r})") from None
+
+
+def _parse_pax(records: bytes) -> dict[str, bytes]:
+    out: dict[str, bytes] = {}
+    pos = 0
+    while pos < len(records):
+        space = records.index(b" ", pos)
+        length = int(records[pos:space])
+        key, _, value = records[space + 1 : pos + length - 1].partition(b"=")
+        out[key.decode()] = value
+        pos += length
+    return out
+
+
+def iter_members(buf, name: str = "shard", check: bool = True) -> Iterator[tuple[str, int, int]]:
+    """(member name, data offset, data size) of every regular file in the tar ``buf``.
+
+    Raises :class:`CorruptShardError` naming ``name`` and the byte offset for a bad
+    header checksum or a truncated member.
+    """
+    view = memoryview(buf)
+    total = len(view)
+    pos = 0
+    pending: dict[str, bytes] = {}
+    while pos + BLOCK <= total:
+        header = bytes(view[pos : pos + BLOCK])
+        if header == bytes(BLOCK):
+            return
+        if check:
+            stored = _parse_int(header[148:156], name, pos)
+            actual = sum(header) - sum(header[148:156]) + 256
+            if stored != actual:
+                raise CorruptShardError(
+                    f"{name}: bad tar header at byte {pos} (checksum {stored} != {actual}); "
+                    "the shard is damaged, re-create or re-download it"
+                )
+        size = _parse_int(header[124:136], name, pos)
+        typeflag = header[156:157]
+        if "size" in pending:
+            size = int(pending["size"])
+        data = pos + BLOCK
+        end = data + size
+        if end > total:
+            raise CorruptShardError(
+                f"{name}: truncated at byte {total}: member at byte {pos} needs {size} bytes "
+                f"but only {total - data} remain; re-create or re-download the shard"
+            )
+        if typeflag in (b"x", b"L"):
+            if typeflag == b"x":
+                try:
+                    pending.update(_parse_pax(bytes(view[data:end])))
+                except ValueError:
+                    raise CorruptShardError(f"{name}: bad PAX header at byte {pos}") from None
+            else:
+                pending["path"] = bytes(view[data:end]).rstrip(b"\0")
+        elif typeflag in (b"0", b"\0", b"7"):
+            if "path" in pending:
+                raw = pending["path"]
+            else:
+                raw = header[:100].split(b"\0", 1)[0]
+                prefix = header[345:500].split(b"\0", 1)[0] if header[257:262] == b"ustar" else b""
+                if prefix:
+                    raw = prefix + b"/" + raw
+            pending = {}
+            yield raw.decode("utf-8", "surrogateescape"), data, size
+        else:
+            pending = {}  # directories, links, global headers: not sample data
+        pos = end + _pad(size)
+    if pos < total and bytes(view[pos:]).strip(b"\0"):
+        raise CorruptShardError(f"{name}: truncated tar header at byte {pos}; re-create or re-download the shard")
+
+
+def split_name(member: str) -> tuple[str, str] | None:
+    """(key, extension) of a member name, as WebDataset splits it; None if it has no extension."""
+    slash = member.rfind("/") + 1
+    dot = member.find(".", slash)
+    if dot <= slash or dot == len(member) - 1:
+        return None
+    return member[:dot], member[dot + 1 :]
+
+
+def iter_samples(
+    buf, name: str = "shard", check: bool = True, unkeyed: list[str] | None = None
+) -> Iterator[tuple[str, dict[str, tuple[int, int]]]]:
+    """(key, {extension: (offset, size)}) for each sample of the tar ``buf``, in order.
+
+    Members without ``KEY.EXT`` form are skipped and, when ``unkeyed`` is given, appended to it.
+    """
+    key: str | None = None
+    fields: dict[str, tuple[int, int]] = {}
+    for member, offset, size in iter_members(buf, name, check):
+        parts = split_name(member)
+        if parts is None:
+            if unkeyed is not None:
+                unkeyed.append(member)
+            continue
+        k, ext = parts
+        if k != key:
+            if key is not None:
+                yield key, fields
+            key, fields = k, {}
+        elif ext in fields:
+            raise CorruptShardError(f"{name}: sample {key!r} has the member {member!r} twice")
+        fields[ext] = (offset, size)
+    if key is not None:
+        yield key, fields

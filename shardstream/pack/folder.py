@@ -1,0 +1,100 @@
+"""Folder sources into tar shards: an exact plan, then one job per shard.
+
+The plan computes each sample's tar size from file sizes alone, so shard boundaries
+(and therefore the bytes of every shard) do not depend on how many workers write them.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import SourceError
+from ..formats import tar as tar_format
+from ..storage import Store, describe_os_error
+from ..writer import shard_is_full
+from .sources import FileSample
+
+
+@dataclass
+class ShardResult:
+    """What one written shard adds to the manifest."""
+
+    index: int
+    path: str
+    samples: int
+    nbytes: int
+    sha256: str
+    tar_bytes: int = 0
+    field_counts: Counter[str] = field(default_factory=Counter)
+
+
+def sample_fields(sample: FileSample) -> list[tuple[str, int]]:
+    """(field, size) of every member the sample becomes, in member order."""
+    fields = [(ext, size) for ext, _, size in sample.files]
+    if sample.label is not None:
+        fields.append(("cls", len(str(sample.label))))
+        fields.sort()
+    return fields
+
+
+def plan_shards(samples: list[FileSample], shard_size: int, per_shard: int | None) -> list[list[FileSample]]:
+    """Split ``samples`` (in order) into shards by the writer's shard-size rule."""
+    shards: list[list[FileSample]] = []
+    current: list[FileSample] = []
+    current_bytes = 0
+    for sample in samples:
+        size = tar_format.sample_size(sample.key, sample_fields(sample))
+        if shard_is_full(current_bytes, len(current), size, shard_size, per_shard):
+            shards.append(current)
+            current, current_bytes = [], 0
+        current.append(sample)
+        current_bytes += size
+    if current:
+        shards.append(current)
+    return shards
+
+
+def read_file(path: str, size: int) -> bytes:
+    """The bytes of ``path``, which must still be ``size`` bytes long (the plan depends on it)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            data = os.read(fd, size + 1)
+            while len(data) <= size:
+                more = os.read(fd, size + 1 - len(data))
+                if not more:
+                    break
+                data += more
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        raise SourceError(f"cannot read {path}: {describe_os_error(exc)}") from exc
+    if len(data) != size:
+        raise SourceError(
+            f"{path} changed while packing (it was {size} bytes, now {'more' if len(data) > size else len(data)}); "
+            "let it settle and pack again"
+        )
+    return data
+
+
+def write_shard(
+    dest: str, storage_options: dict[str, Any] | None, index: int, name: str,
+    compression: str | None, samples: list[FileSample],
+) -> ShardResult:
+    """Write one tar shard from files (runs in a worker process)."""
+    store = Store(dest, storage_options)
+    counts: Counter[str] = Counter()
+    with store.open_write(name) as sink:
+        writer = tar_format.TarShardWriter(sink, compression)
+        for sample in samples:
+            fields: list[tuple[str, bytes]] = [(ext, read_file(path, size)) for ext, path, size in sample.files]
+            if sample.label is not None:
+                fields.append(("cls", str(sample.label).encode()))
+                fields.sort(key=lambda f: f[0])
+            writer.add(sample.key, fields)
+            counts.update(ext for ext, _ in fields)
+        nbytes, digest = writer.close()
+    return ShardResult(index, name, len(samples), nbytes, digest, writer.tar_bytes, counts)

@@ -1,0 +1,122 @@
+"""Table sources (Parquet, CSV, JSON Lines, Arrow) into Arrow or tar shards.
+
+Record batches are cut into shards by rows (``samples_per_shard``) and by their
+in-memory size (``shard_size``), in order, so the shards do not depend on the number
+of writer threads; the threads only compress and write.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import deque
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
+
+import pyarrow as pa
+
+from ..errors import SourceError
+from ..formats import arrow as arrow_format
+from ..manifest import shard_name
+from ..storage import Store
+from ..writer import ShardWriter
+from .folder import ShardResult
+from .sources import TableSource
+
+_BATCH_ROWS = 65536
+
+
+def _batches(source: TableSource) -> Iterator[pa.RecordBatch]:
+    dataset = source.dataset()
+    it = iter(dataset.to_batches(batch_size=_BATCH_ROWS))
+    while True:
+        try:
+            batch = next(it)
+        except StopIteration:
+            return
+        except (pa.ArrowException, OSError, ValueError) as exc:
+            raise SourceError(f"cannot read table {source.root}: {exc}") from exc
+        if batch.num_rows:
+            yield batch
+
+
+def _cut(batches: Iterator[pa.RecordBatch], shard_size: int, per_shard: int | None) -> Iterator[list[pa.RecordBatch]]:
+    """Group (sliced) batches into shards: at most ``per_shard`` rows, about ``shard_size`` bytes."""
+    current: list[pa.RecordBatch] = []
+    rows = 0
+    nbytes = 0.0
+    for batch in batches:
+        per_row = max(batch.nbytes / batch.num_rows, 1.0)
+        start = 0
+        while start < batch.num_rows:
+            room = batch.num_rows - start
+            if per_shard is not None:
+                room = min(room, per_shard - rows)
+            room = min(room, max(int((shard_size - nbytes) // per_row), 0 if rows else 1))
+            if room <= 0:
+                yield current
+                current, rows, nbytes = [], 0, 0.0
+                continue
+            current.append(batch.slice(start, room))
+            start += room
+            rows += room
+            nbytes += room * per_row
+            if (per_shard is not None and rows >= per_shard) or nbytes >= shard_size:
+                yield current
+                current, rows, nbytes = [], 0, 0.0
+    if current:
+        yield current
+
+
+def _write_arrow_shard(store: Store, index: int, batches: list[pa.RecordBatch], compression: str | None) -> ShardResult:
+    name = shard_name(index, "arrow")
+    with store.open_write(name) as sink:
+        writer = arrow_format.ArrowShardWriter(sink, batches[0].schema, compression)
+        writer.add_batch(pa.Table.from_batches(batches).combine_chunks())
+        nbytes, digest = writer.close()
+    return ShardResult(index, name, writer.samples, nbytes, digest)
+
+
+def pack_table_arrow(
+    source: TableSource, store: Store, compression: str | None, shard_size: int, per_shard: int | None,
+    workers: int, on_shard: Callable[[ShardResult], None],
+) -> pa.Schema:
+    """Write Arrow shards from the table; returns its schema. ``on_shard`` sees each result in order."""
+    schema = source.dataset().schema
+    pending: deque[Future[ShardResult]] = deque()
+    with ThreadPoolExecutor(max_workers=max(workers, 1)) as pool:
+        try:
+            for index, batches in enumerate(_cut(_batches(source), shard_size, per_shard)):
+                pending.append(pool.submit(_write_arrow_shard, store, index, batches, compression))
+                while len(pending) > workers or (pending and pending[0].done()):
+                    on_shard(pending.popleft().result())
+            while pending:
+                on_shard(pending.popleft().result())
+        finally:
+            for f in pending:
+                f.cancel()
+    return schema
+
+
+def _plain(value: Any) -> Any:
+    if value is None or isinstance(value, (bytes, str, int, float, bool)):
+        return value
+    return json.dumps(value, default=str, ensure_ascii=False)
+
+
+def pack_table_tar(source: TableSource, writer: ShardWriter, on_rows: Callable[[int], None]) -> None:
+    """Write each row as a sample (column = field; ``__key__`` column, else the row number)."""
+    row = 0
+    for batch in _batches(source):
+        columns = batch.to_pydict()
+        names = [n for n in columns if n != "__key__"]
+        keys = columns.get("__key__")
+        for i in range(batch.num_rows):
+            sample: dict[str, Any] = {"__key__": str(keys[i]) if keys else f"{row:09d}"}
+            for n in names:
+                value = _plain(columns[n][i])
+                if value is not None:
+                    sample[n] = value
+            writer.write(sample)
+            row += 1
+        on_rows(batch.num_rows)
