@@ -65,11 +65,10 @@ def shard_is_full(shard_bytes: int, shard_samples: int, next_bytes: int, limit: 
     return shard_bytes + next_bytes + len(tar_format.END_OF_ARCHIVE) > limit
 
 
-def prepare_destination(store: Store, overwrite: bool) -> None:
-    """Make ``store`` ready for a new dataset: refuse to replace one unless ``overwrite``.
+def claim_destination(store: Store, overwrite: bool) -> None:
+    """Refuse a destination that holds a dataset unless ``overwrite``; then retract its manifest.
 
-    The old manifest goes first, so nobody reads a half-replaced dataset; then the old
-    shards and temporary files of an interrupted pack.
+    The old manifest goes first, so nobody reads a half-replaced dataset.
     """
     if store.local and store.exists("") and not store.is_dir():
         raise StorageError(f"{store.url} is a file; the destination must be a folder")
@@ -80,6 +79,12 @@ def prepare_destination(store: Store, overwrite: bool) -> None:
                 "(overwrite=True) to replace it, or choose another destination"
             )
         store.remove(MANIFEST_NAME)
+
+
+def prepare_destination(store: Store, overwrite: bool) -> None:
+    """Make ``store`` ready for new shards: claim it, then remove old shards and the
+    temporary files of an interrupted pack (only files named like ours)."""
+    claim_destination(store, overwrite)
     store.makedirs()
     for name in store.list_files():
         if _OUR_FILES.match(name):

@@ -17,7 +17,13 @@ from ..formats import arrow as arrow_format
 from ..manifest import Manifest, creation_info, shard_name, write_manifest
 from ..sizes import format_size
 from ..storage import Store
-from ..writer import DEFAULT_SHARD_SIZE, ShardWriter, check_shard_limits, prepare_destination, resolve_format
+from ..writer import (
+    DEFAULT_SHARD_SIZE,
+    ShardWriter,
+    check_shard_limits,
+    prepare_destination,
+    resolve_format,
+)
 from .folder import ShardResult, plan_shards, read_file, write_shard
 from .sources import FolderSource, TableSource, open_source
 from .table import pack_table_arrow, pack_table_tar
