@@ -167,6 +167,8 @@ def _preview(value: Any) -> str:
             except UnicodeDecodeError:
                 pass
         return f"<{len(value):,} bytes: {value[:16].hex(' ')}{' ...' if len(value) > 16 else ''}>"
+    if isinstance(value, str) and value.isprintable() and value == value.strip():
+        return value if len(value) <= 200 else value[:200] + " ..."
     text = repr(value)
     return text if len(text) <= 200 else text[:200] + " ..."
 

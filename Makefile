@@ -1,0 +1,43 @@
+# Two commands do all the set-up on a fresh machine (Python 3.10+ and pip):
+#   make demo   creates .venv, installs shardstream, packs a sample image folder and a
+#               Parquet table, prints info, verifies and reads samples back
+#   make test   creates .venv, installs with the test extras, runs ruff and pytest
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+# torch first, pinned, so pip takes the local CPU wheel and never a CUDA build.
+TORCH  := torch==2.13.0
+
+.PHONY: demo test bench clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+
+$(VENV)/.installed: pyproject.toml | $(BIN)/python
+	$(BIN)/pip install -q $(TORCH)
+	$(BIN)/pip install -q -e ".[wds,fast]"
+	touch $@
+
+$(VENV)/.installed-test: pyproject.toml | $(BIN)/python
+	$(BIN)/pip install -q $(TORCH)
+	$(BIN)/pip install -q -e '.[test]'
+	touch $@ $(VENV)/.installed
+
+demo: $(VENV)/.installed
+	$(BIN)/python examples/make_demo_data.py demo
+	$(BIN)/shardstream pack demo/images demo/images-shards --shard-size 100KB --overwrite
+	$(BIN)/shardstream info demo/images-shards
+	$(BIN)/shardstream ls demo/images-shards
+	$(BIN)/shardstream verify demo/images-shards
+	$(BIN)/shardstream cat demo/images-shards 0
+	$(BIN)/shardstream pack demo/table.parquet demo/table-shards --samples-per-shard 400 --overwrite
+	$(BIN)/shardstream info demo/table-shards
+	$(BIN)/shardstream cat demo/table-shards 7
+	$(BIN)/python examples/read_back.py demo/images-shards demo/table-shards
+
+test: $(VENV)/.installed-test
+	$(BIN)/ruff check shardstream tests benchmarks examples
+	$(BIN)/python -m pytest -q
+
+clean:
+	rm -rf $(VENV) demo .pytest_cache .ruff_cache

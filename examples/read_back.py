@@ -1,0 +1,48 @@
+"""Read samples back from the demo datasets with the tools users already have.
+
+The tar shards are plain WebDataset shards, so ``webdataset`` (when installed) reads
+them as they are; Arrow shards open with ``pyarrow`` directly.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import sys
+from pathlib import Path
+
+import pyarrow.feather as feather
+from PIL import Image
+
+
+def main(image_dataset: str, table_dataset: str) -> None:
+    manifest = json.loads((Path(image_dataset) / "manifest.json").read_text())
+    shards = [str(Path(image_dataset) / p) for p in manifest["shards"]["path"]]
+    try:
+        import webdataset as wds
+    except ImportError:
+        wds = None
+    if wds is not None:
+        for i, sample in enumerate(wds.WebDataset(shards, shardshuffle=False)):
+            image = Image.open(io.BytesIO(sample["jpg"]))
+            label = manifest["classes"][int(sample["cls"])]
+            print(f"webdataset read {sample['__key__']}: {image.size[0]}x{image.size[1]} {image.mode}, class {label}")
+            if i == 2:
+                break
+    table_manifest = json.loads((Path(table_dataset) / "manifest.json").read_text())
+    first = Path(table_dataset) / table_manifest["shards"]["path"][0]
+    table = feather.read_table(first)
+    print(f"pyarrow read {first.name}: {table.num_rows} rows, columns {table.column_names}")
+    print(table.slice(0, 3).to_pandas() if _has_pandas() else table.slice(0, 3).to_pylist())
+
+
+def _has_pandas() -> bool:
+    try:
+        import pandas  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2])
