@@ -6,7 +6,7 @@ import multiprocessing
 import os
 import threading
 import time
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -161,7 +161,11 @@ def _pack_folder_tar(
                 results.append(write_shard(*job))
                 bar.update(sum(n for s in job[-1] for _, _, n in s.files))
         else:
-            with ProcessPoolExecutor(min(workers, len(jobs)), mp_context=_pool_context()) as pool:
+            # Processes for local folders; threads for remote stores, whose clients hold
+            # per-process state (connections, event loops, memory:// contents).
+            n = min(workers, len(jobs))
+            executor = ProcessPoolExecutor(n, mp_context=_pool_context()) if store.local else ThreadPoolExecutor(n)
+            with executor as pool:
                 futures = [pool.submit(write_shard, *job) for job in jobs]
                 try:
                     for job, future in zip(jobs, futures):
