@@ -11,9 +11,10 @@ import datetime as _dt
 import json
 import platform
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
+if TYPE_CHECKING:
+    import numpy as np
 
 from .errors import ManifestError, StorageError
 from .storage import Store
@@ -43,6 +44,8 @@ class Manifest:
     created: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        import numpy as np  # on first use: the command line starts faster without it
+
         self.samples = np.asarray(self.samples, dtype=np.int64)
         self.nbytes = np.asarray(self.nbytes, dtype=np.int64)
 
@@ -62,6 +65,8 @@ class Manifest:
         """(shard, sample within shard) of the dataset's ``index``-th sample."""
         if not 0 <= index < self.num_samples:
             raise IndexError(f"sample {index} is out of range: the dataset has {self.num_samples} samples")
+        import numpy as np
+
         ends = np.cumsum(self.samples)
         shard = int(np.searchsorted(ends, index, side="right"))
         return shard, index - int(ends[shard] - self.samples[shard])
@@ -101,6 +106,8 @@ class Manifest:
                 f"{source} has manifest version {version!r}; this shardstream reads up to "
                 f"version {FORMAT_VERSION}, upgrade shardstream"
             )
+        import numpy as np
+
         try:
             shards = doc["shards"]
             paths, sha = list(shards["path"]), list(shards["sha256"])
@@ -115,8 +122,10 @@ class Manifest:
             raise ManifestError(f"{source} is damaged: the shard columns have different lengths")
         if len(samples) and (samples.min() < 0 or nbytes.min() < 0):
             raise ManifestError(f"{source} is damaged: negative sample or byte counts")
-        if doc.get("num_samples", int(samples.sum())) != int(samples.sum()):
-            raise ManifestError(f"{source} is damaged: num_samples does not equal the sum over shards")
+        for total, actual in (("num_samples", int(samples.sum())), ("total_bytes", int(nbytes.sum())),
+                              ("num_shards", len(paths))):
+            if doc.get(total, actual) != actual:
+                raise ManifestError(f"{source} is damaged: {total} does not agree with the shard list")
         return cls(
             shard_format=shard_format,
             paths=paths,

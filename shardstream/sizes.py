@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from decimal import Decimal, InvalidOperation
 
 from .errors import ShardstreamError
 
@@ -13,6 +14,7 @@ _UNITS = {
     "kib": 1024, "mib": 1024**2, "gib": 1024**3, "tib": 1024**4,
 }
 _SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*([a-zA-Z]*)\s*$")
+_MAX_SIZE = 1 << 62  # far beyond any shard; keeps the value a plain machine integer
 
 
 def parse_size(value: int | str, what: str = "shard size") -> int:
@@ -28,16 +30,24 @@ def parse_size(value: int | str, what: str = "shard size") -> int:
             raise ShardstreamError(
                 f"{what} {value!r} is not a size; write it like '256MB', '64MiB' or '1000000'"
             )
-        size = int(float(match.group(1)) * _UNITS[unit])
+        if len(match.group(1)) > 30:
+            raise ShardstreamError(f"{what} {value!r} is far too large; write it like '256MB'")
+        try:
+            size = int(Decimal(match.group(1)) * _UNITS[unit])
+        except InvalidOperation:  # pragma: no cover - the pattern admits only decimals
+            raise ShardstreamError(f"{what} {value!r} is not a size; write it like '256MB'") from None
     if size <= 0:
         raise ShardstreamError(f"{what} {value!r} must be more than 0 bytes, for example '256MB'")
+    if size > _MAX_SIZE:
+        raise ShardstreamError(f"{what} {value!r} is far too large; write it like '256MB'")
     return size
 
 
 def format_size(n: float) -> str:
     """``n`` bytes as a short decimal string: ``512.3 MB``."""
     for unit in ("B", "KB", "MB", "GB", "TB"):
-        if abs(n) < 1000 or unit == "TB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        text = f"{n:.0f}" if unit == "B" else f"{n:.1f}"
+        if abs(float(text)) < 1000 or unit == "TB":
+            return f"{text} {unit}"
         n /= 1000
     raise AssertionError("unreachable")

@@ -18,9 +18,6 @@ import uuid
 from collections.abc import Iterator
 from typing import IO, Any
 
-import fsspec
-from fsspec.implementations.local import LocalFileSystem
-
 from .errors import StorageError
 
 _FIXES = {
@@ -40,6 +37,8 @@ def describe_os_error(exc: BaseException) -> str:
     """A short, human explanation of an OS or storage error."""
     if isinstance(exc, OSError) and exc.errno in _FIXES:
         return _FIXES[exc.errno]
+    if isinstance(exc, FileNotFoundError):  # fsspec raises it without an errno
+        return _FIXES[errno.ENOENT]
     if isinstance(exc, OSError) and exc.strerror:
         return exc.strerror.lower()
     return str(exc) or type(exc).__name__
@@ -70,10 +69,16 @@ class Store:
             url = url[len("file://"):]
         self.url = url.rstrip("/") or "/"
         self.storage_options = dict(storage_options or {})
-        with storage_errors("cannot open", self.url):
-            self.fs, root = fsspec.core.url_to_fs(self.url, **self.storage_options)
-        self.local = isinstance(self.fs, LocalFileSystem)
-        self.root = os.path.abspath(self.url) if self.local else root.rstrip("/")
+        self.local = not is_url(self.url)
+        if self.local:  # plain OS calls; fsspec (slow to import) only for other protocols
+            self.root = os.path.abspath(self.url)
+            self.fs = None
+        else:
+            import fsspec
+
+            with storage_errors("cannot open", self.url):
+                self.fs, root = fsspec.core.url_to_fs(self.url, **self.storage_options)
+            self.root = root.rstrip("/")
 
     def __repr__(self) -> str:
         return f"Store({self.url!r})"
@@ -131,7 +136,7 @@ class Store:
             tmp = os.path.join(os.path.dirname(final), f".{os.path.basename(final)}.{uuid.uuid4().hex[:8]}.tmp")
             with storage_errors("cannot write", url):
                 os.makedirs(os.path.dirname(final), exist_ok=True)
-                f = open(tmp, "wb", buffering=1 << 20)  # noqa: SIM115 - closed below
+                f = open(tmp, "wb", buffering=0)  # noqa: SIM115 - closed below; callers write in large pieces
             try:
                 with storage_errors("cannot write", url):
                     yield f

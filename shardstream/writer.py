@@ -6,18 +6,18 @@ rule and destination preparation.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
+import os
 import re
 from collections import Counter
 from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
-import pyarrow as pa
 
 from .errors import DatasetExistsError, EncodeError, ShardstreamError, StorageError
-from .formats import arrow as arrow_format
 from .formats import tar as tar_format
 from .manifest import MANIFEST_NAME, Manifest, creation_info, shard_name, write_manifest
 from .sizes import parse_size
@@ -42,7 +42,7 @@ def resolve_format(format: str, compression: str | None) -> tuple[str, str | Non
             raise ShardstreamError(f"tar shards take compression 'zstd', 'gzip' or 'none', not {compression!r}")
         return {None: "tar", "zstd": "tar.zst", "gzip": "tar.gz"}[comp], comp
     if compression is None:
-        comp = arrow_format.DEFAULT_COMPRESSION
+        comp = "zstd"
     if comp not in (None, "zstd", "lz4"):
         raise ShardstreamError(f"arrow shards take compression 'zstd', 'lz4' or 'none', not {compression!r}")
     return "arrow", comp
@@ -70,7 +70,7 @@ def claim_destination(store: Store, overwrite: bool) -> None:
 
     The old manifest goes first, so nobody reads a half-replaced dataset.
     """
-    if store.local and store.exists("") and not store.is_dir():
+    if store.local and os.path.exists(store.root) and not os.path.isdir(store.root):
         raise StorageError(f"{store.url} is a file; the destination must be a folder")
     if store.exists(MANIFEST_NAME):
         if not overwrite:
@@ -91,10 +91,20 @@ def prepare_destination(store: Store, overwrite: bool) -> None:
             store.remove(name)
 
 
+def _check_name(name: str, what: str) -> None:
+    if "\0" in name:
+        raise EncodeError(f"{what} {name!r} contains a NUL character, which tar names cannot hold; remove it")
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        raise EncodeError(f"{what} {name!r} is not valid Unicode (a lone surrogate?); fix the name") from None
+
+
 def check_key(key: str, fmt: str) -> str:
     """A sample key that WebDataset readers split the same way we do."""
     if not isinstance(key, str) or not key:
         raise EncodeError(f"sample key {key!r} must be a non-empty string")
+    _check_name(key, "sample key")
     if fmt.startswith("tar"):
         base = key.rsplit("/", 1)[-1]
         if "." in base or not base:
@@ -112,6 +122,15 @@ def encode_field(key: str, field: str, value: Any) -> bytes | memoryview:
     as JSON (for ``*json`` fields); numpy arrays as ``.npy`` (for ``*npy``); torch tensors
     with ``torch.save`` (for ``*pth``/``*pt``); PIL images encoded by the field's extension.
     """
+    try:
+        return _encode(key, field, value)
+    except EncodeError:
+        raise
+    except Exception as exc:  # encoders (json, numpy, torch, Pillow) raise many types
+        raise EncodeError(f"sample {key!r}, field {field!r}: cannot encode the {type(value).__name__}: {exc}") from exc
+
+
+def _encode(key: str, field: str, value: Any) -> bytes | memoryview:
     if isinstance(value, (bytes, bytearray)):
         return value
     if isinstance(value, memoryview):
@@ -189,7 +208,7 @@ class ShardWriter:
         self._cm = None
         self._shard = None
         self._shard_bytes = 0
-        self._schema: pa.Schema | None = None
+        self._schema = None  # pyarrow.Schema, inferred from the first batch
         self._rows: list[dict[str, Any]] = []
         self._rows_bytes = 0
         self.manifest: Manifest | None = None
@@ -213,6 +232,9 @@ class ShardWriter:
     def _flush_rows(self) -> None:
         if not self._rows:
             return
+        import pyarrow as pa
+
+        from .formats import arrow as arrow_format
         names = list(self._schema.names) if self._schema is not None else list(
             dict.fromkeys(name for row in self._rows for name in row)
         )
@@ -268,6 +290,7 @@ class ShardWriter:
             for name, _ in encoded:
                 if not name or "/" in name:
                     raise EncodeError(f"sample {key!r}: field name {name!r} must be non-empty without '/'")
+                _check_name(name, f"sample {key!r}: field name")
             size = tar_format.sample_size(key, ((n, len(memoryview(d))) for n, d in encoded))
         if self._cm is not None and shard_is_full(
             self._shard_bytes, self._shard_samples, size, self.shard_size, self.samples_per_shard
@@ -295,6 +318,8 @@ class ShardWriter:
         if self._cm is not None:
             self._close_shard()
         if self.shard_format == "arrow":
+            from .formats import arrow as arrow_format
+
             fields = arrow_format.describe_schema(self._schema) if self._schema is not None else []
             schema = arrow_format.schema_to_text(self._schema) if self._schema is not None else None
         else:
@@ -317,7 +342,12 @@ class ShardWriter:
     def close(self) -> Manifest:
         """Finish the last shard and publish the manifest (once). Returns the manifest."""
         if not self._published:
-            write_manifest(self.store, self.finish())
+            try:
+                manifest = self.finish()
+            except BaseException:
+                self.abort()
+                raise
+            write_manifest(self.store, manifest)
             self._published = True
         assert self.manifest is not None
         return self.manifest
@@ -325,10 +355,8 @@ class ShardWriter:
     def abort(self) -> None:
         """Stop without publishing: the open shard's temporary file is removed, no manifest."""
         if self._cm is not None:
-            try:
+            with contextlib.suppress(ShardstreamError):
                 self._cm.__exit__(ShardstreamError, ShardstreamError("aborted"), None)
-            except ShardstreamError:
-                pass
             self._cm = self._shard = None
         self._closed = True
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from . import arrow, tar
+from . import tar
 
 TAR_COMPRESSION = {"tar": None, "tar.zst": "zstd", "tar.gz": "gzip"}
 
@@ -29,6 +29,8 @@ def iter_shard_samples(shard_format: str, buf, name: str = "shard") -> Iterator[
     Tar fields are ``bytes``; Arrow rows are Python values.
     """
     if shard_format == "arrow":
+        from . import arrow
+
         yield from arrow.iter_rows(buf, name)
         return
     data = tar.decompress(buf, TAR_COMPRESSION[shard_format], name)
@@ -43,6 +45,8 @@ def iter_shard_samples(shard_format: str, buf, name: str = "shard") -> Iterator[
 def count_samples(shard_format: str, buf, name: str = "shard", unkeyed: list[str] | None = None) -> int:
     """Parse the whole shard (every header, every record batch) and count its samples."""
     if shard_format == "arrow":
+        from . import arrow
+
         return arrow.read_table(buf, name).num_rows
     data = tar.decompress(buf, TAR_COMPRESSION[shard_format], name)
     return sum(1 for _ in tar.iter_samples(data, name, unkeyed=unkeyed))

@@ -10,7 +10,6 @@ walks headers by offset over a buffer (bytes or a memory map) and hands out slic
 from __future__ import annotations
 
 import gzip
-import struct
 from collections.abc import Iterable, Iterator, Sequence
 from typing import IO
 
@@ -26,17 +25,21 @@ def _pad(n: int) -> int:
     return -n % BLOCK
 
 
+_OWNER = b"0000644\0" + b"0000000\0" * 2  # mode, uid, gid
+_MTIME = b"00000000000\0"
+_AFTER_TYPE = bytes(100) + b"ustar\0" + b"00" + bytes(64) + b"0000000\0" * 2  # linkname..devminor
+_PAD = bytes(12)
+_FIXED_SUM = sum(_OWNER) + sum(_MTIME) + sum(b" " * 8) + sum(_AFTER_TYPE)
+
+
 def _ustar_header(name: bytes, prefix: bytes, size: int, typeflag: bytes = b"0") -> bytes:
-    header = bytearray(
-        struct.pack(
-            "100s8s8s8s12s12s8sc100s6s2s32s32s8s8s155s12s",
-            name, b"0000644\0", b"0000000\0", b"0000000\0",
-            b"%011o\0" % size, b"00000000000\0", b" " * 8, typeflag,
-            b"", b"ustar\0", b"00", b"", b"", b"0000000\0", b"0000000\0", prefix, b"",
-        )
-    )
-    header[148:156] = b"%06o\0 " % sum(header)
-    return bytes(header)
+    # Assembled from constant parts; the checksum is the constant parts' sum plus the variable ones'.
+    size_field = b"%011o\0" % size
+    checksum = _FIXED_SUM + typeflag[0] + sum(name) + sum(prefix) + sum(size_field)
+    return b"".join((
+        name.ljust(100, b"\0"), _OWNER, size_field, _MTIME, b"%06o\0 " % checksum, typeflag,
+        _AFTER_TYPE, prefix.ljust(155, b"\0"), _PAD,
+    ))
 
 
 def _split_ustar_name(name: bytes) -> tuple[bytes, bytes] | None:
@@ -144,11 +147,18 @@ def decompress(data, compression: str | None, name: str = "shard"):
         if compression == "zstd":
             import zstandard
 
-            return zstandard.ZstdDecompressor().decompressobj().decompress(data)
+            stream = zstandard.ZstdDecompressor().decompressobj()
+            plain = stream.decompress(data)
+            if not stream.eof:
+                raise EOFError("the zstd frame ends early")
+            return plain
         if compression == "gzip":
             return gzip.decompress(data)
     except Exception as exc:  # zstd and gzip raise several unrelated types
-        raise CorruptShardError(f"{name}: cannot decompress ({compression}): {exc}") from exc
+        raise CorruptShardError(
+            f"{name}: cannot decompress ({compression}): {exc}; the shard is truncated or damaged, "
+            "re-create or re-download it"
+        ) from exc
     return data
 
 
@@ -168,9 +178,12 @@ def _parse_pax(records: bytes) -> dict[str, bytes]:
     while pos < len(records):
         space = records.index(b" ", pos)
         length = int(records[pos:space])
-        key, _, value = records[space + 1 : pos + length - 1].partition(b"=")
-        out[key.decode()] = value
-        pos += length
+        end = pos + length
+        if length <= space - pos + 1 or end > len(records) or records[end - 1 : end] != b"\n":
+            raise ValueError(f"bad PAX record at {pos}")
+        key, _, value = records[space + 1 : end - 1].partition(b"=")
+        out[key.decode("utf-8", "surrogateescape")] = value
+        pos = end
     return out
 
 
@@ -210,7 +223,7 @@ def iter_members(buf, name: str = "shard", check: bool = True) -> Iterator[tuple
         if typeflag in (b"x", b"L"):
             if typeflag == b"x":
                 try:
-                    pending.update(_parse_pax(bytes(view[data:end])))
+                    pending.update(_parse_pax(bytes(view[data:end]).rstrip(b"\0")))
                 except ValueError:
                     raise CorruptShardError(f"{name}: bad PAX header at byte {pos}") from None
             else:
@@ -230,6 +243,11 @@ def iter_members(buf, name: str = "shard", check: bool = True) -> Iterator[tuple
         pos = end + _pad(size)
     if pos < total and bytes(view[pos:]).strip(b"\0"):
         raise CorruptShardError(f"{name}: truncated tar header at byte {pos}; re-create or re-download the shard")
+    if check and pos > 0:
+        raise CorruptShardError(
+            f"{name}: truncated at byte {total}: the tar has no end-of-archive marker; "
+            "re-create or re-download the shard"
+        )
 
 
 def split_name(member: str) -> tuple[str, str] | None:

@@ -13,7 +13,6 @@ from typing import Any
 from tqdm import tqdm
 
 from ..errors import ShardstreamError
-from ..formats import arrow as arrow_format
 from ..manifest import Manifest, creation_info, shard_name, write_manifest
 from ..sizes import format_size
 from ..storage import Store
@@ -26,7 +25,6 @@ from ..writer import (
 )
 from .folder import ShardResult, plan_shards, read_file, write_shard
 from .sources import FolderSource, TableSource, open_source
-from .table import pack_table_arrow, pack_table_tar
 
 __all__ = ["PackResult", "pack"]
 
@@ -132,8 +130,12 @@ def pack(
     return PackResult(store.url, manifest, time.perf_counter() - started, skipped)
 
 
+class _Bar(tqdm):
+    monitor_interval = 0  # no monitor thread: it would make forking the workers unsafe
+
+
 def _bar(progress: bool, total: int | None, unit: str = "B") -> tqdm:
-    return tqdm(total=total, unit=unit, unit_scale=True, disable=None if progress else True,
+    return _Bar(total=total, unit=unit, unit_scale=True, disable=None if progress else True,
                 desc="packing", leave=False, dynamic_ncols=True)
 
 
@@ -186,6 +188,9 @@ def _pack_table_arrow(
     src: TableSource, store: Store, comp: str | None, limit: int, per_shard: int | None,
     workers: int, progress: bool, info: dict[str, Any],
 ) -> Manifest:
+    from ..formats import arrow as arrow_format
+    from .table import pack_table_arrow
+
     results: list[ShardResult] = []
     with _bar(progress, None, unit=" rows") as bar:
         def done(result: ShardResult) -> None:
@@ -204,6 +209,8 @@ def _pack_with_writer(
     per_shard: int | None, progress: bool, info: dict[str, Any],
 ) -> Manifest:
     """Sequential packing through :class:`ShardWriter`: folders to Arrow, tables to tar."""
+    from .table import pack_table_tar
+
     fmt = "arrow" if shard_format == "arrow" else "tar"
     writer = ShardWriter(store.url, fmt, limit, per_shard, comp or "none", store.storage_options,
                          overwrite=True, classes=getattr(src, "classes", None))

@@ -1,0 +1,419 @@
+"""Pack benchmark: shardstream vs. a plain webdataset.ShardWriter script vs. ``tar cf``.
+
+Run it from the repository root with the project's virtual environment::
+
+    .venv/bin/python benchmarks/pack.py                 # 20,000 JPEGs (~0.5 GB), 3 runs each
+    .venv/bin/python benchmarks/pack.py --count 2000    # a quick try on a smaller set
+    .venv/bin/python benchmarks/pack.py --repeat 5 --json pack-results.json
+
+The first run generates ``bench-data/train/<class>/<name>.jpg`` (deterministic, a minute or
+two on 2 cores); later runs reuse it. Smaller ``--count`` sets go to ``bench-data/count-N/``.
+
+Every contestant runs as its own subprocess (so each pays its own start-up) against a page
+cache warmed by one untimed read of every source file, writing into ``<set>/pack-out/``,
+which is removed (and ``sync``-ed) before each run. Runs are interleaved, rotating which tool goes first.
+After each run the output is checked (sample count, size) outside the timed region.
+
+1. shardstream: ``shardstream pack SRC DEST --workers 2 --overwrite -q`` (256 MB tar shards).
+2. webdataset: the script a user would write: walk the tree in sorted order and write
+   ``{"__key__", "jpg", "cls"}`` samples with ``webdataset.ShardWriter(maxsize=256e6)``.
+3. tar: ``tar cf OUT.tar -C SRC .``, the I/O bound: one archive, no checksums, no samples.
+
+This is a benchmark, not a test: timings are reported, never asserted. The exit status is
+non-zero only when a contestant fails or writes output that does not look right.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from _data import DEFAULT_DATA_DIR, FULL_COUNT, ImageSet, ensure_image_folder, warm_page_cache
+
+TOOLS = ("shardstream", "webdataset", "tar")
+SPEEDUP_TARGETS = {"webdataset": 3.0, "tar": 0.5}  # shardstream speed / other speed
+IMAGE_DESC = "256x256 RGB, 10 classes"
+MAX_TAR_OVERHEAD_PER_SAMPLE = 4096  # headers and padding: a sane tar of N files is at most this much bigger
+
+# What a webdataset user would write to pack an ImageFolder tree. argv: SRC PATTERN
+WEBDATASET_PROGRAM = """\
+import os
+import sys
+
+import webdataset as wds
+
+src, pattern = sys.argv[1], sys.argv[2]
+classes = sorted(e.name for e in os.scandir(src) if e.is_dir())
+with wds.ShardWriter(pattern, maxsize=256e6, verbose=0) as sink:
+    for index, name in enumerate(classes):
+        folder = os.path.join(src, name)
+        for fname in sorted(os.listdir(folder)):
+            with open(os.path.join(folder, fname), "rb") as f:
+                data = f.read()
+            sink.write({"__key__": f"{name}/{os.path.splitext(fname)[0]}", "jpg": data, "cls": index})
+"""
+
+
+@dataclass
+class Output:
+    """What one run wrote: samples found and bytes on disk."""
+
+    samples: int
+    nbytes: int
+
+
+@dataclass
+class Contestant:
+    name: str
+    command: Callable[[Path, Path], list[str]]  # (source folder, output folder) -> argv
+    inspect: Callable[[Path], Output]  # output folder -> what it holds
+    description: str
+
+
+@dataclass
+class Result:
+    tool: str
+    description: str
+    times: list[float] = field(default_factory=list)
+    output: Output | None = None
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return bool(self.times) and not self.problems
+
+    @property
+    def best(self) -> float:
+        return min(self.times)
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.times)
+
+
+# -- contestants ---------------------------------------------------------------------------
+
+
+def shardstream_command() -> list[str]:
+    """The ``shardstream`` console script of this interpreter's environment (``-m`` if it has none)."""
+    script = Path(sys.executable).parent / "shardstream"
+    return [str(script)] if script.exists() else [sys.executable, "-m", "shardstream"]
+
+
+def count_tar_samples(tars: list[Path]) -> int:
+    """Members ending in ``.jpg`` over ``tars``, as ``tar -tf`` lists them."""
+    total = 0
+    for tar in tars:
+        listing = subprocess.run(["tar", "-tf", str(tar)], check=True, capture_output=True, text=True).stdout
+        total += sum(1 for line in listing.splitlines() if line.endswith(".jpg"))
+    return total
+
+
+def inspect_shardstream(out: Path) -> Output:
+    manifest = json.loads((out / "manifest.json").read_text())
+    shards = sorted(out.glob("shard-*.tar"))
+    on_disk = sum(p.stat().st_size for p in shards)
+    if on_disk != manifest["total_bytes"] or len(shards) != manifest["num_shards"]:
+        raise RuntimeError(
+            f"manifest says {manifest['num_shards']} shards, {manifest['total_bytes']:,} bytes; "
+            f"found {len(shards)} shards, {on_disk:,} bytes"
+        )
+    return Output(int(manifest["num_samples"]), on_disk)
+
+
+def inspect_tars(out: Path) -> Output:
+    tars = sorted(out.glob("*.tar"))
+    return Output(count_tar_samples(tars), sum(p.stat().st_size for p in tars))
+
+
+def contestants(workers: int) -> dict[str, Contestant]:
+    ss = shardstream_command()
+    return {
+        "shardstream": Contestant(
+            "shardstream",
+            lambda src, out: [*ss, "pack", str(src), str(out), "--workers", str(workers), "--overwrite", "-q"],
+            inspect_shardstream,
+            f"shardstream pack --workers {workers} (256 MB tar shards)",
+        ),
+        "webdataset": Contestant(
+            "webdataset",
+            lambda src, out: [sys.executable, "-c", WEBDATASET_PROGRAM, str(src), str(out / "shard-%06d.tar")],
+            inspect_tars,
+            "webdataset.ShardWriter(maxsize=256e6), one process",
+        ),
+        "tar": Contestant(
+            "tar",
+            lambda src, out: ["tar", "cf", str(out / "all.tar"), "-C", str(src), "."],
+            inspect_tars,
+            "tar cf (one archive, I/O bound)",
+        ),
+    }
+
+
+# -- running -------------------------------------------------------------------------------
+
+
+def fresh_dir(path: Path) -> None:
+    """An empty ``path``, with the previous run's writes flushed so they do not slow the next run."""
+    if path.exists():
+        shutil.rmtree(path)
+    path.mkdir(parents=True)
+    os.sync()
+
+
+def check_output(result: Result, output: Output, images: ImageSet) -> None:
+    low, high = images.total_bytes, images.total_bytes + images.count * MAX_TAR_OVERHEAD_PER_SAMPLE
+    if output.samples != images.count:
+        result.problems.append(f"wrote {output.samples:,} samples, expected {images.count:,}")
+    if not low <= output.nbytes <= high:
+        result.problems.append(f"wrote {output.nbytes:,} bytes, expected {low:,}..{high:,}")
+    result.output = output
+
+
+def run_once(contestant: Contestant, result: Result, images: ImageSet, out: Path) -> None:
+    fresh_dir(out)
+    argv = contestant.command(images.train, out)
+    started = time.perf_counter()
+    proc = subprocess.run(argv, capture_output=True, text=True)
+    seconds = time.perf_counter() - started
+    if proc.returncode != 0:
+        tail = (proc.stderr or proc.stdout).strip().splitlines()[-5:]
+        result.problems.append(f"exit status {proc.returncode}: " + " | ".join(tail))
+        return
+    try:
+        output = contestant.inspect(out)
+    except (OSError, ValueError, KeyError, RuntimeError, subprocess.CalledProcessError) as exc:
+        result.problems.append(f"cannot check its output: {exc}")
+        return
+    result.times.append(seconds)
+    check_output(result, output, images)
+    print(f"  {contestant.name:<12} {seconds:8.2f} s  {output.samples:,} samples, {output.nbytes / 1e6:,.1f} MB",
+          flush=True)
+
+
+def run_all(chosen: list[Contestant], images: ImageSet, out_root: Path, repeat: int) -> list[Result]:
+    results = {c.name: Result(c.name, c.description) for c in chosen}
+    try:
+        for attempt in range(1, repeat + 1):
+            print(f"run {attempt}/{repeat}", flush=True)
+            # Interleaved, and each round starts with the next tool, so drift and "who goes first" hit all alike.
+            shift = (attempt - 1) % len(chosen)
+            for contestant in chosen[shift:] + chosen[:shift]:
+                result = results[contestant.name]
+                if result.problems:
+                    continue
+                run_once(contestant, result, images, out_root / contestant.name)
+                if result.problems:
+                    print(f"  {contestant.name:<12} FAILED: {'; '.join(result.problems)}", flush=True)
+    finally:
+        shutil.rmtree(out_root, ignore_errors=True)
+    return list(results.values())
+
+
+# -- reporting -----------------------------------------------------------------------------
+
+
+def machine() -> dict[str, Any]:
+    cpu = "unknown"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    memory = None
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                memory = round(int(line.split()[1]) / 2**20, 1)
+                break
+    except OSError:
+        pass
+    try:
+        nproc = len(os.sched_getaffinity(0))
+    except AttributeError:
+        nproc = os.cpu_count() or 1
+    tar = subprocess.run(["tar", "--version"], capture_output=True, text=True).stdout.splitlines()
+    versions: dict[str, str | None] = {}
+    for package in ("shardstream", "webdataset"):
+        try:
+            versions[package] = metadata.version(package)
+        except metadata.PackageNotFoundError:
+            versions[package] = None
+    return {
+        "nproc": nproc, "cpu": cpu, "memory_gib": memory, "python": platform.python_version(),
+        "system": f"{platform.system()} {platform.release()}", "tar": tar[0] if tar else None, **versions,
+    }
+
+
+def speed(images: ImageSet, result: Result) -> float:
+    return images.total_bytes / result.best
+
+
+def ratios(results: list[Result]) -> dict[str, float | None]:
+    """shardstream speed / other tool's speed, from best times."""
+    by = {r.tool: r for r in results}
+    ss = by.get("shardstream")
+    out: dict[str, float | None] = {}
+    for other in SPEEDUP_TARGETS:
+        if ss is not None and other in by:
+            out[other] = by[other].best / ss.best if ss.ok and by[other].ok else None
+    return out
+
+
+def rows(images: ImageSet, results: list[Result]) -> list[list[str]]:
+    table = []
+    for r in results:
+        if not r.ok:
+            table.append([r.tool, "failed", "-", "-", "-", "-"])
+            continue
+        table.append([
+            r.tool, f"{r.best:.2f}", f"{r.median:.2f}", f"{speed(images, r) / 1e6:.0f}",
+            f"{images.count / r.best:,.0f}", f"{r.output.nbytes / 1e6:,.0f}" if r.output else "-",
+        ])
+    return table
+
+
+HEADER = ["tool", "best s", "median s", "MB/s", "samples/s", "output MB"]
+
+
+def print_table(images: ImageSet, results: list[Result]) -> None:
+    table = [HEADER, *rows(images, results)]
+    widths = [max(len(row[i]) for row in table) for i in range(len(HEADER))]
+    for n, row in enumerate(table):
+        print("  ".join(cell.ljust(w) if i == 0 else cell.rjust(w) for i, (cell, w) in enumerate(zip(row, widths))))
+        if n == 0:
+            print("  ".join("-" * w for w in widths))
+
+
+def ratio_lines(results: list[Result]) -> list[str]:
+    lines = []
+    for other, value in ratios(results).items():
+        target = SPEEDUP_TARGETS[other]
+        if value is None:
+            lines.append(f"shardstream speed / {other} speed: n/a (a run failed)")
+        else:
+            verdict = "meets" if value >= target else "misses"
+            lines.append(f"shardstream speed / {other} speed: {value:.2f}x ({verdict} the target >= {target:g}x)")
+    return lines
+
+
+def markdown(images: ImageSet, results: list[Result], repeat: int, info: dict[str, Any]) -> str:
+    lines = [
+        f"Packing {images.count:,} JPEGs ({IMAGE_DESC}, {images.total_bytes / 1e6:,.0f} MB, "
+        f"mean {images.mean_bytes / 1e3:.1f} KB) from a warm page cache; best and median of {repeat} runs.",
+        "",
+        "| " + " | ".join(HEADER) + " |",
+        "|" + "|".join(["---", *["---:"] * (len(HEADER) - 1)]) + "|",
+    ]
+    for row in rows(images, results):
+        lines.append("| " + " | ".join(row) + " |")
+    lines += ["", *(f"- {line}" for line in ratio_lines(results))]
+    lines += [
+        "",
+        f"Machine: {info['nproc']} cores ({info['cpu']}), {info['memory_gib']} GiB RAM, {info['system']}, "
+        f"Python {info['python']}, shardstream {info['shardstream']}, webdataset {info['webdataset']}, {info['tar']}.",
+    ]
+    return "\n".join(lines)
+
+
+
+def to_json(images: ImageSet, results: list[Result], warmup: tuple[int, float], repeat: int,
+            info: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "benchmark": "pack",
+        "machine": info,
+        "dataset": {
+            "path": str(images.train), "count": images.count, "classes": len(images.classes),
+            "total_bytes": images.total_bytes, "mean_bytes": round(images.mean_bytes, 1),
+            "generation_seconds": round(images.generation_seconds, 2), "reused": images.reused,
+        },
+        "warmup": {"bytes": warmup[0], "seconds": round(warmup[1], 3)},
+        "repeat": repeat,
+        "results": [
+            {
+                "tool": r.tool, "description": r.description, "ok": r.ok, "problems": r.problems,
+                "times": [round(t, 4) for t in r.times],
+                "best_seconds": round(r.best, 4) if r.times else None,
+                "median_seconds": round(r.median, 4) if r.times else None,
+                "mb_per_s": round(speed(images, r) / 1e6, 1) if r.ok else None,
+                "samples_per_s": round(images.count / r.best, 1) if r.ok else None,
+                "output_bytes": r.output.nbytes if r.output else None,
+                "output_samples": r.output.samples if r.output else None,
+            }
+            for r in results
+        ],
+        "speed_ratios": {f"shardstream/{k}": None if v is None else round(v, 3) for k, v in ratios(results).items()},
+        "targets": {f"shardstream/{k}": v for k, v in SPEEDUP_TARGETS.items()},
+    }
+
+
+# -- main ----------------------------------------------------------------------------------
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--data", type=Path, default=DEFAULT_DATA_DIR,
+                        help=f"folder for generated data and outputs [default: {DEFAULT_DATA_DIR}]")
+    parser.add_argument("--count", type=int, default=FULL_COUNT,
+                        help=f"number of images [default: {FULL_COUNT:,}]; other counts go to DATA/count-N/")
+    parser.add_argument("--repeat", type=int, default=3, help="timed runs per tool [default: 3]")
+    parser.add_argument("--workers", type=int, default=2, help="shardstream --workers [default: 2]")
+    parser.add_argument("--tools", default=",".join(TOOLS), help=f"comma-separated subset of {','.join(TOOLS)}")
+    parser.add_argument("--json", type=Path, default=None, help="also write the results as JSON to this file")
+    args = parser.parse_args(argv)
+    unknown = set(args.tools.split(",")) - set(TOOLS)
+    if unknown:
+        parser.error(f"unknown tools {sorted(unknown)}; choose from {', '.join(TOOLS)}")
+    if args.repeat < 1 or args.count < 1 or args.workers < 1:
+        parser.error("--repeat, --count and --workers must be at least 1")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    chosen = [c for name, c in contestants(args.workers).items() if name in args.tools.split(",")]
+    info = machine()
+    print(f"machine: {info['nproc']} cores ({info['cpu']}), Python {info['python']}", flush=True)
+
+    images = ensure_image_folder(args.data.resolve(), args.count)
+    how = "reused" if images.reused else "generated"
+    print(f"data: {images.count:,} JPEGs in {images.train} ({how}; generation took {images.generation_seconds:.1f} s), "
+          f"{images.total_bytes / 1e6:,.1f} MB, mean {images.mean_bytes / 1e3:.1f} KB", flush=True)
+
+    warmup = warm_page_cache(images.files())
+    print(f"warm-up: read all {warmup[0] / 1e6:,.1f} MB once, untimed ({warmup[1]:.1f} s); the page cache is not "
+          "dropped (that needs root), so every contestant runs against a warm page cache", flush=True)
+
+    results = run_all(chosen, images, images.root / "pack-out", args.repeat)
+
+    print()
+    print_table(images, results)
+    for line in ratio_lines(results):
+        print(line)
+    print()
+    print(markdown(images, results, args.repeat, info))
+    problems = [f"{r.tool}: {p}" for r in results for p in r.problems]
+    if args.json is not None:
+        args.json.write_text(json.dumps(to_json(images, results, warmup, args.repeat, info), indent=2) + "\n")
+        print(f"\nresults written to {args.json}")
+    for problem in problems:
+        print(f"problem: {problem}", file=sys.stderr)
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
