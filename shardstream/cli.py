@@ -114,6 +114,7 @@ def info(dataset: str, as_json: bool, storage_options: tuple[str, ...]) -> None:
         click.echo(json.dumps(doc, indent=2, ensure_ascii=False))
         return
     mean = m.total_bytes / m.num_shards if m.num_shards else 0
+    fewest, most = (int(m.samples.min()), int(m.samples.max())) if m.num_shards else (0, 0)
     fields = ", ".join(
         f"{f['name']} ({f['samples']:,})" if "samples" in f else f"{f['name']}: {f['type']}" for f in m.fields
     )
@@ -121,8 +122,7 @@ def info(dataset: str, as_json: bool, storage_options: tuple[str, ...]) -> None:
         ("dataset", store.url),
         ("format", m.shard_format),
         ("samples", f"{m.num_samples:,}"),
-        ("shards", f"{m.num_shards:,} (mean {format_size(mean)}, "
-                   f"{int(m.samples.min()) if m.num_shards else 0:,}-{int(m.samples.max()) if m.num_shards else 0:,} samples)"),
+        ("shards", f"{m.num_shards:,} (mean {format_size(mean)}, {fewest:,}-{most:,} samples)"),
         ("size", format_size(m.total_bytes)),
         ("fields", fields or "-"),
     ]
@@ -218,7 +218,8 @@ def verify(dataset: str, workers: int, quiet: bool, storage_options: tuple[str, 
               disable=True if quiet else None) as bar:
         report = run_verify(dataset, _storage_options(storage_options), workers, on_shard=bar.update)
     if report.ok:
-        click.echo(f"ok: {m.num_shards:,} shards, {m.num_samples:,} samples, {format_size(m.total_bytes)} in {store.url}")
+        summary = f"{m.num_shards:,} shards, {m.num_samples:,} samples, {format_size(m.total_bytes)}"
+        click.echo(f"ok: {summary} in {store.url}")
         return
     for problem in report.problems:
         click.echo(f"damaged: {problem}", err=True)

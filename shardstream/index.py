@@ -63,7 +63,9 @@ def _relative(url: str, root: Store) -> str:
     else:
         rel = url[len(root.url) + 1 :] if url.startswith(root.url + "/") else ".."
     if rel.startswith("../") or rel == "..":
-        raise ShardstreamError(f"shard {url} is not inside the output folder {root.url}; choose an output folder that holds every shard")
+        raise ShardstreamError(
+            f"shard {url} is not inside the output folder {root.url}; choose an output folder that holds every shard"
+        )
     return posixpath.normpath(rel)
 
 

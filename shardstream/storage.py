@@ -147,11 +147,11 @@ class Store:
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(tmp)
         else:
-            with tempfile.NamedTemporaryFile(prefix="shardstream-", suffix=".part") as f:
-                with storage_errors("cannot write", url):
-                    yield f
-                    f.flush()
-                    self.fs.put_file(f.name, self.path(name))
+            with tempfile.NamedTemporaryFile(prefix="shardstream-", suffix=".part") as f, \
+                    storage_errors("cannot write", url):
+                yield f
+                f.flush()
+                self.fs.put_file(f.name, self.path(name))
 
     def remove(self, name: str) -> None:
         with storage_errors("cannot remove", self.url_of(name)):

@@ -38,7 +38,8 @@ def check_shard(store: Store, manifest: Manifest, i: int) -> str | None:
             return f"{where}: {size} bytes, the manifest says {manifest.nbytes[i]} (truncated or replaced)"
         digest = hashlib.sha256(data).hexdigest()
         if digest != manifest.sha256[i]:
-            return f"{where}: checksum mismatch (sha256 {digest[:16]}..., the manifest says {manifest.sha256[i][:16]}...)"
+            expected = manifest.sha256[i]
+            return f"{where}: checksum mismatch (sha256 {digest[:16]}..., the manifest says {expected[:16]}...)"
         count = count_samples(manifest.shard_format, data, where)
     except ShardstreamError as exc:
         return str(exc)
