@@ -122,7 +122,7 @@ def count_tar_samples(tars: list[Path]) -> int:
 
 
 def inspect_shardstream(out: Path) -> Output:
-    manifest = json.loads((out / "manifest.json").read_text())
+    manifest = json.loads((out / "_manifest.json").read_text())
     shards = sorted(out.glob("shard-*.tar"))
     on_disk = sum(p.stat().st_size for p in shards)
     if on_disk != manifest["total_bytes"] or len(shards) != manifest["num_shards"]:

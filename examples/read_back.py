@@ -16,7 +16,7 @@ from PIL import Image
 
 
 def main(image_dataset: str, table_dataset: str) -> None:
-    manifest = json.loads((Path(image_dataset) / "manifest.json").read_text())
+    manifest = json.loads((Path(image_dataset) / "_manifest.json").read_text())
     shards = [str(Path(image_dataset) / p) for p in manifest["shards"]["path"]]
     try:
         import webdataset as wds
@@ -29,7 +29,7 @@ def main(image_dataset: str, table_dataset: str) -> None:
             print(f"webdataset read {sample['__key__']}: {image.size[0]}x{image.size[1]} {image.mode}, class {label}")
             if i == 2:
                 break
-    table_manifest = json.loads((Path(table_dataset) / "manifest.json").read_text())
+    table_manifest = json.loads((Path(table_dataset) / "_manifest.json").read_text())
     first = Path(table_dataset) / table_manifest["shards"]["path"][0]
     table = feather.read_table(first)
     print(f"pyarrow read {first.name}: {table.num_rows} rows, columns {table.column_names}")

@@ -173,7 +173,7 @@ def _preview(value: Any) -> str:
     return text if len(text) <= 200 else text[:200] + " ..."
 
 
-@cli.command()
+@cli.command(context_settings={"ignore_unknown_options": True})  # so that INDEX may be -1
 @click.argument("dataset")
 @click.argument("index", type=int, required=False)
 @click.option("--key", default=None, help="Find the sample by its key instead of its index.")
@@ -228,7 +228,7 @@ def verify(dataset: str, workers: int, quiet: bool, storage_options: tuple[str, 
 
 @cli.command(name="index")
 @click.argument("shards", nargs=-1, required=True)
-@click.option("--output", default=None, help="Folder for manifest.json [default: the shards' folder].")
+@click.option("--output", default=None, help="Folder for _manifest.json [default: the shards' folder].")
 @click.option("--overwrite", is_flag=True, help="Replace an existing manifest.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
 @storage_option
@@ -244,7 +244,7 @@ def index_(shards: tuple[str, ...], output: str | None, overwrite: bool, quiet: 
         click.echo(f"warning: {len(result.unkeyed)} members have no KEY.EXT name and belong to no sample "
                    f"(webdataset skips them too), e.g. {result.unkeyed[0]!r}", err=True)
     click.echo(f"indexed {m.num_shards:,} shards, {m.num_samples:,} samples, {format_size(m.total_bytes)} "
-               f"-> {result.url}/manifest.json")
+               f"-> {result.url}/_manifest.json")
 
 
 def main() -> None:

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 from .errors import ManifestError, StorageError
 from .storage import Store
 
-MANIFEST_NAME = "manifest.json"
+MANIFEST_NAME = "_manifest.json"
 FORMAT_VERSION = 1
 SHARD_FORMATS = ("tar", "tar.zst", "tar.gz", "arrow")
 
@@ -155,7 +155,7 @@ def creation_info(source: str | None = None, **extra: Any) -> dict[str, Any]:
 
 
 def dataset_store(url: str, storage_options: dict[str, Any] | None = None) -> Store:
-    """The store of the dataset at ``url`` (its folder, or the folder of a ``manifest.json`` URL)."""
+    """The store of the dataset at ``url`` (its folder, or the folder of a ``_manifest.json`` URL)."""
     url = str(url)
     if url.rstrip("/").endswith("/" + MANIFEST_NAME) or url == MANIFEST_NAME:
         url = url.rstrip("/")[: -len(MANIFEST_NAME)] or "."

@@ -24,7 +24,11 @@ from .sizes import parse_size
 from .storage import Store
 
 DEFAULT_SHARD_SIZE = "256MB"
-_OUR_FILES = re.compile(r"^(shard-\d{6}\.(tar|tar\.zst|tar\.gz|arrow)|\..*\.[0-9a-f]{8}\.tmp)$")
+_SHARD_FILE = re.compile(r"^shard-\d{6}\.(tar|tar\.zst|tar\.gz|arrow)$")
+_TEMP_FILE = re.compile(r"^\..*\.[0-9a-f]{8}\.tmp$")
+# Present from the moment shardstream starts writing shards into a folder until its manifest
+# is published: it marks leftover shards as ours, safe to replace on the next attempt.
+IN_PROGRESS = ".shardstream-writing"
 _ARROW_BATCH_BYTES = 8 << 20
 _ARROW_BATCH_ROWS = 65536
 
@@ -82,13 +86,31 @@ def claim_destination(store: Store, overwrite: bool) -> None:
 
 
 def prepare_destination(store: Store, overwrite: bool) -> None:
-    """Make ``store`` ready for new shards: claim it, then remove old shards and the
-    temporary files of an interrupted pack (only files named like ours)."""
+    """Make ``store`` ready for new shards: claim it, then clear what an interrupted
+    shardstream run left there (its shards and temporary files).
+
+    Shard-named files that no shardstream run left behind (WebDataset tars, say) are
+    only replaced with ``overwrite``.
+    """
     claim_destination(store, overwrite)
     store.makedirs()
-    for name in store.list_files():
-        if _OUR_FILES.match(name):
+    names = store.list_files()
+    shards = [n for n in names if _SHARD_FILE.match(n)]
+    if shards and not overwrite and IN_PROGRESS not in names:
+        raise DatasetExistsError(
+            f"{store.url} holds shard files that shardstream did not leave there ({shards[0]}, ...); "
+            "pass --overwrite (overwrite=True) to replace them, or choose another destination"
+        )
+    store.write_bytes(IN_PROGRESS, b"")
+    for name in names:
+        if _SHARD_FILE.match(name) or _TEMP_FILE.match(name):
             store.remove(name)
+
+
+def publish(store: Store, manifest: Manifest) -> None:
+    """Write the manifest (last, atomically): the shards in ``store`` become a dataset."""
+    write_manifest(store, manifest)
+    store.remove(IN_PROGRESS)
 
 
 def _check_name(name: str, what: str) -> None:
@@ -176,7 +198,9 @@ class ShardWriter:
     """Write samples into ``url`` as shards plus a manifest, like ``webdataset.ShardWriter``.
 
     Each sample is a dict: an optional ``__key__`` and one entry per field (the tar
-    member's extension, or the Arrow column). A new shard starts when the next sample
+    member's extension, or the Arrow column; give ``schema`` (a ``pyarrow.Schema`` with a
+    ``__key__`` string column) when the first samples do not show every field and type).
+    A new shard starts when the next sample
     would take the shard past ``shard_size`` bytes (uncompressed) or ``samples_per_shard``
     samples. The manifest is written by :meth:`close` (or leaving the ``with`` block
     without an error), never when the block raises: no half-written dataset is visible.
@@ -192,6 +216,7 @@ class ShardWriter:
         storage_options: dict[str, Any] | None = None,
         overwrite: bool = False,
         classes: list[str] | None = None,
+        schema: Any = None,
     ):
         self.shard_format, self.compression = resolve_format(format, compression)
         self.shard_size, self.samples_per_shard = check_shard_limits(shard_size, samples_per_shard)
@@ -208,7 +233,7 @@ class ShardWriter:
         self._cm = None
         self._shard = None
         self._shard_bytes = 0
-        self._schema = None  # pyarrow.Schema, inferred from the first batch
+        self._schema = schema  # pyarrow.Schema for Arrow shards; inferred from the first rows if None
         self._rows: list[dict[str, Any]] = []
         self._rows_bytes = 0
         self.manifest: Manifest | None = None
@@ -347,7 +372,7 @@ class ShardWriter:
             except BaseException:
                 self.abort()
                 raise
-            write_manifest(self.store, manifest)
+            publish(self.store, manifest)
             self._published = True
         assert self.manifest is not None
         return self.manifest

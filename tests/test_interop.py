@@ -271,9 +271,6 @@ def test_pyarrow_dataset_reads_our_arrow_folder_skipping_the_manifest(tmp_path):
     assert sorted(table.to_pylist(), key=lambda r: r["__key__"]) == rows
 
 
-@pytest.mark.xfail(strict=True, raises=pa.ArrowInvalid,
-                   reason="BUG (interop): manifest.json sits beside the shards under a name pyarrow does not ignore "
-                   "(only '.' and '_' prefixes are), so pads.dataset(folder, format='ipc') fails reading it")
 def test_pyarrow_dataset_reads_our_arrow_folder(tmp_path):
     rows, _ = arrow_dataset(tmp_path)
     assert MANIFEST_NAME in os.listdir(tmp_path)

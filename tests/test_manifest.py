@@ -20,7 +20,7 @@ from shardstream.manifest import (
 )
 from shardstream.storage import Store
 
-SOURCE = "s3://bucket/my-dataset/manifest.json"
+SOURCE = "s3://bucket/my-dataset/_manifest.json"
 
 
 def make_manifest(samples=(3, 0, 5, 2), **kw) -> Manifest:
@@ -231,7 +231,7 @@ def test_write_then_load(tmp_path, where):
 def test_dataset_store_accepts_the_manifest_url(tmp_path):
     assert dataset_store(str(tmp_path / "ds" / MANIFEST_NAME)).root == str(tmp_path / "ds")
     assert dataset_store(str(tmp_path / "ds")).root == str(tmp_path / "ds")
-    assert dataset_store("memory://bucket/ds/manifest.json").url == "memory://bucket/ds"
+    assert dataset_store("memory://bucket/ds/_manifest.json").url == "memory://bucket/ds"
 
 
 def test_a_million_shards_round_trip():

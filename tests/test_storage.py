@@ -199,7 +199,7 @@ def test_store_whose_root_is_below_a_regular_file(tmp_path):
     (tmp_path / "blocker").write_bytes(b"")
     store = Store(tmp_path / "blocker" / "ds")
     with pytest.raises(StorageError) as info:
-        store.write_bytes("manifest.json", b"{}")
+        store.write_bytes("_manifest.json", b"{}")
     assert str(tmp_path / "blocker" / "ds") in str(info.value)
     with pytest.raises(StorageError, match="blocker"):
         store.makedirs()

@@ -22,7 +22,7 @@ from shardstream.formats import iter_shard_samples
 from shardstream.formats import tar as tar_format
 from shardstream.manifest import MANIFEST_NAME, load_manifest
 from shardstream.storage import Store
-from shardstream.writer import ShardWriter, encode_field, shard_is_full
+from shardstream.writer import IN_PROGRESS, ShardWriter, encode_field, shard_is_full
 
 
 def read_all(url: str) -> tuple[list[dict], list[list[dict]]]:
@@ -56,7 +56,25 @@ def expected_partition(sizes: list[int], limit: int, per_shard: int | None) -> l
 
 
 def files_in(path) -> list[str]:
-    return sorted(os.listdir(path))
+    """The folder's files, less the in-progress marker (checked by the tests that are about it)."""
+    return sorted(n for n in os.listdir(path) if n != IN_PROGRESS)
+
+
+def test_in_progress_marker_is_present_until_publishing_and_after_a_failure(tmp_path):
+    ok, failed = tmp_path / "ok", tmp_path / "failed"
+    with ShardWriter(str(ok)) as w:
+        w.write({"txt": "a"})
+        assert (ok / IN_PROGRESS).exists()
+    assert not (ok / IN_PROGRESS).exists()
+    with pytest.raises(Boom), ShardWriter(str(failed), samples_per_shard=1) as w:
+        w.write({"txt": "a"})
+        w.write({"txt": "b"})
+        raise Boom
+    assert (failed / IN_PROGRESS).exists()
+    # the marker makes the leftover shard ours: a re-run replaces it without --overwrite
+    with ShardWriter(str(failed)) as w:
+        w.write({"txt": "c"})
+    assert files_in(failed) == [MANIFEST_NAME, "shard-000000.tar"]
 
 
 # --------------------------------------------------------------------------------------------
@@ -197,11 +215,11 @@ def test_memory_store_publishes_on_clean_exit_only():
         for i in range(3):
             w.write({"txt": str(i)})
         raise Boom
-    assert Store(url).list_files() == ["shard-000000.tar"]
+    assert Store(url).list_files() == [IN_PROGRESS, "shard-000000.tar"]
     with ShardWriter(url, samples_per_shard=2) as w:
         for i in range(3):
             w.write({"txt": str(i)})
-    assert Store(url).list_files() == ["manifest.json", "shard-000000.tar", "shard-000001.tar"]
+    assert Store(url).list_files() == ["_manifest.json", "shard-000000.tar", "shard-000001.tar"]
     samples, _ = read_all(url)
     assert [s["txt"] for s in samples] == [b"0", b"1", b"2"]
 

@@ -13,7 +13,7 @@ from typing import Any
 from tqdm import tqdm
 
 from ..errors import ShardstreamError
-from ..manifest import Manifest, creation_info, shard_name, write_manifest
+from ..manifest import Manifest, creation_info, shard_name
 from ..sizes import format_size
 from ..storage import Store
 from ..writer import (
@@ -21,6 +21,7 @@ from ..writer import (
     ShardWriter,
     check_shard_limits,
     prepare_destination,
+    publish,
     resolve_format,
 )
 from .folder import ShardResult, plan_shards, read_file, write_shard
@@ -108,6 +109,7 @@ def pack(
     """
     started = time.perf_counter()
     source, dest = os.fspath(source), os.fspath(dest)
+    source = source[len("file://"):] if source.startswith("file://") else source
     limit, per_shard = check_shard_limits(shard_size, samples_per_shard)
     if workers is not None and (isinstance(workers, bool) or int(workers) < 1):
         raise ShardstreamError(f"workers must be at least 1, not {workers!r}")
@@ -125,7 +127,7 @@ def pack(
         manifest = _pack_table_arrow(src, store, comp, limit, per_shard, workers, progress, info)
     else:
         manifest = _pack_with_writer(src, store, shard_format, comp, limit, per_shard, progress, info)
-    write_manifest(store, manifest)
+    publish(store, manifest)
     skipped = src.skipped_hidden if isinstance(src, FolderSource) else 0
     return PackResult(store.url, manifest, time.perf_counter() - started, skipped)
 
@@ -212,8 +214,15 @@ def _pack_with_writer(
     from .table import pack_table_tar
 
     fmt = "arrow" if shard_format == "arrow" else "tar"
+    schema = None
+    if fmt == "arrow" and isinstance(src, FolderSource):  # every field is known: no inference from a prefix
+        import pyarrow as pa
+
+        names = sorted({ext for s in src.samples for ext, _, _ in s.files})
+        columns = [("__key__", pa.string())] + [(n, pa.binary()) for n in names]
+        schema = pa.schema(columns + ([("cls", pa.int64())] if src.classes is not None else []))
     writer = ShardWriter(store.url, fmt, limit, per_shard, comp or "none", store.storage_options,
-                         overwrite=True, classes=getattr(src, "classes", None))
+                         overwrite=True, classes=getattr(src, "classes", None), schema=schema)
     try:
         if isinstance(src, TableSource):
             with _bar(progress, None, unit=" rows") as bar:

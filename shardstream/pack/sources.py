@@ -51,13 +51,34 @@ class TableSource:
     files: list[str] = field(default_factory=list)
 
     def dataset(self):
+        """A ``pyarrow.dataset`` over the files, with the union of their columns.
+
+        Columns that only some files have are kept (null elsewhere); types that cannot be
+        reconciled stop the pack naming the odd file.
+        """
         import pyarrow as pa
         import pyarrow.dataset as pads
 
-        try:
-            return pads.dataset(self.files if len(self.files) > 1 else self.files[0], format=self.format)
-        except (pa.ArrowException, OSError, ValueError) as exc:
-            raise SourceError(f"cannot read table {self.root}: {exc}") from exc
+        schema = None
+        for path in self.files:
+            try:
+                file_schema = pads.dataset(path, format=self.format).schema
+            except (pa.ArrowException, OSError, ValueError) as exc:
+                raise SourceError(f"cannot read table {path}: {one_line(exc)}") from exc
+            try:
+                schema = file_schema if schema is None else pa.unify_schemas(
+                    [schema, file_schema], promote_options="permissive")
+            except (pa.ArrowException, TypeError) as exc:
+                raise SourceError(
+                    f"table {path} has columns whose types differ from the files before it: {one_line(exc)}"
+                ) from exc
+        return pads.dataset(self.files, format=self.format, schema=schema)
+
+
+def one_line(exc: BaseException) -> str:
+    """An exception's message on one printable line (pyarrow's span several)."""
+    text = " ".join(str(exc).split())
+    return "".join(ch for ch in text if ch.isprintable()) or type(exc).__name__
 
 
 def _walk(root: str) -> tuple[list[tuple[str, str, int]], int]:

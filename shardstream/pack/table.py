@@ -21,23 +21,29 @@ from ..manifest import shard_name
 from ..storage import Store
 from ..writer import ShardWriter
 from .folder import ShardResult
-from .sources import TableSource
+from .sources import TableSource, one_line
 
 _BATCH_ROWS = 65536
 
 
 def _batches(source: TableSource) -> Iterator[pa.RecordBatch]:
+    """The table's rows in file order, as batches; errors name the file."""
     dataset = source.dataset()
-    it = iter(dataset.to_batches(batch_size=_BATCH_ROWS))
-    while True:
-        try:
-            batch = next(it)
-        except StopIteration:
-            return
-        except (pa.ArrowException, OSError, ValueError) as exc:
-            raise SourceError(f"cannot read table {source.root}: {exc}") from exc
-        if batch.num_rows:
-            yield batch
+    rows = 0
+    for fragment in dataset.get_fragments():
+        it = iter(fragment.to_batches(schema=dataset.schema, batch_size=_BATCH_ROWS))
+        while True:
+            try:
+                batch = next(it)
+            except StopIteration:
+                break
+            except (pa.ArrowException, OSError, ValueError) as exc:
+                raise SourceError(f"cannot read table {fragment.path}: {one_line(exc)}") from exc
+            if batch.num_rows:
+                rows += batch.num_rows
+                yield batch
+    if rows == 0:
+        raise SourceError(f"table {source.root} has no rows; nothing to pack")
 
 
 def _cut(batches: Iterator[pa.RecordBatch], shard_size: int, per_shard: int | None) -> Iterator[list[pa.RecordBatch]]:
