@@ -11,7 +11,7 @@ from .errors import (  # noqa: E402
     StorageError,
 )
 from .manifest import Manifest, load_manifest  # noqa: E402
-from .pack import PackResult, pack  # noqa: E402
+from .packing import PackResult, pack  # noqa: E402
 from .writer import ShardWriter  # noqa: E402
 
 __all__ = [

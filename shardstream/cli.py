@@ -83,7 +83,7 @@ def pack(source: str, dest: str, fmt: str | None, shard_size: str, samples_per_s
          compression: str | None, workers: int | None, layout: str, overwrite: bool, quiet: bool,
          storage_options: tuple[str, ...]) -> None:
     """Pack SOURCE (a folder tree or table files) into a dataset at DEST."""
-    from .pack import pack as run_pack
+    from .packing import pack as run_pack
 
     result = run_pack(
         source, dest, format=fmt, shard_size=shard_size, samples_per_shard=samples_per_shard,

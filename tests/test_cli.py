@@ -28,7 +28,7 @@ from click.testing import CliRunner
 
 from shardstream.cli import cli
 
-pack_module = importlib.import_module("shardstream.pack")
+pack_module = importlib.import_module("shardstream.packing")
 
 _EXE = Path(sys.executable).with_name("shardstream")
 SHARDSTREAM = [str(_EXE)] if _EXE.exists() else [sys.executable, "-m", "shardstream"]

@@ -41,6 +41,17 @@ class HashingWriter:
             self._write_all(data)
         return n
 
+    def write_pieces(self, pieces: list[bytes]) -> None:
+        """Write several immutable pieces (a tar member's header, data and padding) in order."""
+        update = self.hash.update
+        for piece in pieces:
+            update(piece)
+            self.nbytes += len(piece)
+        self._pending += pieces
+        self._pending_bytes += sum(map(len, pieces))
+        if self._pending_bytes >= _GATHER_BYTES or len(self._pending) >= _GATHER_PIECES:
+            self._drain()
+
     def _write_all(self, data) -> None:
         view = memoryview(data).cast("B")
         while view.nbytes:

@@ -18,6 +18,7 @@ from .hashing import HashingWriter
 
 BLOCK = 512
 END_OF_ARCHIVE = bytes(2 * BLOCK)
+_ZEROS = bytes(BLOCK)
 _MAX_OCTAL_SIZE = 8**11 - 1
 
 
@@ -119,17 +120,18 @@ class TarShardWriter:
 
     def add(self, key: str, fields: Sequence[tuple[str, bytes | bytearray | memoryview]]) -> None:
         """Append one sample: one member ``KEY.EXT`` per (extension, data) pair, in order."""
-        write = self._write
+        pieces: list = []
         for ext, data in fields:
-            n = len(data) if not isinstance(data, memoryview) else data.nbytes
+            n = memoryview(data).nbytes
             header = member_header(f"{key}.{ext}", n)
-            write(header)
-            if n:
-                write(data)
             pad = _pad(n)
-            if pad:
-                write(bytes(pad))
+            pieces += (header, data, _ZEROS[:pad]) if pad else (header, data)
             self.tar_bytes += len(header) + n + pad
+        if self._compressor is None and all(type(p) is bytes for p in pieces):
+            self._out.write_pieces(pieces)  # gathered into one writev, no copies
+        else:
+            for piece in pieces:
+                self._write(piece)
         self.samples += 1
 
     def close(self) -> tuple[int, str]:

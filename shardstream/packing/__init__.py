@@ -158,23 +158,25 @@ def _pack_folder_tar(
 ) -> Manifest:
     plan = plan_shards(src.samples, limit, per_shard)
     jobs = [(store.url, store.storage_options, i, shard_name(i, shard_format), comp, s) for i, s in enumerate(plan)]
+    job_bytes = [sum(size for s in samples for _, _, size in s.files) for samples in plan]
     results: list[ShardResult] = []
     with _bar(progress, src.total_bytes) as bar:
         if workers == 1 or len(jobs) == 1:
-            for job in jobs:
+            for job, nbytes in zip(jobs, job_bytes):
                 results.append(write_shard(*job))
-                bar.update(sum(n for s in job[-1] for _, _, n in s.files))
+                bar.update(nbytes)
         else:
             # Processes for local folders; threads for remote stores, whose clients hold
             # per-process state (connections, event loops, memory:// contents).
-            n = min(workers, len(jobs))
-            executor = ProcessPoolExecutor(n, mp_context=_pool_context()) if store.local else ThreadPoolExecutor(n)
-            with executor as pool:
+            size = min(workers, len(jobs))
+            pool_type = ProcessPoolExecutor if store.local else ThreadPoolExecutor
+            kwargs = {"mp_context": _pool_context()} if store.local else {}
+            with pool_type(size, **kwargs) as pool:
                 futures = [pool.submit(write_shard, *job) for job in jobs]
                 try:
-                    for job, future in zip(jobs, futures):
+                    for future, nbytes in zip(futures, job_bytes):
                         results.append(future.result())
-                        bar.update(sum(n for s in job[-1] for _, _, n in s.files))
+                        bar.update(nbytes)
                 except BaseException:
                     pool.shutdown(wait=True, cancel_futures=True)
                     raise

@@ -62,8 +62,8 @@ def read_file(path: str, size: int) -> bytes:
     try:
         fd = os.open(path, os.O_RDONLY)
         try:
-            data = os.read(fd, size + 1)
-            while len(data) <= size:
+            data = os.read(fd, size + 1)  # one call: a short read of a regular file means its end
+            while len(data) < size:
                 more = os.read(fd, size + 1 - len(data))
                 if not more:
                     break

@@ -15,7 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from shardstream.errors import SourceError
-from shardstream.pack.sources import FolderSource, TableSource, open_source
+from shardstream.packing.sources import FolderSource, TableSource, open_source
 
 
 def make_files(root: Path, files: dict[str, bytes]) -> Path:
@@ -447,7 +447,7 @@ def test_unreadable_folder_is_named(tmp_path):
     (root / "locked").chmod(0)
     code = f"""
 from shardstream.errors import SourceError
-from shardstream.pack.sources import open_source
+from shardstream.packing.sources import open_source
 try:
     open_source({str(root)!r})
 except SourceError as exc:

@@ -27,7 +27,7 @@ from shardstream import pack
 from shardstream.errors import DatasetExistsError, ShardstreamError, SourceError
 from shardstream.formats import iter_shard_samples
 
-pack_module = importlib.import_module("shardstream.pack")
+pack_module = importlib.import_module("shardstream.packing")
 
 
 # -- helpers ------------------------------------------------------------------------------------------------
