@@ -51,8 +51,11 @@ MAX_TAR_OVERHEAD_PER_SAMPLE = 4096  # headers and padding: a sane tar of N files
 WEBDATASET_PROGRAM = """\
 import os
 import sys
+import time
 
 import webdataset as wds
+
+loop_started = time.perf_counter()  # webdataset imports torch (~2 s here); also report the loop alone
 
 src, pattern = sys.argv[1], sys.argv[2]
 classes = sorted(e.name for e in os.scandir(src) if e.is_dir())
@@ -63,6 +66,7 @@ with wds.ShardWriter(pattern, maxsize=256e6, verbose=0) as sink:
             with open(os.path.join(folder, fname), "rb") as f:
                 data = f.read()
             sink.write({"__key__": f"{name}/{os.path.splitext(fname)[0]}", "jpg": data, "cls": index})
+print(f"LOOP_SECONDS={time.perf_counter() - loop_started:.6f}")
 """
 
 
@@ -87,6 +91,7 @@ class Result:
     tool: str
     description: str
     times: list[float] = field(default_factory=list)
+    loop_times: list[float] = field(default_factory=list)  # after the tool's imports, where it reports them
     output: Output | None = None
     problems: list[str] = field(default_factory=list)
 
@@ -198,6 +203,9 @@ def run_once(contestant: Contestant, result: Result, images: ImageSet, out: Path
         result.problems.append(f"cannot check its output: {exc}")
         return
     result.times.append(seconds)
+    for line in proc.stdout.splitlines():
+        if line.startswith("LOOP_SECONDS="):
+            result.loop_times.append(float(line.split("=", 1)[1]))
     check_output(result, output, images)
     print(f"  {contestant.name:<12} {seconds:8.2f} s  {output.samples:,} samples, {output.nbytes / 1e6:,.1f} MB",
           flush=True)
@@ -308,6 +316,15 @@ def ratio_lines(results: list[Result]) -> list[str]:
         else:
             verdict = "meets" if value >= target else "misses"
             lines.append(f"shardstream speed / {other} speed: {value:.2f}x ({verdict} the target >= {target:g}x)")
+    by_tool = {r.tool: r for r in results}
+    ours = by_tool.get("shardstream")
+    for r in results:
+        if r.loop_times and ours is not None and ours.ok:
+            lines.append(
+                f"{r.tool} without its import time (its loop alone, best {min(r.loop_times):.2f} s): "
+                f"shardstream speed / that speed = {min(r.loop_times) / ours.best:.2f}x "
+                f"(shardstream's time still includes its own start-up)"
+            )
     return lines
 
 
@@ -347,6 +364,7 @@ def to_json(images: ImageSet, results: list[Result], warmup: tuple[int, float], 
             {
                 "tool": r.tool, "description": r.description, "ok": r.ok, "problems": r.problems,
                 "times": [round(t, 4) for t in r.times],
+                "loop_times": [round(t, 4) for t in r.loop_times],
                 "best_seconds": round(r.best, 4) if r.times else None,
                 "median_seconds": round(r.median, 4) if r.times else None,
                 "mb_per_s": round(speed(images, r) / 1e6, 1) if r.ok else None,

@@ -15,8 +15,6 @@ from collections import Counter
 from collections.abc import Mapping
 from typing import Any
 
-import numpy as np
-
 from .errors import DatasetExistsError, EncodeError, ShardstreamError, StorageError
 from .formats import tar as tar_format
 from .manifest import MANIFEST_NAME, Manifest, creation_info, shard_name, write_manifest
@@ -159,12 +157,19 @@ def _encode(key: str, field: str, value: Any) -> bytes | memoryview:
         return value.cast("B") if value.c_contiguous else value.tobytes()
     if isinstance(value, str):
         return value.encode("utf-8")
-    if isinstance(value, (bool, int, float, np.integer, np.floating)):
-        return str(value.item() if isinstance(value, np.generic) else value).encode()
+    if isinstance(value, (bool, int, float)):
+        return str(value).encode()
     ext = field.rsplit(".", 1)[-1].lower()
+    if type(value).__module__ == "numpy":  # imported only when given numpy values
+        import numpy as np
+
+        if isinstance(value, np.generic) and not isinstance(value, (np.str_, np.bytes_, np.void)):
+            return str(value.item()).encode()
     if isinstance(value, (dict, list, tuple)) and ext == "json":
         return json.dumps(value, ensure_ascii=False).encode("utf-8")
-    if isinstance(value, np.ndarray) and ext == "npy":
+    if type(value).__module__ == "numpy" and type(value).__name__ == "ndarray" and ext == "npy":
+        import numpy as np
+
         buf = io.BytesIO()
         np.save(buf, value, allow_pickle=False)
         return buf.getvalue()
