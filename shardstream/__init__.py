@@ -20,6 +20,8 @@ __all__ = [
     "Manifest",
     "ManifestError",
     "PackResult",
+    "ShardDataset",
+    "ShardLoader",
     "ShardWriter",
     "ShardstreamError",
     "SourceError",
@@ -27,3 +29,16 @@ __all__ = [
     "load_manifest",
     "pack",
 ]
+
+
+def __getattr__(name: str):
+    # The readers import torch (seconds); packing and the command line never need it.
+    if name == "ShardDataset":
+        from .dataset import ShardDataset
+
+        return ShardDataset
+    if name == "ShardLoader":
+        from .loader import ShardLoader
+
+        return ShardLoader
+    raise AttributeError(f"module 'shardstream' has no attribute {name!r}")

@@ -69,16 +69,16 @@ def _relative(url: str, root: Store) -> str:
     return posixpath.normpath(rel)
 
 
-def index(
+def scan(
     sources: Sequence[str],
     output: str | None = None,
     storage_options: dict[str, Any] | None = None,
-    overwrite: bool = False,
     on_shard: Callable[[int], None] | None = None,
 ) -> IndexResult:
-    """Read every tar, count its samples and fields, and publish a manifest in ``output``.
+    """Read every tar, count its samples and fields: the manifest they would have (not written).
 
-    ``output`` defaults to the folder that holds all the shards.
+    ``output`` (the folder the shard paths are relative to) defaults to the folder that
+    holds all the shards.
     """
     urls = expand_sources(sources, storage_options)
     formats = {shard_format_of(u) for u in urls}
@@ -91,10 +91,6 @@ def index(
     names = [_relative(u, root) for u in urls]
     if len(set(names)) != len(names):
         raise ShardstreamError("the same shard is named twice; give each shard once")
-    if not overwrite and root.exists(MANIFEST_NAME):
-        raise DatasetExistsError(
-            f"{root.url} already has a {MANIFEST_NAME}; pass --overwrite to replace it"
-        )
     samples, nbytes, digests = [], [], []
     counts: Counter[str] = Counter()
     unkeyed: list[str] = []
@@ -120,5 +116,25 @@ def index(
         fields=[{"name": k, "type": "bytes", "samples": c} for k, c in sorted(counts.items())],
         created=creation_info(source="index", indexed=len(names)),
     )
-    write_manifest(root, manifest)
     return IndexResult(manifest, root.url, unkeyed)
+
+
+def index(
+    sources: Sequence[str],
+    output: str | None = None,
+    storage_options: dict[str, Any] | None = None,
+    overwrite: bool = False,
+    on_shard: Callable[[int], None] | None = None,
+) -> IndexResult:
+    """Read every tar, count its samples and fields, and publish a manifest in ``output``.
+
+    ``output`` defaults to the folder that holds all the shards.
+    """
+    if output is not None and not overwrite and Store(output, storage_options).exists(MANIFEST_NAME):
+        raise DatasetExistsError(f"{output} already has a {MANIFEST_NAME}; pass --overwrite to replace it")
+    result = scan(sources, output, storage_options, on_shard)
+    root = Store(result.url, storage_options)
+    if not overwrite and root.exists(MANIFEST_NAME):
+        raise DatasetExistsError(f"{root.url} already has a {MANIFEST_NAME}; pass --overwrite to replace it")
+    write_manifest(root, result.manifest)
+    return result

@@ -1,0 +1,302 @@
+"""``ShardDataset``: an ``IterableDataset`` that executes the plan, decodes and transforms.
+
+Every rank reads exactly ``len(ds)`` samples per epoch (computed from the manifest);
+the epoch's order is a function of the seed, the epoch and the manifest alone; the
+DataLoader's in-order output equals the rank's planned order for any number of workers;
+and a loader's ``state_dict()`` resumes mid-epoch exactly. See :mod:`shardstream.plan`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils.data import IterableDataset, get_worker_info
+
+from . import plan
+from .decode import Decoder, DecodeSpec
+from .errors import ManifestError, ShardstreamError
+from .manifest import MANIFEST_NAME, Manifest, dataset_store, load_manifest
+from .reader import ArrowShard, ShardCache
+from .storage import Store
+
+log = logging.getLogger("shardstream")
+
+_MAX_INTERVALS = 4096  # segment intervals the shared control block holds (enough for resizes to 4,096 ranks)
+
+
+def resolve_rank(rank: int | None = None, world_size: int | None = None) -> tuple[int, int]:
+    """(rank, world size): explicit values, else ``torch.distributed``, else ``RANK``/``WORLD_SIZE``, else 0/1."""
+    dist = torch.distributed
+    if dist.is_available() and dist.is_initialized():
+        found_rank, found_world = dist.get_rank(), dist.get_world_size()
+    else:
+        found_rank, found_world = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
+    rank = found_rank if rank is None else int(rank)
+    world_size = found_world if world_size is None else int(world_size)
+    if world_size < 1 or not 0 <= rank < world_size:
+        raise ShardstreamError(f"rank {rank} is not in [0, world size {world_size})")
+    return rank, world_size
+
+
+def open_dataset(url_or_urls: str | Sequence[str], storage_options: dict[str, Any] | None = None
+                 ) -> tuple[Store, Manifest]:
+    """The store and manifest of a dataset; WebDataset tars without a manifest are scanned."""
+    urls = [url_or_urls] if isinstance(url_or_urls, (str, os.PathLike)) else list(url_or_urls)
+    urls = [os.fspath(u) for u in urls]
+    if len(urls) == 1 and not urls[0].endswith((".tar", ".tar.gz", ".tgz", ".tar.zst")) and "{" not in urls[0]:
+        store = dataset_store(urls[0], storage_options)
+        return store, load_manifest(store)
+    from .index import scan
+
+    log.warning("scanning %d tar source(s) without a manifest; 'shardstream index' writes one so the next "
+                "start is instant", len(urls))
+    result = scan(urls, storage_options=storage_options)
+    return Store(result.url, storage_options), result.manifest
+
+
+class _Control:
+    """What every worker must agree on at the start of each pass, in shared memory.
+
+    Workers of a persistent DataLoader keep their copy of the dataset, so epoch, rank
+    and resume position travel through this small shared tensor instead.
+    Layout: epoch, rank, world size, segment world size, consumed, interval count, intervals...
+    """
+
+    def __init__(self) -> None:
+        self.block = torch.zeros(6 + 2 * _MAX_INTERVALS, dtype=torch.int64).share_memory_()
+
+    def set(self, epoch: int, rank: int, world_size: int, segment: plan.Intervals, segment_world: int,
+            consumed: int) -> None:
+        if len(segment) > _MAX_INTERVALS:
+            raise ShardstreamError(f"a resume state with {len(segment)} intervals is more than this reader holds")
+        b = self.block
+        b[:6] = torch.tensor([epoch, rank, world_size, segment_world, consumed, len(segment)])
+        if segment:
+            b[6 : 6 + 2 * len(segment)] = torch.tensor(np.asarray(segment, dtype=np.int64).reshape(-1))
+
+    def get(self) -> tuple[int, int, int, list[tuple[int, int]], int, int]:
+        values = self.block[:6].tolist()
+        epoch, rank, world_size, segment_world, consumed, n = values
+        flat = self.block[6 : 6 + 2 * n].tolist()
+        segment = [(flat[2 * i], flat[2 * i + 1]) for i in range(n)]
+        return epoch, rank, world_size, segment, segment_world, consumed
+
+
+def collate(samples: list[dict[str, Any]]) -> dict[str, Any]:
+    """A batch from sample dicts: tensors, arrays and numbers stacked, anything else in lists."""
+    from torch.utils.data import default_collate
+
+    batch: dict[str, Any] = {}
+    for name in samples[0]:
+        values = [s[name] for s in samples]
+        first = values[0]
+        if isinstance(first, (torch.Tensor, np.ndarray, int, float, np.number)) and not isinstance(first, bool):
+            try:
+                batch[name] = default_collate(values)
+                continue
+            except (RuntimeError, TypeError):  # ragged shapes: keep the list
+                pass
+        batch[name] = values
+    return batch
+
+
+class ShardDataset(IterableDataset):
+    """Stream a shardstream dataset (or WebDataset tars) to DDP ranks and DataLoader workers.
+
+    Args:
+        url_or_urls: a dataset folder or its ``_manifest.json`` (any fsspec URL), or
+            WebDataset tars without a manifest (a brace pattern or a list).
+        shuffle: permute shards per epoch and samples within ``shuffle_window``.
+        seed: with the epoch, fixes the order; the same on every rank.
+        shuffle_window: samples per shuffle window (default: about four shards).
+        decode: ``"torch"``, ``"numpy"``, ``"pil"``, ``None`` (bytes), a callable on the
+            sample, or a per-field mapping; see :class:`shardstream.decode.Decoder`.
+        transform: a callable applied to each decoded sample dict.
+        drop_last: drop the epoch's tail instead of padding so that ranks get equal counts.
+        batch_size: yield collated batches of this size (set by :meth:`loader`).
+        rank, world_size: override ``torch.distributed`` / ``RANK`` / ``WORLD_SIZE``.
+        on_error: ``"raise"`` or ``"skip"`` (count, log, and repeat the last good
+            sample so every rank still yields the same number of samples).
+        storage_options: passed to fsspec.
+    """
+
+    def __init__(
+        self,
+        url_or_urls: str | Sequence[str],
+        *,
+        shuffle: bool = True,
+        seed: int = 0,
+        shuffle_window: int | None = None,
+        decode: DecodeSpec = "torch",
+        transform: Callable[[dict[str, Any]], Any] | None = None,
+        drop_last: bool = False,
+        batch_size: int | None = None,
+        collate_fn: Callable[[list[Any]], Any] | None = None,
+        rank: int | None = None,
+        world_size: int | None = None,
+        on_error: str = "raise",
+        storage_options: dict[str, Any] | None = None,
+    ):
+        if on_error not in ("raise", "skip"):
+            raise ValueError(f"on_error must be 'raise' or 'skip', not {on_error!r}")
+        if batch_size is not None and batch_size < 1:
+            raise ValueError(f"batch_size must be at least 1, not {batch_size}")
+        self.store, self.manifest = open_dataset(url_or_urls, storage_options)
+        self.counts = self.manifest.samples
+        if self.manifest.num_samples == 0:
+            raise ManifestError(f"{self.store.url} holds no samples")
+        self.shuffle, self.seed, self.drop_last = shuffle, int(seed), drop_last
+        self.window = shuffle_window or plan.default_window(self.counts)
+        self.decoder = Decoder(decode)
+        self.transform = transform
+        self.batch_size = batch_size
+        self.collate_fn = collate_fn or collate
+        self.on_error = on_error
+        self._explicit_rank = (rank, world_size)
+        self.rank, self.world_size = resolve_rank(rank, world_size)
+        self.epoch = 0
+        self.skipped = 0  # samples replaced under on_error="skip", in this process
+        self._control = _Control()
+        self._reset(0)
+
+    # -- epoch and resume state (main process) ----------------------------------------
+    def _reset(self, epoch: int) -> None:
+        self.rank, self.world_size = resolve_rank(*self._explicit_rank)
+        self.epoch = epoch
+        self._control.set(epoch, self.rank, self.world_size, [(0, self.manifest.num_samples)], self.world_size, 0)
+
+    def set_epoch(self, epoch: int) -> None:
+        """Start epoch ``epoch`` (a resumed position in that same epoch is kept)."""
+        current_epoch, _, _, segment, segment_world, consumed = self._control.get()
+        fresh = segment == [(0, self.manifest.num_samples)] and consumed == 0
+        if epoch != current_epoch or fresh:
+            self._reset(epoch)
+        else:  # keep the resume position; refresh rank in case the process group appeared since
+            self.rank, self.world_size = resolve_rank(*self._explicit_rank)
+            self._control.set(epoch, self.rank, self.world_size, segment, segment_world, consumed)
+
+    def __len__(self) -> int:
+        """Samples this rank reads in a full epoch."""
+        return plan.per_rank(self.manifest.num_samples, self.world_size, self.drop_last)
+
+    def remaining(self) -> int:
+        """Samples this rank still reads in the current epoch."""
+        _, rank, world, segment, segment_world, consumed = self._control.get()
+        start, stop = plan.rank_range(segment, segment_world, rank, self.drop_last)
+        return stop - start - consumed
+
+    def state(self) -> dict[str, Any]:
+        """The current epoch's position (the loader adds what it has consumed since)."""
+        epoch, rank, world, segment, segment_world, consumed = self._control.get()
+        return {"version": 1, "epoch": epoch, "seed": self.seed, "num_samples": self.manifest.num_samples,
+                "drop_last": self.drop_last, "segment": [list(iv) for iv in segment],
+                "world_size": segment_world, "consumed": consumed}
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        """Continue from ``state``; the world size may differ from the one that saved it."""
+        if state.get("version") != 1:
+            raise ShardstreamError(f"unknown resume state version {state.get('version')!r}")
+        if state["num_samples"] != self.manifest.num_samples or state["seed"] != self.seed:
+            raise ShardstreamError(
+                f"the resume state is for {state['num_samples']} samples with seed {state['seed']}, this "
+                f"dataset has {self.manifest.num_samples} with seed {self.seed}; resume with the same data and seed"
+            )
+        if bool(state["drop_last"]) != self.drop_last:
+            raise ShardstreamError("the resume state was saved with a different drop_last")
+        self.rank, self.world_size = resolve_rank(*self._explicit_rank)
+        segment = [tuple(iv) for iv in state["segment"]]
+        saved_world, consumed = int(state["world_size"]), int(state["consumed"])
+        if saved_world != self.world_size:
+            segment, saved_world, consumed = (
+                plan.remaining(segment, saved_world, consumed, self.drop_last), self.world_size, 0)
+        self.epoch = int(state["epoch"])
+        self._control.set(self.epoch, self.rank, self.world_size, segment, saved_world, consumed)
+
+    # -- reading (worker processes, or the main one) -------------------------------------
+    def __iter__(self) -> Iterator[Any]:
+        info = get_worker_info()
+        num_workers, worker_id = (info.num_workers, info.id) if info is not None else (1, 0)
+        epoch, rank, _, segment, segment_world, consumed = self._control.get()
+        order = plan.EpochOrder.create(self.counts, self.seed, epoch, self.shuffle, self.window)
+        span = plan.rank_range(segment, segment_world, rank, self.drop_last)
+        chunk = self.batch_size or 1
+        cache = self._cache()
+        for lo, hi in plan.worker_chunks(span, chunk, num_workers, worker_id, consumed):
+            positions = plan.segment_positions(segment, np.arange(lo, hi))
+            shards, offsets = order.samples(positions)
+            samples = self._load(cache, shards, offsets)
+            if self.batch_size is None:
+                yield samples[0]
+            else:
+                yield self.collate_fn(samples)
+
+    def _cache(self) -> ShardCache:
+        cache = getattr(self, "_shards", None)
+        if cache is None:
+            cache = self._shards = ShardCache(self.store, self.manifest)
+        return cache
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state.pop("_shards", None)  # open shards (memory maps) stay in the process that opened them
+        return state
+
+    def _load(self, cache: ShardCache, shards: np.ndarray, offsets: np.ndarray) -> list[Any]:
+        out: list[Any] = []
+        failed = 0
+        for shard, offset in zip(shards.tolist(), offsets.tolist()):
+            try:
+                reader = cache.get(shard)
+                sample = self.decoder(reader.sample(offset))
+                if self.transform is not None:
+                    sample = self.transform(sample)
+            except Exception as exc:
+                where = self.store.url_of(self.manifest.paths[shard])
+                key = _key_of(cache, shard, offset)
+                message = f"{where}: sample {offset}{f' ({key!r})' if key else ''}: {exc}"
+                if self.on_error == "raise":
+                    if isinstance(exc, ShardstreamError):
+                        raise type(exc)(message) from exc
+                    raise ShardstreamError(message) from exc
+                self.skipped += 1
+                log.warning("skipped %s", message)
+                if out:
+                    out.append(out[-1])  # equal length: repeat the last good sample
+                else:
+                    failed += 1
+                continue
+            out.append(sample)
+            if failed:  # the chunk began with bad samples: fill with the first good one
+                out[:0] = [sample] * failed
+                failed = 0
+        if failed:
+            raise ShardstreamError(
+                f"every sample of a batch failed to load (last in {self.manifest.paths[shards[-1]]}); "
+                "see the log, or verify the dataset"
+            )
+        return out
+
+    # -- loaders ----------------------------------------------------------------------
+    def loader(self, batch_size: int, num_workers: int | None = None, **dataloader_kwargs: Any):
+        """A DataLoader whose in-order output is this rank's planned order, with ``state_dict()``."""
+        from .loader import ShardLoader
+
+        return ShardLoader(self, batch_size, num_workers, **dataloader_kwargs)
+
+
+def _key_of(cache: ShardCache, shard: int, offset: int) -> str | None:
+    try:
+        reader = cache._open.get(shard)
+        if reader is not None and not isinstance(reader, ArrowShard):
+            return reader.keys[offset]
+    except (IndexError, AttributeError):
+        pass
+    return None
+
+
+__all__ = ["MANIFEST_NAME", "ShardDataset", "collate", "open_dataset", "resolve_rank"]

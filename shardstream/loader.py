@@ -1,0 +1,82 @@
+"""``ShardLoader``: the DataLoader ``ShardDataset.loader()`` builds, with resumable state.
+
+Batches are collated in the workers (the dataset yields whole batches), so the
+DataLoader itself runs with ``batch_size=None`` and only moves them. Its in-order
+output is the rank's planned order for any ``num_workers``; ``state_dict()`` is a few
+integers plus the epoch's remaining segment, and ``load_state_dict()`` continues with no
+sample repeated or skipped, also with another ``num_workers`` or world size.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch.utils.data import DataLoader
+
+if TYPE_CHECKING:
+    from .dataset import ShardDataset
+
+
+def default_num_workers() -> int:
+    """min(4 x GPUs, CPU cores - 1), at least 1."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        cores = os.cpu_count() or 1
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    return max(min(4 * gpus, cores - 1), 1)
+
+
+class ShardLoader(DataLoader):
+    """A DataLoader over a :class:`ShardDataset` that can save and restore its position."""
+
+    def __init__(self, dataset: ShardDataset, batch_size: int, num_workers: int | None = None, **kwargs: Any):
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be at least 1, not {batch_size}")
+        dataset.batch_size = batch_size
+        num_workers = default_num_workers() if num_workers is None else num_workers
+        kwargs.setdefault("pin_memory", torch.cuda.is_available())
+        if num_workers > 0:
+            kwargs.setdefault("persistent_workers", True)
+            kwargs.setdefault("prefetch_factor", 2)
+        super().__init__(dataset, batch_size=None, num_workers=num_workers, **kwargs)
+        self.samples_per_batch = batch_size
+        self._start: dict[str, Any] | None = None
+        self._batches = 0
+
+    def __len__(self) -> int:
+        """Batches left in the current epoch on this rank."""
+        return -(-self.dataset.remaining() // self.samples_per_batch)
+
+    def __iter__(self) -> Iterator[Any]:
+        self._start = self.dataset.state()
+        self._batches = 0
+        for batch in super().__iter__():
+            self._batches += 1
+            yield batch
+        self.dataset._reset(self._start["epoch"])  # a complete pass: the next one reads the whole epoch
+
+    def state_dict(self) -> dict[str, Any]:
+        """Where this rank is: epoch, seed, the epoch's segment and what it consumed of it."""
+        if self._start is None:
+            return self.dataset.state()
+        state = dict(self._start)
+        span = self._span_length(state)
+        state["consumed"] = min(state["consumed"] + self._batches * self.samples_per_batch, span)
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue from ``state`` at the next iteration."""
+        self.dataset.load_state(state)
+        self._start = None
+        self._batches = 0
+
+    def _span_length(self, state: dict[str, Any]) -> int:
+        from . import plan
+
+        start, stop = plan.rank_range([tuple(iv) for iv in state["segment"]], state["world_size"],
+                                      self.dataset.rank, self.dataset.drop_last)
+        return stop - start

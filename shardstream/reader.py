@@ -1,0 +1,105 @@
+"""The indexed shard reader: one shard opened once, its samples found by offset.
+
+A tar shard's headers are parsed once into an index of (key, field offsets); a sample
+is then a few slices of the shard's buffer (a memory map for local files), with no
+``tarfile`` and no copy until the caller asks for bytes. Arrow shards use the IPC
+file's record-batch directory. Readers are cached per process, a few at a time.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import Any
+
+from .errors import CorruptShardError
+from .formats import TAR_COMPRESSION
+from .formats import tar as tar_format
+from .manifest import Manifest
+from .storage import Store
+
+
+class TarShard:
+    """Random access to the samples of one tar shard."""
+
+    def __init__(self, data, name: str, expected_samples: int):
+        self.name = name
+        self.data = data
+        self.view = memoryview(data)
+        self.keys: list[str] = []
+        self.fields: list[dict[str, tuple[int, int]]] = []
+        for key, fields in tar_format.iter_samples(data, name):
+            self.keys.append(key)
+            self.fields.append(fields)
+        if len(self.keys) != expected_samples:
+            raise CorruptShardError(
+                f"{name}: {len(self.keys)} samples, the manifest says {expected_samples}; "
+                "the shard or the manifest was replaced, re-create the manifest or the shard"
+            )
+
+    def sample(self, i: int) -> dict[str, Any]:
+        view = self.view
+        sample: dict[str, Any] = {"__key__": self.keys[i]}
+        for ext, (offset, size) in self.fields[i].items():
+            sample[ext] = bytes(view[offset : offset + size])
+        return sample
+
+
+class ArrowShard:
+    """Random access to the rows of one Arrow IPC shard; whole batches by ``take``."""
+
+    def __init__(self, data, name: str, expected_samples: int):
+        from .formats import arrow as arrow_format
+
+        self.name = name
+        self.table = arrow_format.read_table(data, name)
+        if self.table.num_rows != expected_samples:
+            raise CorruptShardError(
+                f"{name}: {self.table.num_rows} rows, the manifest says {expected_samples}; "
+                "the shard or the manifest was replaced"
+            )
+        self._columns: dict[str, list[Any]] | None = None
+
+    def sample(self, i: int) -> dict[str, Any]:
+        if self._columns is None:  # one conversion per shard, not per row
+            self._columns = self.table.to_pydict()
+        return {name: values[i] for name, values in self._columns.items()}
+
+    def take(self, rows):
+        return self.table.take(rows)
+
+
+class ShardCache:
+    """The shards this process has open, least recently used dropped first."""
+
+    def __init__(self, store: Store, manifest: Manifest, capacity: int = 16):
+        self.store = store
+        self.manifest = manifest
+        self.capacity = capacity
+        self._open: OrderedDict[int, TarShard | ArrowShard] = OrderedDict()
+
+    def get(self, shard: int) -> TarShard | ArrowShard:
+        found = self._open.get(shard)
+        if found is not None:
+            self._open.move_to_end(shard)
+            return found
+        opened = self._load(shard)
+        self._open[shard] = opened
+        if len(self._open) > self.capacity:
+            self._open.popitem(last=False)
+        return opened
+
+    def _load(self, shard: int) -> TarShard | ArrowShard:
+        m = self.manifest
+        path = m.paths[shard]
+        name = self.store.url_of(path)
+        data = self.store.read_bytes(path)
+        if len(data) != m.nbytes[shard]:
+            raise CorruptShardError(
+                f"{name}: {len(data)} bytes, the manifest says {m.nbytes[shard]}; the shard is truncated or "
+                "was replaced, run 'shardstream verify'"
+            )
+        expected = int(m.samples[shard])
+        if m.shard_format == "arrow":
+            return ArrowShard(data, name, expected)
+        plain = tar_format.decompress(data, TAR_COMPRESSION[m.shard_format], name)
+        return TarShard(plain, name, expected)
