@@ -157,6 +157,8 @@ class ShardDataset(IterableDataset):
         self.batch_size = batch_size
         self.collate_fn = collate_fn or collate
         self.on_error = on_error
+        self._columnar = (self.manifest.shard_format == "arrow" and transform is None and collate_fn is None
+                          and (decode is None or not _has_binary_fields(self.manifest)))
         self._explicit_rank = (rank, world_size)
         self.rank, self.world_size = resolve_rank(rank, world_size)
         self.epoch = 0
@@ -229,6 +231,9 @@ class ShardDataset(IterableDataset):
         for lo, hi in plan.worker_chunks(span, chunk, num_workers, worker_id, consumed):
             positions = plan.segment_positions(segment, np.arange(lo, hi))
             shards, offsets = order.samples(positions)
+            if self._columnar and self.batch_size is not None:
+                yield self._load_columns(cache, shards, offsets)
+                continue
             samples = self._load(cache, shards, offsets)
             if self.batch_size is None:
                 yield samples[0]
@@ -281,12 +286,46 @@ class ShardDataset(IterableDataset):
             )
         return out
 
+    def _load_columns(self, cache: ShardCache, shards: np.ndarray, offsets: np.ndarray) -> dict[str, Any]:
+        """Arrow batch mode: rows gathered with ``take`` per shard, columns to tensors, no per-row Python."""
+        import pyarrow as pa
+
+        group = np.argsort(shards, kind="stable")  # rows grouped by shard, plan order kept within each
+        pieces = []
+        for shard in np.unique(shards):
+            rows = offsets[group][shards[group] == shard]
+            pieces.append(cache.get(int(shard)).take(pa.array(rows)))  # errors name the shard
+        table = pa.concat_tables(pieces).take(pa.array(np.argsort(group, kind="stable")))
+        return {name: column_to_batch(table.column(name)) for name in table.column_names}
+
     # -- loaders ----------------------------------------------------------------------
     def loader(self, batch_size: int, num_workers: int | None = None, **dataloader_kwargs: Any):
         """A DataLoader whose in-order output is this rank's planned order, with ``state_dict()``."""
         from .loader import ShardLoader
 
         return ShardLoader(self, batch_size, num_workers, **dataloader_kwargs)
+
+
+def _has_binary_fields(manifest: Manifest) -> bool:
+    return any(f.get("type") in ("binary", "large_binary") for f in manifest.fields)
+
+
+def column_to_batch(column) -> Any:
+    """An Arrow column as a tensor when it is numeric (lists of equal length become 2-D), else a list."""
+    import pyarrow as pa
+
+    column = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    kind = column.type
+    if column.null_count == 0 and (pa.types.is_integer(kind) or pa.types.is_floating(kind)
+                                   or pa.types.is_boolean(kind)):
+        return torch.from_numpy(np.ascontiguousarray(column.to_numpy(zero_copy_only=False)))
+    if (column.null_count == 0 and (pa.types.is_list(kind) or pa.types.is_fixed_size_list(kind))
+            and (pa.types.is_integer(kind.value_type) or pa.types.is_floating(kind.value_type))):
+        lengths = column.value_lengths().to_numpy(zero_copy_only=False) if len(column) else np.zeros(0)
+        if len(lengths) and (lengths == lengths[0]).all():
+            values = column.flatten().to_numpy(zero_copy_only=False)
+            return torch.from_numpy(np.ascontiguousarray(values).reshape(len(column), int(lengths[0])))
+    return column.to_pylist()
 
 
 def _key_of(cache: ShardCache, shard: int, offset: int) -> str | None:
