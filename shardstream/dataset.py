@@ -18,6 +18,7 @@ import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
 from . import plan
+from .collate import collate
 from .decode import Decoder, DecodeSpec
 from .errors import ManifestError, ShardstreamError
 from .manifest import MANIFEST_NAME, Manifest, dataset_store, load_manifest
@@ -85,24 +86,6 @@ class _Control:
         flat = self.block[6 : 6 + 2 * n].tolist()
         segment = [(flat[2 * i], flat[2 * i + 1]) for i in range(n)]
         return epoch, rank, world_size, segment, segment_world, consumed
-
-
-def collate(samples: list[dict[str, Any]]) -> dict[str, Any]:
-    """A batch from sample dicts: tensors, arrays and numbers stacked, anything else in lists."""
-    from torch.utils.data import default_collate
-
-    batch: dict[str, Any] = {}
-    for name in samples[0]:
-        values = [s[name] for s in samples]
-        first = values[0]
-        if isinstance(first, (torch.Tensor, np.ndarray, int, float, np.number)) and not isinstance(first, bool):
-            try:
-                batch[name] = default_collate(values)
-                continue
-            except (RuntimeError, TypeError):  # ragged shapes: keep the list
-                pass
-        batch[name] = values
-    return batch
 
 
 class ShardDataset(IterableDataset):

@@ -30,6 +30,10 @@ def default_num_workers() -> int:
     return max(min(4 * gpus, cores - 1), 1)
 
 
+def _as_is(batch: Any) -> Any:
+    return batch
+
+
 class ShardLoader(DataLoader):
     """A DataLoader over a :class:`ShardDataset` that can save and restore its position."""
 
@@ -39,6 +43,7 @@ class ShardLoader(DataLoader):
         dataset.batch_size = batch_size
         num_workers = default_num_workers() if num_workers is None else num_workers
         kwargs.setdefault("pin_memory", torch.cuda.is_available())
+        kwargs.setdefault("collate_fn", _as_is)  # batches are collated in the dataset already
         if num_workers > 0:
             kwargs.setdefault("persistent_workers", True)
             kwargs.setdefault("prefetch_factor", 2)
