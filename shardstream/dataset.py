@@ -207,8 +207,9 @@ class ShardDataset(IterableDataset):
         info = get_worker_info()
         num_workers, worker_id = (info.num_workers, info.id) if info is not None else (1, 0)
         epoch, rank, _, segment, segment_world, consumed = self._control.get()
-        order = plan.EpochOrder.create(self.counts, self.seed, epoch, self.shuffle, self.window)
         span = plan.rank_range(segment, segment_world, rank, self.drop_last)
+        order = plan.EpochOrder.create(self.counts, self.seed, epoch, self.shuffle, self.window)
+        order = order.restrict(*plan.span_bounds(segment, span))  # keep only this rank's shards
         chunk = self.batch_size or 1
         cache = self._cache()
         for lo, hi in plan.worker_chunks(span, chunk, num_workers, worker_id, consumed):

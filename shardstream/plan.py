@@ -25,7 +25,7 @@ positions are expanded to samples window by window.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -40,20 +40,32 @@ def default_window(counts: np.ndarray) -> int:
 
 
 def _rng(*key: int) -> np.random.Generator:
-    return np.random.default_rng(np.random.SeedSequence([k & 0xFFFFFFFF for k in key] + [k >> 32 for k in key]))
+    words = []
+    for k in key:
+        k %= 1 << 64  # any Python int, negative seeds included
+        words += [k & 0xFFFFFFFF, k >> 32]
+    return np.random.default_rng(np.random.SeedSequence(words))
 
 
-@dataclass(frozen=True)
+@dataclass
 class EpochOrder:
-    """The global order of one epoch: position ``p`` -> (shard, sample within shard)."""
+    """The global order of one epoch: position ``p`` -> (shard, sample within shard).
+
+    ``shard_order[i]`` is the i-th shard of the epoch and ``ends[i]`` the position where it
+    ends; after :meth:`restrict`, both hold only the shards a range of positions can reach,
+    starting at ``first``.
+    """
 
     counts: np.ndarray  # samples per shard, int64
     seed: int
     epoch: int
     shuffle: bool
     window: int
-    shard_order: np.ndarray  # permutation of shard ids
-    ends: np.ndarray  # cumulative sample counts of the shards in shard_order
+    shard_order: np.ndarray  # the epoch's shard permutation (or a slice of it)
+    ends: np.ndarray  # cumulative sample counts along shard_order
+    total: int
+    first: int = 0
+    _cached: tuple[int, np.ndarray] | None = field(default=None, repr=False)
 
     @classmethod
     def create(cls, counts: Sequence[int] | np.ndarray, seed: int = 0, epoch: int = 0,
@@ -64,19 +76,32 @@ class EpochOrder:
         if window < 1:
             raise ValueError(f"shuffle window must be at least 1 sample, not {window}")
         order = _rng(seed, epoch, 0).permutation(len(counts)) if shuffle else np.arange(len(counts))
-        return cls(counts, int(seed), int(epoch), bool(shuffle), int(window), order, np.cumsum(counts[order]))
+        ends = np.cumsum(counts[order])
+        return cls(counts, int(seed), int(epoch), bool(shuffle), int(window), order, ends,
+                   int(ends[-1]) if len(ends) else 0)
 
-    @property
-    def total(self) -> int:
-        return int(self.ends[-1]) if len(self.ends) else 0
+    def restrict(self, lo: int, hi: int) -> EpochOrder:
+        """The same order, holding only the shards that positions in [lo, hi) can reach.
+
+        A rank reads about 1/world of the epoch, so its workers keep O(shards / world)
+        of the plan instead of O(shards).
+        """
+        w_lo = (lo // self.window) * self.window
+        w_hi = min(-(-hi // self.window) * self.window, self.total)
+        k0 = int(np.searchsorted(self.ends, w_lo, side="right"))
+        k1 = int(np.searchsorted(self.ends, max(w_hi - 1, w_lo), side="right")) + 1
+        return EpochOrder(self.counts, self.seed, self.epoch, self.shuffle, self.window,
+                          self.shard_order[k0:k1].astype(np.int64), self.ends[k0:k1].copy(), self.total, k0)
 
     def window_permutation(self, w: int) -> np.ndarray:
         """The in-window permutation of window ``w`` (identity without shuffle)."""
+        if self._cached is not None and self._cached[0] == w:
+            return self._cached[1]
         start = w * self.window
         length = min(self.window, self.total - start)
-        if not self.shuffle:
-            return np.arange(length)
-        return _rng(self.seed, self.epoch, w + 1).permutation(length)
+        perm = _rng(self.seed, self.epoch, w + 1).permutation(length) if self.shuffle else np.arange(length)
+        self._cached = (w, perm)
+        return perm
 
     def samples(self, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(shard ids, sample offsets) at global ``positions`` (each in ``[0, total)``)."""
@@ -118,6 +143,18 @@ def rank_range(segment: Intervals, world_size: int, rank: int, drop_last: bool) 
         raise ValueError(f"rank {rank} is not in [0, {world_size})")
     n = per_rank(segment_length(segment), world_size, drop_last)
     return rank * n, (rank + 1) * n
+
+
+def span_bounds(segment: Intervals, span: tuple[int, int]) -> tuple[int, int]:
+    """The smallest [lo, hi) of global positions that a span of segment indices covers (padding included)."""
+    total = segment_length(segment)
+    start, stop = span
+    pieces = _slice(segment, start, min(stop, total))
+    if stop > total:  # padding wraps to the segment's start
+        pieces += _slice(segment, 0, min(stop - total, total))
+    if not pieces:
+        return 0, 0
+    return min(a for a, _ in pieces), max(b for _, b in pieces)
 
 
 def worker_chunks(span: tuple[int, int], batch_size: int, num_workers: int, worker_id: int,
