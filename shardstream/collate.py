@@ -122,7 +122,7 @@ def collate(samples: list[dict[str, Any]]) -> dict[str, Any]:
     """A batch from sample dicts: equal-shaped tensors and arrays stacked, numbers as tensors,
     bytes as :class:`RaggedBytes`, anything else (strings, ragged shapes, PIL images) in lists."""
     batch: dict[str, Any] = {}
-    for name in samples[0]:
+    for name in dict.fromkeys(name for s in samples for name in s):  # every field, in first-seen order
         values = [s.get(name) for s in samples]
         stacked = None if any(v is None for v in values) else _stack(values)
         batch[name] = stacked if stacked is not None else values

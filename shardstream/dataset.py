@@ -145,6 +145,7 @@ class ShardDataset(IterableDataset):
         self._explicit_rank = (rank, world_size)
         self.rank, self.world_size = resolve_rank(rank, world_size)
         self.epoch = 0
+        self.generation = 0  # bumped whenever the epoch or resume position is set (main process)
         self.skipped = 0  # samples replaced under on_error="skip", in this process
         self._control = _Control()
         self._reset(0)
@@ -153,6 +154,7 @@ class ShardDataset(IterableDataset):
     def _reset(self, epoch: int) -> None:
         self.rank, self.world_size = resolve_rank(*self._explicit_rank)
         self.epoch = epoch
+        self.generation += 1
         self._control.set(epoch, self.rank, self.world_size, [(0, self.manifest.num_samples)], self.world_size, 0)
 
     def set_epoch(self, epoch: int) -> None:
@@ -164,6 +166,7 @@ class ShardDataset(IterableDataset):
         else:  # keep the resume position; refresh rank in case the process group appeared since
             self.rank, self.world_size = resolve_rank(*self._explicit_rank)
             self._control.set(epoch, self.rank, self.world_size, segment, segment_world, consumed)
+            self.generation += 1
 
     def __len__(self) -> int:
         """Samples this rank reads in a full epoch."""
@@ -200,6 +203,7 @@ class ShardDataset(IterableDataset):
             segment, saved_world, consumed = (
                 plan.remaining(segment, saved_world, consumed, self.drop_last), self.world_size, 0)
         self.epoch = int(state["epoch"])
+        self.generation += 1
         self._control.set(self.epoch, self.rank, self.world_size, segment, saved_world, consumed)
 
     # -- reading (worker processes, or the main one) -------------------------------------
@@ -212,13 +216,26 @@ class ShardDataset(IterableDataset):
         order = order.restrict(*plan.span_bounds(segment, span))  # keep only this rank's shards
         chunk = self.batch_size or 1
         cache = self._cache()
+        self._last_good = None
+
+        def stand_in() -> Any:
+            """The first sample of the rank's order that loads (for a failure before any success)."""
+            for start in range(span[0], span[1], 64):
+                idx = np.arange(start, min(start + 64, span[1]))
+                for shard, offset in zip(*order.samples(plan.segment_positions(segment, idx))):
+                    try:
+                        return self._decode(cache, int(shard), int(offset))
+                    except Exception:  # noqa: S112 - looking for any sample that loads
+                        continue
+            raise ShardstreamError(f"no sample of this rank's part of {self.store.url} loads; verify the dataset")
+
         for lo, hi in plan.worker_chunks(span, chunk, num_workers, worker_id, consumed):
             positions = plan.segment_positions(segment, np.arange(lo, hi))
             shards, offsets = order.samples(positions)
             if self._columnar and self.batch_size is not None:
                 yield self._load_columns(cache, shards, offsets)
                 continue
-            samples = self._load(cache, shards, offsets)
+            samples = self._load(cache, shards, offsets, stand_in)
             if self.batch_size is None:
                 yield samples[0]
             else:
@@ -233,17 +250,19 @@ class ShardDataset(IterableDataset):
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         state.pop("_shards", None)  # open shards (memory maps) stay in the process that opened them
+        state.pop("_last_good", None)
         return state
 
-    def _load(self, cache: ShardCache, shards: np.ndarray, offsets: np.ndarray) -> list[Any]:
+    def _decode(self, cache: ShardCache, shard: int, offset: int) -> Any:
+        sample = self.decoder(cache.get(shard).sample(offset))
+        return self.transform(sample) if self.transform is not None else sample
+
+    def _load(self, cache: ShardCache, shards: np.ndarray, offsets: np.ndarray,
+              stand_in: Callable[[], Any]) -> list[Any]:
         out: list[Any] = []
-        failed = 0
         for shard, offset in zip(shards.tolist(), offsets.tolist()):
             try:
-                reader = cache.get(shard)
-                sample = self.decoder(reader.sample(offset))
-                if self.transform is not None:
-                    sample = self.transform(sample)
+                sample = self._decode(cache, shard, offset)
             except Exception as exc:
                 where = self.store.url_of(self.manifest.paths[shard])
                 key = _key_of(cache, shard, offset)
@@ -254,20 +273,12 @@ class ShardDataset(IterableDataset):
                     raise ShardstreamError(message) from exc
                 self.skipped += 1
                 log.warning("skipped %s", message)
-                if out:
-                    out.append(out[-1])  # equal length: repeat the last good sample
-                else:
-                    failed += 1
+                if self._last_good is None:
+                    self._last_good = stand_in()
+                out.append(self._last_good)  # equal length: repeat the last good sample
                 continue
             out.append(sample)
-            if failed:  # the chunk began with bad samples: fill with the first good one
-                out[:0] = [sample] * failed
-                failed = 0
-        if failed:
-            raise ShardstreamError(
-                f"every sample of a batch failed to load (last in {self.manifest.paths[shards[-1]]}); "
-                "see the log, or verify the dataset"
-            )
+            self._last_good = sample
         return out
 
     def _load_columns(self, cache: ShardCache, shards: np.ndarray, offsets: np.ndarray) -> dict[str, Any]:

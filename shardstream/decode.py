@@ -45,7 +45,7 @@ def _image_array(data: bytes, ext: str):
     from PIL import Image
 
     with Image.open(io.BytesIO(data)) as image:
-        return np.asarray(image.convert("RGB"))
+        return np.array(image.convert("RGB"))  # a writable copy (asarray would be read-only)
 
 
 def decode_image(data: bytes, ext: str, mode: str) -> Any:

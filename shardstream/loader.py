@@ -58,16 +58,18 @@ class ShardLoader(DataLoader):
 
     def __iter__(self) -> Iterator[Any]:
         self._start = self.dataset.state()
+        self._generation = self.dataset.generation
         self._batches = 0
         for batch in super().__iter__():
             self._batches += 1
             yield batch
         self.dataset._reset(self._start["epoch"])  # a complete pass: the next one reads the whole epoch
+        self._generation = self.dataset.generation  # ...but this pass's state stays what it was
 
     def state_dict(self) -> dict[str, Any]:
         """Where this rank is: epoch, seed, the epoch's segment and what it consumed of it."""
-        if self._start is None:
-            return self.dataset.state()
+        if self._start is None or self._generation != self.dataset.generation:
+            return self.dataset.state()  # not iterated since the epoch or position was set
         state = dict(self._start)
         span = self._span_length(state)
         state["consumed"] = min(state["consumed"] + self._batches * self.samples_per_batch, span)

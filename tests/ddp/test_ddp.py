@@ -1,0 +1,126 @@
+"""Real multi-process DDP: torchrun starts gloo ranks that read a dataset through ShardDataset.loader.
+
+Select these with ``pytest tests/ddp``; each torchrun takes a few seconds.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from shardstream.manifest import shard_name, write_manifest
+from shardstream.storage import Store
+from shardstream.writer import ShardWriter
+
+SCRIPT = Path(__file__).with_name("ddp_reader.py")
+BATCH = 4
+SEED = 7
+
+
+def key_of(i: int) -> str:
+    return f"s{i:04d}"
+
+
+def write_dataset(root: Path, counts) -> str:
+    """A tar dataset whose shards hold exactly ``counts`` samples; keys ``key_of(0..N-1)``."""
+    url = root / "ds"
+    url.mkdir(parents=True)
+    paths, samples, nbytes, sha256 = [], [], [], []
+    first = None
+    index = 0
+    for s, count in enumerate(counts):
+        part = root / f"part{s}"
+        with ShardWriter(str(part)) as writer:
+            for _ in range(count):
+                writer.write({"__key__": key_of(index), "txt": f"sample {index}"})
+                index += 1
+        m = writer.manifest
+        first = first or m
+        os.replace(part / m.paths[0], url / shard_name(s, m.shard_format))
+        shutil.rmtree(part)
+        paths.append(shard_name(s, m.shard_format))
+        samples += m.samples.tolist()
+        nbytes += m.nbytes.tolist()
+        sha256 += m.sha256
+    write_manifest(Store(str(url)), dataclasses.replace(first, paths=paths, samples=samples, nbytes=nbytes,
+                                                        sha256=sha256))
+    return str(url)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def torchrun(nproc: int, dataset: str, out: Path, *args: str) -> dict:
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
+        env.pop(name, None)
+    command = [
+        sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={nproc}", "--nnodes=1",
+        "--master-addr=127.0.0.1", f"--master-port={free_port()}", str(SCRIPT), dataset, str(out), *args,
+    ]
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=120, env=env)
+    except subprocess.TimeoutExpired as exc:  # a hang is exactly what equal per-rank work must prevent
+        pytest.fail(f"torchrun timed out after 120 s\n{exc.stdout}\n{exc.stderr}")
+    assert done.returncode == 0, f"torchrun failed ({done.returncode})\n{done.stdout}\n{done.stderr[-6000:]}"
+    mode = args[args.index("--mode") + 1]
+    return json.loads((out / f"result-{mode}.json").read_text())
+
+
+def test_ddp_ranks_read_equal_batches_covering_every_sample(tmp_path):
+    counts = [1, 13, 4, 9, 2, 11, 6]  # 46 samples in 7 uneven shards: 46 = 3 * 16 - 2
+    n, world = sum(counts), 3
+    dataset = write_dataset(tmp_path, counts)
+    out = tmp_path / "out"
+    out.mkdir()
+    result = torchrun(world, dataset, out, "--mode", "epochs", "--batch-size", str(BATCH), "--seed", str(SEED))
+    per_rank = -(-n // world)
+    assert result["world_size"] == world and result["len"] == per_rank
+    padding = world * per_rank - n
+    orders = []
+    for gathered in result["epochs"]:
+        assert [g["rank"] for g in gathered] == list(range(world))
+        assert {g["batches"] for g in gathered} == {-(-per_rank // BATCH)}  # the same on every rank
+        assert all(len(g["keys"]) == per_rank for g in gathered)
+        read = [k for g in gathered for k in g["keys"]]
+        counted = Counter(read)
+        assert set(counted) == {key_of(i) for i in range(n)}
+        assert sum(c - 1 for c in counted.values()) == padding
+        assert read[n:] == read[:padding]  # the padding repeats the start of the epoch
+        orders.append(read)
+    assert orders[0] != orders[1]
+
+
+def test_ddp_resume_on_another_world_size(tmp_path):
+    counts = [7, 5, 9, 4, 5]  # 30 samples: 10 per rank on 3, then 6 left: 3 per rank on 2, no padding
+    n = sum(counts)
+    dataset = write_dataset(tmp_path, counts)
+    out = tmp_path / "out"
+    out.mkdir()
+    stopped = torchrun(3, dataset, out, "--mode", "stop", "--stop-after", "2", "--batch-size", str(BATCH))
+    first = stopped["epochs"][0]
+    assert [g["batches"] for g in first] == [2, 2, 2]
+    assert all(g["state"] == first[0]["state"] for g in first)  # every rank would save the same state
+    assert first[0]["state"]["consumed"] == 2 * BATCH
+    assert (out / "state.json").exists()
+
+    resumed = torchrun(2, dataset, out, "--mode", "resume", "--batch-size", str(BATCH))
+    second = resumed["epochs"][0]
+    assert resumed["world_size"] == 2
+    assert resumed["batches_left"] == 1
+    assert [len(g["keys"]) for g in second] == [3, 3]
+    read = [k for g in first + second for k in g["keys"]]
+    assert len(read) == n
+    assert sorted(read) == [key_of(i) for i in range(n)]
