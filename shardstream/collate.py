@@ -39,9 +39,10 @@ class RaggedBytes(Sequence):
         offsets = np.zeros(len(values) + 1, dtype=np.int64)
         np.cumsum(sizes, out=offsets[1:])
         data = _empty((int(offsets[-1]),), torch.uint8)
-        flat = data.numpy()
-        for value, start, stop in zip(values, offsets[:-1].tolist(), offsets[1:].tolist()):
-            flat[start:stop] = np.frombuffer(value, dtype=np.uint8)
+        if len(data):
+            flat = memoryview(data.numpy()).cast("B")
+            for value, start, stop in zip(values, offsets[:-1].tolist(), offsets[1:].tolist()):
+                flat[start:stop] = value  # one copy, from the shard's memory into the batch's
         return cls(data, torch.from_numpy(offsets))
 
     def __len__(self) -> int:

@@ -142,6 +142,8 @@ class ShardDataset(IterableDataset):
         self.on_error = on_error
         self._columnar = (self.manifest.shard_format == "arrow" and transform is None and collate_fn is None
                           and (decode is None or not _has_binary_fields(self.manifest)))
+        # raw bytes straight from the shard's memory into the batch: no decoder, no copies between
+        self._raw = decode is None and transform is None
         self._explicit_rank = (rank, world_size)
         self.rank, self.world_size = resolve_rank(rank, world_size)
         self.epoch = 0
@@ -254,6 +256,8 @@ class ShardDataset(IterableDataset):
         return state
 
     def _decode(self, cache: ShardCache, shard: int, offset: int) -> Any:
+        if self._raw and self.batch_size is not None:
+            return cache.get(shard).views(offset)  # collated (copied once) before anyone else sees it
         sample = self.decoder(cache.get(shard).sample(offset))
         return self.transform(sample) if self.transform is not None else sample
 

@@ -43,6 +43,14 @@ class TarShard:
             sample[ext] = bytes(view[offset : offset + size])
         return sample
 
+    def views(self, i: int) -> dict[str, Any]:
+        """Like :meth:`sample`, with ``memoryview`` slices of the shard instead of copies."""
+        view = self.view
+        sample: dict[str, Any] = {"__key__": self.keys[i]}
+        for ext, (offset, size) in self.fields[i].items():
+            sample[ext] = view[offset : offset + size]
+        return sample
+
 
 class ArrowShard:
     """Random access to the rows of one Arrow IPC shard; whole batches by ``take``."""
@@ -63,6 +71,8 @@ class ArrowShard:
         if self._columns is None:  # one conversion per shard, not per row
             self._columns = self.table.to_pydict()
         return {name: values[i] for name, values in self._columns.items()}
+
+    views = sample
 
     def take(self, rows):
         return self.table.take(rows)

@@ -189,36 +189,65 @@ def _parse_pax(records: bytes) -> dict[str, bytes]:
     return out
 
 
+def _verify_checksums(view: memoryview, positions: list[int], name: str) -> None:
+    """Check the header checksums at ``positions`` all at once (numpy: ~30x a Python ``sum`` each)."""
+    import numpy as np
+
+    data = np.frombuffer(view, dtype=np.uint8)
+    rows = data[np.asarray(positions, dtype=np.int64)[:, None] + np.arange(BLOCK)]
+    actual = (rows.sum(axis=1, dtype=np.int64) - rows[:, 148:156].sum(axis=1, dtype=np.int64) + 256).tolist()
+    for pos, computed in zip(positions, actual):
+        stored = _parse_int(bytes(view[pos + 148 : pos + 156]), name, pos)
+        if stored != computed:
+            raise CorruptShardError(
+                f"{name}: bad tar header at byte {pos} (checksum {stored} != {computed}); "
+                "the shard is damaged, re-create or re-download it"
+            )
+
+
 def iter_members(buf, name: str = "shard", check: bool = True) -> Iterator[tuple[str, int, int]]:
     """(member name, data offset, data size) of every regular file in the tar ``buf``.
 
     Raises :class:`CorruptShardError` naming ``name`` and the byte offset for a bad
-    header checksum or a truncated member.
+    header checksum or a truncated member. Checksums are verified in batches, so a
+    consumer that stops early may have been handed members whose header is unchecked;
+    one that reads to the end has had every header checked.
     """
     view = memoryview(buf)
     total = len(view)
     pos = 0
     pending: dict[str, bytes] = {}
+    unchecked: list[int] = []
+
+    def verify() -> None:
+        if check and unchecked:
+            _verify_checksums(view, unchecked, name)
+            unchecked.clear()
+
+    def damaged(message: str) -> CorruptShardError:
+        verify()  # a bad checksum explains a structural error best
+        return CorruptShardError(message)
+
     while pos + BLOCK <= total:
         header = bytes(view[pos : pos + BLOCK])
         if header == bytes(BLOCK):
+            verify()
             return
         if check:
-            stored = _parse_int(header[148:156], name, pos)
-            actual = sum(header) - sum(header[148:156]) + 256
-            if stored != actual:
-                raise CorruptShardError(
-                    f"{name}: bad tar header at byte {pos} (checksum {stored} != {actual}); "
-                    "the shard is damaged, re-create or re-download it"
-                )
-        size = _parse_int(header[124:136], name, pos)
+            unchecked.append(pos)
+            if len(unchecked) >= 1024:
+                verify()
+        try:
+            size = _parse_int(header[124:136], name, pos)
+            if "size" in pending:
+                size = int(pending["size"])
+        except (CorruptShardError, ValueError) as exc:
+            raise damaged(f"{name}: bad tar header at byte {pos} ({exc})") from None
         typeflag = header[156:157]
-        if "size" in pending:
-            size = int(pending["size"])
         data = pos + BLOCK
         end = data + size
         if end > total:
-            raise CorruptShardError(
+            raise damaged(
                 f"{name}: truncated at byte {total}: member at byte {pos} needs {size} bytes "
                 f"but only {total - data} remain; re-create or re-download the shard"
             )
@@ -227,7 +256,7 @@ def iter_members(buf, name: str = "shard", check: bool = True) -> Iterator[tuple
                 try:
                     pending.update(_parse_pax(bytes(view[data:end]).rstrip(b"\0")))
                 except ValueError:
-                    raise CorruptShardError(f"{name}: bad PAX header at byte {pos}") from None
+                    raise damaged(f"{name}: bad PAX header at byte {pos}") from None
             else:
                 pending["path"] = bytes(view[data:end]).rstrip(b"\0")
         elif typeflag in (b"0", b"\0", b"7"):
@@ -244,7 +273,8 @@ def iter_members(buf, name: str = "shard", check: bool = True) -> Iterator[tuple
             pending = {}  # directories, links, global headers: not sample data
         pos = end + _pad(size)
     if pos < total and bytes(view[pos:]).strip(b"\0"):
-        raise CorruptShardError(f"{name}: truncated tar header at byte {pos}; re-create or re-download the shard")
+        raise damaged(f"{name}: truncated tar header at byte {pos}; re-create or re-download the shard")
+    verify()
     if check and pos > 0:
         raise CorruptShardError(
             f"{name}: truncated at byte {total}: the tar has no end-of-archive marker; "
