@@ -367,14 +367,16 @@ def test_shards_consumed_before_the_state_are_not_opened_on_another_world_size(t
 
 def test_consumed_samples_are_not_read_on_resume_with_shuffling(url, monkeypatch):
     read: list[str] = []
-    original = TarShard.sample
 
-    def sample(self, i):
-        out = original(self, i)
-        read.append(out["__key__"])
-        return out
+    def recording(original):
+        def read_sample(self, i):
+            out = original(self, i)
+            read.append(out["__key__"])
+            return out
+        return read_sample
 
-    monkeypatch.setattr(TarShard, "sample", sample)
+    monkeypatch.setattr(TarShard, "sample", recording(TarShard.sample))
+    monkeypatch.setattr(TarShard, "views", recording(TarShard.views))  # the raw-bytes path
     first = make(url).loader(4, 0)
     before = take(first, 3)
     assert read == before
