@@ -9,6 +9,8 @@ which is what decoders produce and what GPUs prefer), and bytes fields become on
 
 from __future__ import annotations
 
+import mmap
+from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -35,15 +37,11 @@ class RaggedBytes(Sequence):
 
     @classmethod
     def from_values(cls, values: Sequence[bytes | bytearray | memoryview]) -> RaggedBytes:
-        sizes = np.fromiter((memoryview(v).nbytes for v in values), dtype=np.int64, count=len(values))
-        offsets = np.zeros(len(values) + 1, dtype=np.int64)
-        np.cumsum(sizes, out=offsets[1:])
-        data = _empty((int(offsets[-1]),), torch.uint8)
-        if len(data):
-            flat = memoryview(data.numpy()).cast("B")
-            for value, start, stop in zip(values, offsets[:-1].tolist(), offsets[1:].tolist()):
-                flat[start:stop] = value  # one copy, from the shard's memory into the batch's
-        return cls(data, torch.from_numpy(offsets))
+        return ragged_fields([values])[0]
+
+    def slice(self, start: int, stop: int) -> RaggedBytes:
+        """Values ``start:stop`` as views of the same memory (offsets kept absolute)."""
+        return RaggedBytes(self.data, self.offsets[start : stop + 1])
 
     def __len__(self) -> int:
         return len(self.offsets) - 1
@@ -67,7 +65,7 @@ class RaggedBytes(Sequence):
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, RaggedBytes):
-            return torch.equal(self.offsets, other.offsets) and torch.equal(self.data, other.data)
+            return list(self) == list(other)
         if isinstance(other, (list, tuple)):
             return list(self) == list(other)
         return NotImplemented
@@ -77,6 +75,98 @@ class RaggedBytes(Sequence):
 
     def __reduce__(self):
         return (RaggedBytes, (self.data, self.offsets))
+
+
+_MAPS: OrderedDict[str, mmap.mmap] = OrderedDict()  # shard files this process has mapped, for MappedBytes
+_MAX_MAPS = 64
+
+
+def _mapping(path: str) -> memoryview:
+    found = _MAPS.get(path)
+    if found is None:
+        with open(path, "rb") as f:
+            found = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        _MAPS[path] = found
+        if len(_MAPS) > _MAX_MAPS:
+            _MAPS.popitem(last=False)  # closed when the last view of it goes
+    else:
+        _MAPS.move_to_end(path)
+    return memoryview(found)
+
+
+class MappedBytes(Sequence):
+    """A batch of byte strings that stay where they are: in the (local, uncompressed) shard
+    files, which every process maps from the same page cache. Only the locations cross from
+    the worker to the main process; ``batch[i]`` reads the value."""
+
+    def __init__(self, paths: list[str], shards: np.ndarray, starts: np.ndarray, sizes: np.ndarray):
+        self.paths, self.shards, self.starts, self.sizes = paths, shards, starts, sizes
+
+    def __len__(self) -> int:
+        return len(self.starts)
+
+    def view(self, i: int) -> memoryview:
+        """The i-th value without a copy (valid while the shard file exists)."""
+        start = int(self.starts[i])
+        return _mapping(self.paths[self.shards[i]])[start : start + int(self.sizes[i])]
+
+    def __getitem__(self, i):  # int -> bytes, slice -> list of bytes
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        if i < 0:
+            i += len(self)
+        if not 0 <= i < len(self):
+            raise IndexError(f"index {i} out of range for a batch of {len(self)}")
+        return bytes(self.view(i))
+
+    def slice(self, start: int, stop: int) -> MappedBytes:
+        return MappedBytes(self.paths, self.shards[start:stop], self.starts[start:stop], self.sizes[start:stop])
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, (MappedBytes, RaggedBytes, list, tuple)):
+            return list(self) == list(other)
+        return NotImplemented
+
+    def __repr__(self) -> str:
+        return f"MappedBytes({len(self)} values, {int(self.sizes.sum()):,} bytes)"
+
+
+def ragged_fields(fields: list[Sequence[bytes | bytearray | memoryview]]) -> list[RaggedBytes]:
+    """Several bytes fields of a batch in ONE shared-memory arena: one storage crosses to the
+    main process instead of one per field (each costs a file-descriptor hand-over)."""
+    counts = [len(values) for values in fields]
+    sizes = [np.fromiter((memoryview(v).nbytes for v in values), dtype=np.int64, count=len(values))
+             for values in fields]
+    index_bytes = 8 * sum(n + 1 for n in counts)  # every field's offsets, int64, first in the arena
+    arena = _empty((index_bytes + int(sum(int(z.sum()) for z in sizes)),), torch.uint8)
+    index = arena[:index_bytes].view(torch.int64)
+    flat = memoryview(arena.numpy()).cast("B")
+    out = []
+    at, pos = 0, index_bytes
+    for values, size in zip(fields, sizes):
+        offsets = index[at : at + len(values) + 1]
+        bounds = np.zeros(len(values) + 1, dtype=np.int64)
+        np.cumsum(size, out=bounds[1:])
+        offsets.copy_(torch.from_numpy(bounds))
+        for value, start, stop in zip(values, bounds[:-1].tolist(), bounds[1:].tolist()):
+            flat[pos + start : pos + stop] = value  # one copy, from the shard's memory into the batch's
+        out.append(RaggedBytes(arena[pos : pos + int(bounds[-1])], offsets))
+        at += len(values) + 1
+        pos += int(bounds[-1])
+    return out
+
+
+def split(batch: dict[str, Any], size: int) -> list[dict[str, Any]]:
+    """A collated batch cut into batches of ``size`` (views, no copies)."""
+    n = len(batch["__key__"]) if "__key__" in batch else len(next(iter(batch.values())))
+    out = []
+    for start in range(0, n, size):
+        stop = min(start + size, n)
+        part: dict[str, Any] = {}
+        for name, value in batch.items():
+            part[name] = value.slice(start, stop) if hasattr(value, "slice") else value[start:stop]
+        out.append(part)
+    return out
 
 
 def _stack_images(values: list[torch.Tensor]) -> torch.Tensor | None:
@@ -112,19 +202,27 @@ def _stack(values: list[Any]) -> Any:
         return torch.tensor(values, dtype=torch.int64)
     if isinstance(first, (float, np.floating)) and all(isinstance(v, (int, float, np.number)) for v in values):
         return torch.tensor(values, dtype=torch.float64)
-    if isinstance(first, (bytes, bytearray, memoryview)) and all(
-        isinstance(v, (bytes, bytearray, memoryview)) for v in values
-    ):
-        return RaggedBytes.from_values(values)
     return None
+
+
+def _is_bytes(values: list[Any]) -> bool:
+    return all(isinstance(v, (bytes, bytearray, memoryview)) for v in values)
 
 
 def collate(samples: list[dict[str, Any]]) -> dict[str, Any]:
     """A batch from sample dicts: equal-shaped tensors and arrays stacked, numbers as tensors,
-    bytes as :class:`RaggedBytes`, anything else (strings, ragged shapes, PIL images) in lists."""
+    bytes as :class:`RaggedBytes` (all bytes fields in one shared arena), anything else
+    (strings, ragged shapes, PIL images) in lists."""
     batch: dict[str, Any] = {}
+    raw: dict[str, list[Any]] = {}
     for name in dict.fromkeys(name for s in samples for name in s):  # every field, in first-seen order
         values = [s.get(name) for s in samples]
+        if _is_bytes(values):
+            raw[name] = values
+            batch[name] = None  # keeps the field order
+            continue
         stacked = None if any(v is None for v in values) else _stack(values)
         batch[name] = stacked if stacked is not None else values
+    if raw:
+        batch.update(zip(raw, ragged_fields(list(raw.values()))))
     return batch

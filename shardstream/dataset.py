@@ -18,7 +18,7 @@ import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
 from . import plan
-from .collate import collate
+from .collate import MappedBytes, collate
 from .decode import Decoder, DecodeSpec
 from .errors import ManifestError, ShardstreamError
 from .manifest import MANIFEST_NAME, Manifest, dataset_store, load_manifest
@@ -138,12 +138,15 @@ class ShardDataset(IterableDataset):
         self.decoder = Decoder(decode)
         self.transform = transform
         self.batch_size = batch_size
+        self.batches_per_chunk = 1  # >1: workers collate several batches at once (the loader splits them)
         self.collate_fn = collate_fn or collate
         self.on_error = on_error
         self._columnar = (self.manifest.shard_format == "arrow" and transform is None and collate_fn is None
                           and (decode is None or not _has_binary_fields(self.manifest)))
         # raw bytes straight from the shard's memory into the batch: no decoder, no copies between
         self._raw = decode is None and transform is None
+        # ...and for local uncompressed tars, not even that: only where the bytes are
+        self._mapped = self._raw and self.store.local and self.manifest.shard_format == "tar"
         self._explicit_rank = (rank, world_size)
         self.rank, self.world_size = resolve_rank(rank, world_size)
         self.epoch = 0
@@ -216,7 +219,7 @@ class ShardDataset(IterableDataset):
         span = plan.rank_range(segment, segment_world, rank, self.drop_last)
         order = plan.EpochOrder.create(self.counts, self.seed, epoch, self.shuffle, self.window)
         order = order.restrict(*plan.span_bounds(segment, span))  # keep only this rank's shards
-        chunk = self.batch_size or 1
+        chunk = (self.batch_size or 1) * self.batches_per_chunk
         cache = self._cache()
         self._last_good = None
 
@@ -237,6 +240,11 @@ class ShardDataset(IterableDataset):
             if self._columnar and self.batch_size is not None:
                 yield self._load_columns(cache, shards, offsets)
                 continue
+            if self._mapped and self.batch_size is not None and self.collate_fn is collate:
+                mapped = self._load_mapped(cache, shards, offsets)
+                if mapped is not None:
+                    yield mapped
+                    continue
             samples = self._load(cache, shards, offsets, stand_in)
             if self.batch_size is None:
                 yield samples[0]
@@ -284,6 +292,27 @@ class ShardDataset(IterableDataset):
             out.append(sample)
             self._last_good = sample
         return out
+
+    def _load_mapped(self, cache: ShardCache, shards: np.ndarray, offsets: np.ndarray) -> dict[str, Any] | None:
+        """Raw bytes of a local tar batch as locations in the shard files (see MappedBytes);
+        None if this batch cannot be put so (a field some samples lack, a shard that fails)."""
+        try:
+            readers = [cache.get(int(s)) for s in shards]
+        except ShardstreamError:
+            return None  # the general path reports or skips it
+        located = [r.locate(o) for r, o in zip(readers, offsets.tolist())]
+        keys = [key for key, _ in located]
+        entries = [fields for _, fields in located]
+        names = entries[0].keys()
+        if any(e.keys() != names for e in entries):
+            return None
+        used, local = np.unique(shards, return_inverse=True)
+        paths = [self.store.path(self.manifest.paths[int(s)]) for s in used]
+        batch: dict[str, Any] = {"__key__": keys}
+        for name in names:
+            spans = np.array([e[name] for e in entries], dtype=np.int64).reshape(-1, 2)
+            batch[name] = MappedBytes(paths, local.astype(np.int32), spans[:, 0], spans[:, 1])
+        return batch
 
     def _load_columns(self, cache: ShardCache, shards: np.ndarray, offsets: np.ndarray) -> dict[str, Any]:
         """Arrow batch mode: rows gathered with ``take`` per shard, columns to tensors, no per-row Python."""

@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch.utils.data import DataLoader
 
+from .collate import collate, split
+
 if TYPE_CHECKING:
     from .dataset import ShardDataset
 
@@ -34,6 +36,20 @@ def _as_is(batch: Any) -> Any:
     return batch
 
 
+_CHUNK_BYTES = 8 << 20
+
+
+def _batches_per_chunk(dataset: ShardDataset, batch_size: int, num_workers: int) -> int:
+    """Raw-bytes batches are cheap to make and dear to send (a fixed cost per transfer), so
+    workers send about 8 MB at a time and the loader cuts it back into batches; decoded
+    batches are large already."""
+    if num_workers == 0 or not dataset._raw or dataset._mapped or dataset.collate_fn is not collate:
+        return 1  # mapped batches are a few kilobytes of locations: nothing to amortise
+    m = dataset.manifest
+    per_sample = max(m.total_bytes / max(m.num_samples, 1), 1)
+    return int(min(max(_CHUNK_BYTES // (batch_size * per_sample), 1), 16))
+
+
 class ShardLoader(DataLoader):
     """A DataLoader over a :class:`ShardDataset` that can save and restore its position."""
 
@@ -49,6 +65,7 @@ class ShardLoader(DataLoader):
             kwargs.setdefault("prefetch_factor", 2)
         super().__init__(dataset, batch_size=None, num_workers=num_workers, **kwargs)
         self.samples_per_batch = batch_size
+        dataset.batches_per_chunk = _batches_per_chunk(dataset, batch_size, num_workers)
         self._start: dict[str, Any] | None = None
         self._batches = 0
 
@@ -60,9 +77,11 @@ class ShardLoader(DataLoader):
         self._start = self.dataset.state()
         self._generation = self.dataset.generation
         self._batches = 0
-        for batch in super().__iter__():
-            self._batches += 1
-            yield batch
+        per_chunk = self.dataset.batches_per_chunk
+        for chunk in super().__iter__():
+            for batch in split(chunk, self.samples_per_batch) if per_chunk > 1 else (chunk,):
+                self._batches += 1
+                yield batch
         self.dataset._reset(self._start["epoch"])  # a complete pass: the next one reads the whole epoch
         self._generation = self.dataset.generation  # ...but this pass's state stays what it was
 

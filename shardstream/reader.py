@@ -43,6 +43,10 @@ class TarShard:
             sample[ext] = bytes(view[offset : offset + size])
         return sample
 
+    def locate(self, i: int) -> tuple[str, dict[str, tuple[int, int]]]:
+        """The i-th sample's key and its fields' (offset, size) in the shard."""
+        return self.keys[i], self.fields[i]
+
     def views(self, i: int) -> dict[str, Any]:
         """Like :meth:`sample`, with ``memoryview`` slices of the shard instead of copies."""
         view = self.view

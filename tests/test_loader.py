@@ -368,15 +368,16 @@ def test_shards_consumed_before_the_state_are_not_opened_on_another_world_size(t
 def test_consumed_samples_are_not_read_on_resume_with_shuffling(url, monkeypatch):
     read: list[str] = []
 
-    def recording(original):
+    def recording(original, key_of):
         def read_sample(self, i):
             out = original(self, i)
-            read.append(out["__key__"])
+            read.append(key_of(out))
             return out
         return read_sample
 
-    monkeypatch.setattr(TarShard, "sample", recording(TarShard.sample))
-    monkeypatch.setattr(TarShard, "views", recording(TarShard.views))  # the raw-bytes path
+    monkeypatch.setattr(TarShard, "sample", recording(TarShard.sample, lambda s: s["__key__"]))
+    monkeypatch.setattr(TarShard, "views", recording(TarShard.views, lambda s: s["__key__"]))
+    monkeypatch.setattr(TarShard, "locate", recording(TarShard.locate, lambda found: found[0]))  # mapped raw path
     first = make(url).loader(4, 0)
     before = take(first, 3)
     assert read == before
