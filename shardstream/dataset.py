@@ -213,6 +213,7 @@ class ShardDataset(IterableDataset):
 
     # -- reading (worker processes, or the main one) -------------------------------------
     def __iter__(self) -> Iterator[Any]:
+        self.decoder.copied_later = self._copied_later()  # batch_size may have been set since
         info = get_worker_info()
         num_workers, worker_id = (info.num_workers, info.id) if info is not None else (1, 0)
         epoch, rank, _, segment, segment_world, consumed = self._control.get()
@@ -262,6 +263,10 @@ class ShardDataset(IterableDataset):
         state.pop("_shards", None)  # open shards (memory maps) stay in the process that opened them
         state.pop("_last_good", None)
         return state
+
+    def _copied_later(self) -> bool:
+        """Whether decoded values are seen by nobody before collate copies them into a batch."""
+        return self.batch_size is not None and self.transform is None and self.collate_fn is collate
 
     def _decode(self, cache: ShardCache, shard: int, offset: int) -> Any:
         if self._raw and self.batch_size is not None:
@@ -318,6 +323,9 @@ class ShardDataset(IterableDataset):
         """Arrow batch mode: rows gathered with ``take`` per shard, columns to tensors, no per-row Python."""
         import pyarrow as pa
 
+        if (shards == shards[0]).all() and (np.diff(offsets) == 1).all():  # unshuffled: a zero-copy slice
+            table = cache.get(int(shards[0])).table.slice(int(offsets[0]), len(offsets))
+            return {name: column_to_batch(table.column(name)) for name in table.column_names}
         group = np.argsort(shards, kind="stable")  # rows grouped by shard, plan order kept within each
         pieces = []
         for shard in np.unique(shards):
@@ -346,7 +354,7 @@ def column_to_batch(column) -> Any:
     kind = column.type
     if column.null_count == 0 and (pa.types.is_integer(kind) or pa.types.is_floating(kind)
                                    or pa.types.is_boolean(kind)):
-        return torch.from_numpy(np.ascontiguousarray(column.to_numpy(zero_copy_only=False)))
+        return torch.from_numpy(np.array(column.to_numpy(zero_copy_only=False)))  # own, writable memory
     if (column.null_count == 0 and (pa.types.is_list(kind) or pa.types.is_fixed_size_list(kind))
             and (pa.types.is_integer(kind.value_type) or pa.types.is_floating(kind.value_type))):
         lengths = column.value_lengths().to_numpy(zero_copy_only=False) if len(column) else np.zeros(0)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import json
+import warnings
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -34,7 +35,7 @@ def extension(field: str) -> str:
     return field.rsplit(".", 1)[-1].lower()
 
 
-def _image_array(data: bytes, ext: str):
+def _image_array(data: bytes, ext: str, writable: bool = True):
     import numpy as np
 
     if _simplejpeg is not None and ext in ("jpg", "jpeg"):
@@ -45,31 +46,40 @@ def _image_array(data: bytes, ext: str):
     from PIL import Image
 
     with Image.open(io.BytesIO(data)) as image:
-        return np.array(image.convert("RGB"))  # a writable copy (asarray would be read-only)
+        rgb = image if image.mode == "RGB" else image.convert("RGB")
+        # asarray is one copy but read-only; only a batch that copies it again may take that
+        return np.array(rgb) if writable else np.asarray(rgb)
 
 
-def decode_image(data: bytes, ext: str, mode: str) -> Any:
-    """An image as a PIL image, a numpy HWC uint8 RGB array, or a torch CHW uint8 RGB tensor."""
+def decode_image(data: bytes, ext: str, mode: str, writable: bool = True) -> Any:
+    """An image as a PIL image, a numpy HWC uint8 RGB array, or a torch CHW uint8 RGB tensor.
+
+    ``writable=False`` allows a read-only result, for a caller that only copies it (one copy less).
+    """
     if mode == "pil":
         from PIL import Image
 
         image = Image.open(io.BytesIO(data))
         image.load()
         return image
-    array = _image_array(data, ext)
+    array = _image_array(data, ext, writable)
     if mode == "numpy":
         return array
     import torch
 
+    if not array.flags.writeable:
+        with warnings.catch_warnings():  # torch warns about read-only memory; the caller only copies it
+            warnings.simplefilter("ignore")
+            return torch.from_numpy(array).permute(2, 0, 1)
     return torch.from_numpy(array).permute(2, 0, 1)
 
 
-def decode_value(data: bytes, ext: str, mode: str | None) -> Any:
+def decode_value(data: bytes, ext: str, mode: str | None, writable: bool = True) -> Any:
     """One field's value from its bytes, by extension; ``mode=None`` keeps bytes."""
     if mode is None:
         return data
     if ext in IMAGE_EXTENSIONS:
-        return decode_image(data, ext, mode)
+        return decode_image(data, ext, mode, writable)
     if ext in ("cls", "cls2", "index", "id"):
         return int(bytes(data))
     if ext in ("txt", "text"):
@@ -97,6 +107,7 @@ class Decoder:
     """
 
     def __init__(self, spec: DecodeSpec = "torch"):
+        self.copied_later = False  # set when results are only copied into a batch: read-only is fine
         self.whole: Callable[[dict[str, Any]], dict[str, Any]] | None = None
         self.fields: dict[str, Any] = {}
         self.default: str | None = "torch"
@@ -123,7 +134,8 @@ class Decoder:
                 continue
             how = self.fields.get(name, self.default)
             try:
-                out[name] = how(value) if callable(how) else decode_value(value, extension(name), how)
+                out[name] = how(value) if callable(how) else decode_value(
+                    value, extension(name), how, writable=not self.copied_later)
             except Exception as exc:  # decoders raise many types; the caller adds shard and sample
                 raise DecodeError(f"field {name!r} does not decode ({type(exc).__name__}: {exc})") from exc
         return out

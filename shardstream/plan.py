@@ -106,11 +106,17 @@ class EpochOrder:
     def samples(self, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(shard ids, sample offsets) at global ``positions`` (each in ``[0, total)``)."""
         positions = np.asarray(positions, dtype=np.int64)
-        src = np.empty_like(positions)
-        windows = positions // self.window
-        for w in np.unique(windows):
-            mask = windows == w
-            src[mask] = w * self.window + self.window_permutation(int(w))[positions[mask] - w * self.window]
+        if len(positions) == 0:
+            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+        if self.shuffle:
+            src = np.empty_like(positions)
+            windows = positions // self.window
+            first, last = int(windows.min()), int(windows.max())
+            for w in (range(first, last + 1) if last - first < 2 else np.unique(windows).tolist()):
+                mask = windows == w
+                src[mask] = w * self.window + self.window_permutation(w)[positions[mask] - w * self.window]
+        else:
+            src = positions  # identity windows
         k = np.searchsorted(self.ends, src, side="right")
         shards = self.shard_order[k]
         offsets = src - (self.ends[k] - self.counts[shards])
@@ -128,10 +134,14 @@ def segment_length(segment: Intervals) -> int:
 
 def segment_positions(segment: Intervals, index: np.ndarray) -> np.ndarray:
     """Global positions of the segment's ``index``-th entries (wrapping past its end: padding)."""
+    index = np.asarray(index, dtype=np.int64)
+    if len(segment) == 1:  # the usual case: one interval
+        start, stop = segment[0]
+        return start + index % (stop - start)
     starts = np.array([s for s, _ in segment], dtype=np.int64)
     lengths = np.array([e - s for s, e in segment], dtype=np.int64)
     total = int(lengths.sum())
-    index = np.asarray(index, dtype=np.int64) % total
+    index = index % total
     cum = np.cumsum(lengths)
     k = np.searchsorted(cum, index, side="right")
     return starts[k] + index - (cum[k] - lengths[k])
