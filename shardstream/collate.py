@@ -11,16 +11,22 @@ from __future__ import annotations
 
 import mmap
 from collections import OrderedDict
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
 import torch
 from torch.utils.data import get_worker_info
 
+_ALLOCATOR: Callable[[tuple[int, ...], torch.dtype], torch.Tensor | None] | None = None  # see transport.Ring
+
 
 def _empty(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
-    """A tensor for a batch; in a worker, in shared memory already, so sending it copies nothing."""
+    """A tensor for a batch: in the worker's arena (see :mod:`shardstream.transport`) when one is
+    active, else in shared memory already in a worker, so sending it copies nothing."""
+    if _ALLOCATOR is not None:
+        found = _ALLOCATOR(tuple(shape), dtype)
+        return found if found is not None else torch.empty(shape, dtype=dtype)
     if get_worker_info() is None:
         return torch.empty(shape, dtype=dtype)
     proto = torch.empty(0, dtype=dtype)
@@ -183,6 +189,12 @@ def _stack_images(values: list[torch.Tensor]) -> torch.Tensor | None:
     return out.permute(0, 3, 1, 2)  # N×C×H×W, channels-last in memory
 
 
+def _numbers(values: list[Any], dtype: torch.dtype) -> torch.Tensor:
+    out = _empty((len(values),), dtype)
+    out.copy_(torch.tensor(values, dtype=dtype))
+    return out
+
+
 def _stack(values: list[Any]) -> Any:
     first = values[0]
     if isinstance(first, np.ndarray):
@@ -197,11 +209,11 @@ def _stack(values: list[Any]) -> Any:
         out = _empty((len(values), *first.shape), first.dtype)
         return torch.stack(values, out=out)
     if isinstance(first, bool):
-        return torch.tensor(values, dtype=torch.bool) if all(isinstance(v, bool) for v in values) else None
+        return _numbers(values, torch.bool) if all(isinstance(v, bool) for v in values) else None
     if isinstance(first, (int, np.integer)) and all(isinstance(v, (int, np.integer)) for v in values):
-        return torch.tensor(values, dtype=torch.int64)
+        return _numbers(values, torch.int64)
     if isinstance(first, (float, np.floating)) and all(isinstance(v, (int, float, np.number)) for v in values):
-        return torch.tensor(values, dtype=torch.float64)
+        return _numbers(values, torch.float64)
     return None
 
 

@@ -24,6 +24,7 @@ from .errors import ManifestError, ShardstreamError
 from .manifest import MANIFEST_NAME, Manifest, dataset_store, load_manifest
 from .reader import ArrowShard, ShardCache
 from .storage import Store
+from .transport import Ring
 
 log = logging.getLogger("shardstream")
 
@@ -139,6 +140,8 @@ class ShardDataset(IterableDataset):
         self.transform = transform
         self.batch_size = batch_size
         self.batches_per_chunk = 1  # >1: workers collate several batches at once (the loader splits them)
+        self._released: torch.Tensor | None = None  # set by the loader: batches travel through a Ring
+        self.ring_slots = 4
         self.collate_fn = collate_fn or collate
         self.on_error = on_error
         self._columnar = (self.manifest.shard_format == "arrow" and transform is None and collate_fn is None
@@ -222,6 +225,7 @@ class ShardDataset(IterableDataset):
         order = order.restrict(*plan.span_bounds(segment, span))  # keep only this rank's shards
         chunk = (self.batch_size or 1) * self.batches_per_chunk
         cache = self._cache()
+        ring = self._ring(info)
         self._last_good = None
 
         def stand_in() -> Any:
@@ -249,8 +253,22 @@ class ShardDataset(IterableDataset):
             samples = self._load(cache, shards, offsets, stand_in)
             if self.batch_size is None:
                 yield samples[0]
+            elif ring is not None:
+                with ring.batch() as ship:
+                    shipment = ship(self.collate_fn(samples))
+                yield shipment
             else:
                 yield self.collate_fn(samples)
+
+    def _ring(self, info: Any) -> Ring | None:
+        """This worker's arenas for sending batches (see :mod:`shardstream.transport`), if the loader set them up."""
+        released = getattr(self, "_released", None)
+        if info is None or released is None or self.collate_fn is not collate:
+            return None
+        ring = getattr(self, "_ring_state", None)
+        if ring is None or ring.worker != info.id:
+            ring = self._ring_state = Ring(released, info.id, self.ring_slots)
+        return ring
 
     def _cache(self) -> ShardCache:
         cache = getattr(self, "_shards", None)
@@ -262,6 +280,7 @@ class ShardDataset(IterableDataset):
         state = self.__dict__.copy()
         state.pop("_shards", None)  # open shards (memory maps) stay in the process that opened them
         state.pop("_last_good", None)
+        state.pop("_ring_state", None)  # each worker process has its own arenas
         return state
 
     def _copied_later(self) -> bool:

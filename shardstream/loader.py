@@ -17,6 +17,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from .collate import collate, split
+from .transport import Receiver
 
 if TYPE_CHECKING:
     from .dataset import ShardDataset
@@ -63,9 +64,15 @@ class ShardLoader(DataLoader):
         if num_workers > 0:
             kwargs.setdefault("persistent_workers", True)
             kwargs.setdefault("prefetch_factor", 2)
+        dataset.batches_per_chunk = _batches_per_chunk(dataset, batch_size, num_workers)
+        self._receiver: Receiver | None = None
+        if num_workers > 0 and not kwargs.get("pin_memory") and dataset.collate_fn is collate:
+            dataset._released = torch.zeros(num_workers, dtype=torch.int64).share_memory_()
+            dataset.ring_slots = kwargs.get("prefetch_factor") or 2
+            dataset.ring_slots += 2  # more arenas than batches a worker can have in flight
+            self._receiver = Receiver(dataset._released)
         super().__init__(dataset, batch_size=None, num_workers=num_workers, **kwargs)
         self.samples_per_batch = batch_size
-        dataset.batches_per_chunk = _batches_per_chunk(dataset, batch_size, num_workers)
         self._start: dict[str, Any] | None = None
         self._batches = 0
 
@@ -78,7 +85,12 @@ class ShardLoader(DataLoader):
         self._generation = self.dataset.generation
         self._batches = 0
         per_chunk = self.dataset.batches_per_chunk
+        receiver = self._receiver
+        if receiver is not None and not (self.persistent_workers and self._iterator is not None):
+            receiver.reset()  # new worker processes start their rings afresh
         for chunk in super().__iter__():
+            if receiver is not None:
+                chunk = receiver.receive(chunk)
             for batch in split(chunk, self.samples_per_batch) if per_chunk > 1 else (chunk,):
                 self._batches += 1
                 yield batch

@@ -1,0 +1,188 @@
+"""How batches cross from DataLoader workers to the main process: through reused shared memory.
+
+By default PyTorch puts every tensor a worker returns into a new shared-memory segment and
+hands its file descriptor to the main process. For a batch of decoded images that is
+about 12 MB of new pages, faulted in page by page, plus a descriptor hand-over and a fresh
+mapping in the main process: on a small machine it costs as much as decoding.
+
+Here each worker keeps a small ring of arenas (shared memory allocated once and sent
+once). It collates each batch into the next free arena and sends only where the tensors
+are. The main process copies the batch out into its own memory, then marks the arena free
+in a shared counter. An arena grows when a batch does not fit; a worker that finds no free
+arena in time (a consumer that stopped early) takes a new one, so nothing ever blocks and
+no arena is overwritten while the main process may still read it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from . import collate as _collate
+
+_ALIGN = 64
+_WAIT_S = 2.0  # longest wait for a free arena before taking a new one
+
+
+@dataclass(frozen=True)
+class ArenaRef:
+    """Where one tensor of a shipped batch lies in its worker's arena."""
+
+    arena: int
+    offset: int
+    shape: tuple[int, ...]
+    stride: tuple[int, ...]
+    dtype: torch.dtype
+
+
+@dataclass
+class Shipment:
+    """A batch in flight: tensors replaced by :class:`ArenaRef`, arenas sent the first time."""
+
+    worker: int
+    seq: int
+    batch: Any
+    new_arenas: dict[int, torch.Tensor] = field(default_factory=dict)
+    retired: list[int] = field(default_factory=list)
+
+
+class _Arena:
+    def __init__(self, ident: int, nbytes: int):
+        self.ident = ident
+        self.tensor = _shared_bytes(nbytes)
+        self.sent = False
+
+
+def _shared_bytes(nbytes: int) -> torch.Tensor:
+    proto = torch.empty(0, dtype=torch.uint8)
+    return proto.new(proto._typed_storage()._new_shared(max(nbytes, 1), device="cpu"))
+
+
+class Ring:
+    """The worker's side: arenas to collate into, and what to send."""
+
+    def __init__(self, released: torch.Tensor, worker: int, slots: int):
+        self.released, self.worker, self.slots = released, worker, slots
+        self.arenas: list[_Arena | None] = [None] * slots
+        self.seq = 0
+        self._next_id = 0
+        self._retired: list[int] = []
+        self._want = 1 << 20
+
+    def _new_arena(self, nbytes: int) -> _Arena:
+        self._next_id += 1
+        return _Arena(self._next_id, nbytes)
+
+    def _free(self, seq: int) -> bool:
+        return int(self.released[self.worker]) > seq - self.slots
+
+    @contextlib.contextmanager
+    def batch(self) -> Iterator[Callable[[Any], Shipment]]:
+        """Collate inside the block (allocations land in the arena); call the yielded function
+        on the collated batch to get what to send."""
+        slot = self.seq % self.slots
+        arena = self.arenas[slot]
+        if arena is not None and not self._free(self.seq):
+            deadline, pause = time.monotonic() + _WAIT_S, 0.0002
+            while not self._free(self.seq) and time.monotonic() < deadline:
+                time.sleep(pause)
+                pause = min(pause * 2, 0.01)
+            if not self._free(self.seq):  # the consumer went away from a batch: never reuse its arena
+                self._retired.append(arena.ident)
+                arena = None
+        if arena is None or arena.tensor.numel() < self._want:
+            if arena is not None:
+                self._retired.append(arena.ident)
+            arena = self.arenas[slot] = self._new_arena(self._want)
+        used = 0
+        overflow = 0
+
+        def allocate(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor | None:
+            nonlocal used, overflow
+            itemsize = torch.empty((), dtype=dtype).element_size()
+            nbytes = itemsize
+            for n in shape:
+                nbytes *= n
+            start = -(-used // _ALIGN) * _ALIGN
+            if start + nbytes > arena.tensor.numel():
+                overflow += nbytes + _ALIGN
+                return None  # a plain tensor instead; the next batch gets a bigger arena
+            used = start + nbytes
+            return arena.tensor[start : start + nbytes].view(dtype).view(shape)
+
+        def ship(batch: Any) -> Shipment:
+            ptr = arena.tensor.untyped_storage().data_ptr()
+            shipment = Shipment(self.worker, self.seq, _to_refs(batch, arena.ident, ptr), retired=self._retired)
+            if not arena.sent:
+                shipment.new_arenas[arena.ident] = arena.tensor
+                arena.sent = True
+            self._retired = []
+            self.seq += 1
+            return shipment
+
+        previous = _collate._ALLOCATOR
+        _collate._ALLOCATOR = allocate
+        try:
+            yield ship
+        finally:
+            _collate._ALLOCATOR = previous
+            self._want = max(self._want, int((used + overflow) * 1.25))
+
+
+def _to_refs(value: Any, arena: int, ptr: int) -> Any:
+    if isinstance(value, torch.Tensor):
+        if value.untyped_storage().data_ptr() != ptr:
+            return value  # did not fit: PyTorch's own (slower) path
+        return ArenaRef(arena, value.storage_offset() * value.element_size(), tuple(value.shape),
+                        tuple(value.stride()), value.dtype)
+    if isinstance(value, _collate.RaggedBytes):
+        return _collate.RaggedBytes(_to_refs(value.data, arena, ptr), _to_refs(value.offsets, arena, ptr))
+    if isinstance(value, dict):
+        return {k: _to_refs(v, arena, ptr) for k, v in value.items()}
+    if isinstance(value, (list, tuple)) and value and any(isinstance(v, torch.Tensor) for v in value):
+        return type(value)(_to_refs(v, arena, ptr) for v in value)
+    return value
+
+
+class Receiver:
+    """The main process's side: arenas by worker, copies out, marks arenas free."""
+
+    def __init__(self, released: torch.Tensor):
+        self.released = released
+        self.arenas: dict[tuple[int, int], torch.Tensor] = {}
+
+    def reset(self) -> None:
+        """New worker processes: forget their predecessors' arenas and counters."""
+        self.arenas.clear()
+        self.released.zero_()
+
+    def receive(self, item: Any) -> Any:
+        if not isinstance(item, Shipment):
+            return item
+        for ident in item.retired:
+            self.arenas.pop((item.worker, ident), None)
+        for ident, tensor in item.new_arenas.items():
+            self.arenas[(item.worker, ident)] = tensor
+        batch = self._copy_out(item.batch, item.worker)
+        self.released[item.worker] = item.seq + 1  # the arena may be reused now
+        return batch
+
+    def _copy_out(self, value: Any, worker: int) -> Any:
+        if isinstance(value, ArenaRef):
+            arena = self.arenas[(worker, value.arena)]
+            itemsize = torch.empty((), dtype=value.dtype).element_size()
+            span = 0 if 0 in value.shape else 1 + sum((n - 1) * s for n, s in zip(value.shape, value.stride))
+            raw = arena[value.offset : value.offset + span * itemsize]
+            return raw.view(value.dtype).as_strided(value.shape, value.stride).clone()  # keeps the layout
+        if isinstance(value, _collate.RaggedBytes):
+            return _collate.RaggedBytes(self._copy_out(value.data, worker), self._copy_out(value.offsets, worker))
+        if isinstance(value, dict):
+            return {k: self._copy_out(v, worker) for k, v in value.items()}
+        if isinstance(value, (list, tuple)) and value and any(isinstance(v, ArenaRef) for v in value):
+            return type(value)(self._copy_out(v, worker) for v in value)
+        return value
