@@ -67,9 +67,8 @@ class ShardLoader(DataLoader):
         dataset.batches_per_chunk = _batches_per_chunk(dataset, batch_size, num_workers)
         self._receiver: Receiver | None = None
         if num_workers > 0 and not kwargs.get("pin_memory") and dataset.collate_fn is collate:
-            dataset._released = torch.zeros(num_workers, dtype=torch.int64).share_memory_()
-            dataset.ring_slots = kwargs.get("prefetch_factor") or 2
-            dataset.ring_slots += 2  # more arenas than batches a worker can have in flight
+            dataset.ring_slots = (kwargs.get("prefetch_factor") or 2) + 2  # more arenas than batches in flight
+            dataset._released = torch.full((num_workers, dataset.ring_slots), -1, dtype=torch.int64).share_memory_()
             self._receiver = Receiver(dataset._released)
         super().__init__(dataset, batch_size=None, num_workers=num_workers, **kwargs)
         self.samples_per_batch = batch_size

@@ -7,26 +7,29 @@ mapping in the main process: on a small machine it costs as much as decoding.
 
 Here each worker keeps a small ring of arenas (shared memory allocated once and sent
 once). It collates each batch into the next free arena and sends only where the tensors
-are. The main process copies the batch out into its own memory, then marks the arena free
-in a shared counter. An arena grows when a batch does not fit; a worker that finds no free
-arena in time (a consumer that stopped early) takes a new one, so nothing ever blocks and
-no arena is overwritten while the main process may still read it.
+are. The main process hands out tensors that view the arena, with no copy; when the last
+of a batch's tensors (and any view of them) is gone, a finalizer marks its arena free in
+a shared table. A worker reuses an arena only once its batch is marked free; if none is
+free within a few milliseconds (the consumer keeps batches, or stopped early), it takes
+a new one. So nothing blocks, and no arena is overwritten while anyone can still read it.
 """
 
 from __future__ import annotations
 
 import contextlib
 import time
+import weakref
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import torch
 
 from . import collate as _collate
 
 _ALIGN = 64
-_WAIT_S = 2.0  # longest wait for a free arena before taking a new one
+_WAIT_S = 0.005  # longest wait for a free arena before taking a new one
 
 
 @dataclass(frozen=True)
@@ -46,6 +49,7 @@ class Shipment:
 
     worker: int
     seq: int
+    slot: int
     batch: Any
     new_arenas: dict[int, torch.Tensor] = field(default_factory=dict)
     retired: list[int] = field(default_factory=list)
@@ -64,11 +68,17 @@ def _shared_bytes(nbytes: int) -> torch.Tensor:
 
 
 class Ring:
-    """The worker's side: arenas to collate into, and what to send."""
+    """The worker's side: arenas to collate into, and what to send.
+
+    ``released[worker, slot]`` (shared) is the newest sequence number of this worker whose
+    batch in that slot the main process has let go of; the worker remembers which sequence
+    number each slot holds, and reuses the slot only when the two agree.
+    """
 
     def __init__(self, released: torch.Tensor, worker: int, slots: int):
         self.released, self.worker, self.slots = released, worker, slots
         self.arenas: list[_Arena | None] = [None] * slots
+        self.holds = [-1] * slots  # sequence number of the batch each slot holds
         self.seq = 0
         self._next_id = 0
         self._retired: list[int] = []
@@ -78,8 +88,8 @@ class Ring:
         self._next_id += 1
         return _Arena(self._next_id, nbytes)
 
-    def _free(self, seq: int) -> bool:
-        return int(self.released[self.worker]) > seq - self.slots
+    def _free(self, slot: int) -> bool:
+        return self.holds[slot] < 0 or int(self.released[self.worker, slot]) >= self.holds[slot]
 
     @contextlib.contextmanager
     def batch(self) -> Iterator[Callable[[Any], Shipment]]:
@@ -87,12 +97,12 @@ class Ring:
         on the collated batch to get what to send."""
         slot = self.seq % self.slots
         arena = self.arenas[slot]
-        if arena is not None and not self._free(self.seq):
+        if arena is not None and not self._free(slot):
             deadline, pause = time.monotonic() + _WAIT_S, 0.0002
-            while not self._free(self.seq) and time.monotonic() < deadline:
+            while not self._free(slot) and time.monotonic() < deadline:
                 time.sleep(pause)
-                pause = min(pause * 2, 0.01)
-            if not self._free(self.seq):  # the consumer went away from a batch: never reuse its arena
+                pause = min(pause * 2, 0.002)
+            if not self._free(slot):  # its batch is still held: never reuse this arena
                 self._retired.append(arena.ident)
                 arena = None
         if arena is None or arena.tensor.numel() < self._want:
@@ -117,7 +127,8 @@ class Ring:
 
         def ship(batch: Any) -> Shipment:
             ptr = arena.tensor.untyped_storage().data_ptr()
-            shipment = Shipment(self.worker, self.seq, _to_refs(batch, arena.ident, ptr), retired=self._retired)
+            shipment = Shipment(self.worker, self.seq, slot, _to_refs(batch, arena.ident, ptr), retired=self._retired)
+            self.holds[slot] = self.seq
             if not arena.sent:
                 shipment.new_arenas[arena.ident] = arena.tensor
                 arena.sent = True
@@ -150,39 +161,74 @@ def _to_refs(value: Any, arena: int, ptr: int) -> Any:
 
 
 class Receiver:
-    """The main process's side: arenas by worker, copies out, marks arenas free."""
+    """The main process's side: arenas by worker; batches as views of them; frees arenas."""
 
     def __init__(self, released: torch.Tensor):
         self.released = released
-        self.arenas: dict[tuple[int, int], torch.Tensor] = {}
+        self.arenas: dict[tuple[int, int], np.ndarray] = {}
 
     def reset(self) -> None:
-        """New worker processes: forget their predecessors' arenas and counters."""
+        """New worker processes: forget their predecessors' arenas and table."""
         self.arenas.clear()
-        self.released.zero_()
+        self.released.fill_(-1)
 
     def receive(self, item: Any) -> Any:
         if not isinstance(item, Shipment):
             return item
         for ident in item.retired:
-            self.arenas.pop((item.worker, ident), None)
+            self.arenas.pop((item.worker, ident), None)  # views handed out keep their memory alive
         for ident, tensor in item.new_arenas.items():
-            self.arenas[(item.worker, ident)] = tensor
-        batch = self._copy_out(item.batch, item.worker)
-        self.released[item.worker] = item.seq + 1  # the arena may be reused now
+            self.arenas[(item.worker, ident)] = tensor.numpy()
+        owner = _Owner()
+        batch = self._views(item.batch, item.worker, owner)
+        if owner.views:
+            weakref.finalize(owner, _let_go, self.released, item.worker, item.slot, item.seq)
+        else:
+            _let_go(self.released, item.worker, item.slot, item.seq)
         return batch
 
-    def _copy_out(self, value: Any, worker: int) -> Any:
+    def _views(self, value: Any, worker: int, owner: _Owner) -> Any:
         if isinstance(value, ArenaRef):
-            arena = self.arenas[(worker, value.arena)]
             itemsize = torch.empty((), dtype=value.dtype).element_size()
             span = 0 if 0 in value.shape else 1 + sum((n - 1) * s for n, s in zip(value.shape, value.stride))
-            raw = arena[value.offset : value.offset + span * itemsize]
-            return raw.view(value.dtype).as_strided(value.shape, value.stride).clone()  # keeps the layout
+            raw = self.arenas[(worker, value.arena)][value.offset : value.offset + span * itemsize]
+            base = owner.adopt(raw)
+            return torch.from_numpy(base).view(value.dtype).as_strided(value.shape, value.stride)
         if isinstance(value, _collate.RaggedBytes):
-            return _collate.RaggedBytes(self._copy_out(value.data, worker), self._copy_out(value.offsets, worker))
+            data, offsets = self._views(value.data, worker, owner), self._views(value.offsets, worker, owner)
+            return _collate.RaggedBytes(data, offsets)
         if isinstance(value, dict):
-            return {k: self._copy_out(v, worker) for k, v in value.items()}
+            return {k: self._views(v, worker, owner) for k, v in value.items()}
         if isinstance(value, (list, tuple)) and value and any(isinstance(v, ArenaRef) for v in value):
-            return type(value)(self._copy_out(v, worker) for v in value)
+            return type(value)(self._views(v, worker, owner) for v in value)
         return value
+
+
+class _Owner:
+    """Lives exactly as long as some tensor of one batch does (each tensor's numpy base holds it)."""
+
+    def __init__(self) -> None:
+        self.views = 0  # only counted: holding the views here would keep them alive forever
+
+    def adopt(self, raw: np.ndarray) -> np.ndarray:
+        base = _OwnedArray(raw)
+        base.owner = self
+        self.views += 1
+        return base
+
+
+class _OwnedArray(np.ndarray):
+    """A view of arena memory that keeps its batch's :class:`_Owner` alive."""
+
+    owner: _Owner | None = None
+
+    def __new__(cls, raw: np.ndarray) -> _OwnedArray:
+        return raw.view(cls)
+
+    def __array_finalize__(self, obj: Any) -> None:
+        self.owner = getattr(obj, "owner", None)
+
+
+def _let_go(released: torch.Tensor, worker: int, slot: int, seq: int) -> None:
+    if int(released[worker, slot]) < seq:
+        released[worker, slot] = seq
