@@ -25,11 +25,7 @@ class TarShard:
         self.name = name
         self.data = data
         self.view = memoryview(data)
-        self.keys: list[str] = []
-        self.fields: list[dict[str, tuple[int, int]]] = []
-        for key, fields in tar_format.iter_samples(data, name):
-            self.keys.append(key)
-            self.fields.append(fields)
+        self.keys, self.fields = tar_format.index_samples(data, name)
         if len(self.keys) != expected_samples:
             raise CorruptShardError(
                 f"{name}: {len(self.keys)} samples, the manifest says {expected_samples}; "

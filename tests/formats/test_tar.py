@@ -430,3 +430,42 @@ def test_split_name(member, expected):
 )
 def test_shard_format_of(name, fmt):
     assert shard_format_of(name) == fmt
+
+
+# -- the numpy fast path of index_samples agrees with the careful parser ---------------------------------------
+
+
+def _written(samples: list[tuple[str, list[tuple[str, bytes]]]]) -> bytes:
+    sink = io.BytesIO()
+    writer = T.TarShardWriter(sink)
+    for key, fields in samples:
+        writer.add(key, fields)
+    writer.close()
+    return sink.getvalue()
+
+
+@pytest.mark.parametrize("samples", [
+    [("a/b/k1", [("jpg", b"x" * 700), ("cls", b"3")]), ("a/b/k2", [("jpg", b""), ("txt", b"hi")])],
+    [("d" * 120 + "/k", [("bin", b"1" * 513)]), ("ü ñ/k2", [("seg.png", b"p" * 1024)])],  # ustar prefix, unicode
+    [("x" * 300, [("bin", b"1")])],  # needs a PAX header: the careful parser takes it
+])
+def test_index_samples_fast_path_equals_the_careful_parser(samples):
+    data = _written(samples)
+    careful = list(T.iter_samples(data, "s"))
+    keys, fields = T.index_samples(data, "s")
+    assert keys == [k for k, _ in careful] and fields == [f for _, f in careful]
+    assert keys == [k for k, _ in samples]
+
+
+def test_index_samples_fast_path_is_taken_for_plain_shards_and_still_checks_headers():
+    data = bytearray(_written([(f"k{i}", [("bin", bytes([i]) * (100 + i))]) for i in range(20)]))
+    assert T._index_plain(bytes(data), "s") is not None
+    data[4 * 512 + 5] ^= 0x01  # a name byte of the third header (headers at blocks 0, 2, 4, ...)
+    with pytest.raises(CorruptShardError, match="byte"):
+        T.index_samples(bytes(data), "s")
+
+
+def test_index_samples_reports_truncation_like_the_careful_parser():
+    data = _written([(f"k{i}", [("bin", b"z" * 600)]) for i in range(5)])
+    with pytest.raises(CorruptShardError, match="truncated"):
+        T.index_samples(data[: 512 * 6], "s")
