@@ -144,6 +144,8 @@ class ShardDataset(IterableDataset):
         self.ring_slots = 4
         self.collate_fn = collate_fn or collate
         self.on_error = on_error
+        if self.manifest.shard_format == "arrow":
+            import pyarrow.compute  # noqa: F401 - take() loads it lazily, inside the first batch otherwise
         self._columnar = (self.manifest.shard_format == "arrow" and transform is None and collate_fn is None
                           and (decode is None or not _has_binary_fields(self.manifest)))
         # raw bytes straight from the shard's memory into the batch: no decoder, no copies between
