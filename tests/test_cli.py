@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import fcntl
 import importlib
 import json
@@ -25,6 +24,7 @@ import pyarrow.csv as pcsv
 import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
+from oslimits import permission_preexec
 
 from shardstream.cli import cli
 
@@ -98,30 +98,8 @@ def table_ds(tmp_path) -> Path:
     return dest
 
 
-def _drop_dac() -> None:
-    """preexec_fn: lose CAP_DAC_OVERRIDE and CAP_DAC_READ_SEARCH so root obeys file modes after exec."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    for cap in (1, 2):
-        if libc.prctl(24, cap, 0, 0, 0) != 0:  # PR_CAPBSET_DROP
-            raise OSError(ctypes.get_errno(), "prctl(PR_CAPBSET_DROP)")
 
 
-def permission_preexec(tmp_path: Path):
-    """A preexec_fn under which file modes apply (root loses its override), or skip the test."""
-    preexec = _drop_dac if os.geteuid() == 0 else None
-    probe = tmp_path / "probe"
-    probe.write_bytes(b"x")
-    probe.chmod(0)
-    try:
-        proc = subprocess.run([sys.executable, "-c", f"open({str(probe)!r}, 'rb')"], capture_output=True,
-                              preexec_fn=preexec, timeout=60)
-    except (OSError, subprocess.SubprocessError) as exc:  # prctl refused
-        pytest.skip(f"cannot take away root's permission override here: {exc}")
-    finally:
-        probe.unlink()
-    if proc.returncode == 0:
-        pytest.skip("file permissions do not apply to this process here")
-    return preexec
 
 
 def _file_size_limit(limit: int):
