@@ -15,7 +15,25 @@ import pyarrow.feather as feather
 from PIL import Image
 
 
+def read_with_shardstream(image_dataset: str, table_dataset: str) -> None:
+    import shardstream as ss
+
+    ds = ss.ShardDataset(image_dataset, shuffle=True, seed=17, decode="torch")
+    loader = ds.loader(batch_size=16, num_workers=2)
+    for i, batch in enumerate(loader):
+        if i == 1:
+            state = loader.state_dict()
+            print(f"ShardDataset: batch of {tuple(batch['jpg'].shape)} {batch['jpg'].dtype} images, "
+                  f"labels {batch['cls'][:6].tolist()}...; resume state after 2 batches: {state}")
+            break
+    table = ss.ShardDataset(table_dataset, shuffle=False, decode=None, batch_size=256)
+    first = next(iter(table))
+    columns = ", ".join(f"{name} {tuple(value.shape)}" for name, value in first.items() if hasattr(value, "shape"))
+    print(f"ShardDataset (Arrow batch mode): {columns}")
+
+
 def main(image_dataset: str, table_dataset: str) -> None:
+    read_with_shardstream(image_dataset, table_dataset)
     manifest = json.loads((Path(image_dataset) / "_manifest.json").read_text())
     shards = [str(Path(image_dataset) / p) for p in manifest["shards"]["path"]]
     try:

@@ -381,7 +381,7 @@ def column_to_batch(column) -> Any:
         lengths = column.value_lengths().to_numpy(zero_copy_only=False) if len(column) else np.zeros(0)
         if len(lengths) and (lengths == lengths[0]).all():
             values = column.flatten().to_numpy(zero_copy_only=False)
-            return torch.from_numpy(np.ascontiguousarray(values).reshape(len(column), int(lengths[0])))
+            return torch.from_numpy(np.array(values).reshape(len(column), int(lengths[0])))  # own, writable
     return column.to_pylist()
 
 

@@ -475,3 +475,24 @@ def test_arrow_rows_come_back_as_dicts(tmp_path):
     assert batch["score"].tolist() == [0.0, 0.25, 0.5, 0.75]
     assert batch["name"] == ["n0", "n1", "n2", "n3"]
     assert batch["data"] == [bytes([i]) * 3 for i in range(4)]
+
+
+def test_arrow_batch_mode_gives_writable_tensors_for_flat_and_list_columns(tmp_path):
+    import warnings
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from shardstream import pack
+
+    table = pa.table({"x": pa.array(range(10), pa.float32()), "v": [[i, i + 1] for i in range(10)]})
+    pq.write_table(table, tmp_path / "t.parquet")
+    pack(tmp_path / "t.parquet", tmp_path / "ds", progress=False)
+    ds = ShardDataset(str(tmp_path / "ds"), shuffle=False, decode=None, batch_size=4)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # torch warns about tensors over read-only memory
+        first = next(iter(ds))
+    assert first["x"].tolist() == [0.0, 1.0, 2.0, 3.0] and first["v"].tolist() == [[0, 1], [1, 2], [2, 3], [3, 4]]
+    first["x"] += 1  # own memory: writing is fine and leaves the shard alone
+    again = next(iter(ShardDataset(str(tmp_path / "ds"), shuffle=False, decode=None, batch_size=4)))
+    assert again["x"].tolist() == [0.0, 1.0, 2.0, 3.0]
