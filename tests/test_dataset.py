@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import dataclasses
 import io
 import logging
 import os
-import shutil
 from collections import Counter
 from pathlib import Path
 
@@ -14,53 +12,24 @@ import numpy as np
 import pytest
 import torch
 from PIL import Image
+from sample_datasets import key_of, text_sample, write_dataset
 from torch.utils.data import DataLoader
 
 from shardstream import plan
 from shardstream.dataset import ShardDataset
 from shardstream.decode import DecodeError
 from shardstream.errors import CorruptShardError, ShardstreamError
-from shardstream.manifest import MANIFEST_NAME, load_manifest, shard_name, write_manifest
+from shardstream.manifest import MANIFEST_NAME, load_manifest
 from shardstream.storage import Store
 from shardstream.writer import ShardWriter
 
 COUNTS = [5, 1, 7, 3, 6]  # uneven shards, 22 samples: not divisible by 3 or 4
 
 
-def key_of(i: int) -> str:
-    return f"s{i:04d}"
 
 
-def text_sample(i: int) -> dict:
-    return {"__key__": key_of(i), "txt": f"text {i}", "cls": i}
 
 
-def write_dataset(root: Path, counts, fmt: str = "tar", compression: str | None = None, make=text_sample,
-                  name: str = "ds") -> str:
-    """A dataset whose shards hold exactly ``counts`` samples; keys ``key_of(0..N-1)`` in manifest order."""
-    url = root / name
-    url.mkdir(parents=True)
-    paths, samples, nbytes, sha256 = [], [], [], []
-    first = None
-    index = 0
-    for s, count in enumerate(counts):
-        part = root / f"{name}-part{s}"
-        with ShardWriter(str(part), format=fmt, compression=compression) as writer:
-            for _ in range(count):
-                writer.write(make(index))
-                index += 1
-        m = writer.manifest
-        first = first or m
-        target = shard_name(s, m.shard_format)
-        os.replace(part / m.paths[0], url / target)
-        shutil.rmtree(part)
-        paths.append(target)
-        samples += m.samples.tolist()
-        nbytes += m.nbytes.tolist()
-        sha256 += m.sha256
-    manifest = dataclasses.replace(first, paths=paths, samples=samples, nbytes=nbytes, sha256=sha256)
-    write_manifest(Store(str(url)), manifest)
-    return str(url)
 
 
 def keys(iterable) -> list[str]:

@@ -2,21 +2,17 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
-import os
-import shutil
 from collections import Counter
 from pathlib import Path
 
 import pytest
+from sample_datasets import key_of
+from sample_datasets import write_dataset as _write_dataset
 
 from shardstream.dataset import ShardDataset
 from shardstream.errors import ShardstreamError
-from shardstream.manifest import shard_name, write_manifest
 from shardstream.reader import ShardCache, TarShard
-from shardstream.storage import Store
-from shardstream.writer import ShardWriter
 
 pytestmark = pytest.mark.filterwarnings("ignore:This DataLoader will create")
 
@@ -24,35 +20,12 @@ COUNTS = [5, 1, 7, 3, 6]  # 22 samples in uneven shards
 SEED = 13
 
 
-def key_of(i: int) -> str:
-    return f"s{i:04d}"
+
+
 
 
 def write_dataset(root: Path, counts, name: str = "ds") -> str:
-    """A tar dataset whose shards hold exactly ``counts`` samples; keys ``key_of(0..N-1)`` in manifest order."""
-    url = root / name
-    url.mkdir(parents=True)
-    paths, samples, nbytes, sha256 = [], [], [], []
-    first = None
-    index = 0
-    for s, count in enumerate(counts):
-        part = root / f"{name}-part{s}"
-        with ShardWriter(str(part)) as writer:
-            for _ in range(count):
-                writer.write({"__key__": key_of(index), "cls": index})
-                index += 1
-        m = writer.manifest
-        first = first or m
-        target = shard_name(s, m.shard_format)
-        os.replace(part / m.paths[0], url / target)
-        shutil.rmtree(part)
-        paths.append(target)
-        samples += m.samples.tolist()
-        nbytes += m.nbytes.tolist()
-        sha256 += m.sha256
-    write_manifest(Store(str(url)), dataclasses.replace(first, paths=paths, samples=samples, nbytes=nbytes,
-                                                        sha256=sha256))
-    return str(url)
+    return _write_dataset(root, counts, make=lambda i: {"__key__": key_of(i), "cls": i}, name=name)
 
 
 def all_keys(n: int) -> list[str]:

@@ -5,10 +5,8 @@ Select these with ``pytest tests/ddp``; each torchrun takes a few seconds.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
-import shutil
 import socket
 import subprocess
 import sys
@@ -16,44 +14,20 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-
-from shardstream.manifest import shard_name, write_manifest
-from shardstream.storage import Store
-from shardstream.writer import ShardWriter
+from sample_datasets import key_of
+from sample_datasets import write_dataset as _write_dataset
 
 SCRIPT = Path(__file__).with_name("ddp_reader.py")
 BATCH = 4
 SEED = 7
 
 
-def key_of(i: int) -> str:
-    return f"s{i:04d}"
+
+
 
 
 def write_dataset(root: Path, counts) -> str:
-    """A tar dataset whose shards hold exactly ``counts`` samples; keys ``key_of(0..N-1)``."""
-    url = root / "ds"
-    url.mkdir(parents=True)
-    paths, samples, nbytes, sha256 = [], [], [], []
-    first = None
-    index = 0
-    for s, count in enumerate(counts):
-        part = root / f"part{s}"
-        with ShardWriter(str(part)) as writer:
-            for _ in range(count):
-                writer.write({"__key__": key_of(index), "txt": f"sample {index}"})
-                index += 1
-        m = writer.manifest
-        first = first or m
-        os.replace(part / m.paths[0], url / shard_name(s, m.shard_format))
-        shutil.rmtree(part)
-        paths.append(shard_name(s, m.shard_format))
-        samples += m.samples.tolist()
-        nbytes += m.nbytes.tolist()
-        sha256 += m.sha256
-    write_manifest(Store(str(url)), dataclasses.replace(first, paths=paths, samples=samples, nbytes=nbytes,
-                                                        sha256=sha256))
-    return str(url)
+    return _write_dataset(root, counts, make=lambda i: {"__key__": key_of(i), "txt": f"sample {i}"})
 
 
 def free_port() -> int:

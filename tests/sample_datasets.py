@@ -1,0 +1,53 @@
+"""Small datasets with exactly the shard sizes a test asks for (uneven on purpose)."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from shardstream.manifest import shard_name, write_manifest
+from shardstream.storage import Store
+from shardstream.writer import ShardWriter
+
+
+def key_of(i: int) -> str:
+    return f"s{i:04d}"
+
+
+def text_sample(i: int) -> dict[str, Any]:
+    return {"__key__": key_of(i), "txt": f"text {i}", "cls": i}
+
+
+def write_dataset(root: Path, counts, fmt: str = "tar", compression: str | None = None,
+                  make: Callable[[int], dict[str, Any]] = text_sample, name: str = "ds") -> str:
+    """A dataset whose shards hold exactly ``counts`` samples; keys ``key_of(0..N-1)`` in manifest order.
+
+    Each shard is written by its own ShardWriter, then the shards are gathered under one manifest.
+    """
+    url = root / name
+    url.mkdir(parents=True)
+    paths, samples, nbytes, sha256 = [], [], [], []
+    first = None
+    index = 0
+    for s, count in enumerate(counts):
+        part = root / f"{name}-part{s}"
+        with ShardWriter(str(part), format=fmt, compression=compression) as writer:
+            for _ in range(count):
+                writer.write(make(index))
+                index += 1
+        m = writer.manifest
+        first = first or m
+        target = shard_name(s, m.shard_format)
+        os.replace(part / m.paths[0], url / target)
+        shutil.rmtree(part)
+        paths.append(target)
+        samples += m.samples.tolist()
+        nbytes += m.nbytes.tolist()
+        sha256 += m.sha256
+    manifest = dataclasses.replace(first, paths=paths, samples=samples, nbytes=nbytes, sha256=sha256)
+    write_manifest(Store(str(url)), manifest)
+    return str(url)
