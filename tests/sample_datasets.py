@@ -1,4 +1,4 @@
-"""Small datasets with exactly the shard sizes a test asks for (uneven on purpose)."""
+"""Small source folders, and datasets with exactly the shard sizes a test asks for (uneven on purpose)."""
 
 from __future__ import annotations
 
@@ -51,3 +51,13 @@ def write_dataset(root: Path, counts, fmt: str = "tar", compression: str | None 
     manifest = dataclasses.replace(first, paths=paths, samples=samples, nbytes=nbytes, sha256=sha256)
     write_manifest(Store(str(url)), manifest)
     return str(url)
+
+
+def make_files(root: Path, files: dict[str, bytes]) -> Path:
+    """Create ``files`` (relative path -> content) under ``root``; returns ``root``."""
+    root.mkdir(parents=True, exist_ok=True)
+    for rel, data in files.items():
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+    return root

@@ -25,6 +25,7 @@ import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
 from oslimits import permission_preexec
+from sample_datasets import make_files
 
 from shardstream.cli import cli
 
@@ -37,13 +38,6 @@ SHARDSTREAM = [str(_EXE)] if _EXE.exists() else [sys.executable, "-m", "shardstr
 # -- helpers ------------------------------------------------------------------------------------------------
 
 
-def make_files(root: Path, files: dict[str, bytes]) -> Path:
-    root.mkdir(parents=True, exist_ok=True)
-    for rel, data in files.items():
-        path = root / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(data)
-    return root
 
 
 def run(*args: str | Path, preexec_fn=None, cwd: Path | None = None) -> subprocess.CompletedProcess[bytes]:

@@ -14,20 +14,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
+from sample_datasets import make_files
 
 from shardstream import pack
 from shardstream.cli import cli
 from shardstream.errors import ManifestError
 from shardstream.verify import verify
-
-
-def make_files(root: Path, files: dict[str, bytes]) -> Path:
-    root.mkdir(parents=True, exist_ok=True)
-    for rel, data in files.items():
-        path = root / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(data)
-    return root
 
 
 def folder_dataset(tmp_path: Path, compression: str | None = None, fmt: str = "tar") -> Path:

@@ -22,6 +22,7 @@ import pyarrow.parquet as pq
 import pytest
 import zstandard
 from oslimits import permission_preexec
+from sample_datasets import make_files
 
 from shardstream import pack
 from shardstream.errors import DatasetExistsError, ShardstreamError, SourceError
@@ -33,13 +34,6 @@ pack_module = importlib.import_module("shardstream.packing")
 # -- helpers ------------------------------------------------------------------------------------------------
 
 
-def make_files(root: Path, files: dict[str, bytes]) -> Path:
-    root.mkdir(parents=True, exist_ok=True)
-    for rel, data in files.items():
-        path = root / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(data)
-    return root
 
 
 def load_doc(dest: Path) -> dict:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.csv as pcsv
@@ -13,19 +12,10 @@ import pyarrow.feather as pfeather
 import pyarrow.parquet as pq
 import pytest
 from oslimits import permission_preexec
+from sample_datasets import make_files
 
 from shardstream.errors import SourceError
 from shardstream.packing.sources import FolderSource, TableSource, open_source
-
-
-def make_files(root: Path, files: dict[str, bytes]) -> Path:
-    """Create ``files`` (relative path -> content) under ``root``; returns ``root``."""
-    root.mkdir(parents=True, exist_ok=True)
-    for rel, data in files.items():
-        path = root / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(data)
-    return root
 
 
 def fields_of(src: FolderSource) -> dict[str, dict[str, tuple[str, int]]]:
