@@ -82,6 +82,11 @@ class RaggedBytes(Sequence):
     def __reduce__(self):
         return (RaggedBytes, (self.data, self.offsets))
 
+    def pin_memory(self, device: Any = None) -> RaggedBytes:
+        """What the DataLoader's pin-memory thread calls (else it would turn the batch into a list)."""
+        pin = (lambda t: t.pin_memory()) if device is None else (lambda t: t.pin_memory(device))
+        return RaggedBytes(pin(self.data), pin(self.offsets))
+
 
 _MAPS: OrderedDict[str, mmap.mmap] = OrderedDict()  # shard files this process has mapped, for MappedBytes
 _MAX_MAPS = 64
@@ -135,6 +140,10 @@ class MappedBytes(Sequence):
 
     def __repr__(self) -> str:
         return f"MappedBytes({len(self)} values, {int(self.sizes.sum()):,} bytes)"
+
+    def pin_memory(self, device: Any = None) -> MappedBytes:
+        """Locations need no pinning (else the DataLoader's pin-memory thread would read every value)."""
+        return self
 
 
 def ragged_fields(fields: list[Sequence[bytes | bytearray | memoryview]]) -> list[RaggedBytes]:
@@ -234,6 +243,8 @@ def collate(samples: list[dict[str, Any]]) -> dict[str, Any]:
             batch[name] = None  # keeps the field order
             continue
         stacked = None if any(v is None for v in values) else _stack(values)
+        if stacked is None:  # a list: shard memory (memoryview) cannot leave the worker; bytes can
+            values = [bytes(v) if isinstance(v, memoryview) else v for v in values]
         batch[name] = stacked if stacked is not None else values
     if raw:
         batch.update(zip(raw, ragged_fields(list(raw.values()))))

@@ -141,6 +141,7 @@ class ShardDataset(IterableDataset):
         self.batch_size = batch_size
         self.batches_per_chunk = 1  # >1: workers collate several batches at once (the loader splits them)
         self._released: torch.Tensor | None = None  # set by the loader: batches travel through a Ring
+        self._loader: Any = None  # a weak reference to the loader this dataset feeds
         self.ring_slots = 4
         self.collate_fn = collate_fn or collate
         self.on_error = on_error
@@ -283,6 +284,7 @@ class ShardDataset(IterableDataset):
         state.pop("_shards", None)  # open shards (memory maps) stay in the process that opened them
         state.pop("_last_good", None)
         state.pop("_ring_state", None)  # each worker process has its own arenas
+        state["_loader"] = None
         return state
 
     def _copied_later(self) -> bool:

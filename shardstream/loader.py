@@ -10,6 +10,7 @@ sample repeated or skipped, also with another ``num_workers`` or world size.
 from __future__ import annotations
 
 import os
+import weakref
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -17,6 +18,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from .collate import collate, split
+from .errors import ShardstreamError
 from .transport import Receiver
 
 if TYPE_CHECKING:
@@ -57,6 +59,13 @@ class ShardLoader(DataLoader):
     def __init__(self, dataset: ShardDataset, batch_size: int, num_workers: int | None = None, **kwargs: Any):
         if batch_size < 1:
             raise ValueError(f"batch_size must be at least 1, not {batch_size}")
+        previous = dataset._loader() if dataset._loader is not None else None
+        if previous is not None:
+            raise ShardstreamError(
+                "this ShardDataset already feeds a loader, whose batches and resume state depend on it; "
+                "make another ShardDataset for a second loader (or drop the first one)"
+            )
+        dataset._loader = weakref.ref(self)
         dataset.batch_size = batch_size
         num_workers = default_num_workers() if num_workers is None else num_workers
         kwargs.setdefault("pin_memory", torch.cuda.is_available())
@@ -68,7 +77,7 @@ class ShardLoader(DataLoader):
         self._receiver: Receiver | None = None
         if num_workers > 0 and not kwargs.get("pin_memory") and dataset.collate_fn is collate:
             dataset.ring_slots = (kwargs.get("prefetch_factor") or 2) + 2  # more arenas than batches in flight
-            dataset._released = torch.full((num_workers, dataset.ring_slots), -1, dtype=torch.int64).share_memory_()
+            dataset._released = self._new_table(num_workers, dataset.ring_slots)
             self._receiver = Receiver(dataset._released)
         super().__init__(dataset, batch_size=None, num_workers=num_workers, **kwargs)
         self.samples_per_batch = batch_size
@@ -86,7 +95,9 @@ class ShardLoader(DataLoader):
         per_chunk = self.dataset.batches_per_chunk
         receiver = self._receiver
         if receiver is not None and not (self.persistent_workers and self._iterator is not None):
-            receiver.reset()  # new worker processes start their rings afresh
+            # new worker processes start their rings afresh, with a table of their own
+            self.dataset._released = self._new_table(self.num_workers, self.dataset.ring_slots)
+            receiver.reset(self.dataset._released)
         for chunk in super().__iter__():
             if receiver is not None:
                 chunk = receiver.receive(chunk)
@@ -95,6 +106,10 @@ class ShardLoader(DataLoader):
                 yield batch
         self.dataset._reset(self._start["epoch"])  # a complete pass: the next one reads the whole epoch
         self._generation = self.dataset.generation  # ...but this pass's state stays what it was
+
+    @staticmethod
+    def _new_table(num_workers: int, slots: int) -> torch.Tensor:
+        return torch.full((num_workers, slots), -1, dtype=torch.int64).share_memory_()
 
     def state_dict(self) -> dict[str, Any]:
         """Where this rank is: epoch, seed, the epoch's segment and what it consumed of it."""

@@ -52,7 +52,7 @@ class Shipment:
     slot: int
     batch: Any
     new_arenas: dict[int, torch.Tensor] = field(default_factory=dict)
-    retired: list[int] = field(default_factory=list)
+    live: list[int] = field(default_factory=list)  # the worker's arenas now; the main process forgets others
 
 
 class _Arena:
@@ -81,7 +81,6 @@ class Ring:
         self.holds = [-1] * slots  # sequence number of the batch each slot holds
         self.seq = 0
         self._next_id = 0
-        self._retired: list[int] = []
         self._want = 1 << 20
 
     def _new_arena(self, nbytes: int) -> _Arena:
@@ -103,11 +102,8 @@ class Ring:
                 time.sleep(pause)
                 pause = min(pause * 2, 0.002)
             if not self._free(slot):  # its batch is still held: never reuse this arena
-                self._retired.append(arena.ident)
                 arena = None
         if arena is None or arena.tensor.numel() < self._want:
-            if arena is not None:
-                self._retired.append(arena.ident)
             arena = self.arenas[slot] = self._new_arena(self._want)
         used = 0
         overflow = 0
@@ -127,12 +123,12 @@ class Ring:
 
         def ship(batch: Any) -> Shipment:
             ptr = arena.tensor.untyped_storage().data_ptr()
-            shipment = Shipment(self.worker, self.seq, slot, _to_refs(batch, arena.ident, ptr), retired=self._retired)
+            live = [a.ident for a in self.arenas if a is not None]
+            shipment = Shipment(self.worker, self.seq, slot, _to_refs(batch, arena.ident, ptr), live=live)
             self.holds[slot] = self.seq
             if not arena.sent:
                 shipment.new_arenas[arena.ident] = arena.tensor
                 arena.sent = True
-            self._retired = []
             self.seq += 1
             return shipment
 
@@ -167,16 +163,18 @@ class Receiver:
         self.released = released
         self.arenas: dict[tuple[int, int], np.ndarray] = {}
 
-    def reset(self) -> None:
-        """New worker processes: forget their predecessors' arenas and table."""
+    def reset(self, released: torch.Tensor) -> None:
+        """New worker processes: forget their predecessors' arenas, and use a new table (a batch
+        of theirs the user still holds must not free a slot of the new workers when it goes)."""
         self.arenas.clear()
-        self.released.fill_(-1)
+        self.released = released
 
     def receive(self, item: Any) -> Any:
         if not isinstance(item, Shipment):
             return item
-        for ident in item.retired:
-            self.arenas.pop((item.worker, ident), None)  # views handed out keep their memory alive
+        live = set(item.live)
+        for key in [k for k in self.arenas if k[0] == item.worker and k[1] not in live]:
+            del self.arenas[key]  # views handed out keep their memory alive
         for ident, tensor in item.new_arenas.items():
             self.arenas[(item.worker, ident)] = tensor.numpy()
         owner = _Owner()

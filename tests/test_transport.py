@@ -10,7 +10,7 @@ import torch
 
 import shardstream.transport as transport
 from shardstream import ShardDataset, ShardWriter
-from shardstream.collate import RaggedBytes, collate
+from shardstream.collate import MappedBytes, RaggedBytes, collate
 from shardstream.transport import ArenaRef, Receiver, Ring, Shipment
 
 
@@ -60,7 +60,7 @@ def test_an_arena_is_reused_only_after_its_batch_is_gone_and_a_held_one_is_never
     del first
     gc.collect()
     third = send(ring, image_samples(2, 3))  # slot 0: still held through the view, so a new arena
-    assert third.batch["jpg"].arena != 1 and third.retired == [1]
+    assert third.batch["jpg"].arena != 1 and 1 not in third.live
     receiver.receive(third)
     assert int(view[0, 0, 0]) == 2 and int(second["jpg"][0, 0, 0, 0]) == 2  # nothing overwritten
     del view, third
@@ -112,3 +112,74 @@ def test_the_loader_ships_through_arenas_across_epochs_and_after_an_early_stop(i
                 if i == 1:
                     break
     assert int(ds._released.max()) > 0
+
+
+def _keyed(i: int) -> dict:
+    return {"__key__": f"s{i:03d}", "npy": np.full((4, 4, 3), i, dtype=np.uint8), "cls": i}
+
+
+@pytest.fixture
+def keyed(tmp_path):
+    url = str(tmp_path / "keyed")
+    with ShardWriter(url, samples_per_shard=6) as w:
+        for i in range(40):
+            w.write(_keyed(i))
+    return url
+
+
+def _intact(batch) -> bool:
+    wanted = [int(k[1:]) for k in batch["__key__"]]
+    return batch["cls"].tolist() == wanted and [int(x[0, 0, 0]) for x in batch["npy"]] == wanted
+
+
+@pytest.mark.parametrize("persistent", [True, False])
+def test_batches_a_user_keeps_stay_intact_across_epochs(keyed, persistent):
+    ds = ShardDataset(keyed, seed=1, decode="numpy")
+    loader = ds.loader(batch_size=4, num_workers=1, persistent_workers=persistent)
+    kept = []
+    for epoch in range(3):
+        ds.set_epoch(epoch)
+        kept += list(loader)  # every batch held: workers must take new arenas, never reuse these
+        assert all(_intact(b) for b in kept)
+
+
+def test_the_main_process_keeps_only_the_workers_live_arenas_after_early_stops(keyed):
+    ds = ShardDataset(keyed, seed=1, decode="numpy")
+    loader = ds.loader(batch_size=4, num_workers=2)
+    for epoch in range(8):
+        ds.set_epoch(epoch)
+        for i, _ in enumerate(loader):
+            if i == 2:
+                break
+    assert len(loader._receiver.arenas) <= 2 * ds.ring_slots
+
+
+def test_a_second_live_loader_on_one_dataset_is_refused(keyed):
+    from shardstream.errors import ShardstreamError
+
+    ds = ShardDataset(keyed, seed=1, decode="numpy")
+    first = ds.loader(batch_size=4, num_workers=0)
+    with pytest.raises(ShardstreamError, match="another ShardDataset"):
+        ds.loader(batch_size=8, num_workers=0)
+    del first
+    gc.collect()
+    assert len(list(ds.loader(batch_size=8, num_workers=0))) == 5  # the first one is gone: fine
+
+
+def test_raw_batches_with_a_field_some_samples_lack_cross_from_workers_as_bytes(tmp_path):
+    url = str(tmp_path / "ragged")
+    with ShardWriter(url, samples_per_shard=5, compression="zstd") as w:
+        for i in range(20):
+            w.write({"__key__": f"s{i:03d}", "bin": bytes([i]), **({"txt": f"t{i}"} if i != 7 else {})})
+    ds = ShardDataset(url, shuffle=False, decode=None)
+    batches = list(ds.loader(batch_size=4, num_workers=2, timeout=60))
+    assert [k for b in batches for k in b["__key__"]] == [f"s{i:03d}" for i in range(20)]
+    texts = [t for b in batches for t in b["txt"]]
+    assert texts[7] is None and texts[8] == b"t8" and all(isinstance(t, bytes) for t in texts if t is not None)
+
+
+def test_pin_memory_keeps_located_bytes_as_they_are():
+    from torch.utils.data._utils.pin_memory import pin_memory
+
+    located = MappedBytes(["/nonexistent"], np.zeros(2, np.int32), np.zeros(2, np.int64), np.ones(2, np.int64))
+    assert pin_memory({"bin": located})["bin"] is located

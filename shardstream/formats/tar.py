@@ -347,8 +347,9 @@ def _index_plain(buf, name: str) -> tuple[list[str], list[int], list[int]] | Non
         return None
     rows = blocks[heads]
     digits = rows[:, 124:135].astype(np.int64) - 48
-    if not ((digits >= 0) & (digits <= 7)).all() or not np.isin(rows[:, 156], (ord("0"), 0)).all():
-        return None
+    if (not ((digits >= 0) & (digits <= 7)).all() or not np.isin(rows[:, 135], (0, 32)).all()
+            or not np.isin(rows[:, 156], (ord("0"), 0)).all()):
+        return None  # 12-digit sizes, other member types: the careful parser
     sizes = digits @ (8 ** np.arange(10, -1, -1, dtype=np.int64))
     following = heads + 1 + (sizes + BLOCK - 1) // BLOCK
     if not (following[:-1] == heads[1:]).all():  # a magic inside member data, or a gap: not plain
@@ -372,7 +373,9 @@ def _index_plain(buf, name: str) -> tuple[list[str], list[int], list[int]] | Non
     if rows[:, 345:500].any():
         prefixes = rows[:, 345:500].tobytes()
         for i in np.flatnonzero(rows[:, 345:500].any(axis=1)).tolist():
-            names[i] = prefixes[i * 155 : (i + 1) * 155].split(b"\0", 1)[0] + b"/" + names[i]
+            prefix = prefixes[i * 155 : (i + 1) * 155].split(b"\0", 1)[0]
+            if prefix:
+                names[i] = prefix + b"/" + names[i]
     offsets = ((heads + 1) * BLOCK).tolist()
     return [n.decode("utf-8", "surrogateescape") for n in names], offsets, sizes.tolist()
 

@@ -469,3 +469,25 @@ def test_index_samples_reports_truncation_like_the_careful_parser():
     data = _written([(f"k{i}", [("bin", b"z" * 600)]) for i in range(5)])
     with pytest.raises(CorruptShardError, match="truncated"):
         T.index_samples(data[: 512 * 6], "s")
+
+
+def _with_header_change(data: bytes, change) -> bytes:
+    header = bytearray(data[:512])
+    change(header)
+    header[148:156] = b" " * 8
+    header[148:156] = b"%06o\0 " % sum(header)
+    return bytes(header) + data[512:]
+
+
+def test_index_samples_fast_path_reads_a_twelve_digit_size_like_tarfile():
+    data = _written([("k", [("jpg", b"j" * 100)])])
+    odd = _with_header_change(data, lambda h: h.__setitem__(slice(124, 136), b"%012o" % 100))
+    careful = list(T.iter_samples(odd, "s"))
+    assert T.index_samples(odd, "s") == ([k for k, _ in careful], [f for _, f in careful])
+    assert careful[0][1]["jpg"] == (512, 100)
+
+
+def test_index_samples_fast_path_ignores_an_empty_prefix_with_bytes_after_it():
+    data = _written([("a", [("bin", b"1")])])
+    odd = _with_header_change(data, lambda h: h.__setitem__(slice(346, 350), b"junk"))  # prefix[0] is NUL
+    assert T.index_samples(odd, "s")[0] == ["a"] == [k for k, _ in T.iter_samples(odd, "s")]
