@@ -21,7 +21,7 @@ from . import plan
 from .collate import MappedBytes, collate
 from .decode import Decoder, DecodeSpec
 from .errors import ManifestError, ShardstreamError
-from .manifest import MANIFEST_NAME, Manifest, dataset_store, load_manifest
+from .manifest import Manifest, dataset_store, load_manifest
 from .reader import ArrowShard, ShardCache
 from .storage import Store
 from .transport import Ring
@@ -397,4 +397,4 @@ def _key_of(cache: ShardCache, shard: int, offset: int) -> str | None:
     return None
 
 
-__all__ = ["MANIFEST_NAME", "ShardDataset", "collate", "open_dataset", "resolve_rank"]
+__all__ = ["ShardDataset", "open_dataset", "resolve_rank"]

@@ -8,6 +8,7 @@ about 1.7x Pillow here. Fields with other extensions stay ``bytes``.
 
 from __future__ import annotations
 
+import functools
 import io
 import json
 import warnings
@@ -31,7 +32,9 @@ class DecodeError(ShardstreamError):
     """A field's bytes do not decode as its extension says."""
 
 
+@functools.lru_cache(maxsize=1024)
 def extension(field: str) -> str:
+    """The part of a field name that picks its decoder (worked out once per name, not per sample)."""
     return field.rsplit(".", 1)[-1].lower()
 
 
