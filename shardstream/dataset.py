@@ -23,6 +23,7 @@ from .decode import Decoder, DecodeSpec
 from .errors import ManifestError, ShardstreamError
 from .manifest import Manifest, dataset_store, load_manifest
 from .reader import ArrowShard, ShardCache
+from .seeding import seed_worker
 from .storage import Store
 from .transport import Ring
 
@@ -145,6 +146,7 @@ class ShardDataset(IterableDataset):
         self.ring_slots = 4
         self.collate_fn = collate_fn or collate
         self.on_error = on_error
+        self.seed_workers = True  # reseed random/numpy/torch in each worker per epoch (see shardstream.seeding)
         if self.manifest.shard_format == "arrow":
             import pyarrow.compute  # noqa: F401 - take() loads it lazily, inside the first batch otherwise
         self._columnar = (self.manifest.shard_format == "arrow" and transform is None and collate_fn is None
@@ -223,6 +225,8 @@ class ShardDataset(IterableDataset):
         info = get_worker_info()
         num_workers, worker_id = (info.num_workers, info.id) if info is not None else (1, 0)
         epoch, rank, _, segment, segment_world, consumed = self._control.get()
+        if info is not None and self.seed_workers:  # augmentations differ per worker and epoch, reproducibly
+            seed_worker(self.seed, epoch, rank, worker_id)
         span = plan.rank_range(segment, segment_world, rank, self.drop_last)
         order = plan.EpochOrder.create(self.counts, self.seed, epoch, self.shuffle, self.window)
         order = order.restrict(*plan.span_bounds(segment, span))  # keep only this rank's shards
