@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable, Iterator, Sequence
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -18,13 +19,17 @@ import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
 from . import plan
+from .cache import DiskCache
 from .collate import MappedBytes, collate
 from .decode import Decoder, DecodeSpec
 from .errors import ManifestError, ShardstreamError
+from .fetch import ShardFetcher
 from .manifest import Manifest, dataset_store, load_manifest
+from .prefetch import Prefetcher
 from .reader import ArrowShard, ShardCache
 from .seeding import seed_worker
-from .storage import Store
+from .sizes import parse_size
+from .storage import RetryPolicy, Store
 from .transport import Ring
 
 log = logging.getLogger("shardstream")
@@ -46,20 +51,21 @@ def resolve_rank(rank: int | None = None, world_size: int | None = None) -> tupl
     return rank, world_size
 
 
-def open_dataset(url_or_urls: str | Sequence[str], storage_options: dict[str, Any] | None = None
-                 ) -> tuple[Store, Manifest]:
+def open_dataset(url_or_urls: str | Sequence[str], storage_options: dict[str, Any] | None = None,
+                 retry: RetryPolicy | None = None) -> tuple[Store, Manifest]:
     """The store and manifest of a dataset; WebDataset tars without a manifest are scanned."""
     urls = [url_or_urls] if isinstance(url_or_urls, (str, os.PathLike)) else list(url_or_urls)
     urls = [os.fspath(u) for u in urls]
     if len(urls) == 1 and not urls[0].endswith((".tar", ".tar.gz", ".tgz", ".tar.zst")) and "{" not in urls[0]:
         store = dataset_store(urls[0], storage_options)
+        store.retry = retry or store.retry
         return store, load_manifest(store)
     from .index import scan
 
     log.warning("scanning %d tar source(s) without a manifest; 'shardstream index' writes one so the next "
                 "start is instant", len(urls))
     result = scan(urls, storage_options=storage_options)
-    return Store(result.url, storage_options), result.manifest
+    return Store(result.url, storage_options, retry), result.manifest
 
 
 class _Control:
@@ -107,7 +113,18 @@ class ShardDataset(IterableDataset):
         rank, world_size: override ``torch.distributed`` / ``RANK`` / ``WORLD_SIZE``.
         on_error: ``"raise"`` or ``"skip"`` (count, log, and repeat the last good
             sample so every rank still yields the same number of samples).
-        storage_options: passed to fsspec.
+        storage_options: passed to fsspec (``endpoint_url``, ``anon``, ``profile``...).
+        cache_dir: where shards downloaded from remote storage are kept, shared by the
+            workers and ranks of a host (default: ``shardstream-<uid>/cache`` in the
+            system's temporary folder); see :class:`shardstream.cache.DiskCache`.
+        cache_limit: bytes (or ``"50GB"``) the cache may hold; least recently used
+            shards not being read are evicted (default: half the free space there).
+        prefetch: bytes (or ``"512MB"``) of upcoming shards each worker downloads ahead
+            of use; ``0`` downloads each shard when it is first needed.
+        retries: attempts after a transient storage error (resets, timeouts, 5xx,
+            throttling, a damaged download) before giving up with an error.
+        timeout: seconds one storage request may take before it is retried (large
+            downloads get more, at 1 MB/s); ``None`` for no limit.
     """
 
     def __init__(
@@ -126,12 +143,22 @@ class ShardDataset(IterableDataset):
         world_size: int | None = None,
         on_error: str = "raise",
         storage_options: dict[str, Any] | None = None,
+        cache_dir: str | os.PathLike[str] | None = None,
+        cache_limit: int | str | None = None,
+        prefetch: int | str = "512MB",
+        retries: int = 5,
+        timeout: float | None = 60.0,
     ):
         if on_error not in ("raise", "skip"):
             raise ValueError(f"on_error must be 'raise' or 'skip', not {on_error!r}")
         if batch_size is not None and batch_size < 1:
             raise ValueError(f"batch_size must be at least 1, not {batch_size}")
-        self.store, self.manifest = open_dataset(url_or_urls, storage_options)
+        self.store, self.manifest = open_dataset(url_or_urls, storage_options, RetryPolicy(retries, timeout))
+        self.prefetch = parse_size(prefetch, "prefetch") if isinstance(prefetch, str) else int(prefetch)
+        if self.prefetch < 0:
+            raise ValueError(f"prefetch must be 0 or more bytes, not {prefetch!r}")
+        self.disk_cache = None if self.store.local else DiskCache(
+            cache_dir, parse_size(cache_limit, "cache_limit") if isinstance(cache_limit, str) else cache_limit)
         self.counts = self.manifest.samples
         if self.manifest.num_samples == 0:
             raise ManifestError(f"{self.store.url} holds no samples")
@@ -246,9 +273,26 @@ class ShardDataset(IterableDataset):
                         continue
             raise ShardstreamError(f"no sample of this rank's part of {self.store.url} loads; verify the dataset")
 
-        for lo, hi in plan.worker_chunks(span, chunk, num_workers, worker_id, consumed):
-            positions = plan.segment_positions(segment, np.arange(lo, hi))
-            shards, offsets = order.samples(positions)
+        def planned() -> Iterator[tuple[np.ndarray, np.ndarray]]:
+            for lo, hi in plan.worker_chunks(span, chunk, num_workers, worker_id, consumed):
+                yield order.samples(plan.segment_positions(segment, np.arange(lo, hi)))
+
+        chunks: Iterable[tuple[np.ndarray, np.ndarray]] = planned()
+        prefetcher = None
+        if not self.store.local:  # fetch the next shards of this worker's plan while it reads these
+            prefetcher = Prefetcher(cache.load, lambda i: int(self.manifest.nbytes[i]), self.prefetch)
+            cache.take = prefetcher.take
+            chunks = _looking_ahead(chunks, -(-2 * self.window // (chunk * num_workers)) + 1, prefetcher, cache)
+        try:
+            yield from self._batches(chunks, cache, ring, stand_in)
+        finally:
+            if prefetcher is not None:
+                prefetcher.close()
+                cache.take = None
+
+    def _batches(self, chunks: Iterable[tuple[np.ndarray, np.ndarray]], cache: ShardCache, ring: Ring | None,
+                 stand_in: Callable[[], Any]) -> Iterator[Any]:
+        for shards, offsets in chunks:
             if self._columnar and self.batch_size is not None:
                 yield self._load_columns(cache, shards, offsets)
                 continue
@@ -280,7 +324,8 @@ class ShardDataset(IterableDataset):
     def _cache(self) -> ShardCache:
         cache = getattr(self, "_shards", None)
         if cache is None:
-            cache = self._shards = ShardCache(self.store, self.manifest)
+            cache = self._shards = ShardCache(self.store, self.manifest,
+                                              fetcher=ShardFetcher(self.store, self.manifest, self.disk_cache))
         return cache
 
     def __getstate__(self) -> dict[str, Any]:
@@ -367,6 +412,28 @@ class ShardDataset(IterableDataset):
         from .loader import ShardLoader
 
         return ShardLoader(self, batch_size, num_workers, **dataloader_kwargs)
+
+
+def _looking_ahead(chunks: Iterable[tuple[np.ndarray, np.ndarray]], depth: int, prefetcher: Prefetcher,
+                   cache: ShardCache) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """The chunks, while the shards of the next ``depth`` are prefetched and the others closed."""
+    it = iter(chunks)
+    ahead: deque[tuple[np.ndarray, np.ndarray]] = deque()
+    for item in it:
+        ahead.append(item)
+        if len(ahead) >= max(depth, 2):
+            break
+    while ahead:
+        needed = np.concatenate([shards for shards, _ in ahead])
+        first, index = np.unique(needed, return_index=True)
+        in_order = first[np.argsort(index)].tolist()  # shards by first use
+        prefetcher.want(in_order)
+        prefetcher.keep_only(in_order)
+        cache.retain(set(in_order))
+        yield ahead.popleft()
+        following = next(it, None)
+        if following is not None:
+            ahead.append(following)
 
 
 def _has_binary_fields(manifest: Manifest) -> bool:

@@ -3,15 +3,18 @@
 A tar shard's headers are parsed once into an index of (key, field offsets); a sample
 is then a few slices of the shard's buffer (a memory map for local files), with no
 ``tarfile`` and no copy until the caller asks for bytes. Arrow shards use the IPC
-file's record-batch directory. Readers are cached per process, a few at a time.
+file's record-batch directory. Readers are cached per process, a few at a time; their
+bytes come from :mod:`shardstream.fetch` (a local map, or a checked download).
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Callable
 from typing import Any
 
 from .errors import CorruptShardError
+from .fetch import ShardFetcher
 from .formats import TAR_COMPRESSION
 from .formats import tar as tar_format
 from .manifest import Manifest
@@ -79,12 +82,18 @@ class ArrowShard:
 
 
 class ShardCache:
-    """The shards this process has open, least recently used dropped first."""
+    """The shards this process has open, least recently used dropped first.
 
-    def __init__(self, store: Store, manifest: Manifest, capacity: int = 16):
+    Shards come from a :class:`~shardstream.fetch.ShardFetcher`, or from ``take`` while a
+    :class:`~shardstream.prefetch.Prefetcher` loads them ahead (it calls :meth:`load`).
+    """
+
+    def __init__(self, store: Store, manifest: Manifest, capacity: int = 16, fetcher: ShardFetcher | None = None):
         self.store = store
         self.manifest = manifest
         self.capacity = capacity
+        self.fetcher = fetcher or ShardFetcher(store, manifest)
+        self.take: Callable[[int], TarShard | ArrowShard] | None = None
         self._open: OrderedDict[int, TarShard | ArrowShard] = OrderedDict()
 
     def get(self, shard: int) -> TarShard | ArrowShard:
@@ -92,17 +101,25 @@ class ShardCache:
         if found is not None:
             self._open.move_to_end(shard)
             return found
-        opened = self._load(shard)
+        opened = self.take(shard) if self.take is not None else self._load(shard)
         self._open[shard] = opened
         if len(self._open) > self.capacity:
             self._open.popitem(last=False)
         return opened
 
+    def retain(self, shards: set[int]) -> None:
+        """Close the open shards not in ``shards`` (the plan no longer needs them)."""
+        for shard in [s for s in self._open if s not in shards]:
+            del self._open[shard]
+
+    def load(self, shard: int) -> TarShard | ArrowShard:
+        """Fetch, check, decompress and index shard ``shard`` (safe to call from any thread)."""
+        return self._load(shard)
+
     def _load(self, shard: int) -> TarShard | ArrowShard:
         m = self.manifest
-        path = m.paths[shard]
-        name = self.store.url_of(path)
-        data = self.store.read_bytes(path)
+        name = self.store.url_of(m.paths[shard])
+        data = self.fetcher.fetch(shard)
         if len(data) != m.nbytes[shard]:
             raise CorruptShardError(
                 f"{name}: {len(data)} bytes, the manifest says {m.nbytes[shard]}; the shard is truncated or "

@@ -2,8 +2,11 @@
 
 A :class:`Store` is one folder (a prefix on object storage). Local folders use the
 operating system directly (memory-mapped reads, rename-into-place writes); every
-other protocol goes through fsspec. Writes are atomic: a reader sees a whole file or
-none. The store knows nothing about ranks, shards or manifests.
+other protocol goes through fsspec, with transient errors (resets, timeouts, 5xx,
+throttling) retried with backoff under a :class:`RetryPolicy` and permanent ones
+(missing object, access denied) reported at once. ``http(s)://`` is read-only. Writes
+are atomic: a reader sees a whole file or none. The store knows nothing about ranks,
+shards or manifests.
 """
 
 from __future__ import annotations
@@ -13,10 +16,13 @@ import errno
 import mmap
 import os
 import posixpath
+import random
 import tempfile
+import time
 import uuid
-from collections.abc import Iterator
-from typing import IO, Any
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import IO, Any, TypeVar
 
 from .errors import StorageError
 
@@ -39,6 +45,8 @@ def describe_os_error(exc: BaseException) -> str:
         return _FIXES[exc.errno]
     if isinstance(exc, FileNotFoundError):  # fsspec raises it without an errno
         return _FIXES[errno.ENOENT]
+    if isinstance(exc, TimeoutError) and not str(exc):
+        return "the request timed out"
     if isinstance(exc, OSError) and exc.strerror:
         return exc.strerror.lower()
     return str(exc) or type(exc).__name__
@@ -53,6 +61,84 @@ def storage_errors(action: str, url: str) -> Iterator[None]:
         raise
     except (OSError, ValueError) as exc:
         raise StorageError(f"{action} {url}: {describe_os_error(exc)}") from exc
+    except Exception as exc:
+        if type(exc).__module__.split(".")[0] not in _NETWORK_MODULES:
+            raise  # a bug, not a storage problem: keep its traceback
+        raise StorageError(f"{action} {url}: {describe_os_error(exc)}") from exc
+
+
+_T = TypeVar("_T")
+
+# Errors that retrying cannot fix; anything else from the network stack is retried.
+_PERMANENT = (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError, FileExistsError,
+              NotImplementedError, ValueError, TypeError)
+_NETWORK_MODULES = ("aiohttp", "botocore", "aiobotocore", "urllib3", "requests", "google", "gcsfs", "fsspec",
+                    "s3fs", "http", "ssl", "socket", "asyncio", "concurrent")
+_READ_ONLY = ("http", "https")
+PART_SIZE = 16 << 20  # bytes per ranged GET when a large object is read whole
+
+
+def is_transient(exc: BaseException) -> bool:
+    """Whether retrying ``exc`` may help: resets, timeouts, 5xx, 408/429 throttling; not 4xx or a missing object."""
+    if isinstance(exc, _PERMANENT):
+        return False
+    status = getattr(exc, "status", None) or getattr(exc, "code", None)
+    if isinstance(status, int) and 400 <= status < 500 and status not in (408, 429):
+        return False
+    if "Credential" in type(exc).__name__:
+        return False
+    if isinstance(exc, (OSError, TimeoutError, ConnectionError)):
+        return True
+    return type(exc).__module__.split(".")[0] in _NETWORK_MODULES
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """How requests to remote storage are retried and timed out.
+
+    Args:
+        retries: attempts after the first one fails with a transient error.
+        timeout: seconds one request may take (``None``: no limit); reads of large
+            objects get ``nbytes / min_rate`` seconds more.
+        backoff: the first wait between attempts, doubled each time (with jitter).
+        max_backoff: the longest wait between attempts.
+        min_rate: the slowest transfer, in bytes per second, that is not a stall.
+    """
+
+    retries: int = 5
+    timeout: float | None = 60.0
+    backoff: float = 0.2
+    max_backoff: float = 10.0
+    min_rate: float = 1 << 20
+
+    def __post_init__(self) -> None:
+        if self.retries < 0:
+            raise ValueError(f"retries must be 0 or more, not {self.retries}")
+        if self.timeout is not None and self.timeout <= 0:
+            raise ValueError(f"timeout must be positive seconds or None, not {self.timeout}")
+
+    def wait(self, attempt: int) -> float:
+        """Seconds to wait before retry number ``attempt`` (0-based): exponential, with full jitter."""
+        return random.uniform(0.5, 1.0) * min(self.max_backoff, self.backoff * 2**attempt)
+
+    def time_limit(self, nbytes: int = 0) -> float | None:
+        """The timeout for one request that moves ``nbytes``."""
+        return None if self.timeout is None else self.timeout + nbytes / self.min_rate
+
+    def call(self, fn: Callable[[], _T], describe: Callable[[], str]) -> _T:
+        """``fn()``, retried on transient errors; the last error is raised with the attempt count in its message."""
+        attempt = 0
+        while True:
+            try:
+                return fn()
+            except Exception as exc:
+                if not is_transient(exc):
+                    raise
+                if attempt >= self.retries:
+                    raise StorageError(f"{describe()}: {describe_os_error(exc)} "
+                                       f"(gave up after {attempt + 1} attempts)") from exc
+            time.sleep(self.wait(attempt))
+            attempt += 1
 
 
 def is_url(path: str) -> bool:
@@ -61,24 +147,77 @@ def is_url(path: str) -> bool:
 
 
 class Store:
-    """One folder on local disk or object storage, addressed by URL or path."""
+    """One folder on local disk or object storage, addressed by URL or path.
 
-    def __init__(self, url: str | os.PathLike[str], storage_options: dict[str, Any] | None = None):
+    ``storage_options`` go to fsspec (``endpoint_url``, ``anon``, ``profile``...);
+    ``retry`` says how remote requests are retried and timed out.
+    """
+
+    def __init__(self, url: str | os.PathLike[str], storage_options: dict[str, Any] | None = None,
+                 retry: RetryPolicy | None = None):
         url = os.fspath(url)
         if url.startswith("file://"):
             url = url[len("file://"):]
         self.url = url.rstrip("/") or "/"
         self.storage_options = dict(storage_options or {})
+        self.retry = retry or RetryPolicy()
         self.local = not is_url(self.url)
+        self.protocol = "file" if self.local else self.url.split("://", 1)[0].lower()
+        self.read_only = self.protocol in _READ_ONLY
+        self._fs: Any = None
+        self._pid = 0
         if self.local:  # plain OS calls; fsspec (slow to import) only for other protocols
             self.root = os.path.abspath(self.url)
-            self.fs = None
         else:
-            import fsspec
+            self.root = self._connect()[1].rstrip("/")
 
-            with storage_errors("cannot open", self.url):
-                self.fs, root = fsspec.core.url_to_fs(self.url, **self.storage_options)
-            self.root = root.rstrip("/")
+    def _connect(self) -> tuple[Any, str]:
+        import fsspec
+
+        with storage_errors("cannot open", self.url):
+            try:
+                fs, root = fsspec.core.url_to_fs(self.url, **self.storage_options)
+            except TypeError as exc:
+                raise StorageError(f"cannot open {self.url}: {exc}; check the storage options") from exc
+        self._fs, self._pid = fs, os.getpid()
+        return fs, root
+
+    @property
+    def fs(self) -> Any:
+        """The fsspec filesystem (``None`` for local folders); made anew in a forked child, whose
+        parent's event loop thread does not exist there."""
+        if not self.local and (self._fs is None or self._pid != os.getpid()):
+            self._connect()
+        return self._fs
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_fs"] = None  # reconnected where it is used
+        return state
+
+    def _remote(self, action: str, name: str | None, method: str, *args: Any, nbytes: int = 0, **kwargs: Any) -> Any:
+        """``self.fs.<method>(*args)`` with the retry policy; errors name the URL."""
+        url = self.url if name is None else self.url_of(name)
+        fs = self.fs
+        limit = self.retry.time_limit(nbytes)
+        from fsspec.asyn import AsyncFileSystem
+
+        if limit is not None and isinstance(fs, AsyncFileSystem):
+            kwargs["timeout"] = limit  # taken by fsspec's sync(): the request is cancelled when it runs out
+
+        def attempt() -> Any:
+            return getattr(self.fs, method)(*args, **kwargs)
+
+        with storage_errors(action, url):
+            try:
+                return self.retry.call(attempt, lambda: f"{action} {url}")
+            except TypeError as exc:  # fsspec hands storage options on to the client lazily
+                raise StorageError(f"{action} {url}: {exc}; check the storage options") from exc
+
+    def _writable(self, url: str) -> None:
+        if self.read_only:
+            raise StorageError(f"cannot write {url}: {self.protocol}:// URLs are read-only; write to a local "
+                               "folder or a bucket (s3://, gs://) and serve that")
 
     def __repr__(self) -> str:
         return f"Store({self.url!r})"
@@ -96,26 +235,36 @@ class Store:
         return posixpath.join(self.url, name)
 
     def exists(self, name: str) -> bool:
+        if not self.local:
+            return bool(self._remote("cannot check", name, "exists", self.path(name)))
         with storage_errors("cannot check", self.url_of(name)):
-            if self.local:
-                return os.path.exists(self.path(name))
-            return bool(self.fs.exists(self.path(name)))
+            return os.path.exists(self.path(name))
 
     def size(self, name: str) -> int:
+        if not self.local:
+            return int(self._remote("cannot stat", name, "size", self.path(name)))
         with storage_errors("cannot stat", self.url_of(name)):
-            if self.local:
-                return os.stat(self.path(name)).st_size
-            return int(self.fs.size(self.path(name)))
+            return os.stat(self.path(name)).st_size
 
-    def read_bytes(self, name: str) -> bytes | mmap.mmap:
-        """The whole object; local files are memory-mapped instead of copied."""
-        with storage_errors("cannot read", self.url_of(name)):
-            if self.local:
-                with open(self.path(name), "rb") as f:
-                    if os.fstat(f.fileno()).st_size == 0:
-                        return b""
-                    return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-            return self.fs.cat_file(self.path(name))
+    def read_bytes(self, name: str, nbytes: int = 0) -> bytes | mmap.mmap:
+        """The whole object; local files are memory-mapped instead of copied.
+
+        Given its size ``nbytes`` (from a manifest), an object on object storage comes in
+        concurrent ranged GETs of up to :data:`PART_SIZE`, with no request for its size first.
+        """
+        if not self.local:
+            if nbytes <= 0 or self.read_only:  # plain HTTP servers need not honour ranges
+                return self._remote("cannot read", name, "cat_file", self.path(name), nbytes=nbytes)
+            starts = list(range(0, nbytes, PART_SIZE))
+            ends = [min(start + PART_SIZE, nbytes) for start in starts]
+            path = self.path(name)
+            parts = self._remote("cannot read", name, "cat_ranges", [path] * len(starts), starts, ends,
+                                 on_error="raise", nbytes=nbytes)
+            return parts[0] if len(parts) == 1 else b"".join(parts)
+        with storage_errors("cannot read", self.url_of(name)), open(self.path(name), "rb") as f:
+            if os.fstat(f.fileno()).st_size == 0:
+                return b""
+            return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
 
     def write_bytes(self, name: str, data: bytes) -> None:
         """Write ``data`` to ``name`` atomically."""
@@ -131,6 +280,7 @@ class Store:
         put, which object stores make visible atomically.
         """
         url = self.url_of(name)
+        self._writable(url)
         if self.local:
             final = self.path(name)
             tmp = os.path.join(os.path.dirname(final), f".{os.path.basename(final)}.{uuid.uuid4().hex[:8]}.tmp")
@@ -147,53 +297,56 @@ class Store:
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(tmp)
         else:
-            with tempfile.NamedTemporaryFile(prefix="shardstream-", suffix=".part") as f, \
-                    storage_errors("cannot write", url):
-                yield f
-                f.flush()
-                self.fs.put_file(f.name, self.path(name))
+            with tempfile.NamedTemporaryFile(prefix="shardstream-", suffix=".part") as f:
+                with storage_errors("cannot write", url):
+                    yield f
+                    f.flush()
+                self._remote("cannot write", name, "put_file", f.name, self.path(name), nbytes=f.tell())
 
     def remove(self, name: str) -> None:
-        with storage_errors("cannot remove", self.url_of(name)):
-            if self.local:
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(self.path(name))
-            elif self.fs.exists(self.path(name)):
-                self.fs.rm_file(self.path(name))
+        self._writable(self.url_of(name))
+        if not self.local:
+            if self.exists(name):
+                self._remote("cannot remove", name, "rm_file", self.path(name))
+            return
+        with storage_errors("cannot remove", self.url_of(name)), contextlib.suppress(FileNotFoundError):
+            os.unlink(self.path(name))
 
     def makedirs(self) -> None:
         """Create this folder (a no-op on object stores without folders)."""
+        self._writable(self.url)
+        if not self.local:
+            self._remote("cannot create", None, "makedirs", self.root, exist_ok=True)
+            return
         with storage_errors("cannot create", self.url):
-            if self.local:
-                os.makedirs(self.root, exist_ok=True)
-            else:
-                self.fs.makedirs(self.root, exist_ok=True)
+            os.makedirs(self.root, exist_ok=True)
 
     def is_dir(self) -> bool:
+        if not self.local:
+            return bool(self._remote("cannot check", None, "isdir", self.root))
         with storage_errors("cannot check", self.url):
-            if self.local:
-                return os.path.isdir(self.root)
-            return bool(self.fs.isdir(self.root))
+            return os.path.isdir(self.root)
 
     def list_files(self, recursive: bool = False) -> list[str]:
         """Names of the files in this folder (relative, ``/``-separated, sorted)."""
-        with storage_errors("cannot list", self.url):
-            if self.local:
-                if not os.path.isdir(self.root):
-                    return []
-                if not recursive:
-                    return sorted(e.name for e in os.scandir(self.root) if e.is_file())
-                out = []
-                for dirpath, _, files in os.walk(self.root):
-                    rel = os.path.relpath(dirpath, self.root)
-                    for fn in files:
-                        out.append(fn if rel == "." else posixpath.join(*rel.split(os.sep), fn))
-                return sorted(out)
-            if not self.fs.exists(self.root):
+        if not self.local:
+            if not self._remote("cannot list", None, "exists", self.root):
                 return []
             if recursive:
-                paths = self.fs.find(self.root)
+                paths = self._remote("cannot list", None, "find", self.root)
             else:
-                paths = [e["name"] for e in self.fs.ls(self.root, detail=True) if e["type"] == "file"]
+                paths = [e["name"] for e in self._remote("cannot list", None, "ls", self.root, detail=True)
+                         if e["type"] == "file"]
             prefix = self.root + "/"
             return sorted(p[len(prefix):] for p in paths if p.startswith(prefix))
+        with storage_errors("cannot list", self.url):
+            if not os.path.isdir(self.root):
+                return []
+            if not recursive:
+                return sorted(e.name for e in os.scandir(self.root) if e.is_file())
+            out = []
+            for dirpath, _, files in os.walk(self.root):
+                rel = os.path.relpath(dirpath, self.root)
+                for fn in files:
+                    out.append(fn if rel == "." else posixpath.join(*rel.split(os.sep), fn))
+            return sorted(out)
