@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
 from typing import Any
 
 import click
@@ -17,6 +18,7 @@ from . import __version__
 from .errors import ShardstreamError
 from .manifest import dataset_store, load_manifest
 from .sizes import format_size
+from .storage import connection_options
 
 
 class _Cli(click.Group):
@@ -38,8 +40,10 @@ class _Cli(click.Group):
             ctx.exit(1)
 
 
-def _storage_options(values: tuple[str, ...]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
+def _storage_options(values: tuple[str, ...], url: str) -> dict[str, Any]:
+    """Storage options for ``url``: --endpoint-url, --anon and --profile, then each -o KEY=VALUE."""
+    flags = click.get_current_context().meta.get("shardstream.connection", {})
+    out: dict[str, Any] = connection_options(url, **flags)
     for item in values:
         key, sep, raw = item.partition("=")
         if not sep or not key:
@@ -51,10 +55,26 @@ def _storage_options(values: tuple[str, ...]) -> dict[str, Any]:
     return out
 
 
-storage_option = click.option(
-    "--storage-option", "-o", "storage_options", multiple=True, metavar="KEY=VALUE",
-    help="fsspec storage option (repeatable); VALUE is parsed as JSON when it can be.",
-)
+def _remember(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
+    if value:
+        ctx.meta.setdefault("shardstream.connection", {})[param.name] = value
+    return value
+
+
+def storage_option(command: Callable[..., Any]) -> Callable[..., Any]:
+    """The options that say how to reach object storage, for every command."""
+    for option in reversed([
+        click.option("--endpoint-url", expose_value=False, callback=_remember, metavar="URL",
+                     help="S3-compatible or GCS endpoint, e.g. http://127.0.0.1:9000 (MinIO, R2, Ceph)."),
+        click.option("--anon", is_flag=True, expose_value=False, callback=_remember,
+                     help="Anonymous access to a public bucket."),
+        click.option("--profile", expose_value=False, callback=_remember, metavar="NAME",
+                     help="AWS credentials profile (s3://)."),
+        click.option("--storage-option", "-o", "storage_options", multiple=True, metavar="KEY=VALUE",
+                     help="fsspec storage option (repeatable); VALUE is parsed as JSON when it can be."),
+    ]):
+        command = option(command)
+    return command
 
 
 @click.group(cls=_Cli, context_settings={"help_option_names": ["-h", "--help"]})
@@ -88,13 +108,13 @@ def pack(source: str, dest: str, fmt: str | None, shard_size: str, samples_per_s
     result = run_pack(
         source, dest, format=fmt, shard_size=shard_size, samples_per_shard=samples_per_shard,
         compression=compression, workers=workers, layout=layout, overwrite=overwrite,
-        storage_options=_storage_options(storage_options), progress=not quiet,
+        storage_options=_storage_options(storage_options, dest), progress=not quiet,
     )
     click.echo(result.summary())
 
 
 def _open(dataset: str, storage_options: tuple[str, ...]):
-    store = dataset_store(dataset, _storage_options(storage_options))
+    store = dataset_store(dataset, _storage_options(storage_options, dataset))
     return store, load_manifest(store)
 
 
@@ -212,11 +232,12 @@ def verify(dataset: str, workers: int, quiet: bool, storage_options: tuple[str, 
     """Check every shard's size and checksum, and that every sample parses."""
     from .verify import verify as run_verify
 
-    store = dataset_store(dataset, _storage_options(storage_options))
+    options = _storage_options(storage_options, dataset)
+    store = dataset_store(dataset, options)
     m = load_manifest(store)
     with tqdm(total=m.total_bytes, unit="B", unit_scale=True, desc="verifying", leave=False,
               disable=True if quiet else None) as bar:
-        report = run_verify(dataset, _storage_options(storage_options), workers, on_shard=bar.update)
+        report = run_verify(dataset, options, workers, on_shard=bar.update)
     if report.ok:
         summary = f"{m.num_shards:,} shards, {m.num_samples:,} samples, {format_size(m.total_bytes)}"
         click.echo(f"ok: {summary} in {store.url}")
@@ -238,7 +259,8 @@ def index_(shards: tuple[str, ...], output: str | None, overwrite: bool, quiet: 
     from .index import index as run_index
 
     with tqdm(unit="B", unit_scale=True, desc="indexing", leave=False, disable=True if quiet else None) as bar:
-        result = run_index(list(shards), output, _storage_options(storage_options), overwrite, on_shard=bar.update)
+        options = _storage_options(storage_options, output or shards[0])
+        result = run_index(list(shards), output, options, overwrite, on_shard=bar.update)
     m = result.manifest
     if result.unkeyed:
         click.echo(f"warning: {len(result.unkeyed)} members have no KEY.EXT name and belong to no sample "

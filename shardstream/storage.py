@@ -141,6 +141,28 @@ class RetryPolicy:
             attempt += 1
 
 
+def connection_options(url: str, endpoint_url: str | None = None, anon: bool = False,
+                       profile: str | None = None) -> dict[str, Any]:
+    """fsspec storage options for ``url``'s protocol from the common settings: an endpoint
+    (S3-compatible stores, a GCS emulator), anonymous access, an AWS profile."""
+    protocol = url.split("://", 1)[0].lower() if is_url(url) else "file"
+    out: dict[str, Any] = {}
+    if endpoint_url:
+        if protocol not in ("s3", "s3a", "gs", "gcs"):
+            raise StorageError(f"an endpoint URL applies to s3:// and gs:// locations, not {url}")
+        out["endpoint_url"] = endpoint_url
+    if anon:
+        if protocol in ("gs", "gcs"):
+            out["token"] = "anon"
+        elif protocol in ("s3", "s3a"):
+            out["anon"] = True
+    if profile:
+        if protocol not in ("s3", "s3a"):
+            raise StorageError(f"a profile names AWS credentials; it applies to s3:// locations, not {url}")
+        out["profile"] = profile
+    return out
+
+
 def is_url(path: str) -> bool:
     """Whether ``path`` names a protocol (``s3://...``) rather than a local path."""
     return "://" in path and not path.startswith("file://")
