@@ -89,6 +89,8 @@ class Prefetcher(Generic[T]):
                 return
             self._closed = True
             self._wanted.clear()
+            for future in self._started.values():
+                future.cancel()  # a waiting taker gets CancelledError; running loads finish unseen
             self._started.clear()
             self._held = 0
         for _ in self._threads:

@@ -465,3 +465,93 @@ def test_arrow_batch_mode_gives_writable_tensors_for_flat_and_list_columns(tmp_p
     first["x"] += 1  # own memory: writing is fine and leaves the shard alone
     again = next(iter(ShardDataset(str(tmp_path / "ds"), shuffle=False, decode=None, batch_size=4)))
     assert again["x"].tolist() == [0.0, 1.0, 2.0, 3.0]
+
+
+# -- remote storage (fsspec's in-memory filesystem stands in for a bucket; tests/remote uses real endpoints)
+
+def to_memory(url: str) -> str:
+    """A copy of the local dataset ``url`` on ``memory://``, which shardstream treats as remote."""
+    import uuid
+
+    local = Store(url)
+    remote = Store(f"memory://dataset-test-{uuid.uuid4().hex}/ds")
+    for name in local.list_files():
+        remote.write_bytes(name, bytes(local.read_bytes(name)))
+    return remote.url
+
+
+@pytest.fixture(scope="module", params=["tar", "tar.zst", "arrow"])
+def remote_ds(any_ds) -> str:
+    return to_memory(any_ds)
+
+
+@pytest.mark.parametrize("prefetch", [0, 100, "512MB"])
+def test_a_remote_dataset_reads_the_plan_through_the_cache(remote_ds, tmp_path, prefetch):
+    ds = ShardDataset(remote_ds, seed=3, decode=None, cache_dir=tmp_path, prefetch=prefetch)
+    assert keys(ds) == planned_keys(COUNTS, 3, 0)
+    m = ds.manifest
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(f"{d}.shard" for d in m.sha256)
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_a_remote_dataset_through_the_loader_matches_the_local_one(any_ds, remote_ds, tmp_path, num_workers):
+    if load_manifest(Store(any_ds)).shard_format != load_manifest(Store(remote_ds)).shard_format:
+        pytest.skip("the two fixtures hold different formats")
+    local = ShardDataset(any_ds, seed=5, decode=None).loader(4, num_workers=num_workers)
+    remote = ShardDataset(remote_ds, seed=5, decode=None, cache_dir=tmp_path).loader(4, num_workers=num_workers)
+    got = [k for batch in remote for k in batch["__key__"]]
+    assert got == [k for batch in local for k in batch["__key__"]]
+    assert sorted(got) == all_keys()
+
+
+def test_remote_shards_are_prefetched_in_the_order_the_plan_needs_them(tar_ds, tmp_path, monkeypatch):
+    from shardstream import prefetch as prefetch_module
+
+    wanted: list[int] = []
+    original = prefetch_module.Prefetcher.want
+
+    def spy(self, items):
+        items = list(items)
+        wanted.extend(i for i in items if i not in wanted)
+        return original(self, items)
+
+    monkeypatch.setattr(prefetch_module.Prefetcher, "want", spy)
+    ds = ShardDataset(to_memory(tar_ds), seed=8, decode=None, cache_dir=tmp_path, shuffle_window=4)
+    m = ds.manifest
+    starts = np.concatenate([[0], np.cumsum(COUNTS)[:-1]])
+    shard_of = {key_of(i): int(np.searchsorted(starts, i, side="right") - 1) for i in range(sum(COUNTS))}
+    first_use = list(dict.fromkeys(shard_of[k] for k in keys(ds)))
+    assert wanted == first_use
+    assert len(wanted) == m.num_shards
+
+
+def test_a_missing_remote_shard_names_its_url(tar_ds, tmp_path):
+    url = to_memory(tar_ds)
+    store = Store(url)
+    store.remove("shard-000002.tar")
+    ds = ShardDataset(url, shuffle=False, decode=None, cache_dir=tmp_path)
+    with pytest.raises(ShardstreamError, match=r"shard-000002\.tar.*no such file"):
+        keys(ds)
+
+
+def test_stopping_early_leaves_no_prefetch_threads(tar_ds, tmp_path):
+    import gc
+    import threading
+    import time
+
+    def prefetchers() -> set[threading.Thread]:
+        return {t for t in threading.enumerate() if t.name.startswith("shardstream-prefetch")}
+
+    before = prefetchers()  # other tests' threads may still be on their way out
+    ds = ShardDataset(to_memory(tar_ds), decode=None, cache_dir=tmp_path)
+    it = iter(ds)
+    next(it)
+    started = prefetchers() - before
+    assert started
+    it.close()
+    del it
+    gc.collect()
+    deadline = time.monotonic() + 5
+    while any(t.is_alive() for t in started) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert not any(t.is_alive() for t in started)

@@ -217,3 +217,183 @@ def test_no_space_error_names_a_fix(tmp_path):
     with pytest.raises(StorageError, match="no space left on the device; free some space"), \
             store.open_write("out.bin"):
         raise OSError(errno.ENOSPC, "No space left on device")
+
+
+# -- remote requests: retries, timeouts, protocols -------------------------------------------
+
+class Flaky:
+    """Fails with ``errors`` in turn, then returns ``value``; counts calls."""
+
+    def __init__(self, errors, value="ok"):
+        self.errors = list(errors)
+        self.value = value
+        self.calls = 0
+
+    def __call__(self, *args, **kwargs):
+        self.calls += 1
+        if self.errors:
+            raise self.errors.pop(0)
+        return self.value
+
+
+class HTTPStatusError(Exception):
+    def __init__(self, status):
+        super().__init__(f"HTTP {status}")
+        self.status = status
+
+
+HTTPStatusError.__module__ = "aiohttp.client_exceptions"  # as the network stack raises them
+
+
+@pytest.mark.parametrize(("exc", "transient"), [
+    (ConnectionResetError("reset"), True),
+    (TimeoutError(), True),
+    (OSError(errno.EIO, "i/o"), True),
+    (HTTPStatusError(503), True),
+    (HTTPStatusError(429), True),
+    (HTTPStatusError(500), True),
+    (FileNotFoundError("x"), False),
+    (PermissionError("denied"), False),
+    (HTTPStatusError(403), False),
+    (HTTPStatusError(404), False),
+    (ValueError("bad"), False),
+    (KeyError("bug"), False),  # not from the network: a bug, never retried
+])
+def test_transient_errors_are_told_from_permanent_ones(exc, transient):
+    from shardstream.storage import is_transient
+
+    assert is_transient(exc) is transient
+
+
+def test_transient_errors_are_retried_until_they_pass():
+    from shardstream.storage import RetryPolicy
+
+    fn = Flaky([ConnectionResetError("reset"), TimeoutError()])
+    assert RetryPolicy(retries=2, backoff=0.001).call(fn, lambda: "read x") == "ok"
+    assert fn.calls == 3
+
+
+def test_retries_give_up_with_an_error_naming_what_failed():
+    from shardstream.storage import RetryPolicy
+
+    fn = Flaky([ConnectionResetError("connection reset by peer")] * 10)
+    with pytest.raises(StorageError, match=r"cannot read s3://b/x: .*reset.*gave up after 3 attempts"):
+        RetryPolicy(retries=2, backoff=0.001).call(fn, lambda: "cannot read s3://b/x")
+    assert fn.calls == 3
+
+
+def test_permanent_errors_are_not_retried():
+    from shardstream.storage import RetryPolicy
+
+    fn = Flaky([FileNotFoundError("gone")])
+    with pytest.raises(FileNotFoundError):
+        RetryPolicy(retries=5, backoff=0.001).call(fn, lambda: "x")
+    assert fn.calls == 1
+
+
+def test_backoff_doubles_up_to_its_limit_with_jitter():
+    from shardstream.storage import RetryPolicy
+
+    policy = RetryPolicy(backoff=0.1, max_backoff=0.5)
+    waits = [policy.wait(a) for a in range(6)]
+    assert 0.05 <= waits[0] <= 0.1
+    assert 0.1 <= waits[1] <= 0.2
+    assert all(0.25 <= w <= 0.5 for w in waits[3:])
+    assert policy.time_limit(0) == 60.0
+    assert policy.time_limit(10 << 20) == pytest.approx(70.0)
+    assert RetryPolicy(timeout=None).time_limit(1 << 30) is None
+    with pytest.raises(ValueError):
+        RetryPolicy(retries=-1)
+    with pytest.raises(ValueError):
+        RetryPolicy(timeout=0)
+
+
+def test_a_remote_read_survives_transient_errors(monkeypatch):
+    from shardstream.storage import RetryPolicy
+
+    store = Store(f"memory://storage-test-{uuid.uuid4().hex}/s", retry=RetryPolicy(retries=3, backoff=0.001))
+    store.write_bytes("a.bin", b"payload" * 100)
+    real = store.fs.cat_file
+    failures = Flaky([ConnectionResetError("reset"), OSError(errno.EIO, "broken pipe")])
+
+    def flaky_cat(path, **kwargs):
+        if failures.errors:
+            failures()
+        return real(path, **kwargs)
+
+    monkeypatch.setattr(store.fs, "cat_file", flaky_cat)
+    assert bytes(store.read_bytes("a.bin")) == b"payload" * 100
+    assert failures.calls == 2
+
+
+def test_a_large_object_of_known_size_comes_in_ranged_parts(monkeypatch):
+    from shardstream import storage
+
+    monkeypatch.setattr(storage, "PART_SIZE", 1000)
+    store = Store(f"memory://storage-test-{uuid.uuid4().hex}/s")
+    data = bytes(range(256)) * 15  # 3,840 bytes: 4 parts
+    store.write_bytes("big", data)
+    calls = []
+    real = store.fs.cat_ranges
+
+    def spy(paths, starts, ends, **kwargs):
+        calls.append((starts, ends))
+        return real(paths, starts, ends, **kwargs)
+
+    monkeypatch.setattr(store.fs, "cat_ranges", spy)
+    assert bytes(store.read_bytes("big", nbytes=len(data))) == data
+    assert calls == [([0, 1000, 2000, 3000], [1000, 2000, 3000, 3840])]
+
+
+def test_http_is_read_only():
+    store = Store("http://127.0.0.1:9/datasets/x")
+    assert store.read_only
+    for write in (lambda: store.write_bytes("a", b"x"), lambda: store.remove("a"), store.makedirs):
+        with pytest.raises(StorageError, match="read-only"):
+            write()
+
+
+def test_a_remote_store_reconnects_after_pickling_and_in_forked_children():
+    import pickle
+
+    store = Store(f"memory://storage-test-{uuid.uuid4().hex}/s")
+    store.write_bytes("a", b"1")
+    copy = pickle.loads(pickle.dumps(store))
+    assert copy._fs is None  # a filesystem object (its event loop) never travels
+    assert bytes(copy.read_bytes("a")) == b"1"
+    store._pid = -1  # as in a child forked after the filesystem was made
+    before = store._fs
+    store.fs  # noqa: B018 - reconnects
+    assert store._pid == os.getpid() and store._fs is not None and before is not None
+
+
+def test_bad_storage_options_name_the_url():
+    store = Store("s3://bucket/x", {"endpoint_url": "http://127.0.0.1:9", "no_such_option": 1})
+    with pytest.raises(StorageError, match=r"cannot read s3://bucket/x/a: .*no_such_option.*check the storage options"):
+        store.read_bytes("a")  # s3fs hands its options to the client only when it first connects
+
+
+@pytest.mark.parametrize(("url", "flags", "expected"), [
+    ("s3://b/x", {"endpoint_url": "http://127.0.0.1:9000"}, {"endpoint_url": "http://127.0.0.1:9000"}),
+    ("s3://b/x", {"anon": True, "profile": "dev"}, {"anon": True, "profile": "dev"}),
+    ("gs://b/x", {"endpoint_url": "http://127.0.0.1:4443", "anon": True},
+     {"endpoint_url": "http://127.0.0.1:4443", "token": "anon"}),
+    ("https://host/x", {"anon": True}, {}),
+    ("/local/x", {}, {}),
+])
+def test_connection_flags_become_each_protocols_storage_options(url, flags, expected):
+    from shardstream.storage import connection_options
+
+    assert connection_options(url, **flags) == expected
+
+
+@pytest.mark.parametrize(("url", "flags"), [
+    ("/local/x", {"endpoint_url": "http://e"}),
+    ("https://host/x", {"endpoint_url": "http://e"}),
+    ("gs://b/x", {"profile": "dev"}),
+])
+def test_connection_flags_that_do_not_apply_are_refused(url, flags):
+    from shardstream.storage import connection_options
+
+    with pytest.raises(StorageError, match="applies to"):
+        connection_options(url, **flags)
