@@ -58,6 +58,45 @@ process; "anon" is the anonymous part alone). Before each run the script waits (
 until other processes leave the CPUs, and it flags runs during which they did not. The issue's
 targets are printed as met or missed. This is a benchmark, not a test: timings are reported, never
 asserted; the exit status is non-zero only when a run fails or reads the wrong data.
+
+Remote mode (``--remote s3``): the same converted data, read from object storage::
+
+    .venv-bench/bin/python benchmarks/read.py --remote s3 --tools shardstream,webdataset,mosaic --modes raw
+    .venv-bench/bin/python benchmarks/read.py --remote s3 --count 2000 --repeat 1     # a quick try
+    .venv-bench/bin/python benchmarks/read.py --remote s3 --modes raw,pillow,fast --latency 0.1
+
+It needs ``s3fs`` and ``moto[server]`` in ``.venv-bench`` (``requirements-bench.txt``) and
+``tests/remote/`` of this repository (the moto endpoint and the fault proxy). The script starts a moto
+S3 server in a process of its own on 127.0.0.1 (a free port, in-memory, dummy credentials in the
+environment of every child), uploads each tool's converted folder into one bucket once (untimed, one PUT
+per file), and starts two proxy processes (``FaultProxy`` of ``tests/remote/proxy.py``) in front of it:
+one forwarding as is, one adding ``--latency`` (default 50 ms) to every request. Each loader mode then
+runs for each tool at three places: ``@s3`` (moto directly), ``@s3 proxy`` and ``@s3 +50ms``; ``--modes``
+defaults to ``raw`` and takes the loader modes only. Every run gets an empty scratch folder (removed
+afterwards) for the tools' local caches, so every epoch starts cold and downloads everything, and its
+TTFB includes the first downloads:
+
+- shardstream: ``ShardDataset("s3://BUCKET/shardstream", storage_options={"endpoint_url": ...},
+  cache_dir=<scratch>)`` with its default prefetch, retries and timeout; then a second epoch in the same
+  process from the now warm local cache, reported apart (not in the table's rates);
+- webdataset: the same tars as ``s3://`` URLs, opened through an fsspec (s3fs) handler registered in
+  ``webdataset.gopen_schemes["s3"]`` (webdataset 1.0.2 has none of its own);
+- mosaic: ``StreamingDataset(remote="s3://BUCKET/mosaic", local=<scratch>)``, its boto3 client pointed at
+  the endpoint by ``S3_ENDPOINT_URL``;
+- litdata: ``StreamingDataset("s3://BUCKET/litdata", storage_options={"endpoint_url": ...})``; litdata
+  0.2.76 cannot read a plain-http endpoint (its obstore client refuses the scheme), which is tried once
+  and reported as such, not as a failure.
+
+The table adds each rate over webdataset's at the same place; a second table gives each tool's best rate
+at the three places, the rate with the added latency over the rate through the plain proxy (only the
+latency differs; the issue's target) and over the direct one, and the median TTFBs. The CPU seconds that
+moto and the proxies use during each run are measured from /proc and reported; they are not counted as
+other processes' load. Targets (issue 4, item 6): raw bytes from S3 >= 3x webdataset; TTFB <= 1 s;
+with the added latency, >= 80% of the rate without. Caveats: moto is a single Python process on the same
+2 cores as the readers, so serving competes with reading for CPU, and it copies a whole object for each
+ranged GET (a tool that reads an object in parts pays for that); the proxies are Python processes that
+buffer each response whole; a real S3 has other latency, bandwidth and parallelism (and charges per
+request), so the rates say how the tools compare against this endpoint, not what they reach on S3.
 """
 
 from __future__ import annotations
@@ -84,6 +123,7 @@ from pack import shardstream_command
 
 if TYPE_CHECKING:
     import torch
+    from _remote import RemoteS3
 
 TOOLS = ("shardstream", "webdataset", "mosaic", "litdata")
 LOADER_MODES = ("raw", "pillow", "fast")
@@ -104,6 +144,7 @@ SAMPLE_INTERVAL = 0.05  # seconds between RSS samples of a running child
 QUIET_CORES = 0.2  # before each run, wait until other processes use less than this many cores
 QUIET_PROBE, QUIET_RETRY = 0.5, 5.0  # seconds: how long one load probe lasts, and the pause between probes
 NOISY_CORES = 0.1  # a run during which other processes used more than this is flagged
+LOCAL = "local"  # where a job reads: converted data on local disk, or a place of _remote.RemoteS3
 READ_DATA_VERSION = 1  # bump when a conversion changes, so old conversions are redone
 RESULT_PREFIX = "RESULT="
 
@@ -115,6 +156,15 @@ PILLOW_VS_WDS_TARGET = 1.5
 FAST_VS_WDS_PILLOW_TARGET = 2.5
 TTFB_TARGET = 0.3
 ARROW_VS_PYARROW_TARGET = 2.0
+# ...and for --remote s3 (issue 4, item 6).
+REMOTE_RAW_VS_WDS_TARGET = 3.0
+REMOTE_TTFB_TARGET = 1.0
+ADDED_LATENCY = 0.05  # seconds the proxy adds to every request
+LATENCY_RATIO_TARGET = 0.8  # throughput with the added latency / without
+REMOTE_CAVEATS = (
+    "moto is one Python process on the same cores as the readers, so serving competes with reading for CPU, and "
+    "it copies a whole object for every ranged GET; the proxy is another Python process and buffers each response "
+    "whole; a real S3 has other latency, bandwidth and parallelism, so absolute rates here say little about S3.")
 
 SHUFFLES = {
     "shardstream": "shard permutation + index shuffle in windows of ~4 shards",
@@ -339,17 +389,53 @@ def child_convert(name: str, images: ImageSet, read_root: Path, rows: int) -> No
 # -- loaders (built in the measured subprocess) --------------------------------------------
 
 
-def shardstream_loader(data: Path, mode: str) -> Any:
+@dataclass(frozen=True)
+class RemoteSource:
+    """Where a remote run reads (``--remote``): an S3 endpoint (moto or a proxy to it), a bucket, and an
+    empty scratch folder of this run for the tools' local caches, removed after the run."""
+
+    endpoint: str
+    bucket: str
+    scratch: Path
+
+    def url(self, prefix: str, name: str = "") -> str:
+        return f"s3://{self.bucket}/{prefix}" + (f"/{name}" if name else "")
+
+
+def shardstream_loader(data: Path, mode: str, remote: RemoteSource | None = None) -> Any:
     from shardstream import ShardDataset
 
-    dataset = ShardDataset(str(data), shuffle=True, seed=0, decode=None if mode == "raw" else "torch")
+    decode = None if mode == "raw" else "torch"
+    if remote is None:
+        dataset = ShardDataset(str(data), shuffle=True, seed=0, decode=decode)
+    else:  # a fresh, empty cache: the epoch downloads every shard (default prefetch, retries and timeout)
+        dataset = ShardDataset(remote.url("shardstream"), storage_options={"endpoint_url": remote.endpoint},
+                               cache_dir=str(remote.scratch / "cache"), shuffle=True, seed=0, decode=decode)
     return dataset.loader(batch_size=BATCH_SIZE, num_workers=WORKERS)
 
 
-def webdataset_loader(data: Path, mode: str) -> Any:
+class FsspecOpener:
+    """A ``webdataset.gopen_schemes`` handler for ``s3://`` URLs through fsspec (s3fs) at ``endpoint``.
+
+    webdataset 1.0.2 has no ``s3://`` handler of its own; this is what its users register.
+    """
+
+    def __init__(self, endpoint: str):
+        self.endpoint = endpoint
+
+    def __call__(self, url: str, mode: str = "rb", bufsize: int = 8192, **kwargs: Any) -> Any:
+        import fsspec
+
+        return fsspec.open(url, mode, endpoint_url=self.endpoint).open()
+
+
+def webdataset_loader(data: Path, mode: str, remote: RemoteSource | None = None) -> Any:
     import webdataset as wds
 
     urls = sorted(str(p) for p in data.glob("*.tar"))
+    if remote is not None:  # the same tars, in the bucket
+        wds.gopen_schemes["s3"] = FsspecOpener(remote.endpoint)
+        urls = [remote.url("shardstream", Path(u).name) for u in urls]
     dataset = wds.WebDataset(urls, shardshuffle=len(urls), seed=0, empty_check=False)  # a worker may get no shard
     dataset = dataset.shuffle(WDS_SHUFFLE_BUFFER).to_tuple("jpg", "cls")
     decode = image_decoder(mode)
@@ -358,7 +444,7 @@ def webdataset_loader(data: Path, mode: str) -> Any:
     return wds.WebLoader(dataset.batched(BATCH_SIZE), batch_size=None, num_workers=WORKERS)
 
 
-def mosaic_loader(data: Path, mode: str) -> Any:
+def mosaic_loader(data: Path, mode: str, remote: RemoteSource | None = None) -> Any:
     from streaming import StreamingDataset
     from streaming.base.util import clean_stale_shared_memory
     from torch.utils.data import DataLoader
@@ -371,20 +457,30 @@ def mosaic_loader(data: Path, mode: str) -> Any:
             sample = super().get_item(sample_id, retry)
             return sample if decode is None else {"jpg": decode(sample["jpg"]), "cls": sample["cls"]}
 
-    dataset = Decoded(local=str(data), batch_size=BATCH_SIZE, shuffle=True, shuffle_seed=0)
+    if remote is None:
+        dataset = Decoded(local=str(data), batch_size=BATCH_SIZE, shuffle=True, shuffle_seed=0)
+    else:  # its boto3 client takes the endpoint from S3_ENDPOINT_URL; a fresh, empty local folder
+        os.environ["S3_ENDPOINT_URL"] = remote.endpoint
+        dataset = Decoded(remote=remote.url("mosaic"), local=str(remote.scratch / "mosaic"), batch_size=BATCH_SIZE,
+                          shuffle=True, shuffle_seed=0)
     return DataLoader(dataset, batch_size=BATCH_SIZE, num_workers=WORKERS)
 
 
-def litdata_loader(data: Path, mode: str) -> Any:
+def litdata_loader(data: Path, mode: str, remote: RemoteSource | None = None) -> Any:
     from litdata import StreamingDataLoader, StreamingDataset
 
     decode = image_decoder(mode)
     transform = None if decode is None else DecodeSample(decode)
-    dataset = StreamingDataset(input_dir=str(data), shuffle=True, seed=0, transform=transform)
+    if remote is None:
+        dataset = StreamingDataset(input_dir=str(data), shuffle=True, seed=0, transform=transform)
+    else:
+        dataset = StreamingDataset(input_dir=remote.url("litdata"), cache_dir=str(remote.scratch / "litdata"),
+                                   storage_options={"endpoint_url": remote.endpoint}, shuffle=True, seed=0,
+                                   transform=transform)
     return StreamingDataLoader(dataset, batch_size=BATCH_SIZE, num_workers=WORKERS)
 
 
-LOADERS: dict[str, Callable[[Path, str], Any]] = {
+LOADERS: dict[str, Callable[[Path, str, RemoteSource | None], Any]] = {
     "shardstream": shardstream_loader, "webdataset": webdataset_loader,
     "mosaic": mosaic_loader, "litdata": litdata_loader,
 }
@@ -448,13 +544,15 @@ def timed_epoch(loader: Iterable[Any]) -> dict[str, Any]:
             "first_samples": first_samples, "first_batch": described}
 
 
-def run_loader(tool: str, mode: str, read_root: Path) -> dict[str, Any]:
+def run_loader(tool: str, mode: str, read_root: Path, remote: RemoteSource | None = None) -> dict[str, Any]:
     started = time.perf_counter()
-    loader = LOADERS[tool](read_root / DATA_OF[tool], mode)
+    loader = LOADERS[tool](read_root / DATA_OF[tool], mode, remote)
     setup = time.perf_counter() - started
     epochs = []
-    for epoch in range(MEMORY_EPOCHS if mode == "memory" else 1):
-        if mode == "memory":
+    # remote shardstream: a second epoch from the local cache the first one filled (reported apart)
+    count = MEMORY_EPOCHS if mode == "memory" else 2 if remote is not None and tool == "shardstream" else 1
+    for epoch in range(count):
+        if mode == "memory" or epoch > 0:
             loader.dataset.set_epoch(epoch)
         result = timed_epoch(loader)
         rss, anon, processes = tree_memory(descendants(os.getpid()))
@@ -465,7 +563,8 @@ def run_loader(tool: str, mode: str, read_root: Path) -> dict[str, Any]:
     decoder = {"raw": "none", "pillow": "Pillow", "fast": "simplejpeg", "memory": "simplejpeg"}[mode]
     keep = ("samples", "seconds", "payload_bytes", "first_samples", "ttfb", "first_batch")
     return {"rate": first["samples"] / first["seconds"], **{k: first[k] for k in keep}, "setup": setup,
-            "decoder": decoder, "epochs": epochs}
+            "decoder": decoder, "epochs": epochs,
+            "warm_rate": epochs[1]["samples"] / epochs[1]["seconds"] if count == 2 else None}
 
 
 def decode_loop(decode: Callable[[bytes], Any], blobs: list[bytes]) -> float:
@@ -532,6 +631,8 @@ def run_arrow(tool: str, read_root: Path) -> dict[str, Any]:
 def child_run(tool: str, mode: str, images: ImageSet, read_root: Path, args: argparse.Namespace) -> dict[str, Any]:
     if mode == "pillow":
         sys.modules["simplejpeg"] = None  # type: ignore[assignment]  # `import simplejpeg` fails: Pillow path
+    if args.endpoint is not None:
+        return run_loader(tool, mode, read_root, RemoteSource(args.endpoint, args.bucket, args.scratch))
     if mode == "limit":
         return run_limit(tool, images, args.limit_images)
     if mode == "arrow":
@@ -579,22 +680,34 @@ def wait_for_quiet(max_wait: float) -> float:
 class Job:
     tool: str
     mode: str
+    place: str = LOCAL  # or one of RemoteS3.places: read from the bucket directly or through a proxy
 
     @property
     def label(self) -> str:
-        return f"{self.tool}/{self.mode}"
+        return f"{self.tool}/{self.mode}" + ("" if self.place == LOCAL else f" @{self.place}")
 
 
 @dataclass
 class Result:
     tool: str
     mode: str
+    place: str = LOCAL
     runs: list[dict[str, Any]] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
+    unsupported: str | None = None  # a known limitation of the tool (litdata and plain-http endpoints), not a failure
 
     @property
     def ok(self) -> bool:
-        return bool(self.runs) and not self.problems
+        return bool(self.runs) and not self.problems and self.unsupported is None
+
+    @property
+    def label(self) -> str:
+        """The mode and, for remote runs, where it read from: ``raw`` or ``raw @s3 +50ms``."""
+        return self.mode if self.place == LOCAL else f"{self.mode} @{self.place}"
+
+    def medians(self, key: str) -> float | None:
+        found = self.values(key)
+        return statistics.median(found) if found else None
 
     def values(self, key: str) -> list[float]:
         return [r[key] for r in self.runs if r.get(key) is not None]
@@ -636,13 +749,39 @@ def child_env() -> dict[str, str]:
     return env
 
 
-def run_job(job: Job, args: argparse.Namespace, images: ImageSet) -> dict[str, Any]:
-    """Run one (tool, mode) in a fresh subprocess, sampling its process tree's memory; its result."""
+class ChildFailed(RuntimeError):
+    """A run's subprocess failed; ``output`` is all it wrote to stderr (or stdout)."""
+
+    def __init__(self, message: str, output: str):
+        super().__init__(message)
+        self.output = output
+
+
+def run_job(job: Job, args: argparse.Namespace, images: ImageSet, remote: RemoteS3 | None = None) -> dict[str, Any]:
+    """Run one (tool, mode) in a fresh subprocess, sampling its process tree's memory; its result.
+
+    A remote job gets its endpoint and an empty scratch folder (removed afterwards); the CPU
+    time of the servers (moto, the proxies) during the run is measured apart from other load.
+    """
     argv = [sys.executable, str(Path(__file__).resolve()), "--child", job.tool, job.mode, "--data", str(args.data),
             "--count", str(images.count), "--limit-images", str(args.limit_images),
             "--arrow-rows", str(args.arrow_rows)]
+    scratch = None
+    if job.place != LOCAL:
+        assert remote is not None
+        scratch = Path(tempfile.mkdtemp(prefix="read-bench-"))
+        argv += ["--endpoint", remote.endpoints[job.place], "--bucket", remote.bucket, "--scratch", str(scratch)]
+    try:
+        return _run_child(argv, args, remote)
+    finally:
+        if scratch is not None:
+            shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _run_child(argv: list[str], args: argparse.Namespace, remote: RemoteS3 | None) -> dict[str, Any]:
     load_before = wait_for_quiet(args.quiet_wait)
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        servers_before = remote.server_cpu() if remote is not None else {}
         busy, own = busy_seconds(), own_seconds()
         started = time.perf_counter()
         proc = subprocess.Popen(argv, stdout=out, stderr=err, text=True, env=child_env())
@@ -658,34 +797,48 @@ def run_job(job: Job, args: argparse.Namespace, images: ImageSet) -> dict[str, A
                 proc.kill()
                 proc.wait()
         wall = time.perf_counter() - started
-        other = max(busy_seconds() - busy - (own_seconds() - own), 0.0)
+        servers_after = remote.server_cpu() if remote is not None else {}
+        server_cpu = {name: servers_after[name] - servers_before.get(name, 0.0) for name in servers_after}
+        other = max(busy_seconds() - busy - (own_seconds() - own) - sum(server_cpu.values()), 0.0)
         out.seek(0)
         err.seek(0)
         stdout, stderr = out.read(), err.read()
     lines = [line for line in stdout.splitlines() if line.startswith(RESULT_PREFIX)]
     if proc.returncode != 0 or not lines:
         tail = " | ".join((stderr or stdout).strip().splitlines()[-4:])
-        raise RuntimeError(f"exit status {proc.returncode}: {tail}")
+        raise ChildFailed(f"exit status {proc.returncode}: {tail}", stderr or stdout)
     result = json.loads(lines[-1][len(RESULT_PREFIX):])
     result.update(peak_rss=sampler.peak_rss, peak_anon=sampler.peak_anon, peak_processes=sampler.peak_processes,
-                  wall=wall, other_cores=other / wall, other_cores_before=load_before)
+                  wall=wall, other_cores=other / wall, other_cores_before=load_before, server_cpu=server_cpu)
     return result
 
 
-def run_all(jobs: list[Job], args: argparse.Namespace, images: ImageSet) -> list[Result]:
-    results = {job.label: Result(job.tool, job.mode) for job in jobs}
+def unsupported(job: Job, exc: Exception) -> str | None:
+    """The known limitation behind a remote job's failure, if that is what it is."""
+    if job.tool == "litdata" and job.place != LOCAL and "BadScheme" in getattr(exc, "output", str(exc)):
+        return "cannot read a plain-http S3 endpoint (its obstore client refuses the scheme: BadScheme)"
+    return None
+
+
+def run_all(jobs: list[Job], args: argparse.Namespace, images: ImageSet, remote: RemoteS3 | None = None
+            ) -> list[Result]:
+    results = {job.label: Result(job.tool, job.mode, job.place) for job in jobs}
     for attempt in range(1, args.repeat + 1):
         print(f"run {attempt}/{args.repeat}", flush=True)
         shift = (attempt - 1) % len(jobs)  # interleaved, each round starting one job later
         for job in jobs[shift:] + jobs[:shift]:
             result = results[job.label]
-            if result.problems:
+            if result.problems or result.unsupported:
                 continue
             try:
-                run = run_job(job, args, images)
+                run = run_job(job, args, images, remote)
             except (RuntimeError, OSError, ValueError) as exc:
+                result.unsupported = unsupported(job, exc)
+                if result.unsupported:
+                    print(f"  {job.label:<32} {result.unsupported}", flush=True)
+                    continue
                 result.problems.append(str(exc))
-                print(f"  {job.label:<22} FAILED: {exc}", flush=True)
+                print(f"  {job.label:<32} FAILED: {exc}", flush=True)
                 continue
             result.runs.append(run)
             expected = args.arrow_rows if job.mode == "arrow" else None if job.mode == "limit" else images.count
@@ -695,8 +848,10 @@ def run_all(jobs: list[Job], args: argparse.Namespace, images: ImageSet) -> list
                 result.problems.append(f"read {run['payload_bytes']:,} JPEG bytes, expected {images.total_bytes:,}")
             ttfb = f"  TTFB {run['ttfb']:.3f} s" if run.get("ttfb") is not None else ""
             noisy = f"  NOISY: others used {run['other_cores']:.2f} cores" if run["other_cores"] > NOISY_CORES else ""
-            print(f"  {job.label:<22} {run['rate']:>10,.0f}/s  {run['samples']:,} in {run['seconds']:.2f} s{ttfb}"
-                  f"  peak RSS {run['peak_rss'] / 2**20:,.0f} MiB{noisy}", flush=True)
+            warm = f"  warm 2nd epoch {run['warm_rate']:,.0f}/s" if run.get("warm_rate") else ""
+            servers = (f"  servers {sum(run['server_cpu'].values()):.1f} CPU s" if job.place != LOCAL else "")
+            print(f"  {job.label:<32} {run['rate']:>10,.0f}/s  {run['samples']:,} in {run['seconds']:.2f} s{ttfb}"
+                  f"  peak RSS {run['peak_rss'] / 2**20:,.0f} MiB{warm}{servers}{noisy}", flush=True)
     return list(results.values())
 
 
@@ -722,9 +877,9 @@ class Target:
         return "n/a" if self.met is None else "met" if self.met else "MISSED"
 
 
-def find(results: list[Result], tool: str, mode: str) -> Result | None:
+def find(results: list[Result], tool: str, mode: str, place: str = LOCAL) -> Result | None:
     for r in results:
-        if r.tool == tool and r.mode == mode and r.ok:
+        if r.tool == tool and r.mode == mode and r.place == place and r.ok:
             return r
     return None
 
@@ -786,6 +941,96 @@ def memory_growth(run: dict[str, Any]) -> float:
     return epochs[-1]["rss"] / epochs[0]["rss"] - 1
 
 
+def remote_modes(results: list[Result]) -> list[str]:
+    return [m for m in LOADER_MODES if any(r.mode == m and r.place != LOCAL for r in results)]
+
+
+def remote_targets(results: list[Result], places: list[str]) -> list[Target]:
+    """Issue 4, item 6: raw bytes from S3 vs webdataset, TTFB from a cold cache, and the cost of added latency.
+
+    ``places``: direct, through the proxy, through the proxy with the added latency. The latency
+    ratio compares the last two, so that only the latency differs (the proxy's own cost is the
+    same on both sides); the table also shows it against direct reads.
+    """
+    direct, proxied, slowed = places
+    out: list[Target] = []
+    raw, wds = find(results, "shardstream", "raw", direct), find(results, "webdataset", "raw", direct)
+    out.append(ratio_target(f"raw bytes @{direct} vs webdataset", f">= {REMOTE_RAW_VS_WDS_TARGET:g}x webdataset "
+                            "(fsspec opener)", raw, wds.best if wds else None, REMOTE_RAW_VS_WDS_TARGET,
+                            f"{raw.best:,.0f} vs {wds.best:,.0f} samples/s" if raw and wds else ""))
+    for mode in remote_modes(results):
+        r = find(results, "shardstream", mode, direct)
+        ttfb = r.ttfb if r else None
+        out.append(Target(f"TTFB ({mode} @{direct}, cold cache)", f"<= {REMOTE_TTFB_TARGET:g} s (median)",
+                          "n/a" if ttfb is None else f"{ttfb:.3f} s",
+                          None if ttfb is None else ttfb <= REMOTE_TTFB_TARGET))
+    for mode in remote_modes(results):
+        slow, base = find(results, "shardstream", mode, slowed), find(results, "shardstream", mode, proxied)
+        name = f"{mode} @{slowed} vs @{proxied}"
+        goal = f">= {LATENCY_RATIO_TARGET:.0%} of the rate without the added latency"
+        if slow is None or base is None:
+            out.append(Target(name, goal, "n/a", None))
+            continue
+        ratio = slow.best / base.best
+        out.append(Target(name, goal, f"{ratio:.0%} ({slow.best:,.0f} vs {base.best:,.0f} samples/s)",
+                          ratio >= LATENCY_RATIO_TARGET))
+    return out
+
+
+LATENCY_HEADER = ["mode", "tool", "{0} /s", "{1} /s", "{2} /s", "{2} / {1}", "{2} / {0}", "TTFB s: {0} / {1} / {2}"]
+
+
+def latency_header(places: list[str]) -> list[str]:
+    return [cell.format(*places) for cell in LATENCY_HEADER]
+
+
+def latency_rows(results: list[Result], places: list[str]) -> list[list[str]]:
+    """Per tool and mode: best rates direct, through the proxy, and with the added latency; ratios; median TTFBs."""
+    table = []
+    for mode in remote_modes(results):
+        for tool in TOOLS:
+            found = [find(results, tool, mode, place) for place in places]
+            if not any(r is not None and r.place != LOCAL for r in results if r.tool == tool and r.mode == mode):
+                continue
+            if all(r is None for r in found):
+                continue  # failed or unsupported: the main table says which
+
+            def ratio(top: Result | None, bottom: Result | None) -> str:
+                return "-" if top is None or bottom is None else f"{top.best / bottom.best:.0%}"
+
+            rates = ["-" if r is None else f"{r.best:,.0f}" for r in found]
+            ttfbs = " / ".join("-" if r is None or r.ttfb is None else f"{r.ttfb:.2f}" for r in found)
+            table.append([mode, tool, *rates, ratio(found[2], found[1]), ratio(found[2], found[0]), ttfbs])
+    return table
+
+
+def remote_lines(results: list[Result], places: list[str], uploads: list[Any]) -> list[str]:
+    """What the remote tables leave out: the warm second epoch, the servers' CPU time, limitations, uploads."""
+    lines = []
+    for r in results:
+        if r.place == LOCAL or not r.ok:
+            continue
+        warm = r.values("warm_rate")
+        if warm:
+            lines.append(f"{r.tool}/{r.label}: second epoch from the warm local cache {max(warm):,.0f} samples/s "
+                         f"(best; the cold first epoch {r.best:,.0f}/s)")
+    for r in results:
+        if r.place == LOCAL or not r.ok:
+            continue
+        names = sorted({name for run in r.runs for name in run.get("server_cpu", {})})
+        used = {name: statistics.median(run["server_cpu"].get(name, 0.0) for run in r.runs) for name in names}
+        busy = ", ".join(f"{name} {seconds:.1f}" for name, seconds in used.items() if seconds >= 0.05)
+        epoch = statistics.median(r.values("seconds"))
+        lines.append(f"{r.tool}/{r.label}: server CPU s per run (median, whole run incl. setup): {busy or 'none'}; "
+                     f"epoch {epoch:.2f} s")
+    for r in results:
+        if r.unsupported:
+            lines.append(f"{r.tool}/{r.label}: {r.unsupported}")
+    for u in uploads:
+        lines.append(f"uploaded {u.prefix}: {u.files} objects, {u.nbytes / 1e6:,.1f} MB in {u.seconds:.1f} s (untimed)")
+    return lines
+
+
 def context_lines(results: list[Result]) -> list[str]:
     """Ratios without a target that explain the targets."""
     lines = []
@@ -813,40 +1058,56 @@ def context_lines(results: list[Result]) -> list[str]:
             rss = ", ".join(f"{e['rss'] / 2**20:,.0f}" for e in run["epochs"])
             anon = ", ".join(f"{e['anon'] / 2**20:,.0f}" for e in run["epochs"])
             lines.append(f"memory run {n}: RSS after each epoch {rss} MiB (anonymous {anon} MiB)")
-    noisy = [f"{r.tool}/{r.mode} run {n} ({run['other_cores']:.2f})" for r in results
+    noisy = [f"{r.tool}/{r.label} run {n} ({run['other_cores']:.2f})" for r in results
              for n, run in enumerate(r.runs, 1) if run.get("other_cores", 0.0) > NOISY_CORES]
     if noisy:
         lines.append(f"runs during which other processes used > {NOISY_CORES:g} cores: " + ", ".join(noisy))
     for r in results:
         if r.ok and r.runs[0].get("first_batch"):
-            lines.append(f"{r.tool}/{r.mode} first batch: {r.runs[0]['first_batch']}")
+            lines.append(f"{r.tool}/{r.label} first batch: {r.runs[0]['first_batch']}")
     return lines
 
 
 HEADER = ["mode", "tool", "best /s", "median /s", "steady /s", "TTFB s", "peak RSS MiB", "anon MiB", "items",
           "setup s"]
+VERSUS = "x webdataset"  # remote runs: the best rate over webdataset's best, same mode and place
+
+
+def header(results: list[Result]) -> list[str]:
+    remote = any(r.place != LOCAL for r in results)
+    return [*HEADER[:3], VERSUS, *HEADER[3:]] if remote else HEADER
 
 
 def rows(results: list[Result]) -> list[list[str]]:
+    width = len(header(results))
+    versus = width > len(HEADER)
     table = []
     for r in results:
         if not r.ok:
-            table.append([r.mode, r.tool, "failed", *["-"] * (len(HEADER) - 3)])
+            table.append([r.label, r.tool, "unsupported" if r.unsupported else "failed", *["-"] * (width - 3)])
             continue
         ttfb, steady = r.ttfb, r.steady
         setup = r.values("setup")
-        table.append([
-            r.mode, r.tool, f"{r.best:,.0f}", f"{r.median:,.0f}", "-" if steady is None else f"{steady:,.0f}",
+        row = [
+            r.label, r.tool, f"{r.best:,.0f}", f"{r.median:,.0f}", "-" if steady is None else f"{steady:,.0f}",
             "-" if ttfb is None else f"{ttfb:.3f}",
             f"{r.peak_rss / 2**20:,.0f}", f"{r.peak_anon / 2**20:,.0f}", f"{r.runs[0]['samples']:,}",
             f"{statistics.median(setup):.2f}" if setup else "-",
-        ])
+        ]
+        if versus:
+            wds = find(results, "webdataset", r.mode, r.place)
+            row.insert(3, f"{r.best / wds.best:.2f}x" if wds else "-")
+        table.append(row)
     return table
 
 
 def print_table(results: list[Result]) -> None:
-    table = [HEADER, *rows(results)]
-    widths = [max(len(row[i]) for row in table) for i in range(len(HEADER))]
+    print_grid([header(results), *rows(results)])
+
+
+def print_grid(table: list[list[str]]) -> None:
+    """Rows under a header: the first two columns left-aligned, the others right-aligned."""
+    widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
     for n, row in enumerate(table):
         print("  ".join(cell.ljust(w) if i < 2 else cell.rjust(w) for i, (cell, w) in enumerate(zip(row, widths))))
         if n == 0:
@@ -869,23 +1130,39 @@ def conversion_lines(conversions: list[Conversion]) -> list[str]:
     return lines
 
 
+def markdown_table(table: list[list[str]]) -> list[str]:
+    head, *body = table
+    return ["| " + " | ".join(head) + " |", "|" + "|".join(["---", "---", *["---:"] * (len(head) - 2)]) + "|",
+            *("| " + " | ".join(row) + " |" for row in body)]
+
+
 def markdown(images: ImageSet, results: list[Result], found: list[Target], conversions: list[Conversion],
-             args: argparse.Namespace, info: dict[str, Any]) -> str:
+             args: argparse.Namespace, info: dict[str, Any], remote: dict[str, Any] | None = None) -> str:
+    if remote is None:
+        where = "warm page cache"
+    else:
+        where = (f"read from a moto S3 server on 127.0.0.1 (one Python process on the same {info['nproc']} cores) "
+                 f"directly (@{remote['places'][0]}), through a proxy process (@{remote['places'][1]}) and through "
+                 f"a proxy adding {args.latency * 1000:g} ms to every request (@{remote['places'][2]}); every run "
+                 "starts with empty local caches (cold: TTFB includes the first downloads)")
     lines = [
         f"Reading {images.count:,} JPEGs ({IMAGE_SIZE}x{IMAGE_SIZE}, {images.total_bytes / 1e6:,.0f} MB) for one "
-        f"epoch, {WORKERS} DataLoader workers, batches of {BATCH_SIZE}, shuffle on, warm page cache; best and median "
+        f"epoch, {WORKERS} DataLoader workers, batches of {BATCH_SIZE}, shuffle on, {where}; best and median "
         f"of {args.repeat} runs, each in a fresh process. Peak RSS: the process tree's, summed (max over runs).",
         "",
-        "| " + " | ".join(HEADER) + " |",
-        "|" + "|".join(["---", "---", *["---:"] * (len(HEADER) - 2)]) + "|",
+        *markdown_table([header(results), *rows(results)]),
     ]
-    for row in rows(results):
-        lines.append("| " + " | ".join(row) + " |")
+    if remote is not None:
+        lines += ["", *markdown_table([latency_header(remote["places"]), *latency_rows(results, remote["places"])])]
     lines += ["", "| target | measured | goal | verdict |", "|---|---:|---|---|"]
     lines += [f"| {t.name} | {t.value} | {t.goal} | {t.verdict} |" for t in found]
     lines += ["", *(f"- {line}" for line in context_lines(results))]
+    if remote is not None:
+        lines += [f"- {line}" for line in remote_lines(results, remote["places"], remote["uploads"])]
     lines += ["", "Shuffle: " + "; ".join(f"{k}: {v}" for k, v in SHUFFLES.items()) + "."]
     lines += ["", "Data: " + "; ".join(conversion_lines(conversions)) + "."]
+    if remote is not None:
+        lines += ["", "Caveats: " + REMOTE_CAVEATS]
     versions = ", ".join(f"{k} {v}" for k, v in info["versions"].items())
     lines += [
         "",
@@ -939,7 +1216,7 @@ def commit() -> str | None:
 
 
 def to_json(images: ImageSet, results: list[Result], found: list[Target], conversions: list[Conversion],
-            args: argparse.Namespace, info: dict[str, Any]) -> dict[str, Any]:
+            args: argparse.Namespace, info: dict[str, Any], remote: dict[str, Any] | None = None) -> dict[str, Any]:
     return {
         "benchmark": "read",
         "machine": info,
@@ -950,7 +1227,8 @@ def to_json(images: ImageSet, results: list[Result], found: list[Target], conver
         "conversions": [{"name": c.name, "path": str(c.path), "seconds": round(c.seconds, 2), "bytes": c.nbytes,
                          "files": c.files, "reused": c.reused, "problem": c.problem} for c in conversions],
         "results": [
-            {"tool": r.tool, "mode": r.mode, "ok": r.ok, "problems": r.problems,
+            {"tool": r.tool, "mode": r.mode, "place": r.place, "ok": r.ok, "problems": r.problems,
+             "unsupported": r.unsupported,
              "best_per_s": round(r.best, 1) if r.runs else None,
              "median_per_s": round(r.median, 1) if r.runs else None,
              "ttfb_median_s": None if r.ttfb is None else round(r.ttfb, 4),
@@ -960,13 +1238,21 @@ def to_json(images: ImageSet, results: list[Result], found: list[Target], conver
             for r in results
         ],
         "targets": [{"name": t.name, "goal": t.goal, "measured": t.value, "met": t.met} for t in found],
+        "remote": None if remote is None else {
+            "kind": args.remote, "added_latency_s": args.latency, "places": remote["places"],
+            "endpoints": remote["endpoints"],
+            "uploads": [{"prefix": u.prefix, "files": u.files, "bytes": u.nbytes, "seconds": round(u.seconds, 2)}
+                        for u in remote["uploads"]]},
     }
 
 
 # -- main ----------------------------------------------------------------------------------
 
 
-def jobs_for(tools: list[str], modes: list[str]) -> list[Job]:
+def jobs_for(tools: list[str], modes: list[str], places: list[str] | None = None) -> list[Job]:
+    if places is not None:  # remote: the loader modes at each place
+        return [Job(tool, mode, place) for place in places for mode in LOADER_MODES if mode in modes
+                for tool in tools]
     jobs = [Job(tool, mode) for mode in LOADER_MODES if mode in modes for tool in tools]
     if "limit" in modes:
         jobs += [Job("pillow", "limit"), Job("simplejpeg", "limit")]
@@ -993,7 +1279,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help=f"number of images [default: {FULL_COUNT:,}]; other counts go to DATA/count-N/")
     parser.add_argument("--repeat", type=int, default=3, help="timed runs per tool and mode [default: 3]")
     parser.add_argument("--tools", default=",".join(TOOLS), help=f"comma-separated subset of {','.join(TOOLS)}")
-    parser.add_argument("--modes", default=",".join(MODES), help=f"comma-separated subset of {','.join(MODES)}")
+    parser.add_argument("--modes", default=None, help=f"comma-separated subset of {','.join(MODES)} [default: all; "
+                        f"with --remote: raw; --remote takes {','.join(LOADER_MODES)}]")
+    parser.add_argument("--remote", choices=["s3"], default=None,
+                        help="read from a local moto S3 server (directly, through a proxy, and through a proxy "
+                             "adding --latency to every request) instead of local files")
+    parser.add_argument("--latency", type=float, default=ADDED_LATENCY,
+                        help=f"seconds the proxy adds to every request with --remote [default: {ADDED_LATENCY:g}]")
     parser.add_argument("--limit-images", type=int, default=LIMIT_IMAGES,
                         help=f"images decoded for the decode limit [default: {LIMIT_IMAGES:,}]")
     parser.add_argument("--arrow-rows", type=int, default=ARROW_ROWS,
@@ -1004,7 +1296,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--json", type=Path, default=None, help="also write the results as JSON to this file")
     parser.add_argument("--child", nargs=2, metavar=("TOOL", "MODE"), help=argparse.SUPPRESS)
     parser.add_argument("--convert", metavar="NAME", help=argparse.SUPPRESS)
+    parser.add_argument("--endpoint", help=argparse.SUPPRESS)  # a remote child: its S3 endpoint, bucket, scratch
+    parser.add_argument("--bucket", help=argparse.SUPPRESS)
+    parser.add_argument("--scratch", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.modes is None:
+        args.modes = "raw" if args.remote else ",".join(MODES)
+    if args.remote and set(args.modes.split(",")) - set(LOADER_MODES):
+        parser.error(f"--remote runs the modes {', '.join(LOADER_MODES)} only")
+    if args.latency <= 0:
+        parser.error("--latency must be positive seconds")
     for option, allowed in (("tools", TOOLS), ("modes", MODES)):
         unknown = set(getattr(args, option).split(",")) - set(allowed)
         if unknown:
@@ -1035,7 +1336,12 @@ def main(argv: list[str] | None = None) -> int:
           f"{images.total_bytes / 1e6:,.1f} MB, mean {images.mean_bytes / 1e3:.1f} KB", flush=True)
     read_root = set_root(args.data, args.count) / "read"
 
-    jobs = jobs_for(args.tools.split(","), args.modes.split(","))
+    places = None
+    if args.remote:
+        from _remote import RemoteS3
+
+        places = [RemoteS3.place(None), RemoteS3.place(0.0), RemoteS3.place(args.latency)]
+    jobs = jobs_for(args.tools.split(","), args.modes.split(","), places)
     conversions = [convert(name, images, read_root, args) for name in conversions_for(jobs)]
     for line in conversion_lines(conversions):
         print(f"data for {line}", flush=True)
@@ -1046,34 +1352,66 @@ def main(argv: list[str] | None = None) -> int:
                (j.mode not in ("arrow", "limit") and DATA_OF[j.tool] in failed)]
     jobs = [j for j in jobs if j not in skipped]
 
-    files = [p for c in conversions if not c.problem for p in sorted(c.path.rglob("*")) if p.is_file()]
-    warm = warm_page_cache(files + (images.files() if any(j.mode == "limit" for j in jobs) else []))
-    print(f"warm-up: read {warm[0] / 1e6:,.1f} MB once, untimed ({warm[1]:.1f} s)", flush=True)
-
-    results = run_all(jobs, args, images) if jobs else []
+    remote = None
+    if args.remote:
+        remote = run_remote(jobs, conversions, args, images)
+        results = remote["results"]
+        found = remote_targets(results, remote["places"])
+    else:
+        files = [p for c in conversions if not c.problem for p in sorted(c.path.rglob("*")) if p.is_file()]
+        warm = warm_page_cache(files + (images.files() if any(j.mode == "limit" for j in jobs) else []))
+        print(f"warm-up: read {warm[0] / 1e6:,.1f} MB once, untimed ({warm[1]:.1f} s)", flush=True)
+        results = run_all(jobs, args, images) if jobs else []
     for job in skipped:
-        results.append(Result(job.tool, job.mode, problems=[f"no data: {DATA_OF.get(job.tool, job.tool)} "
-                                                            "conversion failed"]))
-    found = targets(results)
+        results.append(Result(job.tool, job.mode, job.place,
+                              problems=[f"no data: {DATA_OF.get(job.tool, job.tool)} conversion failed"]))
+    if not args.remote:
+        found = targets(results)
 
     print()
     print_table(results)
+    if remote is not None:
+        print()
+        print_grid([latency_header(remote["places"]), *latency_rows(results, remote["places"])])
     print()
     for line in target_lines(found):
         print(line)
     for line in context_lines(results):
         print(line)
+    if remote is not None:
+        for line in remote_lines(results, remote["places"], remote["uploads"]):
+            print(line)
     print()
-    print(markdown(images, results, found, conversions, args, info))
+    print(markdown(images, results, found, conversions, args, info, remote))
     if args.json is not None:
-        doc = to_json(images, results, found, conversions, args, info)
+        doc = to_json(images, results, found, conversions, args, info, remote)
         args.json.write_text(json.dumps(doc, indent=2) + "\n")
         print(f"\nresults written to {args.json}")
-    problems = [f"{r.tool}/{r.mode}: {p}" for r in results for p in r.problems]
+    problems = [f"{r.tool}/{r.label}: {p}" for r in results for p in r.problems]
     problems += [f"{c.name}: {c.problem}" for c in conversions if c.problem]
     for problem in problems:
         print(f"problem: {problem}", file=sys.stderr)
     return 1 if problems else 0
+
+
+def run_remote(jobs: list[Job], conversions: list[Conversion], args: argparse.Namespace,
+               images: ImageSet) -> dict[str, Any]:
+    """Start moto and the proxies, upload each tool's converted data once (untimed), run the jobs; then stop them."""
+    from _remote import RemoteS3
+
+    with RemoteS3(latencies=(0.0, args.latency)) as remote:
+        endpoints = remote.endpoints
+        print(f"remote: moto S3 server (pid {remote.moto.process.pid}) at {endpoints[remote.place(None)]}, "
+              f"bucket {remote.bucket}; proxies: " + ", ".join(f"@{place} {url}" for place, url in endpoints.items()
+                                                              if place != remote.place(None))
+              + f" (started in {remote.start_seconds:.1f} s)", flush=True)
+        for c in conversions:
+            if not c.problem:
+                u = remote.upload(c.path, c.name)
+                print(f"uploaded {c.name}: {u.files} objects, {u.nbytes / 1e6:,.1f} MB to s3://{remote.bucket}/"
+                      f"{u.prefix}/ in {u.seconds:.1f} s (untimed)", flush=True)
+        results = run_all(jobs, args, images, remote) if jobs else []
+        return {"results": results, "places": remote.places, "endpoints": endpoints, "uploads": remote.uploads}
 
 
 if __name__ == "__main__":
