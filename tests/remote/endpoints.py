@@ -210,7 +210,9 @@ class MotoS3(_ServerProcess):
         return Bucket("s3", name, self.endpoint_url, server=self)
 
     def _post(self, path: str, data: bytes = b"") -> bytes:
-        request = urllib.request.Request(self.endpoint_url + path, data=data, method="POST")
+        # not urllib's default form type: moto would parse the body as a form and find no data
+        request = urllib.request.Request(self.endpoint_url + path, data=data, method="POST",
+                                         headers={"Content-Type": "text/plain"})
         with urllib.request.urlopen(request, timeout=10) as r:
             return r.read()
 

@@ -1,0 +1,103 @@
+"""Transient faults between shardstream and a bucket, injected by the proxy: reads and uploads get through with
+exactly the source's bytes; a fault that does not go away ends in an error naming the shard."""
+
+from __future__ import annotations
+
+import pytest
+
+import shardstream
+
+from .data import image_folder
+from .proxy import gcs_error, s3_error
+
+SHARD = r"shard-000001\.tar"
+
+
+def pack_into(bucket, tmp_path, prefix: str = "ds"):
+    files = image_folder(tmp_path / prefix)
+    url = bucket.url(prefix)
+    result = shardstream.pack(tmp_path / prefix, url, storage_options=bucket.storage_options, samples_per_shard=4,
+                              workers=1, progress=False)
+    return files, url, result
+
+
+def throttled(bucket) -> dict:
+    """The service asking the client to slow down: S3 503 SlowDown, GCS 429 rateLimitExceeded."""
+    if bucket.kind == "s3":
+        return {"status": 503, "body": s3_error("SlowDown", "Please reduce your request rate.")}
+    return {"status": 429, "body": gcs_error(429, "The rate of change requests is too high", "rateLimitExceeded")}
+
+
+def unavailable(bucket) -> dict:
+    if bucket.kind == "s3":
+        return {"status": 503, "body": s3_error("ServiceUnavailable", "Service is unable to handle request.")}
+    return {"status": 503, "body": gcs_error(503, "Backend Error", "backendError")}
+
+
+FAULTS = {
+    "503": lambda b: {"kind": "status", **unavailable(b)},
+    "throttled": lambda b: {"kind": "status", **throttled(b)},
+    "reset": lambda b: {"kind": "reset"},
+    "reset-mid-body": lambda b: {"kind": "truncate", "nbytes": 3000, "rst": True},
+    "truncated": lambda b: {"kind": "truncate", "nbytes": 3000},
+    "shortened": lambda b: {"kind": "short", "nbytes": 3000},  # the client sees a complete, shorter object
+    "stall": lambda b: {"kind": "stall", "seconds": 30},
+}
+
+
+@pytest.mark.parametrize("fault", list(FAULTS))
+def test_a_transient_read_fault_is_retried(bucket, tmp_path, proxied, fault):
+    files, url, _ = pack_into(bucket, tmp_path)
+    via = proxied(bucket)
+    spec = FAULTS[fault](bucket)
+    rule = via.proxy.inject(spec.pop("kind"), method="GET", path=SHARD, times=1, **spec)
+    ds = shardstream.ShardDataset(url, storage_options=via.storage_options, decode=None, shuffle=False, retries=2,
+                                  timeout=1.0 if fault == "stall" else 30.0)
+    got = {s["__key__"]: bytes(s["jpg"]) for s in ds}
+    assert got == files
+    assert rule.applied == 1
+    assert via.proxy.count("GET", SHARD) >= 2  # fetched again after the fault
+
+
+def test_a_fault_that_persists_ends_in_an_error_naming_the_shard(bucket, tmp_path, proxied):
+    _, url, _ = pack_into(bucket, tmp_path)
+    via = proxied(bucket)
+    via.proxy.inject("short", nbytes=3000, method="GET", path=SHARD)  # every download of it comes back short
+    ds = shardstream.ShardDataset(url, storage_options=via.storage_options, decode=None, shuffle=False, retries=1)
+    with pytest.raises(shardstream.ShardstreamError, match=f"{url}/shard-000001.tar") as err:
+        list(ds)
+    assert "\n" not in str(err.value)
+    assert 2 <= via.proxy.count("GET", SHARD) <= 4  # retries + 1 downloads (S3 may check a checksum on the way)
+
+
+def test_a_transient_upload_fault_is_retried_and_the_result_is_exact(bucket, tmp_path, proxied):
+    via = proxied(bucket)
+    files = image_folder(tmp_path / "src")
+    if bucket.kind == "s3":  # S3 names the object in the path of a PUT, GCS in the body of a POST
+        first, third = ({"method": "PUT", "path": r"/ds/shard-000001\.tar$"},
+                        {"method": "PUT", "path": r"/ds/shard-000002\.tar$"})
+    else:
+        first, third = ({"method": "POST", "content": "ds/shard-000001.tar"},
+                        {"method": "POST", "content": "ds/shard-000002.tar"})
+    failed = via.proxy.inject("status", times=1, **unavailable(bucket), **first)
+    lost = via.proxy.inject("reset", forward=True, times=1, **third)  # stored, but the answer never arrives
+    result = shardstream.pack(tmp_path / "src", bucket.url("ds"), storage_options=via.storage_options,
+                              samples_per_shard=4, workers=2, progress=False)
+    clean = shardstream.pack(tmp_path / "src", bucket.url("clean"), storage_options=bucket.storage_options,
+                             samples_per_shard=4, workers=2, progress=False)
+    assert (failed.applied, lost.applied) == (1, 1)
+    assert result.manifest.sha256 == clean.manifest.sha256
+    ds = shardstream.ShardDataset(bucket.url("ds"), storage_options=bucket.storage_options, decode=None,
+                                  shuffle=False)
+    assert {s["__key__"]: bytes(s["jpg"]) for s in ds} == files
+
+
+def test_latency_on_every_request_changes_nothing(bucket, tmp_path, proxied):
+    files, url, _ = pack_into(bucket, tmp_path)
+    via = proxied(bucket)
+    via.proxy.inject("delay", seconds=0.02)
+    ds = shardstream.ShardDataset(url, storage_options=via.storage_options, decode=None, shuffle=True, seed=1)
+    got = {k: bytes(v) for batch in ds.loader(batch_size=4, num_workers=2)
+           for k, v in zip(batch["__key__"], list(batch["jpg"]))}
+    assert got == files
+    assert via.proxy.count("GET", r"shard-00000\d\.tar") >= 4
