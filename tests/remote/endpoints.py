@@ -504,7 +504,8 @@ class StaticHTTPServer:
         server.requests = []  # type: ignore[attr-defined]
         server.lock = threading.Lock()  # type: ignore[attr-defined]
         self._server = server
-        self._thread = threading.Thread(target=server.serve_forever, name="static-http", daemon=True)
+        self._thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, name="static-http",
+                                        daemon=True)
         self._thread.start()
         if not _answers(self.url + "/"):
             self.stop()
