@@ -167,7 +167,7 @@ def load_manifest(store: Store) -> Manifest:
     try:
         data = store.read_bytes(MANIFEST_NAME)
     except StorageError as exc:
-        if not store.exists(MANIFEST_NAME):
+        if isinstance(exc.__cause__, FileNotFoundError):
             raise ManifestError(
                 f"{store.url} holds no dataset: {MANIFEST_NAME} is missing. Pack data there with "
                 "'shardstream pack', or write a manifest for existing WebDataset tars with "

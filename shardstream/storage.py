@@ -49,7 +49,7 @@ def describe_os_error(exc: BaseException) -> str:
         return "the request timed out"
     if isinstance(exc, OSError) and exc.strerror:
         return exc.strerror.lower()
-    return str(exc) or type(exc).__name__
+    return " ".join(str(exc).split()) or type(exc).__name__  # one line, whatever the client wrote
 
 
 @contextlib.contextmanager
@@ -75,21 +75,29 @@ _PERMANENT = (FileNotFoundError, PermissionError, IsADirectoryError, NotADirecto
 _NETWORK_MODULES = ("aiohttp", "botocore", "aiobotocore", "urllib3", "requests", "google", "gcsfs", "fsspec",
                     "s3fs", "http", "ssl", "socket", "asyncio", "concurrent")
 _READ_ONLY = ("http", "https")
+_BUCKETS = ("s3", "s3a", "gs", "gcs")  # object stores: prefixes need no creating, buckets are not made on the fly
+_LOOKUPS = ("exists", "size", "isdir", "ls", "find", "info")
 PART_SIZE = 16 << 20  # bytes per ranged GET when a large object is read whole
 
 
+_TRANSIENT_NAMES = ("Connect", "Timeout", "Closed", "Reset", "Disconnect", "HTTPClient", "Payload", "IncompleteRead",
+                    "Streaming", "Throttl", "SlowDown", "Unavailable", "Transport")
+
+
 def is_transient(exc: BaseException) -> bool:
-    """Whether retrying ``exc`` may help: resets, timeouts, 5xx, 408/429 throttling; not 4xx or a missing object."""
+    """Whether retrying ``exc`` may help: resets, timeouts, 5xx, 408/429 throttling; not 4xx, a missing
+    object, bad credentials or configuration."""
     if isinstance(exc, _PERMANENT):
         return False
     status = getattr(exc, "status", None) or getattr(exc, "code", None)
-    if isinstance(status, int) and 400 <= status < 500 and status not in (408, 429):
-        return False
-    if "Credential" in type(exc).__name__:
-        return False
+    if isinstance(status, int) and 100 <= status < 600:  # an HTTP status decides
+        return not (400 <= status < 500 and status not in (408, 429))
+    if isinstance(exc, OSError) and exc.errno is None and str(exc).startswith(("Forbidden", "Unauthorized")):
+        return False  # gcsfs's 401/403
     if isinstance(exc, (OSError, TimeoutError, ConnectionError)):
         return True
-    return type(exc).__module__.split(".")[0] in _NETWORK_MODULES
+    name = type(exc).__name__
+    return type(exc).__module__.split(".")[0] in _NETWORK_MODULES and any(w in name for w in _TRANSIENT_NAMES)
 
 
 @dataclass(frozen=True)
@@ -228,6 +236,8 @@ class Store:
             kwargs["timeout"] = limit  # taken by fsspec's sync(): the request is cancelled when it runs out
 
         def attempt() -> Any:
+            if method in _LOOKUPS:  # fsspec's listings cache never expires: others change the bucket meanwhile
+                self.fs.invalidate_cache()
             return getattr(self.fs, method)(*args, **kwargs)
 
         with storage_errors(action, url):
@@ -338,7 +348,12 @@ class Store:
         """Create this folder (a no-op on object stores without folders)."""
         self._writable(self.url)
         if not self.local:
-            self._remote("cannot create", None, "makedirs", self.root, exist_ok=True)
+            bucket = self.root.split("/", 1)[0]
+            if self.protocol in _BUCKETS and not self._remote("cannot check", None, "exists", bucket):
+                raise StorageError(f"cannot write {self.url}: the bucket {bucket!r} does not exist (or these "
+                                   "credentials cannot see it); create it first, or check the name")
+            if self.protocol not in _BUCKETS:
+                self._remote("cannot create", None, "makedirs", self.root, exist_ok=True)
             return
         with storage_errors("cannot create", self.url):
             os.makedirs(self.root, exist_ok=True)
