@@ -5,6 +5,11 @@ DataLoader itself runs with ``batch_size=None`` and only moves them. Its in-orde
 output is the rank's planned order for any ``num_workers``; ``state_dict()`` is a few
 integers plus the epoch's remaining segment, and ``load_state_dict()`` continues with no
 sample repeated or skipped, also with another ``num_workers`` or world size.
+
+It configures itself (workers, pinned memory, persistent workers, prefetch, per-worker
+seeds) and checks, before its workers start, what would make them crash or hang later:
+a ``/dev/shm`` too small for the batches in flight, parts that ``spawn`` workers cannot
+unpickle, tensors a worker returns on a GPU (see :mod:`shardstream.guards`).
 """
 
 from __future__ import annotations
@@ -15,8 +20,9 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import torch
-from torch.utils.data import DataLoader
+from torch.utils.data import DataLoader, get_worker_info
 
+from . import guards
 from .collate import collate, split
 from .errors import ShardstreamError
 from .transport import Receiver
@@ -35,7 +41,11 @@ def default_num_workers() -> int:
     return max(min(4 * gpus, cores - 1), 1)
 
 
-def _as_is(batch: Any) -> Any:
+def _from_worker(batch: Any) -> Any:
+    """The DataLoader's collate_fn (batches are collated in the dataset already): in a worker,
+    refuse tensors that are not in CPU memory before they are sent."""
+    if get_worker_info() is not None:
+        guards.check_worker_batch(batch)
     return batch
 
 
@@ -54,35 +64,73 @@ def _batches_per_chunk(dataset: ShardDataset, batch_size: int, num_workers: int)
 
 
 class ShardLoader(DataLoader):
-    """A DataLoader over a :class:`ShardDataset` that can save and restore its position."""
+    """A DataLoader over a :class:`ShardDataset` that can save and restore its position.
 
-    def __init__(self, dataset: ShardDataset, batch_size: int, num_workers: int | None = None, **kwargs: Any):
+    Defaults, each overridable: ``num_workers`` = min(4 x GPUs, CPU cores - 1), at least 1;
+    ``pin_memory`` when CUDA is available; ``persistent_workers`` and ``prefetch_factor=2``
+    with workers; a ``generator`` seeded from the dataset's seed (so creating an iterator
+    does not draw from the global torch RNG). ``seed_workers`` (default: the dataset's,
+    True) reseeds ``random``, ``numpy`` and ``torch`` in every worker at every epoch from
+    (seed, epoch, rank, worker). ``shm_check``: ``"raise"`` (default), ``"warn"`` or
+    ``"off"`` when ``/dev/shm`` looks too small for the batches in flight.
+    """
+
+    def __init__(self, dataset: ShardDataset, batch_size: int, num_workers: int | None = None, *,
+                 seed_workers: bool | None = None, shm_check: str = "raise", **kwargs: Any):
         if batch_size < 1:
             raise ValueError(f"batch_size must be at least 1, not {batch_size}")
+        if shm_check not in ("raise", "warn", "off"):
+            raise ValueError(f"shm_check must be 'raise', 'warn' or 'off', not {shm_check!r}")
         previous = dataset._loader() if dataset._loader is not None else None
         if previous is not None:
             raise ShardstreamError(
                 "this ShardDataset already feeds a loader, whose batches and resume state depend on it; "
                 "make another ShardDataset for a second loader (or drop the first one)"
             )
-        dataset._loader = weakref.ref(self)
-        dataset.batch_size = batch_size
         num_workers = default_num_workers() if num_workers is None else num_workers
         kwargs.setdefault("pin_memory", torch.cuda.is_available())
-        kwargs.setdefault("collate_fn", _as_is)  # batches are collated in the dataset already
+        kwargs.setdefault("collate_fn", _from_worker)  # batches are collated in the dataset already
+        kwargs.setdefault("generator", torch.Generator().manual_seed(dataset.seed))
         if num_workers > 0:
             kwargs.setdefault("persistent_workers", True)
             kwargs.setdefault("prefetch_factor", 2)
-        dataset.batches_per_chunk = _batches_per_chunk(dataset, batch_size, num_workers)
+        per_chunk = _batches_per_chunk(dataset, batch_size, num_workers)
+        ring = num_workers > 0 and not kwargs.get("pin_memory") and dataset.collate_fn is collate
+        ring_slots = (kwargs.get("prefetch_factor") or 2) + 2  # more arenas than batches in flight
+        self.shm_check = shm_check
+        self._shm_free = guards.shm_free_bytes() if num_workers > 0 and shm_check != "off" else None
+        if num_workers > 0:  # before anything changes: a refused loader leaves the dataset as it was
+            _check_workers(dataset, kwargs)
+            if not dataset._mapped:  # mapped raw batches are locations: nothing to hold in shared memory
+                self._check_shm(_manifest_batch_bytes(dataset, batch_size * per_chunk), num_workers, kwargs,
+                                ring, ring_slots, "estimated from the manifest's stored sample sizes; "
+                                "decoded images take more")
+        dataset._loader = weakref.ref(self)
+        dataset.batch_size = batch_size
+        if seed_workers is not None:
+            dataset.seed_workers = bool(seed_workers)
+        dataset.batches_per_chunk = per_chunk
         self._receiver: Receiver | None = None
-        if num_workers > 0 and not kwargs.get("pin_memory") and dataset.collate_fn is collate:
-            dataset.ring_slots = (kwargs.get("prefetch_factor") or 2) + 2  # more arenas than batches in flight
+        if ring:
+            dataset.ring_slots = ring_slots
             dataset._released = self._new_table(num_workers, dataset.ring_slots)
             self._receiver = Receiver(dataset._released)
         super().__init__(dataset, batch_size=None, num_workers=num_workers, **kwargs)
         self.samples_per_batch = batch_size
         self._start: dict[str, Any] | None = None
         self._batches = 0
+        self._shm_measured = num_workers == 0 or shm_check == "off"
+
+    def _check_shm(self, batch_bytes: int, num_workers: int, kwargs: dict[str, Any], ring: bool,
+                   ring_slots: int, basis: str) -> None:
+        """Batches in flight: each worker's ring arenas (sized 1.25 x the largest batch), or its
+        ``prefetch_factor`` batches plus, without pinning, the one the training loop holds."""
+        if ring:
+            per_worker, extra = ring_slots * 1.25, 0
+        else:
+            per_worker, extra = kwargs.get("prefetch_factor") or 2, 0 if kwargs.get("pin_memory") else 1
+        guards.check_shm(batch_bytes, num_workers, per_worker, extra_batches=extra, basis=basis,
+                         action=self.shm_check, free=self._shm_free, path=guards.SHM_PATH)
 
     def __len__(self) -> int:
         """Batches left in the current epoch on this rank."""
@@ -101,6 +149,11 @@ class ShardLoader(DataLoader):
         for chunk in super().__iter__():
             if receiver is not None:
                 chunk = receiver.receive(chunk)
+            if not self._shm_measured:
+                self._shm_measured = True
+                self._check_shm(guards.batch_nbytes(chunk), self.num_workers,
+                                {"prefetch_factor": self.prefetch_factor, "pin_memory": self.pin_memory},
+                                receiver is not None, self.dataset.ring_slots, "measured on the first batch")
             for batch in split(chunk, self.samples_per_batch) if per_chunk > 1 else (chunk,):
                 self._batches += 1
                 yield batch
@@ -111,13 +164,19 @@ class ShardLoader(DataLoader):
     def _new_table(num_workers: int, slots: int) -> torch.Tensor:
         return torch.full((num_workers, slots), -1, dtype=torch.int64).share_memory_()
 
-    def state_dict(self) -> dict[str, Any]:
-        """Where this rank is: epoch, seed, the epoch's segment and what it consumed of it."""
+    def state_dict(self, pending: int = 0) -> dict[str, Any]:
+        """Where this rank is: epoch, seed, the epoch's segment and what it consumed of it.
+
+        ``pending``: batches this loader has handed out that the training loop has not
+        received yet (a prefetching wrapper's, such as :class:`DeviceLoader`); they count as
+        not consumed, so a resume reads them again.
+        """
         if self._start is None or self._generation != self.dataset.generation:
             return self.dataset.state()  # not iterated since the epoch or position was set
         state = dict(self._start)
         span = self._span_length(state)
-        state["consumed"] = min(state["consumed"] + self._batches * self.samples_per_batch, span)
+        taken = max(self._batches - pending, 0)
+        state["consumed"] = min(state["consumed"] + taken * self.samples_per_batch, span)
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -132,3 +191,34 @@ class ShardLoader(DataLoader):
         start, stop = plan.rank_range([tuple(iv) for iv in state["segment"]], state["world_size"],
                                       self.dataset.rank, self.dataset.drop_last)
         return stop - start
+
+
+def _manifest_batch_bytes(dataset: ShardDataset, samples: int) -> int:
+    """Bytes of ``samples`` stored samples, from the manifest (tar headers and padding left out)."""
+    m = dataset.manifest
+    per_sample = m.total_bytes / max(m.num_samples, 1)
+    if m.shard_format.startswith("tar"):
+        per_sample -= 768 * max(len(m.fields), 1)  # a 512-byte header and ~256 bytes of padding per member
+    return int(max(per_sample, 0) * samples)
+
+
+def _check_workers(dataset: ShardDataset, kwargs: dict[str, Any]) -> None:
+    """Before workers start: spawn/forkserver workers must unpickle everything they get (name what
+    cannot be); forked workers share the open files they inherit (warn)."""
+    decoder = getattr(dataset, "decoder", None)
+    parts: dict[str, Any] = {"the transform": dataset.transform,
+                             "the decode function": getattr(decoder, "whole", None)}
+    for name, how in (getattr(decoder, "fields", None) or {}).items():
+        if callable(how):
+            parts[f"the decoder of field {name!r}"] = how
+    if dataset.collate_fn is not collate:
+        parts["the dataset's collate_fn"] = dataset.collate_fn
+    if kwargs.get("collate_fn") is not _from_worker:
+        parts["the collate_fn"] = kwargs.get("collate_fn")
+    parts["the worker_init_fn"] = kwargs.get("worker_init_fn")
+    method = guards.start_method(kwargs.get("multiprocessing_context"))
+    if method == "fork":
+        guards.warn_open_files(parts)
+        return
+    guards.check_picklable(parts, method)
+    guards.check_dataset_picklable(dataset, method)

@@ -408,3 +408,55 @@ def test_a_state_saved_right_after_loading_one_resumes_the_same(url):
     assert resumed == flat(middle)
     assert len(resumed) == -(-(22 - 2 * 3) // 3)  # both old ranks read one batch: 16 left on 3 ranks
     assert not set(before) & set(resumed)
+
+
+# -- defaults ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("cores,gpus,expected", [(2, 0, 1), (1, 0, 1), (16, 0, 1), (16, 1, 4), (16, 8, 15),
+                                                 (64, 8, 32), (1, 2, 1)])
+def test_default_num_workers(monkeypatch, cores, gpus, expected):
+    import torch
+
+    from shardstream import loader as loader_module
+
+    monkeypatch.setattr(loader_module.os, "sched_getaffinity", lambda pid: set(range(cores)))
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: gpus > 0)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: gpus)
+    assert loader_module.default_num_workers() == expected  # min(4 x GPUs, cores - 1), at least 1
+
+
+def test_defaults_and_overrides(url):
+    import torch
+
+    from shardstream.loader import default_num_workers
+
+    loader = make(url).loader(batch_size=4)
+    assert loader.num_workers == default_num_workers()
+    assert loader.pin_memory == torch.cuda.is_available()
+    assert loader.persistent_workers and loader.prefetch_factor == 2
+    assert loader.generator is not None and loader.dataset.seed_workers
+    generator = torch.Generator()
+    custom = make(url).loader(batch_size=4, num_workers=2, persistent_workers=False, prefetch_factor=5,
+                              pin_memory=False, generator=generator, seed_workers=False)
+    assert custom.num_workers == 2 and not custom.persistent_workers and custom.prefetch_factor == 5
+    assert custom.generator is generator and custom.dataset.seed_workers is False
+    assert flat(custom) == planned(url)
+    none = make(url).loader(batch_size=4, num_workers=0)
+    assert none.num_workers == 0 and not none.persistent_workers and none.prefetch_factor is None
+    with pytest.raises(ValueError, match="shm_check"):
+        make(url).loader(batch_size=4, shm_check="sometimes")
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_state_with_batches_pending_in_a_prefetching_wrapper(url, workers):
+    expected = planned(url)
+    loader = make(url).loader(3, workers)
+    it = iter(loader)
+    taken = [next(it) for _ in range(4)]  # a wrapper took 4 batches; the training loop has 2 of them
+    state = loader.state_dict(pending=2)
+    assert state["consumed"] == 6
+    assert loader.state_dict(pending=9)["consumed"] == 0
+    resumed = make(url).loader(3, workers)
+    resumed.load_state_dict(state)
+    assert flat(taken[:2]) + flat(resumed) == expected
