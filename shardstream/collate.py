@@ -5,13 +5,17 @@ anything else is pickled through a pipe. So a batch is made of as few, as large 
 as possible: images are stacked into one uint8 tensor (N×C×H×W, stored channels-last,
 which is what decoders produce and what GPUs prefer), and bytes fields become one
 :class:`RaggedBytes` (a uint8 tensor plus offsets) instead of a list of bytes objects.
+
+For fields of varying length, :func:`pad_sequences` pads them into one tensor with
+their lengths and a mask, and :class:`FieldCollate` is a ``collate_fn`` that pads some
+fields, keeps others as lists (detection boxes) and collates the rest as above.
 """
 
 from __future__ import annotations
 
 import mmap
 from collections import OrderedDict
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -249,3 +253,100 @@ def collate(samples: list[dict[str, Any]]) -> dict[str, Any]:
     if raw:
         batch.update(zip(raw, ragged_fields(list(raw.values()))))
     return batch
+
+
+def _as_tensor(value: Any) -> torch.Tensor:
+    if isinstance(value, torch.Tensor):
+        return value
+    if isinstance(value, np.ndarray):
+        return torch.from_numpy(value)
+    return torch.as_tensor(value)
+
+
+def pad_sequences(values: Sequence[Any], padding_value: float = 0, *, max_length: int | None = None
+                  ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Sequences of varying length as one batch: ``(padded, lengths, mask)``.
+
+    ``values`` are tensors, numpy arrays or lists, each ``L_i x ...`` with the same
+    trailing shape; ``padded`` is ``N x L x ...`` (``L`` the longest, or ``max_length``
+    when that is shorter: longer sequences are cut), filled with ``padding_value`` after
+    each sequence; ``lengths`` is int64 ``N``; ``mask`` is bool ``N x L``, True on real
+    items. Mixed dtypes are promoted as torch would. In a DataLoader worker the tensors
+    are made in shared memory, so sending them copies nothing.
+    """
+    if len(values) == 0:
+        raise ValueError("pad_sequences needs at least one sequence")
+    tensors = [_as_tensor(v) for v in values]
+    first = tensors[0]
+    if any(t.dim() == 0 for t in tensors):
+        raise ValueError("pad_sequences needs sequences (tensors of at least one dimension), not scalars")
+    if any(t.shape[1:] != first.shape[1:] for t in tensors):
+        shapes = sorted({tuple(t.shape[1:]) for t in tensors})
+        raise ValueError(f"pad_sequences needs one trailing shape after the length, not {shapes}")
+    dtype = first.dtype
+    for t in tensors[1:]:
+        dtype = torch.promote_types(dtype, t.dtype)
+    if max_length is not None and max_length < 0:
+        raise ValueError(f"max_length must not be negative, not {max_length}")
+    counts = [len(t) if max_length is None else min(len(t), max_length) for t in tensors]
+    longest = max(counts)
+    padded = _empty((len(tensors), longest, *first.shape[1:]), dtype)
+    padded.fill_(padding_value)
+    for row, t, n in zip(padded, tensors, counts):
+        row[:n].copy_(t[:n])
+    lengths = _empty((len(tensors),), torch.int64)
+    lengths.copy_(torch.tensor(counts, dtype=torch.int64))
+    mask = _empty((len(tensors), longest), torch.bool)
+    torch.lt(torch.arange(longest).unsqueeze(0), lengths.unsqueeze(1), out=mask)
+    return padded, lengths, mask
+
+
+def _list_item(value: Any) -> Any:
+    if isinstance(value, np.ndarray):
+        return torch.from_numpy(value)
+    return bytes(value) if isinstance(value, memoryview) else value  # shard memory cannot leave the worker
+
+
+class FieldCollate:
+    """A ``collate_fn`` for sample dicts with fields of varying size.
+
+    Fields in ``pad`` become :func:`pad_sequences` batches: ``batch[name]`` padded,
+    ``batch[name + "_lengths"]`` and ``batch[name + "_mask"]``; ``pad`` is a list of names
+    (padded with ``padding_value``) or a mapping from name to its padding value. Fields in
+    ``lists`` stay lists of the samples' values, numpy arrays as tensors (detection boxes:
+    one ``K_i x 4`` tensor per image). Every other field is collated by :func:`collate`.
+
+    Works as ``ShardDataset(..., collate_fn=FieldCollate(...))`` and for a torch
+    ``DataLoader``; it pickles, so ``spawn`` workers can use it. (A ``collate_fn`` other
+    than the default sends batches by PyTorch's own shared-memory path instead of
+    shardstream's reused arenas: see :mod:`shardstream.transport`.)
+    """
+
+    def __init__(self, pad: Mapping[str, float] | Iterable[str] = (), lists: Iterable[str] = (), *,
+                 padding_value: float = 0, max_length: int | None = None):
+        self.pad = dict(pad) if isinstance(pad, Mapping) else dict.fromkeys(pad, padding_value)
+        self.lists = list(lists)
+        both = set(self.pad) & set(self.lists)
+        if both:
+            raise ValueError(f"fields {sorted(both)} cannot be both padded and kept as lists")
+        self.max_length = max_length
+
+    def __call__(self, samples: list[dict[str, Any]]) -> dict[str, Any]:
+        special = set(self.pad) | set(self.lists)
+        rest = collate([{k: v for k, v in s.items() if k not in special} for s in samples])
+        batch: dict[str, Any] = {}
+        for name in dict.fromkeys(name for s in samples for name in s):  # every field, in first-seen order
+            if name in self.pad:
+                values = [s.get(name) for s in samples]
+                if any(v is None for v in values):
+                    raise ValueError(f"field {name!r} is missing from some samples, so it cannot be padded")
+                padded, lengths, mask = pad_sequences(values, self.pad[name], max_length=self.max_length)
+                batch[name], batch[f"{name}_lengths"], batch[f"{name}_mask"] = padded, lengths, mask
+            elif name in self.lists:
+                batch[name] = [_list_item(s.get(name)) for s in samples]
+            else:
+                batch[name] = rest[name]
+        return batch
+
+    def __repr__(self) -> str:
+        return f"FieldCollate(pad={self.pad!r}, lists={self.lists!r}, max_length={self.max_length!r})"

@@ -10,7 +10,7 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset
 
 from shardstream import ShardDataset, ShardWriter
-from shardstream.collate import MappedBytes, RaggedBytes, collate, ragged_fields, split
+from shardstream.collate import FieldCollate, MappedBytes, RaggedBytes, collate, pad_sequences, ragged_fields, split
 
 
 def test_ragged_fields_share_one_storage_and_round_trip():
@@ -91,3 +91,79 @@ def test_compressed_shards_fall_back_to_ragged_bytes(tmp_path):
     batches = list(ds.loader(batch_size=4, num_workers=1))
     assert all(isinstance(b["bin"], RaggedBytes) for b in batches)
     assert [v for b in batches for v in b["bin"]] == [bytes([i]) * (i + 1) for i in range(7)]
+
+
+# -- variable-length fields ---------------------------------------------------------------------------
+
+
+def test_pad_sequences_pads_and_gives_lengths_and_mask():
+    padded, lengths, mask = pad_sequences([torch.tensor([1, 2, 3]), np.array([4]), [5, 6]], padding_value=-1)
+    assert padded.tolist() == [[1, 2, 3], [4, -1, -1], [5, 6, -1]] and padded.dtype == torch.int64
+    assert lengths.tolist() == [3, 1, 2] and lengths.dtype == torch.int64
+    assert mask.tolist() == [[True, True, True], [True, False, False], [True, True, False]]
+    assert mask.dtype == torch.bool
+
+
+def test_pad_sequences_with_trailing_dims_empty_sequences_promotion_and_max_length():
+    boxes = [torch.ones(2, 4), torch.zeros(0, 4, dtype=torch.float64), 2 * torch.ones(3, 4)]
+    padded, lengths, mask = pad_sequences(boxes)
+    assert padded.shape == (3, 3, 4) and padded.dtype == torch.float64  # float32 and float64 promote
+    assert torch.equal(padded[2], 2 * torch.ones(3, 4, dtype=torch.float64))
+    assert torch.equal(padded[0, 2], torch.zeros(4, dtype=torch.float64)) and lengths.tolist() == [2, 0, 3]
+    assert mask.sum(1).tolist() == [2, 0, 3]
+    cut, cut_lengths, cut_mask = pad_sequences([torch.arange(5), torch.arange(2)], max_length=3)
+    assert cut.tolist() == [[0, 1, 2], [0, 1, 0]] and cut_lengths.tolist() == [3, 2] and cut_mask.shape == (2, 3)
+    none, none_lengths, none_mask = pad_sequences([torch.zeros(0), torch.zeros(0)])
+    assert none.shape == (2, 0) and none_lengths.tolist() == [0, 0] and none_mask.shape == (2, 0)
+
+
+def test_pad_sequences_refuses_what_cannot_be_padded():
+    with pytest.raises(ValueError, match="trailing shape"):
+        pad_sequences([torch.zeros(2, 4), torch.zeros(2, 3)])
+    with pytest.raises(ValueError, match="scalars"):
+        pad_sequences([torch.tensor(1), torch.tensor([1])])
+    with pytest.raises(ValueError, match="at least one"):
+        pad_sequences([])
+
+
+def detection_sample(i: int) -> dict:
+    return {"__key__": f"k{i}", "tokens": np.arange(i % 4 + 1, dtype=np.int64) + 10 * i,
+            "boxes": np.full((i % 3, 4), i, dtype=np.float32), "cls": i, "txt": f"t{i}", "raw": bytes([i])}
+
+
+def test_field_collate_pads_keeps_lists_and_collates_the_rest():
+    fc = FieldCollate(pad={"tokens": -1}, lists=["boxes"])
+    batch = fc([detection_sample(i) for i in range(3)])
+    assert list(batch) == ["__key__", "tokens", "tokens_lengths", "tokens_mask", "boxes", "cls", "txt", "raw"]
+    assert batch["tokens"].tolist() == [[0, -1, -1], [10, 11, -1], [20, 21, 22]]
+    assert batch["tokens_lengths"].tolist() == [1, 2, 3] and batch["tokens_mask"].sum().item() == 6
+    assert [b.shape for b in batch["boxes"]] == [(0, 4), (1, 4), (2, 4)]  # the samples' values, as tensors
+    assert all(isinstance(b, torch.Tensor) for b in batch["boxes"])
+    assert batch["cls"].tolist() == [0, 1, 2] and batch["txt"] == ["t0", "t1", "t2"]
+    assert isinstance(batch["raw"], RaggedBytes)
+    again = pickle.loads(pickle.dumps(fc))  # spawn workers receive it pickled
+    assert again([detection_sample(1)])["tokens"].tolist() == [[10, 11]]
+    with pytest.raises(ValueError, match="both"):
+        FieldCollate(pad=["a"], lists=["a"])
+    with pytest.raises(ValueError, match="'tokens' is missing"):
+        fc([detection_sample(0), {"__key__": "x", "cls": 1}])
+
+
+def test_field_collate_as_the_collate_fn_of_a_shard_dataset_with_workers(tmp_path):
+    with ShardWriter(str(tmp_path / "ds"), samples_per_shard=4) as w:
+        for i in range(10):
+            sample = detection_sample(i)
+            w.write({"__key__": sample["__key__"], "tokens.npy": sample["tokens"], "boxes.npy": sample["boxes"],
+                     "cls": i})
+    fc = FieldCollate(pad=["tokens.npy"], lists=["boxes.npy"])
+    ds = ShardDataset(str(tmp_path / "ds"), shuffle=False, collate_fn=fc)
+    batches = list(ds.loader(batch_size=4, num_workers=2))
+    assert [b["tokens.npy_lengths"].tolist() for b in batches] == [[1, 2, 3, 4], [1, 2, 3, 4], [1, 2]]
+    assert batches[1]["tokens.npy"][3].tolist() == [70, 71, 72, 73]
+    assert batches[1]["tokens.npy_mask"][0].tolist() == [True, False, False, False]
+    assert [tuple(b.shape) for b in batches[2]["boxes.npy"]] == [(2, 4), (0, 4)]
+    assert all(isinstance(b, torch.Tensor) for b in batches[2]["boxes.npy"])  # arrays become tensors
+    assert batches[2]["boxes.npy"][0].unique().tolist() == [8.0]
+    assert batches[0]["cls"].tolist() == [0, 1, 2, 3]
+    spawn = ShardDataset(str(tmp_path / "ds"), collate_fn=fc)  # the pickling guard accepts it for spawn workers
+    spawn.loader(batch_size=4, num_workers=1, multiprocessing_context="spawn")
