@@ -17,6 +17,8 @@ from .writer import ShardWriter  # noqa: E402
 __all__ = [
     "CorruptShardError",
     "DatasetExistsError",
+    "DeviceLoader",
+    "FieldCollate",
     "Manifest",
     "ManifestError",
     "PackResult",
@@ -28,17 +30,22 @@ __all__ = [
     "StorageError",
     "load_manifest",
     "pack",
+    "pad_sequences",
 ]
+
+_LAZY = {  # name -> module: these import torch (seconds); packing and the command line never need it
+    "ShardDataset": "dataset",
+    "ShardLoader": "loader",
+    "DeviceLoader": "device",
+    "FieldCollate": "collate",
+    "pad_sequences": "collate",
+}
 
 
 def __getattr__(name: str):
-    # The readers import torch (seconds); packing and the command line never need it.
-    if name == "ShardDataset":
-        from .dataset import ShardDataset
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'shardstream' has no attribute {name!r}")
+    import importlib
 
-        return ShardDataset
-    if name == "ShardLoader":
-        from .loader import ShardLoader
-
-        return ShardLoader
-    raise AttributeError(f"module 'shardstream' has no attribute {name!r}")
+    return getattr(importlib.import_module(f".{module}", __name__), name)

@@ -1,0 +1,214 @@
+"""DeviceLoader on the CPU: the fallback path, nesting, conversions (exact, against a hand-written
+reference), len, errors, and resume through it. The CUDA path is tested in tests/gpu."""
+
+from __future__ import annotations
+
+import collections
+import io
+import json
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+from sample_datasets import key_of, write_dataset
+
+from shardstream import DeviceLoader, ShardDataset
+from shardstream.collate import RaggedBytes, collate
+from shardstream.device import map_tensors
+
+pytestmark = pytest.mark.filterwarnings("ignore:This DataLoader will create")
+
+Pair = collections.namedtuple("Pair", ["image", "label"])
+MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
+
+
+def images(n: int = 3, h: int = 5, w: int = 7, seed: int = 0) -> torch.Tensor:
+    """uint8 N x 3 x H x W, channels-last in memory (as shardstream collates decoded images)."""
+    hwc = np.random.default_rng(seed).integers(0, 256, (n, h, w, 3), dtype=np.uint8)
+    return torch.from_numpy(hwc).permute(0, 3, 1, 2)
+
+
+def reference(batch: torch.Tensor) -> np.ndarray:
+    """(x / 255 - mean) / std in float32, channel by channel, written out with numpy."""
+    x = batch.numpy().astype(np.float32) / np.float32(255)
+    mean = np.array(MEAN, dtype=np.float32).reshape(3, 1, 1)
+    std = np.array(STD, dtype=np.float32).reshape(3, 1, 1)
+    return (x - mean) / std
+
+
+def nested_batch() -> dict:
+    (raw,) = collate([{"raw": b"ab"}, {"raw": b"c"}, {"raw": b""}]).values()
+    return {
+        "image": images(),
+        "label": torch.tensor([1, 2, 3]),
+        "__key__": ["a", "b", "c"],
+        "raw": raw,
+        "meta": {"boxes": [torch.ones(2, 4), torch.zeros(0, 4)], "pair": Pair(torch.arange(3), "x")},
+        "extra": (torch.full((2,), 7.0), 5),
+    }
+
+
+def test_without_cuda_batches_pass_through_unchanged():
+    assert not torch.cuda.is_available()  # this suite runs on CPU; tests/gpu covers the CUDA path
+    batch = nested_batch()
+    loader = DeviceLoader([batch], "cuda")
+    assert loader.device == torch.device("cpu") and not loader.cuda
+    (out,) = list(loader)
+    assert out["image"] is batch["image"] and out["label"] is batch["label"]  # no copies on the CPU
+    assert out["__key__"] is batch["__key__"] and out["raw"] is batch["raw"]
+    assert out["meta"]["boxes"][0] is batch["meta"]["boxes"][0]
+    assert isinstance(out["meta"]["pair"], Pair) and out["meta"]["pair"].image is batch["meta"]["pair"].image
+    assert isinstance(out["extra"], tuple) and out["extra"][1] == 5
+
+
+def test_batches_move_to_the_given_device_with_their_structure():
+    batch = nested_batch()
+    (out,) = list(DeviceLoader([batch], "meta"))  # a device without data: every tensor must have moved
+    assert out["image"].device.type == "meta" and out["image"].shape == batch["image"].shape
+    assert out["meta"]["boxes"][1].device.type == "meta" and out["meta"]["boxes"][1].shape == (0, 4)
+    assert isinstance(out["meta"]["pair"], Pair) and out["meta"]["pair"].image.device.type == "meta"
+    assert out["meta"]["pair"].label == "x" and out["extra"][1] == 5
+    assert out["__key__"] == ["a", "b", "c"]
+    assert isinstance(out["raw"], RaggedBytes) and list(out["raw"]) == [b"ab", b"c", b""]  # bytes stay on the host
+    assert out["label"].device.type == "meta"
+
+
+def test_map_tensors_keeps_container_types():
+    ordered = collections.OrderedDict(a=torch.zeros(1), b=[torch.ones(1), "s"])
+    out = map_tensors(lambda t: t + 1, ordered)
+    assert type(out) is collections.OrderedDict and out["a"].item() == 1 and out["b"][0].item() == 2
+    assert out["b"][1] == "s"
+    default = collections.defaultdict(list, x=torch.zeros(1))
+    assert map_tensors(lambda t: t + 1, default)["x"].item() == 1
+    strings = ["a", "b"]
+    assert map_tensors(lambda t: t, strings) is strings
+
+
+def test_conversion_equals_a_hand_written_reference():
+    batch = {"image": images(n=4, h=6, w=9), "label": torch.tensor([0, 1, 2, 3]),
+             "mask": torch.zeros(4, 6, 9, dtype=torch.uint8)}
+    loader = DeviceLoader([batch], "cpu", dtype=torch.float32, normalize=(MEAN, STD), channels_last=True)
+    (out,) = list(loader)
+    assert out["image"].dtype == torch.float32
+    assert np.array_equal(out["image"].numpy(), reference(batch["image"]))  # bit for bit
+    assert out["image"].is_contiguous(memory_format=torch.channels_last)
+    assert out["label"] is batch["label"] and out["mask"] is batch["mask"]  # not image batches: untouched
+    assert batch["image"].dtype == torch.uint8  # the input is not changed
+
+
+def test_conversion_without_normalize_scales_uint8_to_unit_range():
+    batch = images()
+    (out,) = list(DeviceLoader([batch], "cpu", dtype=torch.float16))
+    assert out.dtype == torch.float16
+    assert torch.equal(out, batch.to(torch.float16).div_(255))
+    (unscaled,) = list(DeviceLoader([batch], "cpu", dtype=torch.float32, scale=False))
+    assert torch.equal(unscaled, batch.float())
+
+
+def test_fields_by_key_position_and_predicate():
+    image, other = images(), images(seed=1)
+    batch = {"left": image, "right": other, "n": torch.tensor([1, 2, 3])}
+    (out,) = list(DeviceLoader([batch], "cpu", normalize=(MEAN, STD), fields=["left"]))
+    assert np.array_equal(out["left"].numpy(), reference(image)) and out["right"] is other
+    (pair,) = list(DeviceLoader([Pair(image, torch.tensor([1, 2, 3]))], "cpu", normalize=(MEAN, STD), fields=[0]))
+    assert isinstance(pair, Pair) and np.array_equal(pair.image.numpy(), reference(image))
+    assert pair.label.dtype == torch.int64
+    chw = image[0]  # a single 3-d image is no image batch by default
+    (same,) = list(DeviceLoader([chw], "cpu", dtype=torch.float32))
+    assert same is chw
+    (converted,) = list(DeviceLoader([chw], "cpu", dtype=torch.float32, fields=lambda t: t.dtype == torch.uint8))
+    assert torch.equal(converted, chw.float() / 255)
+
+
+def test_normalize_does_not_change_a_float_input_in_place():
+    x = torch.rand(2, 3, 4, 4)
+    before = x.clone()
+    (out,) = list(DeviceLoader([{"x": x}], "cpu", normalize=(MEAN, STD), fields=["x"]))
+    assert torch.equal(x, before)
+    mean, std = torch.tensor(MEAN).view(3, 1, 1), torch.tensor(STD).view(3, 1, 1)
+    assert torch.equal(out["x"], (before - mean) / std)
+
+
+def test_bad_arguments():
+    with pytest.raises(ValueError, match="prefetch"):
+        DeviceLoader([], "cpu", prefetch=0)
+    with pytest.raises(ValueError, match="floating"):
+        DeviceLoader([], "cpu", dtype=torch.int32, normalize=(0.5, 0.5))
+    with pytest.raises(ValueError, match="std"):
+        DeviceLoader([], "cpu", normalize=(0.5, 0.0))
+
+
+def test_len_follows_the_wrapped_iterable():
+    assert len(DeviceLoader([1, 2, 3], "cpu")) == 3
+    loader = DeviceLoader((torch.zeros(1) for _ in range(4)), "cpu")
+    with pytest.raises(TypeError):
+        len(loader)
+    assert len(list(loader)) == 4
+
+
+def test_an_error_of_the_wrapped_loader_comes_after_the_batches_before_it():
+    def batches():
+        yield torch.zeros(1)
+        yield torch.ones(1)
+        raise RuntimeError("shard 3 is corrupt")
+
+    got = []
+    with pytest.raises(RuntimeError, match="shard 3"):
+        for b in DeviceLoader(batches(), "cuda"):
+            got.append(b.item())
+    assert got == [0.0, 1.0]
+
+
+# -- with ShardLoader -------------------------------------------------------------------------------
+
+
+def png_sample(i: int) -> dict:
+    rgb = np.random.default_rng(i).integers(0, 256, (8, 10, 3), dtype=np.uint8)
+    buf = io.BytesIO()
+    Image.fromarray(rgb).save(buf, format="PNG")
+    return {"__key__": key_of(i), "png": buf.getvalue(), "cls": i}
+
+
+@pytest.fixture(scope="module")
+def image_url(tmp_path_factory) -> str:
+    return write_dataset(tmp_path_factory.mktemp("device"), [5, 7, 4], make=png_sample)
+
+
+def test_shard_loader_batches_through_device_loader_with_workers(image_url):
+    plain = [b for b in ShardDataset(image_url, seed=3).loader(batch_size=4, num_workers=0)]
+    loader = ShardDataset(image_url, seed=3).loader(batch_size=4, num_workers=2)
+    device = DeviceLoader(loader, "cuda", normalize=(MEAN, STD))
+    assert len(device) == len(loader) == 4
+    got = list(device)
+    assert [b["__key__"] for b in got] == [b["__key__"] for b in plain]
+    for b, p in zip(got, plain):
+        assert np.array_equal(b["png"].numpy(), reference(p["png"]))
+        assert torch.equal(b["cls"], p["cls"])
+
+
+def test_resume_through_device_loader(image_url):
+    first = DeviceLoader(ShardDataset(image_url, seed=3).loader(batch_size=3, num_workers=1), "cuda")
+    it = iter(first)
+    before = [k for _ in range(2) for k in next(it)["__key__"]]
+    state = json.loads(json.dumps(first.state_dict()))
+    assert state["consumed"] == 6
+    second = DeviceLoader(ShardDataset(image_url, seed=3).loader(batch_size=3, num_workers=2), "cuda")
+    second.load_state_dict(state)
+    after = [k for b in second for k in b["__key__"]]
+    expected = [k for b in ShardDataset(image_url, seed=3).loader(batch_size=3, num_workers=0) for k in b["__key__"]]
+    assert before + after == expected
+
+
+def test_state_of_a_foreign_loader_with_batches_copied_ahead_warns():
+    class Stateful(list):
+        def state_dict(self):
+            return {"at": 7}
+
+    loader = DeviceLoader(Stateful([torch.zeros(1)]), "cpu")
+    assert loader.state_dict() == {"at": 7}  # nothing in flight on the CPU path
+    loader._in_flight = 2  # what the CUDA path counts while it holds copies ahead (tests/gpu runs it for real)
+    with pytest.warns(RuntimeWarning, match="2 batches"):
+        assert loader.state_dict() == {"at": 7}
+    with pytest.raises(AttributeError):
+        DeviceLoader([1], "cpu").state_dict()
