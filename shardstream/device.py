@@ -209,21 +209,26 @@ class DeviceLoader:
                 item = queue.popleft()
                 fill()  # the next copies are queued before this batch is handed out
                 self._in_flight = len(queue)
-                stream = torch.cuda.current_stream(self.device)
-                stream.wait_event(item.event)
-                for t in item.outputs:
-                    t.record_stream(stream)  # freed later, its memory waits for this stream's work
-                batch, item.batch, item.outputs = item.batch, None, []
                 done.append(item)
                 while done and done[0].event.query():
                     done.popleft()
-                yield batch
+                yield self._hand_over(item)  # not kept here: the training loop decides when it goes
             if failure is not None and not isinstance(failure, StopIteration):
                 raise failure
         finally:
             for item in (*done, *queue):
                 item.event.synchronize()  # no host memory is let go while a copy may still read it
             self._in_flight = 0
+
+    def _hand_over(self, item: _InFlight) -> Any:
+        """The batch for the training loop's current stream, which waits for its copy; its tensors
+        are marked as used by that stream, so their memory is not reused before its work is done."""
+        stream = torch.cuda.current_stream(self.device)
+        stream.wait_event(item.event)
+        for t in item.outputs:
+            t.record_stream(stream)
+        batch, item.batch, item.outputs = item.batch, None, []
+        return batch
 
     def _send(self, batch: Any) -> _InFlight:
         """Pin, copy and convert ``batch`` on the side stream; returns it with its event."""

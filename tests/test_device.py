@@ -4,8 +4,12 @@ reference), len, errors, and resume through it. The CUDA path is tested in tests
 from __future__ import annotations
 
 import collections
+import contextlib
+import gc
 import io
 import json
+import types
+import weakref
 
 import numpy as np
 import pytest
@@ -212,3 +216,125 @@ def test_state_of_a_foreign_loader_with_batches_copied_ahead_warns():
         assert loader.state_dict() == {"at": 7}
     with pytest.raises(AttributeError):
         DeviceLoader([1], "cpu").state_dict()
+
+
+# -- the CUDA path's bookkeeping, with CUDA faked ----------------------------------------------------
+# Streams and events are fakes that record what happens to them, and "copies" go to the meta device;
+# what is real is DeviceLoader's own logic: how far ahead it copies, which event the training loop
+# waits for, how long host tensors stay referenced, resume counts. tests/gpu runs the real thing.
+
+
+class FakeEvent:
+    def __init__(self):
+        self.done = False
+        self.synchronized = False
+
+    def record(self, stream):
+        self.stream = stream
+
+    def query(self) -> bool:
+        return self.done
+
+    def synchronize(self) -> None:
+        self.synchronized = self.done = True
+
+
+class FakeStream:
+    def __init__(self):
+        self.waited: list[FakeEvent] = []
+
+    def wait_event(self, event: FakeEvent) -> None:
+        self.waited.append(event)
+
+    def wait_stream(self, other) -> None:  # pragma: no cover - only for batches already on the GPU
+        pass
+
+
+@pytest.fixture
+def fake_cuda(monkeypatch):
+    consumer = FakeStream()
+    events: list[FakeEvent] = []
+
+    def event():
+        events.append(FakeEvent())
+        return events[-1]
+
+    monkeypatch.setattr(torch.cuda, "Event", event)
+    monkeypatch.setattr(torch.cuda, "stream", lambda stream: contextlib.nullcontext())
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: consumer)
+
+    def make(loader, prefetch: int = 2) -> DeviceLoader:
+        device = DeviceLoader(loader, "cpu", prefetch=prefetch, pin=False)
+        device.cuda, device.device, device._stream = True, torch.device("meta"), FakeStream()
+        return device
+
+    return types.SimpleNamespace(make=make, consumer=consumer, events=events)
+
+
+def test_cuda_path_copies_prefetch_batches_ahead_and_waits_for_each_batch_s_own_copy(fake_cuda):
+    pulled: list[int] = []
+
+    def source():
+        for i in range(5):
+            pulled.append(i)
+            yield {"x": torch.full((2,), i), "i": i}
+
+    loader = fake_cuda.make(source(), prefetch=2)
+    got = []
+    for batch in loader:
+        i = batch["i"]
+        got.append(i)
+        assert batch["x"].device.type == "meta"
+        assert pulled == list(range(min(i + 3, 5)))  # this batch and two more already sent
+        assert fake_cuda.consumer.waited[-1] is fake_cuda.events[i]  # exactly this batch's copy
+        assert loader._in_flight == min(2, 4 - i)
+    assert got == [0, 1, 2, 3, 4] and len(fake_cuda.consumer.waited) == 5
+
+
+def test_cuda_path_keeps_host_tensors_until_their_copy_is_done(fake_cuda):
+    hosts: list[weakref.ref] = []
+
+    def source():
+        for i in range(6):
+            x = torch.full((4,), i)
+            hosts.append(weakref.ref(x))
+            yield {"x": x}
+            del x
+
+    it = iter(fake_cuda.make(source(), prefetch=1))
+    next(it)
+    next(it)
+    gc.collect()
+    assert all(h() is not None for h in hosts)  # no copy has finished: every source is still referenced
+    fake_cuda.events[0].done = True
+    next(it)
+    gc.collect()
+    assert hosts[0]() is None and hosts[1]() is not None  # let go once its own copy is done, not before
+    it.close()
+    assert all(e.synchronized for e in fake_cuda.events[1:])  # an early stop waits for the copies in flight
+
+
+def test_cuda_path_state_counts_batches_copied_ahead_as_not_consumed(fake_cuda, image_url):
+    loader = fake_cuda.make(ShardDataset(image_url, seed=3, decode=None).loader(batch_size=3, num_workers=0))
+    it = iter(loader)
+    before = [k for _ in range(2) for k in next(it)["__key__"]]
+    assert loader._in_flight == 2
+    state = loader.state_dict()
+    assert state["consumed"] == 6  # 2 received; the 2 copied ahead are read again after a resume
+    resumed = ShardDataset(image_url, seed=3, decode=None).loader(batch_size=3, num_workers=0)
+    resumed.load_state_dict(state)
+    expected = [k for b in ShardDataset(image_url, seed=3, decode=None).loader(3, 0) for k in b["__key__"]]
+    assert before + [k for b in resumed for k in b["__key__"]] == expected
+
+
+def test_cuda_path_raises_an_error_after_the_batches_before_it(fake_cuda):
+    def source():
+        yield torch.zeros(1)
+        yield torch.ones(1)
+        raise RuntimeError("shard 3 is corrupt")
+
+    got = []
+    with pytest.raises(RuntimeError, match="shard 3"):
+        for b in fake_cuda.make(source(), prefetch=3):
+            got.append(b.shape)
+    assert len(got) == 2
