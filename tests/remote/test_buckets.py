@@ -248,15 +248,6 @@ def test_cli_index_webdataset_tars_in_a_bucket(bucket, tmp_path):
     one_line_error(refused, bucket.url("wds-folder"), "_manifest.json")
 
 
-STALE_LISTINGS = pytest.mark.xfail(strict=True, reason=(
-    "stale directory listings: Store._connect (shardstream/storage.py) gets fsspec's cached filesystem "
-    "instance from url_to_fs with the listings cache on and no expiry; Store.list_files() (fs.ls) fills "
-    "fs.dircache, and later ls/exists/info of that prefix in the same process answer from it, whatever was "
-    "added or deleted elsewhere since (only writes through the same instance invalidate it). Pass "
-    "use_listings_cache=False for s3/gs, or fs.invalidate_cache(path) before ls/exists/find"))
-
-
-@STALE_LISTINGS
 def test_cli_index_sees_objects_added_since_it_last_listed(bucket, tmp_path):
     """A folder's listing is not served from what this process listed earlier (the manifest goes to the
     parent folder, so no write of shardstream's own touches the listed folder in between)."""
@@ -274,7 +265,6 @@ def test_cli_index_sees_objects_added_since_it_last_listed(bucket, tmp_path):
     assert removed.stdout.startswith("indexed 3 shards, 15 samples")
 
 
-@STALE_LISTINGS
 def test_store_listing_and_exists_follow_changes_made_elsewhere(bucket):
     """Two Store objects on one location share fsspec's cached filesystem; what one listed must not hide
     objects another process added or deleted since."""

@@ -37,15 +37,7 @@ def test_missing_bucket(bucket):
         shardstream.ShardDataset(url, storage_options=bucket.storage_options)
 
 
-@pytest.mark.parametrize("store", [
-    pytest.param("s3", marks=pytest.mark.xfail(strict=True, reason=(
-        "pack creates the bucket: writer.prepare_destination calls Store.makedirs (shardstream/storage.py), "
-        "which calls fs.makedirs(root, exist_ok=True); s3fs's makedirs creates a missing bucket, so a typo "
-        "in the bucket name makes a new bucket (on AWS, in the default region) instead of an error"))),
-    "gcs",
-])
-def test_pack_to_a_missing_bucket_is_an_error_and_creates_no_bucket(store, request, tmp_path):
-    bucket = request.getfixturevalue(f"{store}_bucket")
+def test_pack_to_a_missing_bucket_is_an_error_and_creates_no_bucket(bucket, tmp_path):
     image_folder(tmp_path / "src")
     missing = f"ss-no-such-bucket-{bucket.name[-12:]}"
     url = f"{bucket.protocol}://{missing}/ds"
@@ -74,17 +66,8 @@ def test_missing_shard_object(bucket, tmp_path):
     assert "\n" not in str(err.value)
 
 
-@pytest.mark.parametrize("store", [
-    "s3",
-    pytest.param("gcs", marks=pytest.mark.xfail(strict=True, reason=(
-        "gcsfs raises a plain OSError('Forbidden: <path>\\n<message>') for a 403 (gcsfs/retry.py "
-        "validate_response: no errno, not PermissionError); shardstream.storage.is_transient treats every "
-        "OSError as transient, so RetryPolicy retries it (seconds of backoff), and describe_os_error passes "
-        "the message on with its newline, so the error is two lines"))),
-])
-def test_forbidden_everywhere_is_one_line_and_not_retried(store, request, tmp_path, proxied):
+def test_forbidden_everywhere_is_one_line_and_not_retried(bucket, tmp_path, proxied):
     """A 403 on every request (credentials that the service rejects), emulated by the proxy."""
-    bucket = request.getfixturevalue(f"{store}_bucket")
     url = pack_into(bucket, tmp_path)
     via = proxied(bucket)
     via.proxy.inject("status", status=403, body=forbidden(bucket))
@@ -123,11 +106,6 @@ def test_s3_wrong_credentials_and_profiles(s3_bucket, tmp_path, monkeypatch):
         assert child.returncode == 0 and "shard-000001.tar" in child.stdout, child.stderr
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "a profile that does not exist is retried: botocore raises ProfileNotFound, and "
-    "shardstream.storage.is_transient counts every exception from a module named botocore as transient "
-    "(only names containing 'Credential' are exempt), so RetryPolicy.call retries it with backoff and the "
-    "error ends '(gave up after N attempts)'"))
 def test_s3_missing_profile_is_reported_at_once(s3_bucket, tmp_path, monkeypatch):
     credentials = tmp_path / "credentials"
     credentials.write_text("[other]\naws_access_key_id = a\naws_secret_access_key = b\n")
