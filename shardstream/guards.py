@@ -187,11 +187,11 @@ def _interactive_main(obj: Any) -> bool:
 
 def _advice(part: Any, exc: Exception) -> str:
     if isinstance(part, types.FunctionType) and part.__name__ == "<lambda>":
-        return "a lambda cannot be pickled: define the function with def at module level"
+        return "a lambda cannot be pickled; define the function with def at module level"
     if isinstance(part, types.FunctionType) and "<locals>" in part.__qualname__:
-        return "a function defined inside another one cannot be pickled: define it at module level"
+        return "a function defined inside another one cannot be pickled; define it at module level"
     if isinstance(part, io.IOBase) or type(part).__name__ in ("BufferedReader", "TextIOWrapper", "FileIO"):
-        return ("open files cannot be pickled, and each worker needs its own: store the path and open the file "
+        return ("open files cannot be pickled, and each worker needs its own; store the path and open the file "
                 "in the worker (on first use)")
     return (f"{type(exc).__name__}: {exc}. Keep only picklable state there; create files, locks, connections "
             f"and clients in the worker (on first use)")
