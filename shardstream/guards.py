@@ -270,9 +270,9 @@ def _tensors(value: Any, path: str = "batch", depth: int = 0) -> Iterator[tuple[
         for k, v in value.items():
             yield from _tensors(v, f"{path}[{k!r}]", depth + 1)
     elif isinstance(value, (list, tuple)):
+        if value and isinstance(value[0], (str, bytes, int, float)):
+            return  # a batch's list of keys, strings or numbers (one field's values, all of a kind)
         for i, v in enumerate(value):
-            if isinstance(v, (str, bytes, int, float)):
-                continue
             yield from _tensors(v, f"{path}[{i}]", depth + 1)
     elif hasattr(value, "batch") and hasattr(value, "new_arenas"):  # a transport Shipment
         yield from _tensors(value.batch, path, depth + 1)
