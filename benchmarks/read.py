@@ -833,9 +833,12 @@ def run_all(jobs: list[Job], args: argparse.Namespace, images: ImageSet, remote:
             try:
                 run = run_job(job, args, images, remote)
             except (RuntimeError, OSError, ValueError) as exc:
-                result.unsupported = unsupported(job, exc)
-                if result.unsupported:
-                    print(f"  {job.label:<32} {result.unsupported}", flush=True)
+                limitation = unsupported(job, exc)
+                if limitation:  # tried once: the same holds at the other places (the proxies)
+                    for other in results.values():
+                        if (other.tool, other.mode) == (job.tool, job.mode) and not other.runs:
+                            other.unsupported = limitation
+                    print(f"  {job.label:<32} {limitation}", flush=True)
                     continue
                 result.problems.append(str(exc))
                 print(f"  {job.label:<32} FAILED: {exc}", flush=True)
@@ -1023,9 +1026,8 @@ def remote_lines(results: list[Result], places: list[str], uploads: list[Any]) -
         epoch = statistics.median(r.values("seconds"))
         lines.append(f"{r.tool}/{r.label}: server CPU s per run (median, whole run incl. setup): {busy or 'none'}; "
                      f"epoch {epoch:.2f} s")
-    for r in results:
-        if r.unsupported:
-            lines.append(f"{r.tool}/{r.label}: {r.unsupported}")
+    for tool, mode, limitation in dict.fromkeys((r.tool, r.mode, r.unsupported) for r in results if r.unsupported):
+        lines.append(f"{tool}/{mode}: {limitation}")
     for u in uploads:
         lines.append(f"uploaded {u.prefix}: {u.files} objects, {u.nbytes / 1e6:,.1f} MB in {u.seconds:.1f} s (untimed)")
     return lines
