@@ -134,9 +134,14 @@ def test_host_memory_is_not_let_go_before_its_copy_is_done():
     pool = [torch.empty(numel, dtype=torch.uint8).pin_memory() for _ in range(2)]
     cycles = gpu_sleep_cycles(3.0)
 
+    def holders(buf: torch.Tensor) -> int:
+        return sys.getrefcount(buf)
+
+    unheld = max([holders(b) for b in pool])  # nobody holds them yet: the pool and this comprehension only
+
     def producer():
         for i in range(n):
-            free = [b for b in pool if sys.getrefcount(b) <= 3]  # the pool, this list, getrefcount's argument
+            free = [b for b in pool if holders(b) <= unheld]  # the same expression as the baseline
             buf = free[0] if free else None
             del free
             if buf is None:
