@@ -81,7 +81,7 @@ PART_SIZE = 16 << 20  # bytes per ranged GET when a large object is read whole
 
 
 _TRANSIENT_NAMES = ("Connect", "Timeout", "Closed", "Reset", "Disconnect", "HTTPClient", "Payload", "IncompleteRead",
-                    "Streaming", "Throttl", "SlowDown", "Unavailable", "Transport")
+                    "Streaming", "Throttl", "SlowDown", "Unavailable", "Transport", "Checksum")
 
 
 def is_transient(exc: BaseException) -> bool:
