@@ -59,7 +59,8 @@ change a source file while the first shard is being uploaded. A ``delay`` rule w
 ``seconds=0`` and a callback is a pure hook.
 
 Every request is recorded (:attr:`FaultProxy.log`: method, decoded target, status
-sent, fault applied); :meth:`FaultProxy.count` counts them by method and path pattern.
+sent, fault applied, Range header); :meth:`FaultProxy.count` counts them by method,
+path pattern and fault.
 """
 
 from __future__ import annotations
@@ -171,6 +172,7 @@ class Seen:
     target: str  # URL-decoded path and query
     status: int | None  # the status sent to the client; None if it got none (reset, stall)
     fault: str | None  # the fault applied (not counting delays), or None
+    range: str | None = None  # the request's Range header, if any ("bytes=0-1023")
 
 
 class _Abort(Exception):
@@ -308,13 +310,14 @@ class _Handler(socketserver.StreamRequestHandler):
             return False
         method, target, version, headers, body = request
         decoded = urllib.parse.unquote(target)
+        ranged = next((v for k, v in headers if k.lower() == "range"), None)
         delay, rule = proxy._match(method, decoded, body)
         if delay:
             proxy._sleep(delay)
         kind = rule.kind if rule is not None else None
 
         def record(status: int | None) -> None:
-            proxy._record(Seen(method, decoded, status, kind))
+            proxy._record(Seen(method, decoded, status, kind, ranged))
 
         if kind == "stall" and not rule.nbytes:
             record(None)

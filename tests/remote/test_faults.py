@@ -118,3 +118,22 @@ def test_latency_on_every_request_changes_nothing(bucket, tmp_path, proxied):
            for k, v in zip(batch["__key__"], list(batch["jpg"]))}
     assert got == files
     assert via.proxy.count("GET", r"shard-00000\d\.tar") >= 4
+
+
+def test_a_shard_in_ranged_parts_with_a_fault_on_one_part(bucket, tmp_path, proxied, monkeypatch):
+    """A shard read whole in several ranged GETs (parts made small here): the one part that fails is
+    fetched again and the shard is exact."""
+    from shardstream import storage
+
+    monkeypatch.setattr(storage, "PART_SIZE", 4096)  # ~13 KB shards: 3 or 4 parts each
+    files, url, result = pack_into(bucket, tmp_path)
+    via = proxied(bucket)
+    rule = via.proxy.inject("reset", method="GET", path=SHARD, after=1, times=1)  # the shard's 2nd GET only
+    ds = shardstream.ShardDataset(url, storage_options=via.storage_options, decode=None, shuffle=False, retries=2,
+                                  prefetch=0)
+    assert {s["__key__"]: bytes(s["jpg"]) for s in ds} == files
+    assert rule.applied == 1
+    size = int(result.manifest.nbytes[1])
+    ranges = {s.range for s in via.proxy.log if s.method == "GET" and "shard-000001" in s.target and s.status}
+    expected = {f"bytes={start}-{min(start + 4096, size) - 1}" for start in range(0, size, 4096)}
+    assert ranges == expected  # every part asked for once successfully, nothing more

@@ -325,7 +325,8 @@ def test_method_path_and_kth_request_filters(proxy):
     conn = connect(proxy)
     statuses = [get(conn, "/bytes/7")[0] for _ in range(5)]
     assert statuses == [200, 200, 500, 200, 200]
-    assert get(conn, "/bytes/7", "HEAD")[0] == 200 and get(conn, "/bytes/8")[0] == 200
+    assert get(conn, "/bytes/7", "HEAD")[0] == 200 and get(conn, "/bytes/8", headers={"Range": "bytes=0-3"})[0] == 200
+    assert proxy.log[-1].range == "bytes=0-3" and proxy.log[-2].range is None
     assert (rule.matched, rule.applied) == (5, 1)
     rule.remove()
     assert all(get(conn, "/bytes/7")[0] == 200 for _ in range(3))
