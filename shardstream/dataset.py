@@ -27,13 +27,14 @@ from .fetch import ShardFetcher
 from .manifest import Manifest, dataset_store, load_manifest
 from .prefetch import Prefetcher
 from .reader import ArrowShard, ShardCache
-from .seeding import seed_worker
+from .seeding import seed_batch
 from .sizes import parse_size
 from .storage import RetryPolicy, Store
 from .transport import Ring
 
 log = logging.getLogger("shardstream")
 
+Chunk = tuple[int, np.ndarray, np.ndarray]  # a batch's first position in the epoch's order, its shards and offsets
 _MAX_INTERVALS = 4096  # segment intervals the shared control block holds (enough for resizes to 4,096 ranks)
 
 
@@ -173,7 +174,7 @@ class ShardDataset(IterableDataset):
         self.ring_slots = 4
         self.collate_fn = collate_fn or collate
         self.on_error = on_error
-        self.seed_workers = True  # reseed random/numpy/torch in each worker per epoch (see shardstream.seeding)
+        self.seed_workers = True  # workers reseed random/numpy/torch per batch (see shardstream.seeding)
         if self.manifest.shard_format == "arrow":
             import pyarrow.compute  # noqa: F401 - take() loads it lazily, inside the first batch otherwise
         self._columnar = (self.manifest.shard_format == "arrow" and transform is None and collate_fn is None
@@ -252,8 +253,6 @@ class ShardDataset(IterableDataset):
         info = get_worker_info()
         num_workers, worker_id = (info.num_workers, info.id) if info is not None else (1, 0)
         epoch, rank, _, segment, segment_world, consumed = self._control.get()
-        if info is not None and self.seed_workers:  # augmentations differ per worker and epoch, reproducibly
-            seed_worker(self.seed, epoch, rank, worker_id)
         span = plan.rank_range(segment, segment_world, rank, self.drop_last)
         order = plan.EpochOrder.create(self.counts, self.seed, epoch, self.shuffle, self.window)
         order = order.restrict(*plan.span_bounds(segment, span))  # keep only this rank's shards
@@ -273,26 +272,30 @@ class ShardDataset(IterableDataset):
                         continue
             raise ShardstreamError(f"no sample of this rank's part of {self.store.url} loads; verify the dataset")
 
-        def planned() -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        def planned() -> Iterator[Chunk]:
             for lo, hi in plan.worker_chunks(span, chunk, num_workers, worker_id, consumed):
-                yield order.samples(plan.segment_positions(segment, np.arange(lo, hi)))
+                positions = plan.segment_positions(segment, np.arange(lo, hi))
+                yield (int(positions[0]), *order.samples(positions))
 
-        chunks: Iterable[tuple[np.ndarray, np.ndarray]] = planned()
+        chunks: Iterable[Chunk] = planned()
         prefetcher = None
         if not self.store.local:  # fetch the next shards of this worker's plan while it reads these
             prefetcher = Prefetcher(cache.load, lambda i: int(self.manifest.nbytes[i]), self.prefetch)
             cache.take = prefetcher.take
             chunks = _looking_ahead(chunks, -(-2 * self.window // (chunk * num_workers)) + 1, prefetcher, cache)
         try:
-            yield from self._batches(chunks, cache, ring, stand_in)
+            reseed = info is not None and self.seed_workers  # augmentations differ per batch, reproducibly
+            yield from self._batches(chunks, cache, ring, stand_in, epoch if reseed else None)
         finally:
             if prefetcher is not None:
                 prefetcher.close()
                 cache.take = None
 
-    def _batches(self, chunks: Iterable[tuple[np.ndarray, np.ndarray]], cache: ShardCache, ring: Ring | None,
-                 stand_in: Callable[[], Any]) -> Iterator[Any]:
-        for shards, offsets in chunks:
+    def _batches(self, chunks: Iterable[Chunk], cache: ShardCache, ring: Ring | None,
+                 stand_in: Callable[[], Any], seed_epoch: int | None) -> Iterator[Any]:
+        for position, shards, offsets in chunks:
+            if seed_epoch is not None:
+                seed_batch(self.seed, seed_epoch, position)
             if self._columnar and self.batch_size is not None:
                 yield self._load_columns(cache, shards, offsets)
                 continue
@@ -414,17 +417,17 @@ class ShardDataset(IterableDataset):
         return ShardLoader(self, batch_size, num_workers, **dataloader_kwargs)
 
 
-def _looking_ahead(chunks: Iterable[tuple[np.ndarray, np.ndarray]], depth: int, prefetcher: Prefetcher,
-                   cache: ShardCache) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+def _looking_ahead(chunks: Iterable[Chunk], depth: int, prefetcher: Prefetcher, cache: ShardCache
+                   ) -> Iterator[Chunk]:
     """The chunks, while the shards of the next ``depth`` are prefetched and the others closed."""
     it = iter(chunks)
-    ahead: deque[tuple[np.ndarray, np.ndarray]] = deque()
+    ahead: deque[Chunk] = deque()
     for item in it:
         ahead.append(item)
         if len(ahead) >= max(depth, 2):
             break
     while ahead:
-        needed = np.concatenate([shards for shards, _ in ahead])
+        needed = np.concatenate([shards for _, shards, _ in ahead])
         first, index = np.unique(needed, return_index=True)
         in_order = first[np.argsort(index)].tolist()  # shards by first use
         prefetcher.want(in_order)

@@ -1,9 +1,12 @@
-"""Per-worker, per-epoch seeds for ``random``, ``numpy`` and ``torch``.
+"""Per-batch seeds for ``random``, ``numpy`` and ``torch`` in DataLoader workers.
 
-Random augmentations in DataLoader workers must differ between workers, ranks and
-epochs (or every worker crops the same way), yet a run must be reproducible from its
-seed. Each worker reseeds the three generators at the start of every pass from
-(seed, epoch, rank, worker id); the main process's generators are never touched.
+Random augmentations in workers must differ between workers, ranks and epochs (or every
+worker crops the same way), yet a run must be reproducible from its seed. A worker
+reseeds the three generators before each batch it makes, from (seed, epoch, position of
+the batch's first sample in the epoch's order). So the draws of a batch depend on
+which samples it holds, not on which worker or rank makes it: they are the same with
+any ``num_workers`` or world size, and after a mid-epoch resume. The main process's
+generators are never touched.
 """
 
 from __future__ import annotations
@@ -14,15 +17,16 @@ import numpy as np
 import torch
 
 
-def worker_seed(seed: int, epoch: int, rank: int, worker_id: int) -> int:
-    """A 64-bit seed that differs for every (seed, epoch, rank, worker) and is stable across runs."""
-    words = np.random.SeedSequence([seed & 0xFFFFFFFF, seed >> 32, epoch, rank, worker_id]).generate_state(2)
+def batch_seed(seed: int, epoch: int, position: int) -> int:
+    """A 64-bit seed that differs for every (seed, epoch, position) and is stable across runs."""
+    words = np.random.SeedSequence([seed & 0xFFFFFFFF, seed >> 32, epoch, position & 0xFFFFFFFF,
+                                    position >> 32]).generate_state(2)
     return int(words[0]) | (int(words[1]) << 32)
 
 
-def seed_worker(seed: int, epoch: int, rank: int, worker_id: int) -> int:
-    """Seed ``random``, ``numpy``'s global generator and ``torch`` in this worker; returns the seed."""
-    value = worker_seed(seed, epoch, rank, worker_id)
+def seed_batch(seed: int, epoch: int, position: int) -> int:
+    """Seed ``random``, ``numpy``'s global generator and ``torch`` for one batch; returns the seed."""
+    value = batch_seed(seed, epoch, position)
     random.seed(value)
     np.random.seed(value & 0xFFFFFFFF)
     torch.manual_seed(value)

@@ -1,5 +1,6 @@
-"""Per-worker, per-epoch seeds: draws inside a transform differ between workers, epochs and ranks,
-repeat exactly with the same seed (fork or spawn), and the main process's generators are untouched."""
+"""Per-batch seeds: draws inside a transform differ between batches, workers, epochs and ranks, repeat
+exactly with the same seed (fork or spawn, any worker count or world size, after a resume), and the
+main process's generators are untouched."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from sample_datasets import write_dataset
 from torch.utils.data import get_worker_info
 
 from shardstream import ShardDataset
-from shardstream.seeding import seed_worker, worker_seed
+from shardstream.seeding import batch_seed, seed_batch
 
 pytestmark = pytest.mark.filterwarnings("ignore:This DataLoader will create")
 
@@ -45,54 +46,69 @@ def draws(url: str, epochs=(0,), workers: int = 2, seed: int = SEED, **kwargs) -
     return out
 
 
-def first_draws(epoch_draws: list[tuple]) -> dict[int, tuple]:
-    """Each worker's first (py, np, pt) draws of the pass."""
-    found: dict[int, tuple] = {}
-    for _, worker, *values in epoch_draws:
-        found.setdefault(worker, tuple(values))
-    return found
+def expected_batch(seed: int, epoch: int, position: int, size: int = 2) -> list[tuple]:
+    """What ``draw`` gives for the ``size`` samples of a batch whose first sample is at ``position``."""
+    seed_batch(seed, epoch, position)
+    return [(random.random(), float(np.random.rand()), float(torch.rand(()))) for _ in range(size)]
 
 
-def expected_first(seed: int, epoch: int, rank: int, worker: int) -> tuple:
-    """What ``draw`` gives first in a worker seeded by seed_worker."""
-    seed_worker(seed, epoch, rank, worker)
-    return random.random(), float(np.random.rand()), float(torch.rand(()))
+def values(epoch_draws: list[tuple]) -> list[tuple]:
+    return [tuple(d[2:]) for d in epoch_draws]
 
 
-def test_worker_seed_is_stable_and_distinct():
-    assert worker_seed(0, 0, 0, 0) == worker_seed(0, 0, 0, 0) == 8668861027912758289  # pinned: runs stay reproducible
-    seeds = {worker_seed(s, e, r, w) for s in (0, 1, 2**40) for e in range(3) for r in range(3) for w in range(4)}
-    assert len(seeds) == 3 * 3 * 3 * 4
+def flat(rows: list[tuple]) -> list[float]:
+    return [v for row in rows for v in row]
+
+
+def test_batch_seed_is_stable_and_distinct():
+    assert batch_seed(0, 0, 0) == batch_seed(0, 0, 0) == 8668861027912758289  # pinned: runs stay reproducible
+    seeds = {batch_seed(s, e, p) for s in (0, 1, 2**40) for e in range(3) for p in (0, 1, 2, 2**33)}
+    assert len(seeds) == 3 * 3 * 4
     assert all(0 <= s < 2**64 for s in seeds)
 
 
-def test_workers_and_epochs_draw_differently_and_reproducibly(url):
+def test_batches_workers_and_epochs_draw_differently_and_reproducibly(url):
     epoch0, epoch1, epoch0_again = draws(url, epochs=(0, 1, 0))
-    workers0 = first_draws(epoch0)
-    assert set(workers0) == {0, 1}
-    assert workers0[0] != workers0[1]  # every value differs: no two workers crop alike
-    assert all(a != b for a, b in zip(workers0[0], workers0[1]))
-    assert first_draws(epoch1)[0] != workers0[0]  # and again differently each epoch
+    assert {d[1] for d in epoch0} == {0, 1}  # both workers made batches
+    drawn = flat(values(epoch0))
+    assert len(set(drawn)) == len(drawn)  # no draw repeats: no two workers or batches crop alike
+    for b in range(len(epoch0) // 2):
+        assert flat(values(epoch0[2 * b : 2 * b + 2])) == pytest.approx(flat(expected_batch(SEED, 0, 2 * b)), rel=1e-7)
+    assert flat(values(epoch1[:2])) == pytest.approx(flat(expected_batch(SEED, 1, 0)), rel=1e-7)
+    assert values(epoch1) != values(epoch0)  # another epoch, other draws
     assert epoch0_again == epoch0  # an epoch revisited draws the same (persistent workers are reseeded)
-    for worker in (0, 1):
-        assert workers0[worker] == pytest.approx(expected_first(SEED, 0, 0, worker), abs=0, rel=1e-7)
-    assert first_draws(epoch1)[1] == pytest.approx(expected_first(SEED, 1, 0, 1), abs=0, rel=1e-7)
-    values = [v for d in epoch0 for v in d[2:]]
-    assert len(set(values)) == len(values)  # no draw repeats within the epoch
 
 
 def test_the_same_seed_gives_the_same_draws_in_another_run_and_another_seed_does_not(url):
     first = draws(url, epochs=(0, 1))
     assert draws(url, epochs=(0, 1)) == first
     other = draws(url, epochs=(0,), seed=SEED + 1)[0]
-    assert first_draws(other)[0] != first_draws(first[0])[0]
+    assert values(other) != values(first[0])
 
 
-def test_ranks_draw_differently(url):
-    rank0 = first_draws(draws(url, rank=0, world_size=2)[0])
-    rank1 = first_draws(draws(url, rank=1, world_size=2)[0])
-    assert rank0[0] != rank1[0] and rank0[1] != rank1[1]
-    assert rank1[0] == pytest.approx(expected_first(SEED, 0, 1, 0), abs=0, rel=1e-7)
+def test_draws_follow_the_samples_not_the_worker_count_or_rank(url):
+    two = values(draws(url, workers=2)[0])
+    assert values(draws(url, workers=1)[0]) == two
+    rank0 = values(draws(url, rank=0, world_size=2)[0])
+    rank1 = values(draws(url, rank=1, world_size=2)[0])
+    assert rank0 != rank1
+    assert rank0 + rank1 == two  # each rank reads its contiguous part of the same order
+
+
+def test_a_resumed_epoch_draws_what_the_uninterrupted_one_did(url):
+    whole = draws(url, workers=2)[0]
+    ds = ShardDataset(url, seed=SEED, transform=draw, decode=None)
+    loader = ds.loader(batch_size=2, num_workers=2)
+    it = iter(loader)
+    for _ in range(3):
+        next(it)
+    state = loader.state_dict()
+    del it, loader
+    resumed = ShardDataset(url, seed=SEED, transform=draw, decode=None)
+    again = resumed.loader(batch_size=2, num_workers=1)
+    again.load_state_dict(state)
+    rest = [(p, n, t) for b in again for p, n, t in zip(b["py"].tolist(), b["np"].tolist(), b["pt"].tolist())]
+    assert rest == values(whole)[6:]
 
 
 def test_spawned_workers_draw_what_forked_ones_do(url):
@@ -105,10 +121,13 @@ def test_seed_workers_false_leaves_seeding_to_torch(url):
     ds = ShardDataset(url, seed=SEED, transform=draw, decode=None)
     loader = ds.loader(batch_size=2, num_workers=2, seed_workers=False)
     assert ds.seed_workers is False
-    got = first_draws([(k, w, p, n, t) for b in loader for k, w, p, n, t in
-                       zip(b["__key__"], b["worker"].tolist(), b["py"].tolist(), b["np"].tolist(), b["pt"].tolist())])
-    assert got[0] != pytest.approx(expected_first(SEED, 0, 0, 0), abs=0, rel=1e-7)
-    assert got[0] != got[1]  # torch's own per-worker seeds still differ
+    got = [(k, w, p, n, t) for b in loader for k, w, p, n, t in
+           zip(b["__key__"], b["worker"].tolist(), b["py"].tolist(), b["np"].tolist(), b["pt"].tolist())]
+    assert flat(values(got[:2])) != pytest.approx(flat(expected_batch(SEED, 0, 0)), rel=1e-7)
+    firsts = {}
+    for _, worker, *drawn in got:
+        firsts.setdefault(worker, drawn)
+    assert firsts[0] != firsts[1]  # torch's own per-worker seeds still differ
 
 
 def rng_states() -> tuple:
