@@ -12,20 +12,6 @@ from .proxy import gcs_error, s3_error
 
 SHARD = r"shard-000001\.tar"
 
-# S3 answers carry a CRC32 of the object: botocore itself notices a body cut short and raises
-# FlexibleChecksumError, which must count as a transient fault like any other damaged download.
-S3_CHECKSUM_NOT_RETRIED = (
-    "a download that botocore finds damaged is not retried: aiobotocore/httpchecksum.py raises "
-    "botocore.exceptions.FlexibleChecksumError (the body does not match the object's x-amz-checksum-crc32), "
-    "and shardstream.storage.is_transient (since 90d7a02) counts a botocore exception as transient only when "
-    "its name has one of _TRANSIENT_NAMES, which lacks 'Checksum'; so Store.read_bytes gives up after one GET "
-    "instead of downloading again, as fetch.py does for a size or sha256 mismatch")
-
-
-def xfail_s3_checksum(request, bucket) -> None:
-    if bucket.kind == "s3":
-        request.applymarker(pytest.mark.xfail(strict=True, reason=S3_CHECKSUM_NOT_RETRIED))
-
 
 def pack_into(bucket, tmp_path, prefix: str = "ds"):
     files = image_folder(tmp_path / prefix)
@@ -60,9 +46,7 @@ FAULTS = {
 
 
 @pytest.mark.parametrize("fault", list(FAULTS))
-def test_a_transient_read_fault_is_retried(bucket, tmp_path, proxied, fault, request):
-    if fault == "shortened":
-        xfail_s3_checksum(request, bucket)
+def test_a_transient_read_fault_is_retried(bucket, tmp_path, proxied, fault):
     files, url, _ = pack_into(bucket, tmp_path)
     via = proxied(bucket)
     spec = FAULTS[fault](bucket)
@@ -75,8 +59,7 @@ def test_a_transient_read_fault_is_retried(bucket, tmp_path, proxied, fault, req
     assert via.proxy.count("GET", SHARD) >= 2  # fetched again after the fault
 
 
-def test_a_fault_that_persists_ends_in_an_error_naming_the_shard(bucket, tmp_path, proxied, request):
-    xfail_s3_checksum(request, bucket)
+def test_a_fault_that_persists_ends_in_an_error_naming_the_shard(bucket, tmp_path, proxied):
     _, url, _ = pack_into(bucket, tmp_path)
     via = proxied(bucket)
     via.proxy.inject("short", nbytes=3000, method="GET", path=SHARD)  # every download of it comes back short
