@@ -15,9 +15,9 @@ benchmarks can start the same endpoints::
         url = http.url + "/ds"
 
 Every server is a child process or a thread of the caller and is stopped by ``stop()``
-or on leaving the ``with`` block. A server that cannot start raises
-:class:`EndpointError` with its log: tests must fail, never skip, when an endpoint is
-missing.
+or on leaving the ``with`` block; a child process also ends when its parent dies (Linux).
+A server that cannot start raises :class:`EndpointError` with its log: tests must fail,
+never skip, when an endpoint is missing.
 
 S3 credentials: moto accepts any access key unless authentication is switched on
 (:meth:`MotoS3.enforce_auth`); the caller provides dummy ``AWS_*`` variables
@@ -93,6 +93,16 @@ def _answers(url: str) -> bool:
         return False
 
 
+def _die_with_parent() -> None:
+    """In the child: be sent SIGTERM when the process that started it dies, even by SIGKILL (Linux)."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+        import signal
+
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGTERM))  # PR_SET_PDEATHSIG
+
+
 class _ServerProcess:
     """A server in a child process, started on a free port and polled until it answers."""
 
@@ -131,7 +141,7 @@ class _ServerProcess:
             try:
                 # The log goes to a file: a pipe nobody reads fills up and blocks the server.
                 self.process = subprocess.Popen(self.command(port), stdout=self._log, stderr=subprocess.STDOUT,
-                                                stdin=subprocess.DEVNULL)
+                                                stdin=subprocess.DEVNULL, preexec_fn=_die_with_parent)
             except OSError as exc:
                 raise EndpointError(f"cannot start {self.name}: {exc}") from exc
             deadline = time.monotonic() + START_TIMEOUT
@@ -280,19 +290,6 @@ class FakeGCS(_ServerProcess):
         name = unique_bucket_name("gcs")
         self.create_bucket(name)
         return Bucket("gcs", name, self.endpoint_url, {"token": "anon"}, server=self)
-
-    def delete_object(self, bucket: str, name: str) -> None:
-        quoted = urllib.parse.quote(name, safe="")
-        request = urllib.request.Request(f"{self.endpoint_url}/storage/v1/b/{bucket}/o/{quoted}", method="DELETE")
-        with urllib.request.urlopen(request, timeout=10) as r:
-            r.read()
-
-    def upload(self, bucket: str, name: str, data: bytes) -> None:
-        query = urllib.parse.urlencode({"uploadType": "media", "name": name})
-        request = urllib.request.Request(f"{self.endpoint_url}/upload/storage/v1/b/{bucket}/o?{query}", data=data,
-                                         method="POST", headers={"Content-Type": "application/octet-stream"})
-        with urllib.request.urlopen(request, timeout=10) as r:
-            r.read()
 
 
 @dataclasses.dataclass
