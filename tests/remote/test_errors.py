@@ -76,7 +76,7 @@ def test_forbidden_everywhere_is_one_line_and_not_retried(bucket, tmp_path, prox
     message = str(err.value)
     assert url in message and "\n" not in message and "gave up after" not in message
     assert via.proxy.count() <= 2  # not retried (at most one existence check after the failed read)
-    one_line_error(invoke("info", url, *via.cli_options), url)
+    one_line_error(run("info", url, *via.cli_options), url)  # the real executable: nothing logged either
 
 
 def test_s3_wrong_credentials_and_profiles(s3_bucket, tmp_path, monkeypatch):
@@ -115,3 +115,17 @@ def test_s3_missing_profile_is_reported_at_once(s3_bucket, tmp_path, monkeypatch
     with pytest.raises(shardstream.ShardstreamError, match="no-such-profile") as err:
         shardstream.ShardDataset(url, storage_options=options, retries=2)
     assert url in str(err.value) and "gave up after" not in str(err.value)
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "gcsfs logs a traceback before the error reaches shardstream: gcsfs/retry.py retry_request calls "
+    "logger.exception('_request non-retriable exception: ...') for a non-retriable HttpError (and "
+    "'out of retries on exception' after its last retry); the CLI (shardstream/cli.py) configures no "
+    "logging, so logging.lastResort prints that message and its traceback to stderr above the one "
+    "'error:' line. Quiet the 'gcsfs' logger in the CLI (or give the CLI a logging setup of its own)"))
+def test_gcs_client_error_is_one_line_without_gcsfs_traceback(gcs_bucket, tmp_path, proxied):
+    url = pack_into(gcs_bucket, tmp_path)
+    via = proxied(gcs_bucket)
+    via.proxy.inject("status", status=400, body=gcs_error(400, "Bad Request", "badRequest"))
+    # the real executable: in this process pytest's log capture would swallow what gcsfs logs
+    one_line_error(run("info", url, *via.cli_options), url)
