@@ -209,6 +209,31 @@ def test_cli_connection_flags_instead_of_storage_options(bucket, tmp_path):
     assert ok("verify", url, "-q", *flags).stdout.startswith("ok: 4 shards, 14 samples")
 
 
+def test_s3_anonymous_access_reads_public_objects_only(s3_bucket, tmp_path):
+    bucket = s3_bucket
+    files, _ = pack_images(bucket, tmp_path)
+    url, anon = bucket.url("ds"), ["--endpoint-url", bucket.endpoint_url, "--anon"]
+    one_line_error(invoke("info", url, *anon), url)  # private objects: unsigned requests are refused
+    client = bucket.server.client()
+    for key in bucket.keys("ds"):
+        client.put_object_acl(Bucket=bucket.name, Key=key, ACL="public-read")
+    assert json.loads(ok("info", url, "--json", *anon).stdout)["num_samples"] == 14
+    assert ok("verify", url, "-q", *anon).stdout.startswith("ok: 4 shards, 14 samples")
+    ds = shardstream.ShardDataset(url, storage_options={"endpoint_url": bucket.endpoint_url, "anon": True},
+                                  decode=None, shuffle=False)
+    assert {s["__key__"]: bytes(s["jpg"]) for s in ds} == files
+
+
+def test_cli_connection_flags_that_do_not_apply(bucket, tmp_path):
+    url = bucket.url("ds")
+    if bucket.kind == "gcs":
+        one_line_error(invoke("info", url, "--profile", "p", "--anon", "--endpoint-url", bucket.endpoint_url),
+                       url, "profile")
+    one_line_error(invoke("info", tmp_path / "local", "--endpoint-url", bucket.endpoint_url), str(tmp_path))
+    one_line_error(invoke("info", "http://127.0.0.1:9/ds", "--endpoint-url", bucket.endpoint_url),
+                   "http://127.0.0.1:9/ds")
+
+
 def test_cli_verify_names_every_damaged_shard(bucket, tmp_path):
     pack_images(bucket, tmp_path)
     url, o = bucket.url("ds"), bucket.cli_options
