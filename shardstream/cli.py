@@ -7,6 +7,7 @@ never a traceback.
 from __future__ import annotations
 
 import json
+import logging
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -81,6 +82,29 @@ def storage_option(command: Callable[..., Any]) -> Callable[..., Any]:
 @click.version_option(__version__, prog_name="shardstream")
 def cli() -> None:
     """Pack folders and tables into sharded datasets; inspect and verify them."""
+    _quiet_logging()
+
+
+class _NoTraceback(logging.Formatter):
+    def formatException(self, ei) -> str:  # noqa: N802 - logging's name
+        return ""
+
+    def format(self, record: logging.LogRecord) -> str:
+        record.exc_text = ""
+        return super().format(record)
+
+
+def _quiet_logging() -> None:
+    """shardstream's warnings as ``warning: ...`` lines; the storage clients' own error logs (with
+    tracebacks) are left out, since the error line that follows says what went wrong."""
+    handler = logging.StreamHandler()
+    handler.setFormatter(_NoTraceback("warning: %(message)s"))
+    log = logging.getLogger("shardstream")
+    if not log.handlers:
+        log.addHandler(handler)
+        log.propagate = False
+    for name in ("gcsfs", "s3fs", "fsspec", "aiobotocore", "botocore", "google"):
+        logging.getLogger(name).setLevel(logging.CRITICAL)
 
 
 @cli.command()
