@@ -463,6 +463,11 @@ def mosaic_loader(data: Path, mode: str, remote: RemoteSource | None = None) -> 
         os.environ["S3_ENDPOINT_URL"] = remote.endpoint
         dataset = Decoded(remote=remote.url("mosaic"), local=str(remote.scratch / "mosaic"), batch_size=BATCH_SIZE,
                           shuffle=True, shuffle_seed=0)
+        # streaming 0.13.0 keeps the boto3 client that fetched index.json here, and forked workers inherit it:
+        # they share its kept-alive connection, their responses cross (a request waits out its 60 s timeout, or a
+        # shard arrives corrupt). moto closes every connection, so only the proxy, like S3, shows it. Drop it.
+        for stream in dataset.streams:
+            stream._downloader.clean_up()
     return DataLoader(dataset, batch_size=BATCH_SIZE, num_workers=WORKERS)
 
 
