@@ -117,12 +117,6 @@ def test_s3_missing_profile_is_reported_at_once(s3_bucket, tmp_path, monkeypatch
     assert url in str(err.value) and "gave up after" not in str(err.value)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "gcsfs logs a traceback before the error reaches shardstream: gcsfs/retry.py retry_request calls "
-    "logger.exception('_request non-retriable exception: ...') for a non-retriable HttpError (and "
-    "'out of retries on exception' after its last retry); the CLI (shardstream/cli.py) configures no "
-    "logging, so logging.lastResort prints that message and its traceback to stderr above the one "
-    "'error:' line. Quiet the 'gcsfs' logger in the CLI (or give the CLI a logging setup of its own)"))
 def test_gcs_client_error_is_one_line_without_gcsfs_traceback(gcs_bucket, tmp_path, proxied):
     url = pack_into(gcs_bucket, tmp_path)
     via = proxied(gcs_bucket)
