@@ -17,7 +17,11 @@ Standard library only, no pytest: tests and benchmarks use it alike::
 The proxy reads each request (headers and body), forwards it upstream on a connection
 kept per client connection (keep-alive on both sides; ``Expect: 100-continue`` is
 answered by the proxy), reads the whole response, then applies the fault, if any, and
-writes the response back. Requests are handled in threads.
+writes the response back. Requests are handled in threads. Responses are buffered whole,
+not streamed: a client's first byte waits for the last one from the server (on this
+machine about 1 ms more per small request and 2-3 ms per 4 MB, measured against moto and
+fake-gcs-server). ``Location`` headers that point at the server are rewritten to the proxy
+(redirects, GCS resumable-upload sessions).
 
 Faults (``kind`` of :meth:`FaultProxy.inject`):
 
