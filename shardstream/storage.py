@@ -204,11 +204,18 @@ class Store:
     def _connect(self) -> tuple[Any, str]:
         import fsspec
 
+        options = dict(self.storage_options)
+        single = self.protocol in ("s3", "s3a") and "retries" not in options.get("config_kwargs", {})
+        if single:  # one attempt per call in the client, so that retries and timeouts are this store's alone
+            options["config_kwargs"] = {**options.get("config_kwargs", {}), "retries": {"max_attempts": 0}}
+            options["skip_instance_cache"] = True  # and so that the fsspec instance others share is left as it is
         with storage_errors("cannot open", self.url):
             try:
-                fs, root = fsspec.core.url_to_fs(self.url, **self.storage_options)
+                fs, root = fsspec.core.url_to_fs(self.url, **options)
             except TypeError as exc:
                 raise StorageError(f"cannot open {self.url}: {exc}; check the storage options") from exc
+        if single:
+            fs.retries = 1  # s3fs's own loop (its class default is 5)
         self._fs, self._pid = fs, os.getpid()
         return fs, root
 
