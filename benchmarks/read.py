@@ -82,7 +82,10 @@ TTFB includes the first downloads:
 - webdataset: the same tars as ``s3://`` URLs, opened through an fsspec (s3fs) handler registered in
   ``webdataset.gopen_schemes["s3"]`` (webdataset 1.0.2 has none of its own);
 - mosaic: ``StreamingDataset(remote="s3://BUCKET/mosaic", local=<scratch>)``, its boto3 client pointed at
-  the endpoint by ``S3_ENDPOINT_URL``;
+  the endpoint by ``S3_ENDPOINT_URL``; the client its constructor used (for ``index.json``) is dropped
+  before the DataLoader forks, because streaming 0.13.0 lets forked workers share its kept-alive
+  connection (crossed responses: 60 s stalls and corrupt shards through the proxy; moto itself closes
+  every connection, so direct reads never show it);
 - litdata: ``StreamingDataset("s3://BUCKET/litdata", storage_options={"endpoint_url": ...})``; litdata
   0.2.76 cannot read a plain-http endpoint (its obstore client refuses the scheme), which is tried once
   and reported as such, not as a failure.
