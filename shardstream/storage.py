@@ -77,7 +77,7 @@ _NETWORK_MODULES = ("aiohttp", "botocore", "aiobotocore", "urllib3", "requests",
 _READ_ONLY = ("http", "https")
 _BUCKETS = ("s3", "s3a", "gs", "gcs")  # object stores: prefixes need no creating, buckets are not made on the fly
 _LOOKUPS = ("exists", "size", "isdir", "ls", "find", "info")
-PART_SIZE = 16 << 20  # bytes per ranged GET when a large object is read whole
+PART_SIZE = 64 << 20  # bytes per ranged GET when a large object is read whole (shards download side by side too)
 
 
 _TRANSIENT_NAMES = ("Connect", "Timeout", "Closed", "Reset", "Disconnect", "HTTPClient", "Payload", "IncompleteRead",
