@@ -49,6 +49,17 @@ def _lock(fd: int, kind: int, wait: bool = True) -> bool:
         return False
 
 
+def _unlink_if_same(fd: int, path: str) -> None:
+    """Remove ``path`` if it is still the file open as ``fd`` (not one made there since)."""
+    try:
+        now, held = os.stat(path), os.fstat(fd)
+    except FileNotFoundError:
+        return
+    if (now.st_dev, now.st_ino) == (held.st_dev, held.st_ino):
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+
+
 def _map_locked(fd: int) -> Any:
     """A read-only map of ``fd`` that keeps the shared lock taken on it: the map holds a
     duplicate of the descriptor, and an ``flock`` lasts until its last descriptor closes."""
@@ -110,6 +121,11 @@ class DiskCache:
             except FileExistsError:
                 self._wait_for(part)  # another process downloads it
                 continue
+            found = self.open(key)  # finished by another process just before we claimed the download
+            if found is not None:
+                _unlink_if_same(fd, part)
+                os.close(fd)
+                return found
             return self._download(key, fd, part, download)
 
     @staticmethod
@@ -124,8 +140,7 @@ class DiskCache:
             if _lock(fd, fcntl.LOCK_EX, wait=False):  # nobody writes it
                 fresh = time.time() - os.fstat(fd).st_mtime <= _STALE_PART
                 if not fresh:
-                    with contextlib.suppress(FileNotFoundError):
-                        os.unlink(part)
+                    _unlink_if_same(fd, part)
             else:
                 _lock(fd, fcntl.LOCK_SH)  # blocks until the download ends, one way or another
         finally:
@@ -197,8 +212,7 @@ class DiskCache:
         try:
             if not _lock(fd, fcntl.LOCK_EX, wait=False):
                 return False  # someone reads it
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(path)
+            _unlink_if_same(fd, path)
             return True
         finally:
             os.close(fd)
@@ -215,7 +229,6 @@ class DiskCache:
                     continue
                 try:
                     if _lock(fd, fcntl.LOCK_EX, wait=False) and time.time() - os.fstat(fd).st_mtime > _STALE_PART:
-                        with contextlib.suppress(FileNotFoundError):
-                            os.unlink(entry.path)
+                        _unlink_if_same(fd, entry.path)
                 finally:
                     os.close(fd)

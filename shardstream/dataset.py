@@ -258,6 +258,7 @@ class ShardDataset(IterableDataset):
         order = order.restrict(*plan.span_bounds(segment, span))  # keep only this rank's shards
         chunk = (self.batch_size or 1) * self.batches_per_chunk
         cache = self._cache()
+        cache.forget_failures()
         ring = self._ring(info)
         self._last_good = None
 

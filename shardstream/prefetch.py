@@ -4,7 +4,8 @@ A worker knows its plan, so it knows which shards it reads next. It hands them t
 :class:`Prefetcher` in the order it will need them; a few threads load them (download,
 check, decompress, index) while the worker decodes the current ones. The bytes of
 shards loading or loaded but not yet taken stay under ``budget`` (at least one shard is
-always allowed, however large), so memory and bandwidth in flight are bounded.
+always allowed, however large; a budget of 0 loads nothing ahead), so memory and
+bandwidth in flight are bounded.
 Threads are daemons started in the process that reads, so forked workers never
 inherit them, and a reader that stops early leaves nothing to join.
 """
@@ -33,6 +34,7 @@ class Prefetcher(Generic[T]):
         self._lock = threading.Lock()
         self._wanted: OrderedDict[int, None] = OrderedDict()  # in order of need, not started
         self._started: dict[int, Future[T]] = {}  # loading or loaded, not taken
+        self._taken: set[int] = set()  # handed out and still in the plan: not loaded again
         self._held = 0  # bytes of the started ones
         self._tasks: queue.SimpleQueue[int | None] = queue.SimpleQueue()
         self._threads = [threading.Thread(target=self._work, name=f"shardstream-prefetch-{i}", daemon=True)
@@ -45,7 +47,7 @@ class Prefetcher(Generic[T]):
         """Items needed soon, in order of need; those already wanted or started are ignored."""
         with self._lock:
             for item in items:
-                if item not in self._started:
+                if item not in self._started and item not in self._taken:
                     self._wanted.setdefault(item, None)
             self._start_more()
 
@@ -53,6 +55,7 @@ class Prefetcher(Generic[T]):
         """Forget the wanted and loaded items not in ``items`` (the plan moved past them)."""
         keep = set(items)
         with self._lock:
+            self._taken &= keep
             for item in [i for i in self._wanted if i not in keep]:
                 del self._wanted[item]
             for item in [i for i, f in self._started.items() if i not in keep and f.done()]:
@@ -66,6 +69,7 @@ class Prefetcher(Generic[T]):
             future = self._started.get(item)
             if future is None:
                 self._wanted.pop(item, None)
+            self._taken.add(item)
         if future is None:
             return self._load(item)
         try:
@@ -100,8 +104,8 @@ class Prefetcher(Generic[T]):
         while self._wanted and not self._closed:
             item = next(iter(self._wanted))
             size = self._size(item)
-            if self._started and self._held + size > self.budget:
-                return
+            if self.budget == 0 or (self._started and self._held + size > self.budget):
+                return  # budget 0: nothing ahead; otherwise at least one, however large
             del self._wanted[item]
             future: Future[T] = Future()
             self._started[item] = future

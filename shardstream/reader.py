@@ -95,17 +95,29 @@ class ShardCache:
         self.fetcher = fetcher or ShardFetcher(store, manifest)
         self.take: Callable[[int], TarShard | ArrowShard] | None = None
         self._open: OrderedDict[int, TarShard | ArrowShard] = OrderedDict()
+        self._failed: dict[int, BaseException] = {}  # this pass's shards that failed: not fetched again per sample
 
     def get(self, shard: int) -> TarShard | ArrowShard:
         found = self._open.get(shard)
         if found is not None:
             self._open.move_to_end(shard)
             return found
-        opened = self.take(shard) if self.take is not None else self._load(shard)
+        failure = self._failed.get(shard)
+        if failure is not None:
+            raise failure.with_traceback(None)
+        try:
+            opened = self.take(shard) if self.take is not None else self._load(shard)
+        except Exception as exc:
+            self._failed[shard] = exc
+            raise
         self._open[shard] = opened
         if len(self._open) > self.capacity:
             self._open.popitem(last=False)
         return opened
+
+    def forget_failures(self) -> None:
+        """Try the shards that failed again (at the start of a pass)."""
+        self._failed.clear()
 
     def retain(self, shards: set[int]) -> None:
         """Close the open shards not in ``shards`` (the plan no longer needs them)."""

@@ -48,7 +48,7 @@ def describe_os_error(exc: BaseException) -> str:
     if isinstance(exc, TimeoutError) and not str(exc):
         return "the request timed out"
     if isinstance(exc, OSError) and exc.strerror:
-        return exc.strerror.lower()
+        return " ".join(exc.strerror.lower().split())
     return " ".join(str(exc).split()) or type(exc).__name__  # one line, whatever the client wrote
 
 
@@ -72,6 +72,8 @@ _T = TypeVar("_T")
 # Errors that retrying cannot fix; anything else from the network stack is retried.
 _PERMANENT = (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError, FileExistsError,
               NotImplementedError, ValueError, TypeError)
+_PERMANENT_ERRNOS = {errno.EINVAL, errno.EPERM, errno.EACCES, errno.ENOSYS, errno.ENOENT, errno.ENOTDIR,
+                     errno.EISDIR, errno.EROFS, getattr(errno, "EREMCHG", -1)}
 _NETWORK_MODULES = ("aiohttp", "botocore", "aiobotocore", "urllib3", "requests", "google", "gcsfs", "fsspec",
                     "s3fs", "http", "ssl", "socket", "asyncio", "concurrent")
 _READ_ONLY = ("http", "https")
@@ -91,13 +93,22 @@ def is_transient(exc: BaseException) -> bool:
         return False
     status = getattr(exc, "status", None) or getattr(exc, "code", None)
     if isinstance(status, int) and 100 <= status < 600:  # an HTTP status decides
-        return not (400 <= status < 500 and status not in (408, 429))
+        return status >= 500 or status in (408, 429)
     if isinstance(exc, OSError) and exc.errno is None and str(exc).startswith(("Forbidden", "Unauthorized")):
         return False  # gcsfs's 401/403
+    response = getattr(exc.__cause__, "response", None)  # s3fs's OSErrors keep botocore's answer here
+    status = response.get("ResponseMetadata", {}).get("HTTPStatusCode") if isinstance(response, dict) else None
+    if isinstance(status, int) and 100 <= status < 600:
+        return status >= 500 or status in (408, 429)
+    if isinstance(exc, OSError) and exc.errno in _PERMANENT_ERRNOS:
+        return False  # s3fs: an invalid request or bucket name, a wrong region, no permission
     if isinstance(exc, (OSError, TimeoutError, ConnectionError)):
         return True
     name = type(exc).__name__
     return type(exc).__module__.split(".")[0] in _NETWORK_MODULES and any(w in name for w in _TRANSIENT_NAMES)
+
+
+_JITTER = random.Random()  # not the global generator: workers seed that one for the user's augmentations
 
 
 @dataclass(frozen=True)
@@ -127,7 +138,7 @@ class RetryPolicy:
 
     def wait(self, attempt: int) -> float:
         """Seconds to wait before retry number ``attempt`` (0-based): exponential, with full jitter."""
-        return random.uniform(0.5, 1.0) * min(self.max_backoff, self.backoff * 2**attempt)
+        return _JITTER.uniform(0.5, 1.0) * min(self.max_backoff, self.backoff * 2**attempt)
 
     def time_limit(self, nbytes: int = 0) -> float | None:
         """The timeout for one request that moves ``nbytes``."""
@@ -245,7 +256,12 @@ class Store:
         def attempt() -> Any:
             if method in _LOOKUPS:  # fsspec's listings cache never expires: others change the bucket meanwhile
                 self.fs.invalidate_cache()
-            return getattr(self.fs, method)(*args, **kwargs)
+            result = getattr(self.fs, method)(*args, **kwargs)
+            if isinstance(result, list):  # fsspec before 2026.6 returns failed ranges as exceptions
+                for item in result:
+                    if isinstance(item, BaseException):
+                        raise item
+            return result
 
         with storage_errors(action, url):
             try:

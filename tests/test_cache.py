@@ -224,3 +224,44 @@ def test_a_crashed_readers_shard_can_be_evicted(tmp_path):
     proc.join()
     assert DiskCache._evict(c.path(key(2)))  # its lock died with it
     assert c.open(key(2)) is None
+
+
+def test_a_file_made_again_under_the_same_name_is_not_removed(tmp_path):
+    from shardstream.cache import _unlink_if_same
+
+    old = tmp_path / "x.shard"
+    old.write_bytes(b"old")
+    fd = os.open(old, os.O_RDONLY)
+    try:
+        os.unlink(old)
+        old.write_bytes(b"new")  # another process's file now has the name
+        _unlink_if_same(fd, str(old))
+        assert old.read_bytes() == b"new"
+    finally:
+        os.close(fd)
+    fd = os.open(old, os.O_RDONLY)
+    try:
+        _unlink_if_same(fd, str(old))
+        assert not old.exists()
+    finally:
+        os.close(fd)
+
+
+def test_a_download_finished_by_another_process_meanwhile_is_not_repeated(tmp_path, monkeypatch):
+    c = DiskCache(tmp_path, limit=10 * SIZE)
+    real_open = DiskCache.open
+    calls = []
+
+    def open_racing(self, key_):
+        calls.append(1)
+        if len(calls) == 2:  # just after the first look, another process finishes the download
+            other = DiskCache(tmp_path, limit=10 * SIZE)
+            monkeypatch.setattr(DiskCache, "open", real_open)
+            other.get(key_, lambda: blob(4))
+            monkeypatch.setattr(DiskCache, "open", open_racing)
+        return real_open(self, key_)
+
+    monkeypatch.setattr(DiskCache, "open", open_racing)
+    got = c.get(key(4), lambda: pytest.fail("downloaded again"))
+    assert bytes(got) == blob(4)
+    assert files(tmp_path) == [key(4) + ".shard"]

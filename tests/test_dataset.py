@@ -555,3 +555,18 @@ def test_stopping_early_leaves_no_prefetch_threads(tar_ds, tmp_path):
     while any(t.is_alive() for t in started) and time.monotonic() < deadline:
         time.sleep(0.01)
     assert not any(t.is_alive() for t in started)
+
+
+def test_a_bad_remote_shard_is_fetched_a_bounded_number_of_times_per_pass_when_skipping(tar_ds, tmp_path,
+                                                                                        monkeypatch):
+    url = to_memory(tar_ds)
+    store = Store(url)
+    original = bytes(store.read_bytes("shard-000002.tar"))
+    store.write_bytes("shard-000002.tar", bytes([original[0] ^ 1]) + original[1:])  # damaged in storage
+    ds = ShardDataset(url, shuffle=False, decode=None, cache_dir=tmp_path, on_error="skip", retries=1)
+    reads = []
+    real = ds.store.read_bytes
+    monkeypatch.setattr(ds.store, "read_bytes", lambda name, nbytes=0: reads.append(name) or real(name, nbytes))
+    got = keys(ds)
+    assert len(got) == sum(COUNTS) and ds.skipped == COUNTS[2]
+    assert reads.count("shard-000002.tar") == 2  # retries + 1 downloads, not that many per sample

@@ -91,12 +91,28 @@ def test_an_item_larger_than_the_budget_still_loads():
     p.close()
 
 
-def test_budget_zero_loads_one_ahead():
+def test_budget_zero_loads_nothing_ahead():
     loads = Loads()
     p = Prefetcher(loads, lambda i: 10, budget=0)
     p.want([1, 2])
-    wait_until(lambda: loads.started() == [1])
+    time.sleep(0.05)
+    assert loads.started() == []
     assert p.take(1) == "shard-1"
+    assert loads.calls == [(1, threading.current_thread().name)]  # loaded when needed, by who needs it
+    p.close()
+
+
+def test_an_item_taken_is_not_loaded_again_while_the_plan_still_names_it():
+    loads = Loads()
+    p = Prefetcher(loads, lambda i: 10, budget=100)
+    p.want([1, 2])
+    assert p.take(1) == "shard-1"
+    p.want([1, 2, 3])  # the next chunks still read from 1
+    assert p.take(3) == "shard-3"
+    assert sorted(loads.started()) == [1, 2, 3]
+    p.keep_only([2, 3])  # the plan moved past 1
+    p.want([1])  # and came back to it
+    wait_until(lambda: loads.started().count(1) == 2)
     p.close()
 
 

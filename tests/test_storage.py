@@ -397,3 +397,63 @@ def test_connection_flags_that_do_not_apply_are_refused(url, flags):
 
     with pytest.raises(StorageError, match="applies to"):
         connection_options(url, **flags)
+
+
+def test_failed_ranges_returned_as_values_are_raised_and_retried(monkeypatch):
+    """fsspec before 2026.6 hands failed parts back in the result list instead of raising."""
+    from shardstream.storage import RetryPolicy
+
+    store = Store(f"memory://storage-test-{uuid.uuid4().hex}/s", retry=RetryPolicy(retries=2, backoff=0.001))
+    store.write_bytes("a", b"x" * 100)
+    real = store.fs.cat_ranges
+    calls = []
+
+    def old_fsspec(paths, starts, ends, **kwargs):
+        calls.append(1)
+        if len(calls) == 1:
+            return [ConnectionResetError("reset by peer")]
+        return real(paths, starts, ends, **kwargs)
+
+    monkeypatch.setattr(store.fs, "cat_ranges", old_fsspec)
+    assert bytes(store.read_bytes("a", nbytes=100)) == b"x" * 100
+    assert len(calls) == 2
+
+
+def test_s3_errors_that_a_retry_cannot_fix_are_permanent():
+    from shardstream.storage import is_transient
+
+    class ClientError(Exception):
+        def __init__(self, status):
+            super().__init__(f"HTTP {status}")
+            self.response = {"ResponseMetadata": {"HTTPStatusCode": status}}
+
+    def translated(errno_, status):  # what s3fs raises: an OSError caused by botocore's ClientError
+        exc = OSError(errno_, "some message")
+        exc.__cause__ = ClientError(status)
+        return exc
+
+    assert not is_transient(translated(errno.EINVAL, 400))  # InvalidBucketName, InvalidArgument...
+    assert not is_transient(translated(errno.EIO, 301))  # PermanentRedirect: a wrong region
+    assert is_transient(translated(errno.EBUSY, 503))  # SlowDown
+    assert not is_transient(OSError(errno.EINVAL, "invalid request"))
+    assert not is_transient(OSError(errno.ENOSYS, "not implemented"))
+    assert is_transient(OSError(errno.EBUSY, "slow down"))
+
+
+def test_backoff_jitter_leaves_the_global_generator_alone():
+    import random
+
+    from shardstream.storage import RetryPolicy
+
+    random.seed(11)
+    expected = random.random()
+    random.seed(11)
+    RetryPolicy().wait(3)
+    assert random.random() == expected  # workers seed it for the user's augmentations
+
+
+def test_multi_line_messages_become_one_line():
+    from shardstream.storage import describe_os_error
+
+    assert describe_os_error(OSError(errno.EBUSY, "Slow\nDown  please")) == "slow down please"
+    assert describe_os_error(OSError("Forbidden: x\nmore")) == "Forbidden: x more"
