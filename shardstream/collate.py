@@ -283,6 +283,12 @@ def pad_sequences(values: Sequence[Any], padding_value: float = 0, *, max_length
     if any(t.shape[1:] != first.shape[1:] for t in tensors):
         shapes = sorted({tuple(t.shape[1:]) for t in tensors})
         raise ValueError(f"pad_sequences needs one trailing shape after the length, not {shapes}")
+    untyped = [len(t) == 0 and isinstance(v, (list, tuple)) for t, v in zip(tensors, values)]
+    if any(untyped):  # an empty list says nothing of the dtype (torch would make it float32)
+        typed = [t for t, u in zip(tensors, untyped) if not u]
+        like = typed[0].dtype if typed else torch.int64
+        tensors = [t.to(like) if u else t for t, u in zip(tensors, untyped)]
+    first = tensors[0]
     dtype = first.dtype
     for t in tensors[1:]:
         dtype = torch.promote_types(dtype, t.dtype)

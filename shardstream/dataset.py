@@ -175,6 +175,7 @@ class ShardDataset(IterableDataset):
         self.collate_fn = collate_fn or collate
         self.on_error = on_error
         self.seed_workers = True  # workers reseed random/numpy/torch per batch (see shardstream.seeding)
+        self.shm_guard: tuple[int, float, int, int] | None = None  # set by the loader (see shardstream.guards)
         if self.manifest.shard_format == "arrow":
             import pyarrow.compute  # noqa: F401 - take() loads it lazily, inside the first batch otherwise
         self._columnar = (self.manifest.shard_format == "arrow" and transform is None and collate_fn is None
@@ -286,6 +287,7 @@ class ShardDataset(IterableDataset):
             chunks = _looking_ahead(chunks, -(-2 * self.window // (chunk * num_workers)) + 1, prefetcher, cache)
         try:
             reseed = info is not None and self.seed_workers  # augmentations differ per batch, reproducibly
+            self._unchecked = info is not None and self.shm_guard is not None
             yield from self._batches(chunks, cache, ring, stand_in, epoch if reseed else None)
         finally:
             if prefetcher is not None:
@@ -310,10 +312,21 @@ class ShardDataset(IterableDataset):
                 yield samples[0]
             elif ring is not None:
                 with ring.batch() as ship:
-                    shipment = ship(self.collate_fn(samples))
+                    shipment = ship(self._checked(self.collate_fn(samples)))
                 yield shipment
             else:
-                yield self.collate_fn(samples)
+                yield self._checked(self.collate_fn(samples))
+
+    def _checked(self, batch: Any) -> Any:
+        """A worker's first batch of a pass, checked against the shared memory it and the others need."""
+        if self._unchecked:
+            from .guards import batch_nbytes, check_shm
+
+            self._unchecked = False
+            workers, per_worker, extra, free = self.shm_guard
+            check_shm(batch_nbytes(batch), workers, per_worker, extra_batches=extra, free=free,
+                      basis="measured on the first batch")
+        return batch
 
     def _ring(self, info: Any) -> Ring | None:
         """This worker's arenas for sending batches (see :mod:`shardstream.transport`), if the loader set them up."""

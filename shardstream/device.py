@@ -22,7 +22,7 @@ from __future__ import annotations
 import collections
 import logging
 import warnings
-from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -41,7 +41,7 @@ def map_tensors(fn: Callable[[torch.Tensor], torch.Tensor], batch: Any) -> Any:
     namedtuples; everything else (strings, numbers, ``RaggedBytes``, ``MappedBytes``) as is."""
     if isinstance(batch, torch.Tensor):
         return fn(batch)
-    if isinstance(batch, dict):
+    if isinstance(batch, Mapping):  # dicts, and mappings such as a tokenizer's BatchEncoding
         return _like(batch, {k: map_tensors(fn, v) for k, v in batch.items()})
     if isinstance(batch, (list, tuple)):
         if not any(isinstance(v, (torch.Tensor, dict, list, tuple)) for v in batch):
@@ -218,7 +218,7 @@ class DeviceLoader:
         finally:
             for item in (*done, *queue):
                 item.event.synchronize()  # no host memory is let go while a copy may still read it
-            self._in_flight = 0
+            self._in_flight = len(queue)  # after a break: copied ahead, never handed out, so not consumed
 
     def _hand_over(self, item: _InFlight) -> Any:
         """The batch for the training loop's current stream, which waits for its copy; its tensors
@@ -271,6 +271,7 @@ class DeviceLoader:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Pass ``state`` to the wrapped loader (applies from the next iteration)."""
         self.loader.load_state_dict(state)
+        self._in_flight = 0
 
 
 class _InFlight:

@@ -150,6 +150,10 @@ def describe(obj: Any) -> str:
 def _picklable(obj: Any) -> Exception | None:
     try:
         pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+    except RuntimeError as exc:
+        if "through inheritance" in str(exc):
+            return None  # multiprocessing's locks, queues and values: a spawned worker receives them
+        return exc
     except Exception as exc:  # pickle raises PicklingError, TypeError, AttributeError...
         return exc
     return None

@@ -32,13 +32,14 @@ if TYPE_CHECKING:
 
 
 def default_num_workers() -> int:
-    """min(4 x GPUs, CPU cores - 1), at least 1."""
+    """min(4 x GPUs, CPU cores - 1), shared among the training processes of this machine, at least 1."""
     try:
         cores = len(os.sched_getaffinity(0))
     except AttributeError:  # pragma: no cover - not Linux
         cores = os.cpu_count() or 1
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    return max(min(4 * gpus, cores - 1), 1)
+    ranks = guards.local_ranks()  # torchrun's processes on this machine share its cores (each sees every GPU)
+    return max(min(4 * gpus, cores - 1) // ranks, 1)
 
 
 def _from_worker(batch: Any) -> Any:
@@ -63,6 +64,13 @@ def _batches_per_chunk(dataset: ShardDataset, batch_size: int, num_workers: int)
     return int(min(max(_CHUNK_BYTES // (batch_size * per_sample), 1), 16))
 
 
+def _in_flight(kwargs: dict[str, Any], ring: bool, ring_slots: int) -> tuple[float, int]:
+    """Batches a worker keeps in shared memory, and those the main process holds there besides."""
+    if ring:
+        return ring_slots * 1.25, 0  # each worker's arenas, sized 1.25 x the largest batch
+    return kwargs.get("prefetch_factor") or 2, 0 if kwargs.get("pin_memory") else 1
+
+
 class ShardLoader(DataLoader):
     """A DataLoader over a :class:`ShardDataset` that can save and restore its position.
 
@@ -70,9 +78,10 @@ class ShardLoader(DataLoader):
     ``pin_memory`` when CUDA is available; ``persistent_workers`` and ``prefetch_factor=2``
     with workers; a ``generator`` seeded from the dataset's seed (so creating an iterator
     does not draw from the global torch RNG). ``seed_workers`` (default: the dataset's,
-    True) reseeds ``random``, ``numpy`` and ``torch`` in every worker at every epoch from
-    (seed, epoch, rank, worker). ``shm_check``: ``"raise"`` (default), ``"warn"`` or
-    ``"off"`` when ``/dev/shm`` looks too small for the batches in flight.
+    True) reseeds ``random``, ``numpy`` and ``torch`` in the workers before every batch from
+    (seed, epoch, position of its first sample); see :mod:`shardstream.seeding`.
+    ``shm_check``: ``"raise"`` (default), ``"warn"`` or ``"off"`` when ``/dev/shm`` looks
+    too small for the batches in flight.
     """
 
     def __init__(self, dataset: ShardDataset, batch_size: int, num_workers: int | None = None, *,
@@ -110,6 +119,10 @@ class ShardLoader(DataLoader):
         if seed_workers is not None:
             dataset.seed_workers = bool(seed_workers)
         dataset.batches_per_chunk = per_chunk
+        # the workers check their own first batch too, before sending it: by the time the main process
+        # sees a batch, another worker's may already have failed to reach shared memory
+        dataset.shm_guard = ((num_workers, *_in_flight(kwargs, ring, ring_slots), self._shm_free)
+                             if shm_check == "raise" and self._shm_free is not None and not dataset._mapped else None)
         self._receiver: Receiver | None = None
         if ring:
             dataset.ring_slots = ring_slots
@@ -125,10 +138,7 @@ class ShardLoader(DataLoader):
                    ring_slots: int, basis: str) -> None:
         """Batches in flight: each worker's ring arenas (sized 1.25 x the largest batch), or its
         ``prefetch_factor`` batches plus, without pinning, the one the training loop holds."""
-        if ring:
-            per_worker, extra = ring_slots * 1.25, 0
-        else:
-            per_worker, extra = kwargs.get("prefetch_factor") or 2, 0 if kwargs.get("pin_memory") else 1
+        per_worker, extra = _in_flight(kwargs, ring, ring_slots)
         guards.check_shm(batch_bytes, num_workers, per_worker, extra_batches=extra, basis=basis,
                          action=self.shm_check, free=self._shm_free, path=guards.SHM_PATH)
 

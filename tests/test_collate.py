@@ -167,3 +167,10 @@ def test_field_collate_as_the_collate_fn_of_a_shard_dataset_with_workers(tmp_pat
     assert batches[0]["cls"].tolist() == [0, 1, 2, 3]
     spawn = ShardDataset(str(tmp_path / "ds"), collate_fn=fc)  # the pickling guard accepts it for spawn workers
     spawn.loader(batch_size=4, num_workers=1, multiprocessing_context="spawn")
+
+
+def test_pad_sequences_keeps_the_dtype_when_a_sequence_is_an_empty_list():
+    padded, lengths, _ = pad_sequences([[1, 2, 3], []])
+    assert padded.dtype == torch.int64 and padded.tolist() == [[1, 2, 3], [0, 0, 0]] and lengths.tolist() == [3, 0]
+    assert pad_sequences([[], []])[0].dtype == torch.int64
+    assert pad_sequences([torch.tensor([1.5], dtype=torch.float16), []])[0].dtype == torch.float16

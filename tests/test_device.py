@@ -327,6 +327,29 @@ def test_cuda_path_state_counts_batches_copied_ahead_as_not_consumed(fake_cuda, 
     assert before + [k for b in resumed for k in b["__key__"]] == expected
 
 
+def test_cuda_path_state_after_a_break_still_counts_batches_copied_ahead(fake_cuda, image_url):
+    loader = fake_cuda.make(ShardDataset(image_url, seed=3, decode=None).loader(batch_size=3, num_workers=0))
+    before = []
+    for batch in loader:  # train two steps, then stop (the loop's iterator is closed)
+        before += batch["__key__"]
+        if len(before) == 6:
+            break
+    state = loader.state_dict()
+    assert state["consumed"] == 6
+    resumed = ShardDataset(image_url, seed=3, decode=None).loader(batch_size=3, num_workers=0)
+    resumed.load_state_dict(state)
+    expected = [k for b in ShardDataset(image_url, seed=3, decode=None).loader(3, 0) for k in b["__key__"]]
+    assert before + [k for b in resumed for k in b["__key__"]] == expected
+
+
+def test_nested_mappings_that_are_not_dicts_are_moved_too():
+    from collections import UserDict
+
+    batch = UserDict({"x": torch.ones(2), "y": [torch.zeros(1)]})
+    out = next(iter(DeviceLoader([batch], "cpu", dtype=torch.float64, fields=lambda t: True)))  # reaches every one
+    assert isinstance(out, UserDict) and out["x"].dtype == torch.float64 and out["y"][0].dtype == torch.float64
+
+
 def test_cuda_path_raises_an_error_after_the_batches_before_it(fake_cuda):
     def source():
         yield torch.zeros(1)

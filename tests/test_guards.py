@@ -188,6 +188,24 @@ class WithHandle(ShardDataset):
     """A dataset subclass with an open file of its own."""
 
 
+class HoldsLock:
+    """A transform with a multiprocessing lock, which spawned workers receive fine."""
+
+    def __init__(self) -> None:
+        import multiprocessing
+
+        self.lock = multiprocessing.get_context("spawn").Lock()
+
+    def __call__(self, sample):
+        return sample
+
+
+def test_multiprocessing_locks_pass_the_pickle_check(small_url):
+    from shardstream.guards import _picklable
+
+    assert _picklable(HoldsLock()) is None  # plain pickle refuses it; a spawned worker gets it
+
+
 def test_a_lambda_transform_is_named_for_spawn_workers(small_url):
     line = sys._getframe().f_lineno + 1
     ds = ShardDataset(small_url, transform=lambda s: s)

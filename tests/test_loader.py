@@ -413,17 +413,19 @@ def test_a_state_saved_right_after_loading_one_resumes_the_same(url):
 # -- defaults ---------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("cores,gpus,expected", [(2, 0, 1), (1, 0, 1), (16, 0, 1), (16, 1, 4), (16, 8, 15),
-                                                 (64, 8, 32), (1, 2, 1)])
-def test_default_num_workers(monkeypatch, cores, gpus, expected):
+@pytest.mark.parametrize("cores,gpus,ranks,expected", [(2, 0, 1, 1), (1, 0, 1, 1), (16, 0, 1, 1), (16, 1, 1, 4),
+                                                       (16, 8, 1, 15), (64, 8, 1, 32), (1, 2, 1, 1), (96, 8, 8, 4),
+                                                       (16, 8, 8, 1), (64, 8, 2, 16)])
+def test_default_num_workers(monkeypatch, cores, gpus, ranks, expected):
     import torch
 
     from shardstream import loader as loader_module
 
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", str(ranks))  # torchrun's processes on this machine share its cores
     monkeypatch.setattr(loader_module.os, "sched_getaffinity", lambda pid: set(range(cores)))
     monkeypatch.setattr(torch.cuda, "is_available", lambda: gpus > 0)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: gpus)
-    assert loader_module.default_num_workers() == expected  # min(4 x GPUs, cores - 1), at least 1
+    assert loader_module.default_num_workers() == expected  # min(4 x GPUs, cores - 1) / local ranks, at least 1
 
 
 def test_defaults_and_overrides(url):

@@ -65,6 +65,7 @@ def test_batch_seed_is_stable_and_distinct():
     seeds = {batch_seed(s, e, p) for s in (0, 1, 2**40) for e in range(3) for p in (0, 1, 2, 2**33)}
     assert len(seeds) == 3 * 3 * 4
     assert all(0 <= s < 2**64 for s in seeds)
+    assert batch_seed(-1, 0, 0) != batch_seed(1, 0, 0)  # negative seeds work too
 
 
 def test_batches_workers_and_epochs_draw_differently_and_reproducibly(url):

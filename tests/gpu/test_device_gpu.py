@@ -69,6 +69,7 @@ def test_nested_batches_equal_a_plain_to(prefetch):
     for out, batch in zip(got, batches):
         assert type(out["inner"]["pair"]) is Pair and out["inner"]["pair"].label == 7
         assert out["keys"] == ["a", "b"] and out["tuple"][1] == "s"
+        assert len(leaves(out)) == len(leaves(batch))  # nothing dropped or added
         for a, b in zip(leaves(out), leaves(batch)):
             if isinstance(b, torch.Tensor):
                 assert a.device == CUDA and a.dtype == b.dtype and a.shape == b.shape
