@@ -1,6 +1,7 @@
 """Run by torchrun from test_ddp.py: every rank reads a dataset through ShardDataset.loader.
 
     torchrun --nproc-per-node=N ddp_reader.py DATASET OUT --mode epochs|stop|resume
+        [--endpoint-url http://127.0.0.1:P --cache-dir DIR]   (a dataset in an S3 bucket)
 
 Rank and world size come from torch.distributed (gloo). Each rank counts its batches and
 collects the sample keys it read; the keys and counts are gathered with
@@ -47,11 +48,14 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--batch-size", type=int, default=4)
     parser.add_argument("--stop-after", type=int, default=2)
+    parser.add_argument("--endpoint-url", default=None)
+    parser.add_argument("--cache-dir", default=None)
     args = parser.parse_args()
 
     dist.init_process_group("gloo")
     rank, world_size = dist.get_rank(), dist.get_world_size()
-    ds = ShardDataset(args.dataset, seed=args.seed, decode=None)
+    options = {"endpoint_url": args.endpoint_url} if args.endpoint_url else None
+    ds = ShardDataset(args.dataset, seed=args.seed, decode=None, storage_options=options, cache_dir=args.cache_dir)
     loader = ds.loader(batch_size=args.batch_size, num_workers=1)
     result: dict = {"mode": args.mode, "world_size": world_size, "len": len(ds), "epochs": []}
 

@@ -45,21 +45,17 @@ def torchrun(nproc: int, dataset: str, out: Path, *args: str) -> dict:
         "--master-addr=127.0.0.1", f"--master-port={free_port()}", str(SCRIPT), dataset, str(out), *args,
     ]
     try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=120, env=env)
+        done = subprocess.run(command, capture_output=True, text=True, timeout=180, env=env)
     except subprocess.TimeoutExpired as exc:  # a hang is exactly what equal per-rank work must prevent
-        pytest.fail(f"torchrun timed out after 120 s\n{exc.stdout}\n{exc.stderr}")
+        pytest.fail(f"torchrun timed out after 180 s\n{exc.stdout}\n{exc.stderr}")
     assert done.returncode == 0, f"torchrun failed ({done.returncode})\n{done.stdout}\n{done.stderr[-6000:]}"
     mode = args[args.index("--mode") + 1]
     return json.loads((out / f"result-{mode}.json").read_text())
 
 
-def test_ddp_ranks_read_equal_batches_covering_every_sample(tmp_path):
-    counts = [1, 13, 4, 9, 2, 11, 6]  # 46 samples in 7 uneven shards: 46 = 3 * 16 - 2
-    n, world = sum(counts), 3
-    dataset = write_dataset(tmp_path, counts)
-    out = tmp_path / "out"
-    out.mkdir()
-    result = torchrun(world, dataset, out, "--mode", "epochs", "--batch-size", str(BATCH), "--seed", str(SEED))
+def check_epochs(result: dict, n: int, world: int) -> None:
+    """Two epochs of ``n`` samples on ``world`` ranks: equal batches per rank, every sample, exactly
+    the padding repeated (the start of the epoch), and a new order in the second epoch."""
     per_rank = -(-n // world)
     assert result["world_size"] == world and result["len"] == per_rank
     padding = world * per_rank - n
@@ -75,6 +71,15 @@ def test_ddp_ranks_read_equal_batches_covering_every_sample(tmp_path):
         assert read[n:] == read[:padding]  # the padding repeats the start of the epoch
         orders.append(read)
     assert orders[0] != orders[1]
+
+
+def test_ddp_ranks_read_equal_batches_covering_every_sample(tmp_path):
+    counts = [1, 13, 4, 9, 2, 11, 6]  # 46 samples in 7 uneven shards: 46 = 3 * 16 - 2
+    dataset = write_dataset(tmp_path, counts)
+    out = tmp_path / "out"
+    out.mkdir()
+    result = torchrun(3, dataset, out, "--mode", "epochs", "--batch-size", str(BATCH), "--seed", str(SEED))
+    check_epochs(result, sum(counts), 3)
 
 
 def test_ddp_resume_on_another_world_size(tmp_path):
