@@ -31,7 +31,7 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))  # tests.remote: the moto endpoint and the fault proxy
 
-from tests.remote.endpoints import AWS_ENV_TO_UNSET, DUMMY_AWS_ENV, MotoS3  # noqa: E402
+from tests.remote.endpoints import AWS_ENV_TO_UNSET, DUMMY_AWS_ENV, MotoS3, end_process  # noqa: E402
 
 BUCKET = "read-bench"
 PROXY_START_TIMEOUT = 30.0
@@ -85,13 +85,7 @@ class ProxyProcess:
 
     def stop(self) -> None:
         if self.process is not None:
-            if self.process.poll() is None:
-                self.process.terminate()
-                try:
-                    self.process.wait(timeout=5)
-                except subprocess.TimeoutExpired:
-                    self.process.kill()
-                    self.process.wait()
+            end_process(self.process)
             if self.process.stdout is not None:
                 self.process.stdout.close()
             self.process = None

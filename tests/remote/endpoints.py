@@ -103,6 +103,17 @@ def _die_with_parent() -> None:
             ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGTERM))  # PR_SET_PDEATHSIG
 
 
+def end_process(process: subprocess.Popen) -> None:
+    """Terminate ``process``, killing it if it has not ended within 5 s."""
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
 class _ServerProcess:
     """A server in a child process, started on a free port and polled until it answers."""
 
@@ -156,13 +167,7 @@ class _ServerProcess:
 
     def _kill(self) -> None:
         if self.process is not None:
-            if self.process.poll() is None:
-                self.process.terminate()
-                try:
-                    self.process.wait(timeout=5)
-                except subprocess.TimeoutExpired:
-                    self.process.kill()
-                    self.process.wait()
+            end_process(self.process)
             self.process = None
         if self._log is not None:
             self._log.close()
