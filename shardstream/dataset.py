@@ -58,8 +58,7 @@ def open_dataset(url_or_urls: str | Sequence[str], storage_options: dict[str, An
     urls = [url_or_urls] if isinstance(url_or_urls, (str, os.PathLike)) else list(url_or_urls)
     urls = [os.fspath(u) for u in urls]
     if len(urls) == 1 and not urls[0].endswith((".tar", ".tar.gz", ".tgz", ".tar.zst")) and "{" not in urls[0]:
-        store = dataset_store(urls[0], storage_options)
-        store.retry = retry or store.retry
+        store = dataset_store(urls[0], storage_options, retry)
         return store, load_manifest(store)
     from .index import scan
 
@@ -286,7 +285,9 @@ class ShardDataset(IterableDataset):
             cache.take = prefetcher.take
             chunks = _looking_ahead(chunks, -(-2 * self.window // (chunk * num_workers)) + 1, prefetcher, cache)
         try:
-            reseed = info is not None and self.seed_workers  # augmentations differ per batch, reproducibly
+            user_code = (self.transform is not None or self.collate_fn is not collate
+                         or self.decoder.runs_user_code)  # only they can draw random numbers
+            reseed = info is not None and self.seed_workers and user_code  # augmentations per batch, reproducibly
             self._unchecked = info is not None and self.shm_guard is not None
             yield from self._batches(chunks, cache, ring, stand_in, epoch if reseed else None)
         finally:
@@ -300,7 +301,7 @@ class ShardDataset(IterableDataset):
             if seed_epoch is not None:
                 seed_batch(self.seed, seed_epoch, position)
             if self._columnar and self.batch_size is not None:
-                yield self._load_columns(cache, shards, offsets)
+                yield self._checked(self._load_columns(cache, shards, offsets))
                 continue
             if self._mapped and self.batch_size is not None and self.collate_fn is collate:
                 mapped = self._load_mapped(cache, shards, offsets)

@@ -127,6 +127,11 @@ class Decoder:
         if not (self.default is None or self.default in MODES):
             raise ValueError(f"decode must be one of {MODES}, None, a callable or a mapping, not {spec!r}")
 
+    @property
+    def runs_user_code(self) -> bool:
+        """Whether decoding calls the user's functions (which may draw random numbers)."""
+        return self.whole is not None or any(callable(how) for how in self.fields.values())
+
     def __call__(self, sample: dict[str, Any]) -> dict[str, Any]:
         if self.whole is not None:
             return self.whole(sample)

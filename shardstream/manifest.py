@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     import numpy as np
 
 from .errors import ManifestError, StorageError
-from .storage import Store
+from .storage import RetryPolicy, Store
 
 MANIFEST_NAME = "_manifest.json"
 FORMAT_VERSION = 1
@@ -154,12 +154,13 @@ def creation_info(source: str | None = None, **extra: Any) -> dict[str, Any]:
     return info
 
 
-def dataset_store(url: str, storage_options: dict[str, Any] | None = None) -> Store:
+def dataset_store(url: str, storage_options: dict[str, Any] | None = None, retry: RetryPolicy | None = None
+                  ) -> Store:
     """The store of the dataset at ``url`` (its folder, or the folder of a ``_manifest.json`` URL)."""
     url = str(url)
     if url.rstrip("/").endswith("/" + MANIFEST_NAME) or url == MANIFEST_NAME:
         url = url.rstrip("/")[: -len(MANIFEST_NAME)] or "."
-    return Store(url, storage_options)
+    return Store(url, storage_options, retry)
 
 
 def load_manifest(store: Store) -> Manifest:

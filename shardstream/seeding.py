@@ -2,7 +2,7 @@
 
 Random augmentations in workers must differ between workers, ranks and epochs (or every
 worker crops the same way), yet a run must be reproducible from its seed. A worker
-reseeds the three generators before each batch it makes, from (seed, epoch, position of
+reseeds the three generators before each batch that runs the user's code, from (seed, epoch, position of
 the batch's first sample in the epoch's order). So the draws of a batch depend on
 which samples it holds, not on which worker or rank makes it: they are the same with
 any ``num_workers`` or world size, and after a mid-epoch resume. The main process's
