@@ -1,8 +1,7 @@
 """shardstream: pack folders and tables into sharded datasets and stream them into PyTorch."""
 
-__version__ = "0.1.0"
-
-from .errors import (  # noqa: E402
+from . import _moved  # noqa: I001 - last: old module paths resolve to their new homes
+from .errors import (
     CorruptShardError,
     DatasetExistsError,
     ManifestError,
@@ -10,9 +9,10 @@ from .errors import (  # noqa: E402
     SourceError,
     StorageError,
 )
-from .manifest import Manifest, load_manifest  # noqa: E402
-from .packing import PackResult, pack  # noqa: E402
-from .writer import ShardWriter  # noqa: E402
+from .manifest import Manifest, load_manifest
+from .packing import PackResult, ShardWriter, pack
+from .storage import StorageSettings
+from .version import __version__
 
 __all__ = [
     "CorruptShardError",
@@ -28,6 +28,8 @@ __all__ = [
     "ShardstreamError",
     "SourceError",
     "StorageError",
+    "StorageSettings",
+    "__version__",
     "load_manifest",
     "pack",
     "pad_sequences",
@@ -37,14 +39,17 @@ _LAZY = {  # name -> module: these import torch (seconds); packing and the comma
     "ShardDataset": "dataset",
     "ShardLoader": "loader",
     "DeviceLoader": "device",
-    "FieldCollate": "collate",
-    "pad_sequences": "collate",
+    "FieldCollate": "dataset.collate",
+    "pad_sequences": "dataset.collate",
 }
 
 
 def __getattr__(name: str):
     module = _LAZY.get(name)
     if module is None:
+        module = _moved.MOVED.get(f"{__name__}.{name}")
+        if module is not None:  # shardstream.collate and the like, as attributes
+            return _moved.resolve(f"{__name__}.{name}")
         raise AttributeError(f"module 'shardstream' has no attribute {name!r}")
     import importlib
 

@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from shardstream.manifest import shard_name, write_manifest
+from shardstream.packing.writer import ShardWriter
 from shardstream.storage import Store
-from shardstream.writer import ShardWriter
 
 
 def key_of(i: int) -> str:

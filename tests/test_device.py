@@ -18,7 +18,7 @@ from PIL import Image
 from sample_datasets import key_of, write_dataset
 
 from shardstream import DeviceLoader, ShardDataset
-from shardstream.collate import RaggedBytes, collate
+from shardstream.dataset.collate import RaggedBytes, collate
 from shardstream.device import map_tensors
 
 pytestmark = pytest.mark.filterwarnings("ignore:This DataLoader will create")

@@ -12,11 +12,11 @@ import pyarrow.dataset as pads
 import pytest
 
 from shardstream import pack
-from shardstream.index import index
 from shardstream.manifest import MANIFEST_NAME, load_manifest
+from shardstream.manifest.index_tars import index
+from shardstream.manifest.verify import verify
+from shardstream.packing.writer import ShardWriter
 from shardstream.storage import Store
-from shardstream.verify import verify
-from shardstream.writer import ShardWriter
 
 wds = pytest.importorskip("webdataset")
 TAR = shutil.which("tar")

@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from . import tar
+from .compression import decompress
 
 TAR_COMPRESSION = {"tar": None, "tar.zst": "zstd", "tar.gz": "gzip"}
 
@@ -33,7 +34,7 @@ def iter_shard_samples(shard_format: str, buf, name: str = "shard") -> Iterator[
 
         yield from arrow.iter_rows(buf, name)
         return
-    data = tar.decompress(buf, TAR_COMPRESSION[shard_format], name)
+    data = decompress(buf, TAR_COMPRESSION[shard_format], name)
     view = memoryview(data)
     for key, fields in tar.iter_samples(data, name):
         sample: dict[str, Any] = {"__key__": key}
@@ -48,5 +49,5 @@ def count_samples(shard_format: str, buf, name: str = "shard", unkeyed: list[str
         from . import arrow
 
         return arrow.read_table(buf, name).num_rows
-    data = tar.decompress(buf, TAR_COMPRESSION[shard_format], name)
+    data = decompress(buf, TAR_COMPRESSION[shard_format], name)
     return sum(1 for _ in tar.iter_samples(data, name, unkeyed=unkeyed))

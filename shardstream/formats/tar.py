@@ -9,11 +9,11 @@ walks headers by offset over a buffer (bytes or a memory map) and hands out slic
 
 from __future__ import annotations
 
-import gzip
 from collections.abc import Iterable, Iterator, Sequence
 from typing import IO
 
 from ..errors import CorruptShardError
+from .compression import compressing_writer
 from .hashing import HashingWriter
 
 BLOCK = 512
@@ -98,23 +98,8 @@ class TarShardWriter:
 
     def __init__(self, sink: IO[bytes], compression: str | None = None, level: int | None = None):
         self._out = HashingWriter(sink)
-        self._compressor = None
-        if compression == "zstd":
-            import zstandard
-
-            self._compressor = zstandard.ZstdCompressor(level=3 if level is None else level).stream_writer(
-                self._out, closefd=False
-            )
-            self._write = self._compressor.write
-        elif compression == "gzip":
-            self._compressor = gzip.GzipFile(
-                fileobj=self._out, mode="wb", mtime=0, compresslevel=6 if level is None else level
-            )
-            self._write = self._compressor.write
-        elif compression is None:
-            self._write = self._out.write
-        else:
-            raise ValueError(f"unknown tar compression {compression!r}; use None, 'zstd' or 'gzip'")
+        self._compressor = compressing_writer(self._out, compression, level)
+        self._write = self._out.write if self._compressor is None else self._compressor.write
         self.samples = 0
         self.tar_bytes = 0
 
@@ -141,27 +126,6 @@ class TarShardWriter:
             self._compressor.close()  # ends the frame; leaves the sink open
         self._out.flush()
         return self._out.nbytes, self._out.hexdigest()
-
-
-def decompress(data, compression: str | None, name: str = "shard"):
-    """The plain tar bytes of a stored shard (``data`` itself when not compressed)."""
-    try:
-        if compression == "zstd":
-            import zstandard
-
-            stream = zstandard.ZstdDecompressor().decompressobj()
-            plain = stream.decompress(data)
-            if not stream.eof:
-                raise EOFError("the zstd frame ends early")
-            return plain
-        if compression == "gzip":
-            return gzip.decompress(data)
-    except Exception as exc:  # zstd and gzip raise several unrelated types
-        raise CorruptShardError(
-            f"{name}: cannot decompress ({compression}): {exc}; the shard is truncated or damaged, "
-            "re-create or re-download it"
-        ) from exc
-    return data
 
 
 def _parse_int(field: bytes, name: str, offset: int) -> int:

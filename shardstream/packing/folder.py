@@ -13,9 +13,9 @@ from typing import Any
 
 from ..errors import SourceError
 from ..formats import tar as tar_format
+from ..sources import FileSample
 from ..storage import Store, describe_os_error
-from ..writer import shard_is_full
-from .sources import FileSample
+from .rules import shard_is_full
 
 
 @dataclass

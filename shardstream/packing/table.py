@@ -15,35 +15,12 @@ from typing import Any
 
 import pyarrow as pa
 
-from ..errors import SourceError
 from ..formats import arrow as arrow_format
 from ..manifest import shard_name
+from ..sources.table import TableSource, record_batches
 from ..storage import Store
-from ..writer import ShardWriter
 from .folder import ShardResult
-from .sources import TableSource, one_line
-
-_BATCH_ROWS = 65536
-
-
-def _batches(source: TableSource) -> Iterator[pa.RecordBatch]:
-    """The table's rows in file order, as batches; errors name the file."""
-    dataset = source.dataset()
-    rows = 0
-    for fragment in dataset.get_fragments():
-        it = iter(fragment.to_batches(schema=dataset.schema, batch_size=_BATCH_ROWS))
-        while True:
-            try:
-                batch = next(it)
-            except StopIteration:
-                break
-            except (pa.ArrowException, OSError, ValueError) as exc:
-                raise SourceError(f"cannot read table {fragment.path}: {one_line(exc)}") from exc
-            if batch.num_rows:
-                rows += batch.num_rows
-                yield batch
-    if rows == 0:
-        raise SourceError(f"table {source.root} has no rows; nothing to pack")
+from .writer import ShardWriter
 
 
 def _cut(batches: Iterator[pa.RecordBatch], shard_size: int, per_shard: int | None) -> Iterator[list[pa.RecordBatch]]:
@@ -92,7 +69,7 @@ def pack_table_arrow(
     pending: deque[Future[ShardResult]] = deque()
     with ThreadPoolExecutor(max_workers=max(workers, 1)) as pool:
         try:
-            for index, batches in enumerate(_cut(_batches(source), shard_size, per_shard)):
+            for index, batches in enumerate(_cut(record_batches(source), shard_size, per_shard)):
                 pending.append(pool.submit(_write_arrow_shard, store, index, batches, compression))
                 while len(pending) > workers or (pending and pending[0].done()):
                     on_shard(pending.popleft().result())
@@ -113,7 +90,7 @@ def _plain(value: Any) -> Any:
 def pack_table_tar(source: TableSource, writer: ShardWriter, on_rows: Callable[[int], None]) -> None:
     """Write each row as a sample (column = field; ``__key__`` column, else the row number)."""
     row = 0
-    for batch in _batches(source):
+    for batch in record_batches(source):
         columns = batch.to_pydict()
         names = [n for n in columns if n != "__key__"]
         keys = columns.get("__key__")

@@ -14,6 +14,7 @@ import zstandard
 from shardstream.errors import CorruptShardError
 from shardstream.formats import count_samples, iter_shard_samples, shard_format_of
 from shardstream.formats import tar as T
+from shardstream.formats.compression import decompress
 
 LONG_DIR = "/".join(["directory"] * 12)  # 119 bytes: needs the ustar prefix field
 NAMES = [
@@ -191,7 +192,7 @@ def test_compressed_round_trip(compression, fmt):
         assert gzip.decompress(packed) == plain
         with tarfile.open(fileobj=io.BytesIO(packed), mode="r:gz") as tf:
             assert [m.name for m in tf.getmembers()][:2] == ["000.cls", "000.jpg"]
-    assert T.decompress(packed, compression, "s") == plain
+    assert decompress(packed, compression, "s") == plain
     samples = list(iter_shard_samples(fmt, packed, "s"))
     assert samples == [{"__key__": k, **dict(fields)} for k, fields in SAMPLES]
     assert count_samples(fmt, packed, "s") == len(SAMPLES)

@@ -28,7 +28,7 @@ from shardstream import pack
 from shardstream.errors import DatasetExistsError, ShardstreamError, SourceError
 from shardstream.formats import iter_shard_samples
 
-pack_module = importlib.import_module("shardstream.packing")
+pack_module = importlib.import_module("shardstream.packing.driver")
 
 
 # -- helpers ------------------------------------------------------------------------------------------------

@@ -106,7 +106,7 @@ def test_latency_on_every_request_changes_nothing(bucket, tmp_path, proxied):
 def test_a_shard_in_ranged_parts_with_a_fault_on_one_part(bucket, tmp_path, proxied, monkeypatch):
     """A shard read whole in several ranged GETs (parts made small here): the one part that fails is
     fetched again and the shard is exact."""
-    from shardstream import storage
+    from shardstream.storage import store as storage
 
     monkeypatch.setattr(storage, "PART_SIZE", 4096)  # ~13 KB shards: 3 or 4 parts each
     files, url, result = pack_into(bucket, tmp_path)

@@ -1,0 +1,398 @@
+"""``ShardDataset``: an ``IterableDataset`` that executes the plan, decodes and transforms.
+
+Every rank reads exactly ``len(ds)`` samples per epoch (computed from the manifest);
+the epoch's order is a function of the seed, the epoch and the manifest alone; the
+DataLoader's in-order output equals the rank's planned order for any number of workers;
+and a loader's ``state_dict()`` resumes mid-epoch exactly. See :mod:`shardstream.plan`.
+
+A loader configures its dataset through one call, :meth:`ShardDataset.configure`, with a
+frozen :class:`LoaderSetup`; once a loader reads the dataset, its settings refuse changes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import weakref
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from torch.utils.data import IterableDataset, get_worker_info
+
+from .. import plan
+from ..errors import ManifestError, ShardstreamError
+from ..manifest import open_dataset
+from ..storage import Prefetcher, ShardFetcher
+from ..storage.settings import DEFAULT, StorageSettings
+from .collate import collate
+from .decode import Decoder, DecodeSpec
+from .ranks import resolve_rank
+from .readers import OpenShards
+from .samples import SampleReader
+from .seeding import seed_batch
+from .state import Position, SharedPosition, from_state, to_state
+
+Chunk = tuple[int, np.ndarray, np.ndarray]  # a batch's first position in the epoch's order, its shards and offsets
+
+# What a loader's batches and resume state depend on: refused once a loader reads the dataset.
+SETTINGS = frozenset({"shuffle", "seed", "window", "decoder", "transform", "drop_last", "batch_size", "collate_fn",
+                      "on_error", "store", "manifest", "storage"})
+
+
+@dataclass(frozen=True)
+class LoaderSetup:
+    """How a loader wants the dataset's workers to make and hand over batches.
+
+    Args:
+        batch_size: samples per batch.
+        batches_per_chunk: workers collate this many batches at once (the loader cuts them apart).
+        seed_workers: reseed ``random``, ``numpy`` and ``torch`` before each batch that runs
+            user code (see :mod:`shardstream.dataset.seeding`).
+        sender: worker id -> that worker's transport (an object with a ``batch()`` context
+            manager, as :class:`shardstream.loader.transport.Ring`), or ``None`` to return
+            batches as they are.
+        check_first_batch: called in each worker with the first batch of a pass, before it is
+            sent (the loader's shared-memory check).
+    """
+
+    batch_size: int
+    batches_per_chunk: int = 1
+    seed_workers: bool = True
+    sender: Callable[[int], Any] | None = None
+    check_first_batch: Callable[[Any], None] | None = None
+
+
+class ShardDataset(IterableDataset):
+    """Stream a shardstream dataset (or WebDataset tars) to DDP ranks and DataLoader workers.
+
+    Args:
+        url_or_urls: a dataset folder or its ``_manifest.json`` (any fsspec URL), or
+            WebDataset tars without a manifest (a brace pattern or a list).
+        shuffle: permute shards per epoch and samples within ``shuffle_window``.
+        seed: with the epoch, fixes the order; the same on every rank.
+        shuffle_window: samples per shuffle window (default: about four shards).
+        decode: ``"torch"``, ``"numpy"``, ``"pil"``, ``None`` (bytes), a callable on the
+            sample, or a per-field mapping; see :class:`shardstream.dataset.decode.Decoder`.
+        transform: a callable applied to each decoded sample dict.
+        drop_last: drop the epoch's tail instead of padding so that ranks get equal counts.
+        batch_size: yield collated batches of this size (set by :meth:`loader`).
+        collate_fn: makes a batch from a list of samples (default: :func:`collate`).
+        rank, world_size: override ``torch.distributed`` / ``RANK`` / ``WORLD_SIZE``.
+        on_error: ``"raise"`` or ``"skip"`` (count, log, and repeat the last good
+            sample so every rank still yields the same number of samples).
+        storage: remote-storage settings as one :class:`~shardstream.storage.StorageSettings`;
+            the keywords below, where given, replace its fields.
+        storage_options, cache_dir, cache_limit, prefetch, retries, timeout: the fields of
+            :class:`~shardstream.storage.StorageSettings` (fsspec options, the host's shard
+            cache and its limit, bytes downloaded ahead per worker, retries and timeout).
+    """
+
+    def __init__(
+        self,
+        url_or_urls: str | os.PathLike[str] | Sequence[str],
+        *,
+        shuffle: bool = True,
+        seed: int = 0,
+        shuffle_window: int | None = None,
+        decode: DecodeSpec = "torch",
+        transform: Callable[[dict[str, Any]], Any] | None = None,
+        drop_last: bool = False,
+        batch_size: int | None = None,
+        collate_fn: Callable[[list[Any]], Any] | None = None,
+        rank: int | None = None,
+        world_size: int | None = None,
+        on_error: str = "raise",
+        storage: StorageSettings | None = None,
+        storage_options: dict[str, Any] | None = DEFAULT,
+        cache_dir: str | os.PathLike[str] | None = DEFAULT,
+        cache_limit: int | str | None = DEFAULT,
+        prefetch: int | str = DEFAULT,
+        retries: int = DEFAULT,
+        timeout: float | None = DEFAULT,
+    ):
+        if on_error not in ("raise", "skip"):
+            raise ValueError(f"on_error must be 'raise' or 'skip', not {on_error!r}")
+        if batch_size is not None and batch_size < 1:
+            raise ValueError(f"batch_size must be at least 1, not {batch_size}")
+        self.storage = StorageSettings.combine(storage, options=storage_options, cache_dir=cache_dir,
+                                               cache_limit=cache_limit, prefetch=prefetch, retries=retries,
+                                               timeout=timeout)
+        self.store, self.manifest = open_dataset(url_or_urls, self.storage.options, self.storage.retry)
+        self.disk_cache = None if self.store.local else self.storage.disk_cache()
+        if self.manifest.num_samples == 0:
+            raise ManifestError(f"{self.store.url} holds no samples")
+        self.shuffle, self.seed, self.drop_last = shuffle, int(seed), drop_last
+        self.window = shuffle_window or plan.default_window(self.manifest.samples)
+        self.decoder = Decoder(decode)
+        self.transform = transform
+        self.batch_size = batch_size
+        self.collate_fn = collate_fn or collate
+        self.on_error = on_error
+        if self.manifest.shard_format == "arrow":
+            import pyarrow.compute  # noqa: F401 - take() loads it lazily, inside the first batch otherwise
+        self._columnar = (self.manifest.shard_format == "arrow" and transform is None and collate_fn is None
+                          and (decode is None or not _has_binary_fields(self.manifest)))
+        raw = decode is None and transform is None
+        self._samples = SampleReader(self.store, self.manifest, self.decoder, transform, on_error, raw)
+        self._setup: LoaderSetup | None = None  # set by the loader that reads this dataset (configure)
+        self._loader: Callable[[], Any] | None = None  # a weak reference to that loader
+        self._explicit_rank = (rank, world_size)
+        self.rank, self.world_size = resolve_rank(rank, world_size)
+        self.epoch = 0
+        self.generation = 0  # bumped whenever the epoch or resume position is set (main process)
+        self._position = SharedPosition()
+        self.reset(0)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in SETTINGS and self.__dict__.get("_loader") is not None and self._loader() is not None:
+            raise ShardstreamError(
+                f"cannot set {name!r} of a ShardDataset that a loader reads: that loader's batches and resume "
+                f"state depend on it; make a new ShardDataset (and loader) with the setting you want")
+        super().__setattr__(name, value)
+
+    # -- what a loader needs to know, and the one call by which it configures the dataset ----------
+    @property
+    def raw(self) -> bool:
+        """Batches hold stored bytes, undecoded and untransformed."""
+        return self._samples.raw
+
+    @property
+    def mapped(self) -> bool:
+        """Raw batches of local, uncompressed tars travel as locations in the shard files."""
+        return self.raw and self.store.local and self.manifest.shard_format == "tar" and self.collate_fn is collate
+
+    @property
+    def default_collate(self) -> bool:
+        """Batches are made by :func:`shardstream.dataset.collate.collate` (which a transport can send cheaply)."""
+        return self.collate_fn is collate
+
+    @property
+    def seed_workers(self) -> bool:
+        return True if self._setup is None else self._setup.seed_workers
+
+    @property
+    def skipped(self) -> int:
+        """Samples replaced under ``on_error="skip"`` in this process."""
+        return self._samples.skipped
+
+    def worker_parts(self) -> dict[str, Any]:
+        """The user's code that DataLoader workers run, by a label for messages ("the transform")."""
+        parts: dict[str, Any] = {"the transform": self.transform, "the decode function": self.decoder.whole}
+        for name, how in self.decoder.fields.items():
+            if callable(how):
+                parts[f"the decoder of field {name!r}"] = how
+        if not self.default_collate:
+            parts["the dataset's collate_fn"] = self.collate_fn
+        return parts
+
+    def configure(self, loader: Any, setup: LoaderSetup) -> None:
+        """Let ``loader`` read this dataset with ``setup``; refused while another loader reads it."""
+        current = self._loader() if self._loader is not None else None
+        if current is not None and current is not loader:
+            raise ShardstreamError(
+                "this ShardDataset already feeds a loader, whose batches and resume state depend on it; "
+                "make another ShardDataset for a second loader (or drop the first one)"
+            )
+        if setup.batch_size < 1 or setup.batches_per_chunk < 1:
+            raise ValueError(f"batch_size and batches_per_chunk must be at least 1, not {setup}")
+        object.__setattr__(self, "batch_size", setup.batch_size)
+        self._setup = setup
+        self._loader = weakref.ref(loader)
+
+    @property
+    def setup(self) -> LoaderSetup:
+        """How batches are made now: the loader's setup, or one from this dataset's own ``batch_size``."""
+        return self._setup or LoaderSetup(batch_size=self.batch_size or 1)
+
+    # -- epoch and resume state (main process) ----------------------------------------
+    def reset(self, epoch: int | None = None) -> None:
+        """Start epoch ``epoch`` (default: the current one) from its beginning."""
+        self.rank, self.world_size = resolve_rank(*self._explicit_rank)
+        self.epoch = self.epoch if epoch is None else int(epoch)
+        self.generation += 1
+        self._position.set(Position(self.epoch, self.rank, self.world_size, [(0, self.manifest.num_samples)],
+                                    self.world_size, 0))
+
+    def set_epoch(self, epoch: int) -> None:
+        """Start epoch ``epoch`` (a resumed position in that same epoch is kept)."""
+        p = self._position.get()
+        fresh = p.segment == [(0, self.manifest.num_samples)] and p.consumed == 0
+        if epoch != p.epoch or fresh:
+            self.reset(epoch)
+        else:  # keep the resume position; refresh rank in case the process group appeared since
+            self.rank, self.world_size = resolve_rank(*self._explicit_rank)
+            self._position.set(dataclasses.replace(p, rank=self.rank, world_size=self.world_size))
+            self.generation += 1
+
+    def __len__(self) -> int:
+        """Samples this rank reads in a full epoch."""
+        return plan.per_rank(self.manifest.num_samples, self.world_size, self.drop_last)
+
+    def remaining(self) -> int:
+        """Samples this rank still reads in the current epoch."""
+        return self._position.get().remaining(self.drop_last)
+
+    def span(self) -> tuple[int, int]:
+        """This rank's span of the current segment, as [start, stop) segment indices."""
+        return self._position.get().span(self.drop_last)
+
+    def state_dict(self) -> dict[str, Any]:
+        """Where the current pass starts (a loader adds what it has consumed since)."""
+        return to_state(self._position.get(), self.seed, self.manifest.num_samples, self.drop_last)
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue from ``state``; the world size may differ from the one that saved it."""
+        self.rank, self.world_size = resolve_rank(*self._explicit_rank)
+        p = from_state(state, self.seed, self.manifest.num_samples, self.drop_last, self.rank, self.world_size)
+        self.epoch = p.epoch
+        self.generation += 1
+        self._position.set(p)
+
+    state, load_state = state_dict, load_state_dict  # the names of earlier releases
+
+    # -- reading (worker processes, or the main one) -------------------------------------
+    def __iter__(self) -> Iterator[Any]:
+        setup = self.setup
+        batched = self.batch_size is not None
+        self.decoder.copied_later = batched and self.transform is None and self.default_collate
+        info = get_worker_info()
+        num_workers, worker_id = (info.num_workers, info.id) if info is not None else (1, 0)
+        p = self._position.get()
+        span = p.span(self.drop_last)
+        order = plan.EpochOrder.create(self.manifest.samples, self.seed, p.epoch, self.shuffle, self.window)
+        order = order.restrict(*plan.span_bounds(p.segment, span))  # keep only this rank's shards
+        chunk = (self.batch_size or 1) * setup.batches_per_chunk
+        shards = self._open_shards()
+        shards.forget_failures()
+        self._samples.last_good = None
+        sender = self._sender(info, setup)
+
+        def stand_in() -> Any:
+            """The first sample of the rank's order that loads (for a failure before any success)."""
+            for start in range(span[0], span[1], 64):
+                idx = np.arange(start, min(start + 64, span[1]))
+                for shard, offset in zip(*order.samples(plan.segment_positions(p.segment, idx))):
+                    try:
+                        return self._samples.decode(shards, int(shard), int(offset), batched)
+                    except Exception:  # noqa: S112 - looking for any sample that loads
+                        continue
+            raise ShardstreamError(f"no sample of this rank's part of {self.store.url} loads; verify the dataset")
+
+        def planned() -> Iterator[Chunk]:
+            for lo, hi in plan.worker_chunks(span, chunk, num_workers, worker_id, p.consumed):
+                positions = plan.segment_positions(p.segment, np.arange(lo, hi))
+                yield (int(positions[0]), *order.samples(positions))
+
+        chunks: Iterable[Chunk] = planned()
+        prefetcher = None
+        if not self.store.local:  # fetch the next shards of this worker's plan while it reads these
+            prefetcher = Prefetcher(shards.load, lambda i: int(self.manifest.nbytes[i]), self.storage.prefetch_bytes)
+            shards.take = prefetcher.take
+            chunks = _looking_ahead(chunks, -(-2 * self.window // (chunk * num_workers)) + 1, prefetcher, shards)
+        try:
+            user_code = any(part is not None for part in self.worker_parts().values())  # may draw random numbers
+            reseed = info is not None and setup.seed_workers and user_code  # augmentations per batch, reproducibly
+            check = setup.check_first_batch if info is not None else None
+            yield from self._batches(chunks, shards, sender, stand_in, p.epoch if reseed else None, check)
+        finally:
+            if prefetcher is not None:
+                prefetcher.close()
+                shards.take = None
+
+    def _batches(self, chunks: Iterable[Chunk], shards: OpenShards, sender: Any, stand_in: Callable[[], Any],
+                 seed_epoch: int | None, check: Callable[[Any], None] | None) -> Iterator[Any]:
+        batched = self.batch_size is not None
+        mapped = self.mapped
+        for position, ids, offsets in chunks:
+            if seed_epoch is not None:
+                seed_batch(self.seed, seed_epoch, position)
+            if self._columnar and batched:
+                batch = self._samples.load_columns(shards, ids, offsets)
+            elif mapped and batched and (found := self._samples.load_mapped(shards, ids, offsets)) is not None:
+                yield found  # locations in the shard files: nothing to check or send
+                continue
+            else:
+                samples = self._samples.load(shards, ids, offsets, batched, stand_in)
+                if not batched:
+                    yield samples[0]
+                    continue
+                if sender is not None:
+                    with sender.batch() as ship:  # collate allocates in the sender's arena inside this block
+                        batch = self.collate_fn(samples)
+                        if check is not None:
+                            check, first = None, check
+                            first(batch)
+                        shipment = ship(batch)
+                    yield shipment  # outside the block: its allocator must not stay active while suspended
+                    continue
+                batch = self.collate_fn(samples)
+            if check is not None:
+                check, first = None, check
+                first(batch)
+            yield batch
+
+    def _sender(self, info: Any, setup: LoaderSetup) -> Any:
+        """This worker's transport for batches (see :mod:`shardstream.loader.transport`), if the loader gave one."""
+        if info is None or setup.sender is None or not self.default_collate:
+            return None
+        sender = self.__dict__.get("_worker_sender")
+        if sender is None or sender[0] is not setup.sender:
+            sender = (setup.sender, setup.sender(info.id))
+            self.__dict__["_worker_sender"] = sender
+        return sender[1]
+
+    def _open_shards(self) -> OpenShards:
+        shards = self.__dict__.get("_shards")
+        if shards is None:
+            fetcher = ShardFetcher(self.store, self.manifest, self.disk_cache)
+            shards = self.__dict__["_shards"] = OpenShards(self.store, self.manifest, fetcher=fetcher)
+        return shards
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state.pop("_shards", None)  # open shards (memory maps) stay in the process that opened them
+        state.pop("_worker_sender", None)  # each worker process has its own arenas
+        state["_loader"] = None
+        return state
+
+    # -- loaders ----------------------------------------------------------------------
+    def loader(self, batch_size: int, num_workers: int | None = None, **dataloader_kwargs: Any) -> Any:
+        """A :class:`~shardstream.loader.ShardLoader` over this dataset: a DataLoader whose
+        in-order output is this rank's planned order, with ``state_dict()``."""
+        import importlib
+
+        # by name, like fsspec's registry: the dataset stage never imports the loader stage above it
+        loader_class = importlib.import_module("shardstream.loader").ShardLoader
+        return loader_class(self, batch_size, num_workers, **dataloader_kwargs)
+
+
+def _looking_ahead(chunks: Iterable[Chunk], depth: int, prefetcher: Prefetcher, shards: OpenShards
+                   ) -> Iterator[Chunk]:
+    """The chunks, while the shards of the next ``depth`` are prefetched and the others closed."""
+    it = iter(chunks)
+    ahead: deque[Chunk] = deque()
+    for item in it:
+        ahead.append(item)
+        if len(ahead) >= max(depth, 2):
+            break
+    while ahead:
+        needed = np.concatenate([ids for _, ids, _ in ahead])
+        first, index = np.unique(needed, return_index=True)
+        in_order = first[np.argsort(index)].tolist()  # shards by first use
+        prefetcher.want(in_order)
+        prefetcher.keep_only(in_order)
+        shards.retain(set(in_order))
+        yield ahead.popleft()
+        following = next(it, None)
+        if following is not None:
+            ahead.append(following)
+
+
+def _has_binary_fields(manifest: Any) -> bool:
+    return any(f.get("type") in ("binary", "large_binary") for f in manifest.fields)
+
+
+__all__ = ["LoaderSetup", "ShardDataset"]

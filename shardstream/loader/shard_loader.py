@@ -1,0 +1,225 @@
+"""``ShardLoader``: the DataLoader ``ShardDataset.loader()`` builds, with resumable state.
+
+Batches are collated in the workers (the dataset yields whole batches), so the
+DataLoader itself runs with ``batch_size=None`` and only moves them. Its in-order
+output is the rank's planned order for any ``num_workers``; ``state_dict()`` is a few
+integers plus the epoch's remaining segment, and ``load_state_dict()`` continues with no
+sample repeated or skipped, also with another ``num_workers`` or world size.
+
+It configures itself (workers, pinned memory, persistent workers, prefetch, per-worker
+seeds) and checks, before its workers start, what would make them crash or hang later:
+a ``/dev/shm`` too small for the batches in flight, parts that ``spawn`` workers cannot
+unpickle, tensors a worker returns on a GPU (see :mod:`shardstream.guards`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import os
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+from torch.utils.data import DataLoader, get_worker_info
+
+from .. import plan
+from ..dataset import LoaderSetup, ShardDataset
+from ..dataset.collate import split
+from . import guards
+from .transport import Receiver, Ring
+
+
+def default_num_workers() -> int:
+    """min(4 x GPUs, CPU cores - 1), shared among the training processes of this machine, at least 1."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        cores = os.cpu_count() or 1
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    ranks = guards.local_ranks()  # torchrun's processes on this machine share its cores (each sees every GPU)
+    return max(min(4 * gpus, cores - 1) // ranks, 1)
+
+
+def _from_worker(batch: Any) -> Any:
+    """The DataLoader's collate_fn (batches are collated in the dataset already): in a worker,
+    refuse tensors that are not in CPU memory before they are sent."""
+    if get_worker_info() is not None:
+        guards.check_worker_batch(batch)
+    return batch
+
+
+_CHUNK_BYTES = 8 << 20
+
+
+def _batches_per_chunk(dataset: ShardDataset, batch_size: int, num_workers: int) -> int:
+    """Raw-bytes batches are cheap to make and dear to send (a fixed cost per transfer), so
+    workers send about 8 MB at a time and the loader cuts it back into batches; decoded
+    batches are large already."""
+    if num_workers == 0 or not dataset.raw or dataset.mapped or not dataset.default_collate:
+        return 1  # mapped batches are a few kilobytes of locations: nothing to amortise
+    m = dataset.manifest
+    per_sample = max(m.total_bytes / max(m.num_samples, 1), 1)
+    return int(min(max(_CHUNK_BYTES // (batch_size * per_sample), 1), 16))
+
+
+def _in_flight(kwargs: dict[str, Any], ring: bool, ring_slots: int) -> tuple[float, int]:
+    """Batches a worker keeps in shared memory, and those the main process holds there besides."""
+    if ring:
+        return ring_slots * 1.25, 0  # each worker's arenas, sized 1.25 x the largest batch
+    return kwargs.get("prefetch_factor") or 2, 0 if kwargs.get("pin_memory") else 1
+
+
+class ShardLoader(DataLoader):
+    """A DataLoader over a :class:`ShardDataset` that can save and restore its position.
+
+    Defaults, each overridable: ``num_workers`` = min(4 x GPUs, CPU cores - 1), at least 1;
+    ``pin_memory`` when CUDA is available; ``persistent_workers`` and ``prefetch_factor=2``
+    with workers; a ``generator`` seeded from the dataset's seed (so creating an iterator
+    does not draw from the global torch RNG). ``seed_workers`` (default: the dataset's,
+    True) reseeds ``random``, ``numpy`` and ``torch`` in the workers before every batch from
+    (seed, epoch, position of its first sample); see :mod:`shardstream.seeding`.
+    ``shm_check``: ``"raise"`` (default), ``"warn"`` or ``"off"`` when ``/dev/shm`` looks
+    too small for the batches in flight.
+    """
+
+    def __init__(self, dataset: ShardDataset, batch_size: int, num_workers: int | None = None, *,
+                 seed_workers: bool | None = None, shm_check: str = "raise", **kwargs: Any):
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be at least 1, not {batch_size}")
+        if shm_check not in ("raise", "warn", "off"):
+            raise ValueError(f"shm_check must be 'raise', 'warn' or 'off', not {shm_check!r}")
+        num_workers = default_num_workers() if num_workers is None else num_workers
+        kwargs.setdefault("pin_memory", torch.cuda.is_available())
+        kwargs.setdefault("collate_fn", _from_worker)  # batches are collated in the dataset already
+        kwargs.setdefault("generator", torch.Generator().manual_seed(dataset.seed))
+        if num_workers > 0:
+            kwargs.setdefault("persistent_workers", True)
+            kwargs.setdefault("prefetch_factor", 2)
+        per_chunk = _batches_per_chunk(dataset, batch_size, num_workers)
+        ring = num_workers > 0 and not kwargs.get("pin_memory") and dataset.default_collate
+        ring_slots = (kwargs.get("prefetch_factor") or 2) + 2  # more arenas than batches in flight
+        self.shm_check = shm_check
+        self._shm_free = guards.shm_free_bytes() if num_workers > 0 and shm_check != "off" else None
+        if num_workers > 0:  # before anything changes: a refused loader leaves the dataset as it was
+            _check_workers(dataset, kwargs)
+            if not dataset.mapped:  # mapped raw batches are locations: nothing to hold in shared memory
+                self._check_shm(_manifest_batch_bytes(dataset, batch_size * per_chunk), num_workers, kwargs,
+                                ring, ring_slots, "estimated from the manifest's stored sample sizes; "
+                                "decoded images take more")
+        # the workers check their own first batch too, before sending it: by the time the main process
+        # sees a batch, another worker's may already have failed to reach shared memory
+        check = (functools.partial(guards.check_first_batch, num_workers=num_workers,
+                                   batches_per_worker=_in_flight(kwargs, ring, ring_slots)[0],
+                                   extra_batches=_in_flight(kwargs, ring, ring_slots)[1], free=self._shm_free)
+                 if shm_check == "raise" and self._shm_free is not None and not dataset.mapped else None)
+        self.ring_slots = ring_slots
+        self._receiver: Receiver | None = None
+        self._setup = LoaderSetup(batch_size=batch_size, batches_per_chunk=per_chunk,
+                                  seed_workers=dataset.seed_workers if seed_workers is None else bool(seed_workers),
+                                  check_first_batch=check)
+        if ring:
+            self._receiver = Receiver(self._new_table(num_workers, ring_slots))
+        dataset.configure(self, self._with_sender())
+        super().__init__(dataset, batch_size=None, num_workers=num_workers, **kwargs)
+        self.samples_per_batch = batch_size
+        self._start: dict[str, Any] | None = None
+        self._batches = 0
+        self._shm_measured = num_workers == 0 or shm_check == "off"
+
+    def _check_shm(self, batch_bytes: int, num_workers: int, kwargs: dict[str, Any], ring: bool,
+                   ring_slots: int, basis: str) -> None:
+        """Batches in flight: each worker's ring arenas (sized 1.25 x the largest batch), or its
+        ``prefetch_factor`` batches plus, without pinning, the one the training loop holds."""
+        per_worker, extra = _in_flight(kwargs, ring, ring_slots)
+        guards.check_shm(batch_bytes, num_workers, per_worker, extra_batches=extra, basis=basis,
+                         action=self.shm_check, free=self._shm_free, path=guards.SHM_PATH)
+
+    def __len__(self) -> int:
+        """Batches left in the current epoch on this rank."""
+        return -(-self.dataset.remaining() // self.samples_per_batch)
+
+    def _with_sender(self) -> LoaderSetup:
+        """The setup for the dataset, with worker rings that report to this loader's current table."""
+        if self._receiver is None:
+            return self._setup
+        return dataclasses.replace(self._setup, sender=functools.partial(Ring, self._receiver.released,
+                                                                         slots=self.ring_slots))
+
+    def __iter__(self) -> Iterator[Any]:
+        self._start = self.dataset.state_dict()
+        self._generation = self.dataset.generation
+        self._batches = 0
+        per_chunk = self._setup.batches_per_chunk
+        receiver = self._receiver
+        if receiver is not None and not (self.persistent_workers and self._iterator is not None):
+            # new worker processes start their rings afresh, with a table of their own
+            receiver.reset(self._new_table(self.num_workers, self.ring_slots))
+            self.dataset.configure(self, self._with_sender())
+        for chunk in super().__iter__():
+            if receiver is not None:
+                chunk = receiver.receive(chunk)
+            if not self._shm_measured:
+                self._shm_measured = True
+                self._check_shm(guards.batch_nbytes(chunk), self.num_workers,
+                                {"prefetch_factor": self.prefetch_factor, "pin_memory": self.pin_memory},
+                                receiver is not None, self.ring_slots, "measured on the first batch")
+            for batch in split(chunk, self.samples_per_batch) if per_chunk > 1 else (chunk,):
+                self._batches += 1
+                yield batch
+        self.dataset.reset(self._start["epoch"])  # a complete pass: the next one reads the whole epoch
+        self._generation = self.dataset.generation  # ...but this pass's state stays what it was
+
+    @staticmethod
+    def _new_table(num_workers: int, slots: int) -> torch.Tensor:
+        return torch.full((num_workers, slots), -1, dtype=torch.int64).share_memory_()
+
+    def state_dict(self, pending: int = 0) -> dict[str, Any]:
+        """Where this rank is: epoch, seed, the epoch's segment and what it consumed of it.
+
+        ``pending``: batches this loader has handed out that the training loop has not
+        received yet (a prefetching wrapper's, such as :class:`DeviceLoader`); they count as
+        not consumed, so a resume reads them again.
+        """
+        if self._start is None or self._generation != self.dataset.generation:
+            return self.dataset.state_dict()  # not iterated since the epoch or position was set
+        state = dict(self._start)
+        span = self._span_length(state)
+        taken = max(self._batches - pending, 0)
+        state["consumed"] = min(state["consumed"] + taken * self.samples_per_batch, span)
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue from ``state`` at the next iteration."""
+        self.dataset.load_state_dict(state)
+        self._start = None
+        self._batches = 0
+
+    def _span_length(self, state: dict[str, Any]) -> int:
+        start, stop = plan.rank_range([tuple(iv) for iv in state["segment"]], state["world_size"],
+                                      self.dataset.rank, self.dataset.drop_last)
+        return stop - start
+
+
+def _manifest_batch_bytes(dataset: ShardDataset, samples: int) -> int:
+    """Bytes of ``samples`` stored samples, from the manifest (tar headers and padding left out)."""
+    m = dataset.manifest
+    per_sample = m.total_bytes / max(m.num_samples, 1)
+    if m.shard_format.startswith("tar"):
+        per_sample -= 768 * max(len(m.fields), 1)  # a 512-byte header and ~256 bytes of padding per member
+    return int(max(per_sample, 0) * samples)
+
+
+def _check_workers(dataset: ShardDataset, kwargs: dict[str, Any]) -> None:
+    """Before workers start: spawn/forkserver workers must unpickle everything they get (name what
+    cannot be); forked workers share the open files they inherit (warn)."""
+    parts = dataset.worker_parts()
+    if kwargs.get("collate_fn") is not _from_worker:
+        parts["the collate_fn"] = kwargs.get("collate_fn")
+    parts["the worker_init_fn"] = kwargs.get("worker_init_fn")
+    method = guards.start_method(kwargs.get("multiprocessing_context"))
+    if method == "fork":
+        guards.warn_open_files(parts)
+        return
+    guards.check_picklable(parts, method)
+    guards.check_dataset_picklable(dataset, method)

@@ -1,0 +1,24 @@
+"""The manifest: what makes a folder of shards a dataset, and the tools that read or make one.
+
+``schema`` (the ``Manifest`` and its JSON), ``files`` (a store's manifest file: read, publish),
+``locate`` (a dataset's store and manifest from a URL, or a manifest made on the fly for bare
+WebDataset tars), ``index_tars`` (publish a manifest for existing tars), ``verify`` (every
+shard against its manifest entry) and ``lookup`` (one sample by index or key).
+"""
+
+from .files import dataset_store, load_manifest, write_manifest
+from .locate import open_dataset
+from .schema import FORMAT_VERSION, MANIFEST_NAME, SHARD_FORMATS, Manifest, creation_info, shard_name
+
+__all__ = [
+    "FORMAT_VERSION",
+    "MANIFEST_NAME",
+    "SHARD_FORMATS",
+    "Manifest",
+    "creation_info",
+    "dataset_store",
+    "load_manifest",
+    "open_dataset",
+    "shard_name",
+    "write_manifest",
+]

@@ -1,0 +1,142 @@
+"""``index``: write a manifest for existing WebDataset tars (brace pattern, list or folder)."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import posixpath
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from braceexpand import braceexpand
+
+from ..errors import DatasetExistsError, ShardstreamError
+from ..formats import TAR_COMPRESSION, shard_format_of
+from ..formats import tar as tar_format
+from ..formats.compression import decompress
+from ..storage import Store, is_url
+from .files import write_manifest
+from .schema import MANIFEST_NAME, Manifest, creation_info
+
+
+@dataclass
+class IndexResult:
+    manifest: Manifest
+    url: str
+    unkeyed: list[str] = field(default_factory=list)  # members WebDataset would skip too
+
+
+def expand_sources(sources: Sequence[str], storage_options: dict[str, Any] | None = None) -> list[str]:
+    """Shard URLs from brace patterns (``shard-{000..009}.tar``), plain URLs and folders."""
+    urls: list[str] = []
+    for source in sources:
+        for item in braceexpand(str(source)):
+            store = Store(item, storage_options)
+            if store.is_dir():
+                found = [n for n in store.list_files() if shard_format_of(n) in TAR_COMPRESSION]
+                if not found:
+                    raise ShardstreamError(f"folder {item} holds no .tar, .tar.gz or .tar.zst files")
+                urls += [store.url_of(n) for n in found]
+            else:
+                urls.append(item)
+    if not urls:
+        raise ShardstreamError("no shards given; name tar files, a brace pattern or a folder")
+    return urls
+
+
+def _common_folder(urls: list[str]) -> str:
+    if all(not is_url(u) for u in urls):
+        return os.path.commonpath([os.path.dirname(os.path.abspath(u)) for u in urls])
+    parts = [u.split("/")[:-1] for u in urls]
+    common = []
+    for segs in zip(*parts):
+        if len(set(segs)) != 1:
+            break
+        common.append(segs[0])
+    return "/".join(common)
+
+
+def _relative(url: str, root: Store) -> str:
+    if root.local and not is_url(url):
+        rel = os.path.relpath(os.path.abspath(url), root.root)
+        rel = rel.replace(os.sep, "/")
+    else:
+        rel = url[len(root.url) + 1 :] if url.startswith(root.url + "/") else ".."
+    if rel.startswith("../") or rel == "..":
+        raise ShardstreamError(
+            f"shard {url} is not inside the output folder {root.url}; choose an output folder that holds every shard"
+        )
+    return posixpath.normpath(rel)
+
+
+def scan(
+    sources: Sequence[str],
+    output: str | None = None,
+    storage_options: dict[str, Any] | None = None,
+    on_shard: Callable[[int], None] | None = None,
+) -> IndexResult:
+    """Read every tar, count its samples and fields: the manifest they would have (not written).
+
+    ``output`` (the folder the shard paths are relative to) defaults to the folder that
+    holds all the shards.
+    """
+    urls = expand_sources(sources, storage_options)
+    formats = {shard_format_of(u) for u in urls}
+    if len(formats) != 1 or not formats <= TAR_COMPRESSION.keys():
+        raise ShardstreamError(
+            f"shards must all be .tar, all .tar.gz or all .tar.zst (found {', '.join(sorted(map(str, formats)))})"
+        )
+    shard_format = formats.pop()
+    root = Store(output if output is not None else _common_folder(urls), storage_options)
+    names = [_relative(u, root) for u in urls]
+    if len(set(names)) != len(names):
+        raise ShardstreamError("the same shard is named twice; give each shard once")
+    samples, nbytes, digests = [], [], []
+    counts: Counter[str] = Counter()
+    unkeyed: list[str] = []
+    for name in names:
+        data = root.read_bytes(name)
+        where = root.url_of(name)
+        plain = decompress(data, TAR_COMPRESSION[shard_format], where)
+        n = 0
+        for _, fields in tar_format.iter_samples(plain, where, unkeyed=unkeyed):
+            counts.update(fields.keys())
+            n += 1
+        samples.append(n)
+        nbytes.append(len(data))
+        digests.append(hashlib.sha256(data).hexdigest())
+        if on_shard:
+            on_shard(len(data))
+    manifest = Manifest(
+        shard_format=shard_format,
+        paths=names,
+        samples=samples,
+        nbytes=nbytes,
+        sha256=digests,
+        fields=[{"name": k, "type": "bytes", "samples": c} for k, c in sorted(counts.items())],
+        created=creation_info(source="index", indexed=len(names)),
+    )
+    return IndexResult(manifest, root.url, unkeyed)
+
+
+def index(
+    sources: Sequence[str],
+    output: str | None = None,
+    storage_options: dict[str, Any] | None = None,
+    overwrite: bool = False,
+    on_shard: Callable[[int], None] | None = None,
+) -> IndexResult:
+    """Read every tar, count its samples and fields, and publish a manifest in ``output``.
+
+    ``output`` defaults to the folder that holds all the shards.
+    """
+    if output is not None and not overwrite and Store(output, storage_options).exists(MANIFEST_NAME):
+        raise DatasetExistsError(f"{output} already has a {MANIFEST_NAME}; pass --overwrite to replace it")
+    result = scan(sources, output, storage_options, on_shard)
+    root = Store(result.url, storage_options)
+    if not overwrite and root.exists(MANIFEST_NAME):
+        raise DatasetExistsError(f"{root.url} already has a {MANIFEST_NAME}; pass --overwrite to replace it")
+    write_manifest(root, result.manifest)
+    return result

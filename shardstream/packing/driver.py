@@ -1,0 +1,193 @@
+"""``pack``: turn a folder tree or a table into a sharded dataset, in parallel, deterministically."""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import ShardstreamError
+from ..manifest import Manifest, creation_info, shard_name
+from ..sizes import format_size
+from ..sources import FolderSource, TableSource, open_source
+from ..storage import Store
+from .destination import prepare_destination, publish
+from .engine import default_workers, progress_bar, run_local
+from .folder import ShardResult, plan_shards, read_file, write_shard
+from .rules import DEFAULT_SHARD_SIZE, check_shard_limits, resolve_format
+from .writer import ShardWriter
+
+
+@dataclass
+class PackResult:
+    """What a pack produced, and how fast."""
+
+    url: str
+    manifest: Manifest
+    seconds: float
+    skipped_hidden: int = 0
+
+    @property
+    def samples(self) -> int:
+        return self.manifest.num_samples
+
+    @property
+    def shards(self) -> int:
+        return self.manifest.num_shards
+
+    @property
+    def nbytes(self) -> int:
+        return self.manifest.total_bytes
+
+    def summary(self) -> str:
+        rate = self.nbytes / self.seconds / 1e6 if self.seconds > 0 else float("inf")
+        line = (
+            f"packed {self.samples:,} samples into {self.shards:,} {self.manifest.shard_format} "
+            f"shard{'s' if self.shards != 1 else ''}, {format_size(self.nbytes)} in {self.seconds:.2f} s "
+            f"({rate:.1f} MB/s) -> {self.url}"
+        )
+        if self.skipped_hidden:
+            line += f" (skipped {self.skipped_hidden} hidden files and folders)"
+        return line
+
+
+def _check_not_inside(source: str, store: Store) -> None:
+    if not store.local:
+        return
+    src, dst = os.path.realpath(source), os.path.realpath(store.root)
+    if dst == src or dst.startswith(src.rstrip(os.sep) + os.sep):
+        raise ShardstreamError(f"destination {store.root} is inside the source {source}; choose a folder outside it")
+
+
+def pack(
+    source: str | os.PathLike[str],
+    dest: str | os.PathLike[str],
+    *,
+    format: str | None = None,
+    shard_size: int | str = DEFAULT_SHARD_SIZE,
+    samples_per_shard: int | None = None,
+    compression: str | None = None,
+    workers: int | None = None,
+    layout: str = "auto",
+    overwrite: bool = False,
+    storage_options: dict[str, Any] | None = None,
+    progress: bool = True,
+) -> PackResult:
+    """Pack ``source`` (a folder tree, or table files) into a dataset at ``dest``.
+
+    Folders become tar shards by default (ImageFolder trees get an integer ``cls``
+    field and the class names), tables become Arrow shards. The same input always
+    gives the same shards, whatever ``workers`` is. The manifest is written last;
+    if anything fails, none is written.
+    """
+    started = time.perf_counter()
+    source, dest = os.fspath(source), os.fspath(dest)
+    source = source[len("file://"):] if source.startswith("file://") else source
+    limit, per_shard = check_shard_limits(shard_size, samples_per_shard)
+    if workers is not None and (isinstance(workers, bool) or int(workers) < 1):
+        raise ShardstreamError(f"workers must be at least 1, not {workers!r}")
+    workers = default_workers() if workers is None else int(workers)
+    src = open_source(source, layout)
+    shard_format, comp = resolve_format(format or ("arrow" if isinstance(src, TableSource) else "tar"), compression)
+    store = Store(dest, storage_options)
+    _check_not_inside(source, store)
+    prepare_destination(store, overwrite)
+    info = creation_info(source=os.path.abspath(source), layout=getattr(src, "layout", "table"))
+
+    if isinstance(src, FolderSource) and shard_format != "arrow":
+        manifest = _pack_folder_tar(src, store, shard_format, comp, limit, per_shard, workers, progress, info)
+    elif isinstance(src, TableSource) and shard_format == "arrow":
+        manifest = _pack_table_arrow(src, store, comp, limit, per_shard, workers, progress, info)
+    else:
+        manifest = _pack_with_writer(src, store, shard_format, comp, limit, per_shard, progress, info)
+    publish(store, manifest)
+    skipped = src.skipped_hidden if isinstance(src, FolderSource) else 0
+    return PackResult(store.url, manifest, time.perf_counter() - started, skipped)
+
+
+def _manifest(shard_format: str, results: list[ShardResult], **kw: Any) -> Manifest:
+    return Manifest(
+        shard_format=shard_format,
+        paths=[r.path for r in results],
+        samples=[r.samples for r in results],
+        nbytes=[r.nbytes for r in results],
+        sha256=[r.sha256 for r in results],
+        **kw,
+    )
+
+
+def _pack_folder_tar(
+    src: FolderSource, store: Store, shard_format: str, comp: str | None, limit: int,
+    per_shard: int | None, workers: int, progress: bool, info: dict[str, Any],
+) -> Manifest:
+    plan = plan_shards(src.samples, limit, per_shard)
+    jobs = [(store.url, store.storage_options, i, shard_name(i, shard_format), comp, s) for i, s in enumerate(plan)]
+    job_bytes = [sum(size for s in samples for _, _, size in s.files) for samples in plan]
+    with progress_bar(progress, src.total_bytes) as bar:
+        results = run_local(write_shard, jobs, workers, store.local, lambda i: bar.update(job_bytes[i]))
+    counts: dict[str, int] = {}
+    for r in results:
+        for name, n in r.field_counts.items():
+            counts[name] = counts.get(name, 0) + n
+    fields = [{"name": n, "type": "bytes", "samples": c} for n, c in sorted(counts.items())]
+    return _manifest(shard_format, results, fields=fields, classes=src.classes, created=info)
+
+
+def _pack_table_arrow(
+    src: TableSource, store: Store, comp: str | None, limit: int, per_shard: int | None,
+    workers: int, progress: bool, info: dict[str, Any],
+) -> Manifest:
+    from ..formats import arrow as arrow_format
+    from .table import pack_table_arrow
+
+    results: list[ShardResult] = []
+    with progress_bar(progress, None, unit=" rows") as bar:
+        def done(result: ShardResult) -> None:
+            results.append(result)
+            bar.update(result.samples)
+
+        schema = pack_table_arrow(src, store, comp, limit, per_shard, workers, done)
+    return _manifest(
+        "arrow", results, fields=arrow_format.describe_schema(schema),
+        arrow_schema=arrow_format.schema_to_text(schema), created=info,
+    )
+
+
+def _pack_with_writer(
+    src: FolderSource | TableSource, store: Store, shard_format: str, comp: str | None, limit: int,
+    per_shard: int | None, progress: bool, info: dict[str, Any],
+) -> Manifest:
+    """Sequential packing through :class:`ShardWriter`: folders to Arrow, tables to tar."""
+    from .table import pack_table_tar
+
+    fmt = "arrow" if shard_format == "arrow" else "tar"
+    schema = None
+    if fmt == "arrow" and isinstance(src, FolderSource):  # every field is known: no inference from a prefix
+        import pyarrow as pa
+
+        names = sorted({ext for s in src.samples for ext, _, _ in s.files})
+        columns = [("__key__", pa.string())] + [(n, pa.binary()) for n in names]
+        schema = pa.schema(columns + ([("cls", pa.int64())] if src.classes is not None else []))
+    writer = ShardWriter(store.url, fmt, limit, per_shard, comp or "none", store.storage_options,
+                         overwrite=True, classes=getattr(src, "classes", None), schema=schema)
+    try:
+        if isinstance(src, TableSource):
+            with progress_bar(progress, None, unit=" rows") as bar:
+                pack_table_tar(src, writer, bar.update)
+        else:
+            with progress_bar(progress, src.total_bytes) as bar:
+                for s in src.samples:
+                    sample: dict[str, Any] = {"__key__": s.key}
+                    for ext, path, size in s.files:
+                        sample[ext] = read_file(path, size)
+                        bar.update(size)
+                    if s.label is not None:
+                        sample["cls"] = s.label
+                    writer.write(sample)
+        manifest = writer.finish()
+    except BaseException:
+        writer.abort()
+        raise
+    manifest.created = info
+    return manifest

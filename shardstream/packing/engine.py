@@ -1,0 +1,70 @@
+"""The local engine: run a shard plan's jobs in a pool of processes (threads for remote stores).
+
+Each job writes one shard from its plan entry, so the shards are the same bytes whatever the
+number of workers; results come back in plan order.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import threading
+from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+from typing import Any, TypeVar
+
+from tqdm import tqdm
+
+R = TypeVar("R")
+
+
+def default_workers() -> int:
+    """The cores this process may use."""
+    try:
+        return max(len(os.sched_getaffinity(0)), 1)
+    except AttributeError:
+        return os.cpu_count() or 1
+
+
+def _pool_context() -> multiprocessing.context.BaseContext:
+    # fork starts workers instantly; it is only safe while this process has no other threads.
+    if "fork" in multiprocessing.get_all_start_methods() and threading.active_count() == 1:
+        return multiprocessing.get_context("fork")
+    return multiprocessing.get_context("spawn")
+
+
+class _Bar(tqdm):
+    monitor_interval = 0  # no monitor thread: it would make forking the workers unsafe
+
+
+def progress_bar(progress: bool, total: int | None, unit: str = "B") -> tqdm:
+    return _Bar(total=total, unit=unit, unit_scale=True, disable=None if progress else True,
+                desc="packing", leave=False, dynamic_ncols=True)
+
+
+def run_local(job: Callable[..., R], jobs: Sequence[tuple[Any, ...]], workers: int, processes: bool,
+              on_done: Callable[[int], None]) -> list[R]:
+    """``job(*args)`` for each of ``jobs``, ``workers`` at a time, results in order; ``on_done(i)`` after each.
+
+    Processes for local folders; threads for remote stores, whose clients hold per-process
+    state (connections, event loops, memory:// contents).
+    """
+    results: list[R] = []
+    if workers == 1 or len(jobs) == 1:
+        for i, args in enumerate(jobs):
+            results.append(job(*args))
+            on_done(i)
+        return results
+    size = min(workers, len(jobs))
+    pool_type = ProcessPoolExecutor if processes else ThreadPoolExecutor
+    kwargs = {"mp_context": _pool_context()} if processes else {}
+    with pool_type(size, **kwargs) as pool:
+        futures = [pool.submit(job, *args) for args in jobs]
+        try:
+            for i, future in enumerate(futures):
+                results.append(future.result())
+                on_done(i)
+        except BaseException:
+            pool.shutdown(wait=True, cancel_futures=True)
+            raise
+    return results

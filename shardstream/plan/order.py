@@ -1,0 +1,103 @@
+"""An epoch's global order: position -> (shard, sample within shard), from (seed, epoch) alone.
+
+Shards are permuted, laid end to end, and the positions are shuffled inside consecutive
+windows (a shuffle buffer computed from indices: deterministic and resumable).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+
+def default_window(counts: np.ndarray) -> int:
+    """A window spanning about four average shards (at least 1,024 samples)."""
+    if len(counts) == 0:
+        return 1024
+    return max(1024, int(4 * counts.sum() // len(counts)))
+
+
+def _rng(*key: int) -> np.random.Generator:
+    words = []
+    for k in key:
+        k %= 1 << 64  # any Python int, negative seeds included
+        words += [k & 0xFFFFFFFF, k >> 32]
+    return np.random.default_rng(np.random.SeedSequence(words))
+
+
+@dataclass
+class EpochOrder:
+    """The global order of one epoch: position ``p`` -> (shard, sample within shard).
+
+    ``shard_order[i]`` is the i-th shard of the epoch and ``ends[i]`` the position where it
+    ends; after :meth:`restrict`, both hold only the shards a range of positions can reach,
+    starting at ``first``.
+    """
+
+    counts: np.ndarray  # samples per shard, int64
+    seed: int
+    epoch: int
+    shuffle: bool
+    window: int
+    shard_order: np.ndarray  # the epoch's shard permutation (or a slice of it)
+    ends: np.ndarray  # cumulative sample counts along shard_order
+    total: int
+    first: int = 0
+    _cached: tuple[int, np.ndarray] | None = field(default=None, repr=False)
+
+    @classmethod
+    def create(cls, counts: Sequence[int] | np.ndarray, seed: int = 0, epoch: int = 0,
+               shuffle: bool = True, window: int | None = None) -> EpochOrder:
+        counts = np.asarray(counts, dtype=np.int64)
+        if window is None:
+            window = default_window(counts)
+        if window < 1:
+            raise ValueError(f"shuffle window must be at least 1 sample, not {window}")
+        order = _rng(seed, epoch, 0).permutation(len(counts)) if shuffle else np.arange(len(counts))
+        ends = np.cumsum(counts[order])
+        return cls(counts, int(seed), int(epoch), bool(shuffle), int(window), order, ends,
+                   int(ends[-1]) if len(ends) else 0)
+
+    def restrict(self, lo: int, hi: int) -> EpochOrder:
+        """The same order, holding only the shards that positions in [lo, hi) can reach.
+
+        A rank reads about 1/world of the epoch, so its workers keep O(shards / world)
+        of the plan instead of O(shards).
+        """
+        w_lo = (lo // self.window) * self.window
+        w_hi = min(-(-hi // self.window) * self.window, self.total)
+        k0 = int(np.searchsorted(self.ends, w_lo, side="right"))
+        k1 = int(np.searchsorted(self.ends, max(w_hi - 1, w_lo), side="right")) + 1
+        return EpochOrder(self.counts, self.seed, self.epoch, self.shuffle, self.window,
+                          self.shard_order[k0:k1].astype(np.int64), self.ends[k0:k1].copy(), self.total, k0)
+
+    def window_permutation(self, w: int) -> np.ndarray:
+        """The in-window permutation of window ``w`` (identity without shuffle)."""
+        if self._cached is not None and self._cached[0] == w:
+            return self._cached[1]
+        start = w * self.window
+        length = min(self.window, self.total - start)
+        perm = _rng(self.seed, self.epoch, w + 1).permutation(length) if self.shuffle else np.arange(length)
+        self._cached = (w, perm)
+        return perm
+
+    def samples(self, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(shard ids, sample offsets) at global ``positions`` (each in ``[0, total)``)."""
+        positions = np.asarray(positions, dtype=np.int64)
+        if len(positions) == 0:
+            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+        if self.shuffle:
+            src = np.empty_like(positions)
+            windows = positions // self.window
+            first, last = int(windows.min()), int(windows.max())
+            for w in (range(first, last + 1) if last - first < 2 else np.unique(windows).tolist()):
+                mask = windows == w
+                src[mask] = w * self.window + self.window_permutation(w)[positions[mask] - w * self.window]
+        else:
+            src = positions  # identity windows
+        k = np.searchsorted(self.ends, src, side="right")
+        shards = self.shard_order[k]
+        offsets = src - (self.ends[k] - self.counts[shards])
+        return shards, offsets

@@ -1,0 +1,88 @@
+"""What can be packed, found by a registry of lazy imports (like fsspec's protocol table).
+
+Each kind of source is a dotted path to the function that lists it, imported only when a
+pack uses it, with the install hint to give when its library is missing. Every source lists
+its samples in a deterministic order; ``open_source`` works out which kind a path holds.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import SourceError
+from .folder import IMAGE_SUFFIXES, FileSample, FolderSource, walk
+from .table import TABLE_SUFFIXES, TableSource
+
+LAYOUTS = ("auto", "imagefolder", "files", "table")
+
+
+@dataclass(frozen=True)
+class SourceKind:
+    """One kind of source: ``target`` (``"module:function"``) lists it; ``requires`` names the
+    modules it imports, and ``install`` how to get them."""
+
+    target: str
+    requires: tuple[str, ...] = ()
+    install: str = ""
+
+    def load(self, name: str) -> Callable[..., Any]:
+        for module in self.requires:
+            try:
+                importlib.import_module(module)
+            except ImportError:
+                raise SourceError(
+                    f"{name} sources need the {module!r} package; install it with: {self.install}") from None
+        module, _, attr = self.target.partition(":")
+        return getattr(importlib.import_module(module), attr)
+
+
+REGISTRY: dict[str, SourceKind] = {
+    "imagefolder": SourceKind("shardstream.sources.folder:image_folder"),
+    "files": SourceKind("shardstream.sources.folder:file_tree"),
+    "table": SourceKind("shardstream.sources.table:TableSource", ("pyarrow",), "pip install pyarrow"),
+}
+
+
+def open_source(path: str, layout: str = "auto") -> FolderSource | TableSource:
+    """Find out what ``path`` holds and list it; a :class:`SourceError` if it cannot be packed."""
+    if layout not in LAYOUTS:
+        raise SourceError(f"unknown layout {layout!r}; use one of {', '.join(LAYOUTS)}")
+    if "://" in path and not path.startswith("file://"):
+        raise SourceError(f"{path}: pack reads sources from local folders and files; copy it here first")
+    path = path[len("file://"):] if path.startswith("file://") else path
+    if not os.path.exists(path):
+        kind = "broken symbolic link" if os.path.islink(path) else "no such file or folder"
+        raise SourceError(f"source {path} does not exist ({kind})")
+    if os.path.isfile(path):
+        suffix = os.path.splitext(path)[1].lower()
+        if suffix not in TABLE_SUFFIXES or layout in ("imagefolder", "files"):
+            raise SourceError(
+                f"cannot pack the file {path}: give a folder, or a table file "
+                f"({', '.join(sorted(TABLE_SUFFIXES))})"
+            )
+        return REGISTRY["table"].load("table")(path, TABLE_SUFFIXES[suffix], [path])
+    files, hidden = walk(path)
+    if not files:
+        extra = f" ({hidden} hidden entries skipped)" if hidden else ""
+        raise SourceError(f"source folder {path} is empty: no files to pack{extra}")
+    suffixes = {os.path.splitext(rel)[1].lower() for rel, _, _ in files}
+    is_table = suffixes <= TABLE_SUFFIXES.keys()
+    if layout == "table" or (layout == "auto" and is_table):
+        formats = {TABLE_SUFFIXES.get(s) for s in suffixes}
+        if not is_table or len(formats) != 1:
+            raise SourceError(
+                f"source folder {path} must hold table files of one kind for layout 'table' "
+                f"(found {', '.join(sorted(s or '(none)' for s in suffixes))})"
+            )
+        return REGISTRY["table"].load("table")(path, formats.pop(), [p for _, p, _ in files])
+    in_class_dirs = all(rel.count("/") == 1 for rel, _, _ in files)
+    if layout == "auto":
+        layout = "imagefolder" if in_class_dirs and suffixes <= IMAGE_SUFFIXES else "files"
+    return REGISTRY[layout].load(layout)(path, files, hidden)
+
+
+__all__ = ["LAYOUTS", "REGISTRY", "FileSample", "FolderSource", "SourceKind", "TableSource", "open_source"]

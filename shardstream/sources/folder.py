@@ -1,0 +1,129 @@
+"""Folder sources: a tree of files grouped into samples the WebDataset way (``KEY.EXT``), or an
+ImageFolder tree (``root/<class>/<file>``) whose class folders become an integer ``cls`` field.
+
+Listing is deterministic: names are sorted, hidden files and folders (a leading
+``.``) are skipped and counted, symbolic links are followed (with loop detection),
+and anything that cannot be read stops the pack with an error naming the path.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from ..errors import SourceError
+from ..storage import describe_os_error
+
+IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".webp", ".bmp", ".gif", ".tif", ".tiff", ".ppm", ".pgm"}
+NO_EXTENSION_FIELD = "bin"
+
+
+@dataclass
+class FileSample:
+    """One sample of a folder source: its key and (field, path, size) per file, sorted by field."""
+
+    key: str
+    files: list[tuple[str, str, int]]
+    label: int | None = None  # ImageFolder class index, stored as the ``cls`` field
+
+
+@dataclass
+class FolderSource:
+    root: str
+    layout: str  # "imagefolder" or "files"
+    samples: list[FileSample]
+    classes: list[str] | None
+    skipped_hidden: int = 0
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(size for s in self.samples for _, _, size in s.files)
+
+
+def walk(root: str) -> tuple[list[tuple[str, str, int]], int]:
+    """(relative posix path, path, size) of every non-hidden file under ``root``, sorted; hidden count."""
+    out: list[tuple[str, str, int]] = []
+    hidden = 0
+    seen: set[str] = set()
+
+    def visit(folder: str, rel: str) -> None:
+        nonlocal hidden
+        real = os.path.realpath(folder)
+        if real in seen:
+            raise SourceError(f"{folder}: symbolic links form a loop back to {real}; remove the link")
+        seen.add(real)
+        try:
+            entries = sorted(os.scandir(folder), key=lambda e: e.name)
+        except OSError as exc:
+            raise SourceError(f"cannot read folder {folder}: {describe_os_error(exc)}") from exc
+        for entry in entries:
+            if entry.name.startswith("."):
+                hidden += 1
+                continue
+            relpath = f"{rel}{entry.name}"
+            try:
+                if entry.is_dir():
+                    visit(entry.path, relpath + "/")
+                elif entry.is_file():
+                    out.append((relpath, entry.path, entry.stat().st_size))
+                elif entry.is_symlink():
+                    raise SourceError(f"cannot read {entry.path}: it is a broken symbolic link; fix or remove it")
+                else:
+                    raise SourceError(f"cannot pack {entry.path}: not a regular file or folder; remove it")
+            except OSError as exc:
+                raise SourceError(f"cannot read {entry.path}: {describe_os_error(exc)}") from exc
+        seen.discard(real)
+
+    visit(root, "")
+    return out, hidden
+
+
+def split_name(relpath: str) -> tuple[str, str]:
+    """(key, field) as WebDataset splits a file name; a file without extension becomes ``bin``."""
+    slash = relpath.rfind("/") + 1
+    dot = relpath.find(".", slash)
+    if dot == -1:
+        return relpath, NO_EXTENSION_FIELD
+    return relpath[:dot], relpath[dot + 1 :]
+
+
+def group(files: list[tuple[str, str, int]]) -> list[FileSample]:
+    samples: dict[str, dict[str, tuple[str, int]]] = {}
+    for relpath, path, size in files:
+        key, ext = split_name(relpath)
+        if ext.endswith(".") or not ext:
+            raise SourceError(f"cannot pack {path}: its name ends with '.'; rename it")
+        fields = samples.setdefault(key, {})
+        if ext in fields:
+            raise SourceError(
+                f"{fields[ext][0]} and {path} both give field {ext!r} of sample {key!r} "
+                f"(a file without extension is stored as '{NO_EXTENSION_FIELD}'); rename one of them"
+            )
+        fields[ext] = (path, size)
+    return [
+        FileSample(key, [(ext, p, n) for ext, (p, n) in sorted(fields.items())])
+        for key, fields in sorted(samples.items())
+    ]
+
+
+def image_folder(path: str, files: list[tuple[str, str, int]], hidden: int) -> FolderSource:
+    """An ImageFolder tree: every file in a class folder; class indices in sorted order, as torchvision's."""
+    bad = next((rel for rel, _, _ in files if rel.count("/") != 1), None)
+    if bad is not None:
+        raise SourceError(
+            f"{os.path.join(path, bad)} is not in a class folder: an ImageFolder tree is "
+            "root/<class>/<file>; use --layout files for other trees"
+        )
+    classes = sorted(e.name for e in os.scandir(path) if e.is_dir() and not e.name.startswith("."))
+    samples = group(files)
+    index = {c: i for i, c in enumerate(classes)}
+    for s in samples:
+        if any(ext == "cls" for ext, _, _ in s.files):
+            raise SourceError(f"{s.files[0][1]}: sample {s.key!r} already has a 'cls' file; use --layout files")
+        s.label = index[s.key.split("/", 1)[0]]
+    return FolderSource(path, "imagefolder", samples, classes, hidden)
+
+
+def file_tree(path: str, files: list[tuple[str, str, int]], hidden: int) -> FolderSource:
+    """Any tree: files grouped into samples by key, one field per extension."""
+    return FolderSource(path, "files", group(files), None, hidden)

@@ -1,0 +1,30 @@
+"""Storage: every byte in or out of a dataset, by fsspec URL or local path.
+
+``Store`` (one folder, retries under a ``RetryPolicy``, errors classified in ``classify``),
+the host's shard cache (``DiskCache``), checked whole-shard downloads (``ShardFetcher``) and
+background loading within a byte budget (``Prefetcher``). Storage knows nothing of manifests,
+plans or ranks: it moves named bytes.
+"""
+
+from .cache import DiskCache, default_cache_dir
+from .classify import describe_os_error, is_transient, storage_errors
+from .fetch import ShardFetcher
+from .prefetch import Prefetcher
+from .retry import RetryPolicy
+from .settings import StorageSettings
+from .store import Store, connection_options, is_url
+
+__all__ = [
+    "DiskCache",
+    "Prefetcher",
+    "RetryPolicy",
+    "ShardFetcher",
+    "StorageSettings",
+    "Store",
+    "connection_options",
+    "default_cache_dir",
+    "describe_os_error",
+    "is_transient",
+    "is_url",
+    "storage_errors",
+]

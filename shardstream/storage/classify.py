@@ -1,0 +1,85 @@
+"""Storage errors, classified: what is transient (retry it) and what is permanent (report it),
+and how to say either in one line that names the URL."""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+from collections.abc import Iterator
+
+from ..errors import StorageError
+
+_FIXES = {
+    errno.ENOSPC: "no space left on the device; free some space or choose another destination",
+    errno.EDQUOT: "disk quota exceeded; free some space or choose another destination",
+    errno.EROFS: "the file system is read-only; choose another destination",
+    errno.EFBIG: "the file is larger than this file system or process allows",
+    errno.EACCES: "permission denied; check the permissions (or credentials) for this location",
+    errno.EPERM: "operation not permitted; check the permissions (or credentials) for this location",
+    errno.ENOENT: "no such file or folder",
+    errno.ENOTDIR: "a part of the path is a file, not a folder",
+    errno.EISDIR: "it is a folder, not a file",
+}
+
+
+def describe_os_error(exc: BaseException) -> str:
+    """A short, human explanation of an OS or storage error."""
+    if isinstance(exc, OSError) and exc.errno in _FIXES:
+        return _FIXES[exc.errno]
+    if isinstance(exc, FileNotFoundError):  # fsspec raises it without an errno
+        return _FIXES[errno.ENOENT]
+    if isinstance(exc, TimeoutError) and not str(exc):
+        return "the request timed out"
+    if isinstance(exc, OSError) and exc.strerror:
+        return " ".join(exc.strerror.lower().split())
+    return " ".join(str(exc).split()) or type(exc).__name__  # one line, whatever the client wrote
+
+
+@contextlib.contextmanager
+def storage_errors(action: str, url: str) -> Iterator[None]:
+    """Turn OS and fsspec errors raised inside into one-line :class:`StorageError` naming ``url``."""
+    try:
+        yield
+    except StorageError:
+        raise
+    except (OSError, ValueError) as exc:
+        raise StorageError(f"{action} {url}: {describe_os_error(exc)}") from exc
+    except Exception as exc:
+        if type(exc).__module__.split(".")[0] not in _NETWORK_MODULES:
+            raise  # a bug, not a storage problem: keep its traceback
+        raise StorageError(f"{action} {url}: {describe_os_error(exc)}") from exc
+
+
+# Errors that retrying cannot fix; anything else from the network stack is retried.
+_PERMANENT = (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError, FileExistsError,
+              NotImplementedError, ValueError, TypeError)
+_PERMANENT_ERRNOS = {errno.EINVAL, errno.EPERM, errno.EACCES, errno.ENOSYS, errno.ENOENT, errno.ENOTDIR,
+                     errno.EISDIR, errno.EROFS, getattr(errno, "EREMCHG", -1)}
+_NETWORK_MODULES = ("aiohttp", "botocore", "aiobotocore", "urllib3", "requests", "google", "gcsfs", "fsspec",
+                    "s3fs", "http", "ssl", "socket", "asyncio", "concurrent")
+
+_TRANSIENT_NAMES = ("Connect", "Timeout", "Closed", "Reset", "Disconnect", "HTTPClient", "Payload", "IncompleteRead",
+                    "Streaming", "Throttl", "SlowDown", "Unavailable", "Transport", "Checksum")
+
+
+def is_transient(exc: BaseException) -> bool:
+    """Whether retrying ``exc`` may help: resets, timeouts, 5xx, 408/429 throttling; not 4xx, a missing
+    object, bad credentials or configuration."""
+    if isinstance(exc, _PERMANENT):
+        return False
+    status = getattr(exc, "status", None) or getattr(exc, "code", None)
+    if isinstance(status, int) and 100 <= status < 600:  # an HTTP status decides
+        return status >= 500 or status in (408, 429)
+    if isinstance(exc, OSError) and exc.errno is None and str(exc).startswith(("Forbidden", "Unauthorized")):
+        return False  # gcsfs's 401/403
+    response = getattr(exc.__cause__, "response", None)  # s3fs's OSErrors keep botocore's answer here
+    status = response.get("ResponseMetadata", {}).get("HTTPStatusCode") if isinstance(response, dict) else None
+    if isinstance(status, int) and 100 <= status < 600:
+        return status >= 500 or status in (408, 429)
+    if isinstance(exc, OSError) and exc.errno in _PERMANENT_ERRNOS:
+        return False  # s3fs: an invalid request or bucket name, a wrong region, no permission
+    if isinstance(exc, (OSError, TimeoutError, ConnectionError)):
+        return True
+    name = type(exc).__name__
+    return type(exc).__module__.split(".")[0] in _NETWORK_MODULES and any(w in name for w in _TRANSIENT_NAMES)
+

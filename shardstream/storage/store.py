@@ -1,0 +1,281 @@
+"""Every byte in or out of a dataset goes through here, by fsspec URL or plain path.
+
+A :class:`Store` is one folder (a prefix on object storage). Local folders use the
+operating system directly (memory-mapped reads, rename-into-place writes); every
+other protocol goes through fsspec, with transient errors (resets, timeouts, 5xx,
+throttling) retried with backoff under a :class:`RetryPolicy` and permanent ones
+(missing object, access denied) reported at once. ``http(s)://`` is read-only. Writes
+are atomic: a reader sees a whole file or none. The store knows nothing about ranks,
+shards or manifests.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import mmap
+import os
+import posixpath
+import tempfile
+import uuid
+from collections.abc import Iterator
+from typing import IO, Any
+
+from ..errors import StorageError
+from .classify import storage_errors
+from .retry import RetryPolicy
+
+_READ_ONLY = ("http", "https")
+_BUCKETS = ("s3", "s3a", "gs", "gcs")  # object stores: prefixes need no creating, buckets are not made on the fly
+_LOOKUPS = ("exists", "size", "isdir", "ls", "find", "info")
+PART_SIZE = 64 << 20  # bytes per ranged GET when a large object is read whole (shards download side by side too)
+
+def connection_options(url: str, endpoint_url: str | None = None, anon: bool = False,
+                       profile: str | None = None) -> dict[str, Any]:
+    """fsspec storage options for ``url``'s protocol from the common settings: an endpoint
+    (S3-compatible stores, a GCS emulator), anonymous access, an AWS profile."""
+    protocol = url.split("://", 1)[0].lower() if is_url(url) else "file"
+    out: dict[str, Any] = {}
+    if endpoint_url:
+        if protocol not in ("s3", "s3a", "gs", "gcs"):
+            raise StorageError(f"an endpoint URL applies to s3:// and gs:// locations, not {url}")
+        out["endpoint_url"] = endpoint_url
+    if anon:
+        if protocol in ("gs", "gcs"):
+            out["token"] = "anon"
+        elif protocol in ("s3", "s3a"):
+            out["anon"] = True
+    if profile:
+        if protocol not in ("s3", "s3a"):
+            raise StorageError(f"a profile names AWS credentials; it applies to s3:// locations, not {url}")
+        out["profile"] = profile
+    return out
+
+
+def is_url(path: str) -> bool:
+    """Whether ``path`` names a protocol (``s3://...``) rather than a local path."""
+    return "://" in path and not path.startswith("file://")
+
+
+class Store:
+    """One folder on local disk or object storage, addressed by URL or path.
+
+    ``storage_options`` go to fsspec (``endpoint_url``, ``anon``, ``profile``...);
+    ``retry`` says how remote requests are retried and timed out.
+    """
+
+    def __init__(self, url: str | os.PathLike[str], storage_options: dict[str, Any] | None = None,
+                 retry: RetryPolicy | None = None):
+        url = os.fspath(url)
+        if url.startswith("file://"):
+            url = url[len("file://"):]
+        self.url = url.rstrip("/") or "/"
+        self.storage_options = dict(storage_options or {})
+        self.retry = retry or RetryPolicy()
+        self.local = not is_url(self.url)
+        self.protocol = "file" if self.local else self.url.split("://", 1)[0].lower()
+        self.read_only = self.protocol in _READ_ONLY
+        self._fs: Any = None
+        self._pid = 0
+        if self.local:  # plain OS calls; fsspec (slow to import) only for other protocols
+            self.root = os.path.abspath(self.url)
+        else:
+            self.root = self._connect()[1].rstrip("/")
+
+    def _connect(self) -> tuple[Any, str]:
+        import fsspec
+
+        options = dict(self.storage_options)
+        single = self.protocol in ("s3", "s3a") and "retries" not in options.get("config_kwargs", {})
+        if single:  # one attempt per call in the client, so that retries and timeouts are this store's alone
+            options["config_kwargs"] = {**options.get("config_kwargs", {}), "retries": {"max_attempts": 0}}
+            options["skip_instance_cache"] = True  # and so that the fsspec instance others share is left as it is
+        with storage_errors("cannot open", self.url):
+            try:
+                fs, root = fsspec.core.url_to_fs(self.url, **options)
+            except TypeError as exc:
+                raise StorageError(f"cannot open {self.url}: {exc}; check the storage options") from exc
+        if single:
+            fs.retries = 1  # s3fs's own loop (its class default is 5)
+        self._fs, self._pid = fs, os.getpid()
+        return fs, root
+
+    @property
+    def fs(self) -> Any:
+        """The fsspec filesystem (``None`` for local folders); made anew in a forked child, whose
+        parent's event loop thread does not exist there."""
+        if not self.local and (self._fs is None or self._pid != os.getpid()):
+            self._connect()
+        return self._fs
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_fs"] = None  # reconnected where it is used
+        return state
+
+    def _remote(self, action: str, name: str | None, method: str, *args: Any, nbytes: int = 0, **kwargs: Any) -> Any:
+        """``self.fs.<method>(*args)`` with the retry policy; errors name the URL."""
+        url = self.url if name is None else self.url_of(name)
+        fs = self.fs
+        limit = self.retry.time_limit(nbytes)
+        from fsspec.asyn import AsyncFileSystem
+
+        if limit is not None and isinstance(fs, AsyncFileSystem):
+            kwargs["timeout"] = limit  # taken by fsspec's sync(): the request is cancelled when it runs out
+
+        def attempt() -> Any:
+            if method in _LOOKUPS:  # fsspec's listings cache never expires: others change the bucket meanwhile
+                self.fs.invalidate_cache()
+            result = getattr(self.fs, method)(*args, **kwargs)
+            if isinstance(result, list):  # fsspec before 2026.6 returns failed ranges as exceptions
+                for item in result:
+                    if isinstance(item, BaseException):
+                        raise item
+            return result
+
+        with storage_errors(action, url):
+            try:
+                return self.retry.call(attempt, lambda: f"{action} {url}")
+            except TypeError as exc:  # fsspec hands storage options on to the client lazily
+                raise StorageError(f"{action} {url}: {exc}; check the storage options") from exc
+
+    def _writable(self, url: str) -> None:
+        if self.read_only:
+            raise StorageError(f"cannot write {url}: {self.protocol}:// URLs are read-only; write to a local "
+                               "folder or a bucket (s3://, gs://) and serve that")
+
+    def __repr__(self) -> str:
+        return f"Store({self.url!r})"
+
+    def path(self, name: str) -> str:
+        """The filesystem path of ``name`` (a ``/``-separated path relative to this folder)."""
+        if self.local:
+            return os.path.join(self.root, *name.split("/"))
+        return posixpath.join(self.root, name)
+
+    def url_of(self, name: str) -> str:
+        """The user-facing URL of ``name``, for messages."""
+        if self.local:
+            return self.path(name)
+        return posixpath.join(self.url, name)
+
+    def exists(self, name: str) -> bool:
+        if not self.local:
+            return bool(self._remote("cannot check", name, "exists", self.path(name)))
+        with storage_errors("cannot check", self.url_of(name)):
+            return os.path.exists(self.path(name))
+
+    def size(self, name: str) -> int:
+        if not self.local:
+            return int(self._remote("cannot stat", name, "size", self.path(name)))
+        with storage_errors("cannot stat", self.url_of(name)):
+            return os.stat(self.path(name)).st_size
+
+    def read_bytes(self, name: str, nbytes: int = 0) -> bytes | mmap.mmap:
+        """The whole object; local files are memory-mapped instead of copied.
+
+        Given its size ``nbytes`` (from a manifest), an object on object storage comes in
+        concurrent ranged GETs of up to :data:`PART_SIZE`, with no request for its size first.
+        """
+        if not self.local:
+            if nbytes <= 0 or self.read_only:  # plain HTTP servers need not honour ranges
+                return self._remote("cannot read", name, "cat_file", self.path(name), nbytes=nbytes)
+            starts = list(range(0, nbytes, PART_SIZE))
+            ends = [min(start + PART_SIZE, nbytes) for start in starts]
+            path = self.path(name)
+            parts = self._remote("cannot read", name, "cat_ranges", [path] * len(starts), starts, ends,
+                                 on_error="raise", nbytes=nbytes)
+            return parts[0] if len(parts) == 1 else b"".join(parts)
+        with storage_errors("cannot read", self.url_of(name)), open(self.path(name), "rb") as f:
+            if os.fstat(f.fileno()).st_size == 0:
+                return b""
+            return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+
+    def write_bytes(self, name: str, data: bytes) -> None:
+        """Write ``data`` to ``name`` atomically."""
+        with self.open_write(name) as f:
+            f.write(data)
+
+    @contextlib.contextmanager
+    def open_write(self, name: str) -> Iterator[IO[bytes]]:
+        """A binary file whose content appears at ``name`` only when the block succeeds.
+
+        Locally the data goes to a hidden temporary file beside the target and is renamed
+        into place. Elsewhere it is spooled to a local temporary file and uploaded in one
+        put, which object stores make visible atomically.
+        """
+        url = self.url_of(name)
+        self._writable(url)
+        if self.local:
+            final = self.path(name)
+            tmp = os.path.join(os.path.dirname(final), f".{os.path.basename(final)}.{uuid.uuid4().hex[:8]}.tmp")
+            with storage_errors("cannot write", url):
+                os.makedirs(os.path.dirname(final), exist_ok=True)
+                f = open(tmp, "wb", buffering=0)  # noqa: SIM115 - closed below; callers write in large pieces
+            try:
+                with storage_errors("cannot write", url):
+                    yield f
+                    f.close()
+                    os.replace(tmp, final)
+            finally:
+                f.close()
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(tmp)
+        else:
+            with tempfile.NamedTemporaryFile(prefix="shardstream-", suffix=".part") as f:
+                with storage_errors("cannot write", url):
+                    yield f
+                    f.flush()
+                self._remote("cannot write", name, "put_file", f.name, self.path(name), nbytes=f.tell())
+
+    def remove(self, name: str) -> None:
+        self._writable(self.url_of(name))
+        if not self.local:
+            if self.exists(name):
+                self._remote("cannot remove", name, "rm_file", self.path(name))
+            return
+        with storage_errors("cannot remove", self.url_of(name)), contextlib.suppress(FileNotFoundError):
+            os.unlink(self.path(name))
+
+    def makedirs(self) -> None:
+        """Create this folder (a no-op on object stores without folders)."""
+        self._writable(self.url)
+        if not self.local:
+            bucket = self.root.split("/", 1)[0]
+            if self.protocol in _BUCKETS and not self._remote("cannot check", None, "exists", bucket):
+                raise StorageError(f"cannot write {self.url}: the bucket {bucket!r} does not exist (or these "
+                                   "credentials cannot see it); create it first, or check the name")
+            if self.protocol not in _BUCKETS:
+                self._remote("cannot create", None, "makedirs", self.root, exist_ok=True)
+            return
+        with storage_errors("cannot create", self.url):
+            os.makedirs(self.root, exist_ok=True)
+
+    def is_dir(self) -> bool:
+        if not self.local:
+            return bool(self._remote("cannot check", None, "isdir", self.root))
+        with storage_errors("cannot check", self.url):
+            return os.path.isdir(self.root)
+
+    def list_files(self, recursive: bool = False) -> list[str]:
+        """Names of the files in this folder (relative, ``/``-separated, sorted)."""
+        if not self.local:
+            if not self._remote("cannot list", None, "exists", self.root):
+                return []
+            if recursive:
+                paths = self._remote("cannot list", None, "find", self.root)
+            else:
+                paths = [e["name"] for e in self._remote("cannot list", None, "ls", self.root, detail=True)
+                         if e["type"] == "file"]
+            prefix = self.root + "/"
+            return sorted(p[len(prefix):] for p in paths if p.startswith(prefix))
+        with storage_errors("cannot list", self.url):
+            if not os.path.isdir(self.root):
+                return []
+            if not recursive:
+                return sorted(e.name for e in os.scandir(self.root) if e.is_file())
+            out = []
+            for dirpath, _, files in os.walk(self.root):
+                rel = os.path.relpath(dirpath, self.root)
+                for fn in files:
+                    out.append(fn if rel == "." else posixpath.join(*rel.split(os.sep), fn))
+            return sorted(out)

@@ -1,0 +1,180 @@
+"""The indexed shard reader: TarShard, ArrowShard and the per-process OpenShards."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from shardstream.dataset.readers import ArrowShard, OpenShards, TarShard
+from shardstream.errors import CorruptShardError
+from shardstream.formats import tar as tar_format
+from shardstream.manifest import load_manifest
+from shardstream.packing.writer import ShardWriter
+from shardstream.storage import Store
+
+N = 11
+PER_SHARD = 4  # shards of 4, 4 and 3 samples
+
+
+def make_sample(i: int) -> dict:
+    return {"__key__": f"key{i:03d}", "txt": f"text {i}", "cls": i, "bin": bytes([i]) * (i * 37 % 600)}
+
+
+def write(root, fmt: str = "tar", compression: str | None = None) -> str:
+    url = str(root / f"ds-{fmt}-{compression}")
+    with ShardWriter(url, format=fmt, compression=compression, samples_per_shard=PER_SHARD) as writer:
+        for i in range(N):
+            writer.write(make_sample(i))
+    return url
+
+
+def open_cache(url: str, capacity: int = 16, manifest=None) -> OpenShards:
+    store = Store(url)
+    return OpenShards(store, manifest or load_manifest(store), capacity=capacity)
+
+
+def expected_tar(i: int) -> dict:
+    s = make_sample(i)
+    return {"__key__": s["__key__"], "txt": s["txt"].encode(), "cls": str(i).encode(), "bin": s["bin"]}
+
+
+FORMATS = [("tar", None), ("tar", "zstd"), ("tar", "gzip"), ("arrow", None), ("arrow", "none")]
+
+
+@pytest.mark.parametrize("fmt,compression", FORMATS)
+def test_random_access_returns_the_right_sample(tmp_path, fmt, compression):
+    url = write(tmp_path, fmt, compression)
+    cache = open_cache(url)
+    manifest = cache.manifest
+    assert manifest.samples.tolist() == [4, 4, 3]
+    order = list(range(N))[::-1] + [5, 0, 10, 5]  # backwards, then jumping between shards
+    for i in order:
+        shard, offset = manifest.locate(i)
+        sample = cache.get(shard).sample(offset)
+        if fmt == "arrow":
+            s = make_sample(i)
+            assert sample == s
+        else:
+            assert sample == expected_tar(i)
+            assert all(type(v) is bytes for k, v in sample.items() if k != "__key__")
+
+
+def test_tar_zst_shards_are_read(tmp_path):
+    url = write(tmp_path, "tar", "zstd")
+    cache = open_cache(url)
+    assert cache.manifest.shard_format == "tar.zst"
+    assert all(p.endswith(".tar.zst") for p in cache.manifest.paths)
+    keys = [cache.get(s).sample(o)["__key__"] for s in range(3) for o in range(int(cache.manifest.samples[s]))]
+    assert keys == [f"key{i:03d}" for i in range(N)]
+    assert isinstance(cache.get(0), TarShard)
+
+
+def test_tar_shard_indexes_keys_and_fields(tmp_path):
+    url = write(tmp_path)
+    data = (tmp_path / os.path.basename(url) / "shard-000001.tar").read_bytes()
+    shard = TarShard(data, "shard-000001.tar", 4)
+    assert shard.keys == ["key004", "key005", "key006", "key007"]
+    assert set(shard.fields[0]) == {"bin", "cls", "txt"}
+    assert shard.sample(2) == expected_tar(6)
+    assert shard.sample(-1) == expected_tar(7)
+
+
+def test_arrow_shard_rows_and_take(tmp_path):
+    url = write(tmp_path, "arrow")
+    data = (tmp_path / os.path.basename(url) / "shard-000002.arrow").read_bytes()
+    shard = ArrowShard(data, "shard-000002.arrow", 3)
+    assert [shard.sample(i) for i in range(3)] == [make_sample(i) for i in (8, 9, 10)]
+    taken = shard.take([2, 0])
+    assert taken.column("__key__").to_pylist() == ["key010", "key008"]
+
+
+def test_cache_keeps_at_most_capacity_shards_least_recently_used_out(tmp_path, monkeypatch):
+    url = write(tmp_path)
+    loads: list[int] = []
+    original = OpenShards._load
+
+    def counting(self, shard):
+        loads.append(shard)
+        return original(self, shard)
+
+    monkeypatch.setattr(OpenShards, "_load", counting)
+    cache = open_cache(url, capacity=2)
+    first = cache.get(0)
+    assert cache.get(0) is first  # a hit: not loaded again
+    cache.get(1)
+    cache.get(0)  # 0 becomes the most recently used
+    cache.get(2)  # evicts 1, the least recently used
+    assert list(cache._open) == [0, 2]
+    assert loads == [0, 1, 2]
+    cache.get(1)  # loaded again, evicting 0
+    assert list(cache._open) == [2, 1]
+    assert loads == [0, 1, 2, 1]
+    assert len(cache._open) <= 2
+
+
+def test_cache_of_capacity_one(tmp_path):
+    url = write(tmp_path)
+    cache = open_cache(url, capacity=1)
+    for shard in (0, 1, 2, 1, 0):
+        assert cache.get(shard).sample(0)["__key__"] == f"key{shard * PER_SHARD:03d}"
+        assert list(cache._open) == [shard]
+
+
+@pytest.mark.parametrize("fmt,compression", [("tar", None), ("tar", "zstd"), ("arrow", None)])
+@pytest.mark.parametrize("change", ["truncate", "extend"])
+def test_shard_size_differing_from_manifest_is_corrupt(tmp_path, fmt, compression, change):
+    url = write(tmp_path, fmt, compression)
+    cache = open_cache(url)
+    name = cache.manifest.paths[1]
+    path = os.path.join(url, name)
+    data = Path(path).read_bytes()
+    with open(path, "wb") as f:
+        f.write(data[: len(data) // 2] if change == "truncate" else data + b"\0" * 512)
+    assert cache.get(0).sample(0)["__key__"] == "key000"  # other shards still read
+    with pytest.raises(CorruptShardError) as info:
+        cache.get(1)
+    message = str(info.value)
+    assert name in message
+    assert str(len(data)) in message  # the size the manifest expects
+    assert 1 not in cache._open
+
+
+@pytest.mark.parametrize("fmt,compression", [("tar", None), ("tar", "zstd"), ("arrow", None)])
+@pytest.mark.parametrize("delta", [-1, 1])
+def test_sample_count_differing_from_manifest_is_corrupt(tmp_path, fmt, compression, delta):
+    url = write(tmp_path, fmt, compression)
+    manifest = load_manifest(Store(url))
+    samples = manifest.samples.copy()
+    samples[2] += delta
+    wrong = dataclasses.replace(manifest, samples=np.asarray(samples))
+    cache = open_cache(url, manifest=wrong)
+    cache.get(1)  # untouched shards are fine
+    with pytest.raises(CorruptShardError) as info:
+        cache.get(2)
+    message = str(info.value)
+    assert manifest.paths[2] in message
+    assert str(3 + delta) in message and "3" in message
+
+
+def test_tar_shard_with_wrong_expected_count(tmp_path):
+    url = write(tmp_path)
+    data = (tmp_path / os.path.basename(url) / "shard-000000.tar").read_bytes()
+    with pytest.raises(CorruptShardError, match="shard-000000.tar: 4 samples, the manifest says 5"):
+        TarShard(data, "shard-000000.tar", 5)
+
+
+def test_corrupt_tar_header_names_the_shard(tmp_path):
+    url = write(tmp_path)
+    path = os.path.join(url, "shard-000001.tar")
+    data = bytearray(Path(path).read_bytes())
+    members = list(tar_format.iter_members(bytes(data)))
+    header = members[2][1] - 512  # the third member's header block
+    data[header : header + 10] = b"\xff" * 10  # its name: the checksum no longer matches
+    with open(path, "wb") as f:  # same size as before: only the contents are damaged
+        f.write(data)
+    with pytest.raises(CorruptShardError, match=r"shard-000001\.tar: bad tar header"):
+        open_cache(url).get(1)

@@ -1,0 +1,273 @@
+"""verify: sizes, checksums and sample counts of every shard against the manifest; the CLI's damaged report."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from click.testing import CliRunner
+from sample_datasets import make_files
+
+from shardstream import pack
+from shardstream.cli import cli
+from shardstream.errors import ManifestError
+from shardstream.manifest.verify import verify
+
+
+def folder_dataset(tmp_path: Path, compression: str | None = None, fmt: str = "tar") -> Path:
+    """Nine samples in three shards (3 + 3 + 3)."""
+    src = make_files(tmp_path / "src", {f"s{i}.{ext}": f"{ext}-{i}".encode() * (i + 1)
+                                       for i in range(9) for ext in ("txt", "json")})
+    dest = tmp_path / "ds"
+    pack(src, dest, format=fmt, compression=compression, samples_per_shard=3, workers=1, progress=False)
+    return dest
+
+
+def table_dataset(tmp_path: Path) -> Path:
+    path = tmp_path / "t.parquet"
+    pq.write_table(pa.table({"id": list(range(30)), "text": [f"t{i}" for i in range(30)]}), path)
+    dest = tmp_path / "ds"
+    pack(path, dest, samples_per_shard=10, workers=1, progress=False)
+    return dest
+
+
+def manifest(dest: Path) -> dict:
+    return json.loads((dest / "_manifest.json").read_text())
+
+
+def shard_path(dest: Path, i: int) -> Path:
+    return dest / manifest(dest)["shards"]["path"][i]
+
+
+def rewrite_shard(dest: Path, i: int, data: bytes) -> None:
+    """Replace shard ``i`` and update the manifest so that its size and checksum match the new bytes."""
+    shard_path(dest, i).write_bytes(data)
+    doc = manifest(dest)
+    doc["shards"]["bytes"][i] = len(data)
+    doc["shards"]["sha256"][i] = hashlib.sha256(data).hexdigest()
+    doc["total_bytes"] = sum(doc["shards"]["bytes"])
+    (dest / "_manifest.json").write_text(json.dumps(doc))
+
+
+def invoke(*args):
+    result = CliRunner().invoke(cli, [str(a) for a in args])
+    assert result.exception is None or isinstance(result.exception, SystemExit), result.exc_info
+    return result
+
+
+DATASETS = {
+    "tar": lambda tmp: folder_dataset(tmp),
+    "tar.zst": lambda tmp: folder_dataset(tmp, "zstd"),
+    "tar.gz": lambda tmp: folder_dataset(tmp, "gzip"),
+    "arrow-folder": lambda tmp: folder_dataset(tmp, fmt="arrow"),
+    "arrow-table": table_dataset,
+}
+
+
+@pytest.mark.parametrize("kind", list(DATASETS))
+def test_good_dataset_verifies(tmp_path, kind):
+    dest = DATASETS[kind](tmp_path)
+    report = verify(str(dest))
+    assert report.ok
+    assert report.problems == []
+    assert report.manifest.num_shards == 3
+    result = invoke("verify", dest, "-q")
+    assert result.exit_code == 0, result.output
+    assert result.stdout.startswith(f"ok: 3 shards, {report.manifest.num_samples} samples, ")
+    assert result.stderr == ""
+
+
+def test_progress_callback_sees_every_shard(tmp_path):
+    dest = folder_dataset(tmp_path)
+    seen = []
+    verify(str(dest), workers=2, on_shard=seen.append)
+    assert sorted(seen) == sorted(manifest(dest)["shards"]["bytes"])
+
+
+def test_verify_takes_the_manifest_path(tmp_path):
+    dest = folder_dataset(tmp_path)
+    assert verify(str(dest / "_manifest.json")).ok
+
+
+@pytest.mark.parametrize("kind", list(DATASETS))
+def test_one_flipped_byte_is_a_checksum_mismatch(tmp_path, kind):
+    dest = DATASETS[kind](tmp_path)
+    victim = shard_path(dest, 1)
+    data = bytearray(victim.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    victim.write_bytes(bytes(data))
+    report = verify(str(dest))
+    assert not report.ok
+    assert len(report.problems) == 1
+    assert str(victim) in report.problems[0]
+    assert "checksum" in report.problems[0]
+
+
+@pytest.mark.parametrize("kind", ["tar", "tar.zst", "arrow-table"])
+def test_truncated_shard_is_named(tmp_path, kind):
+    dest = DATASETS[kind](tmp_path)
+    victim = shard_path(dest, 2)
+    data = victim.read_bytes()
+    victim.write_bytes(data[: len(data) - 100])
+    report = verify(str(dest))
+    assert len(report.problems) == 1
+    assert str(victim) in report.problems[0]
+    assert f"{len(data) - 100} bytes" in report.problems[0]
+    assert str(len(data)) in report.problems[0]
+
+
+def test_missing_shard_is_named(tmp_path):
+    dest = folder_dataset(tmp_path)
+    victim = shard_path(dest, 0)
+    victim.unlink()
+    report = verify(str(dest))
+    assert len(report.problems) == 1
+    assert str(victim) in report.problems[0]
+    assert "no such file" in report.problems[0]
+
+
+def test_several_damaged_shards_are_each_reported(tmp_path):
+    dest = folder_dataset(tmp_path)
+    shard_path(dest, 0).unlink()
+    shard_path(dest, 2).write_bytes(b"garbage")
+    report = verify(str(dest), workers=1)
+    assert len(report.problems) == 2
+    assert str(shard_path(dest, 0)) in report.problems[0]
+    assert str(shard_path(dest, 2)) in report.problems[1]
+
+
+def test_wrong_sample_count_in_the_manifest(tmp_path):
+    dest = folder_dataset(tmp_path)
+    doc = manifest(dest)
+    assert doc["shards"]["samples"] == [3, 3, 3]
+    doc["shards"]["samples"][0] = 4  # the total stays consistent
+    doc["shards"]["samples"][1] = 2
+    (dest / "_manifest.json").write_text(json.dumps(doc))
+    report = verify(str(dest))
+    assert len(report.problems) == 2
+    first, second = report.problems
+    assert str(shard_path(dest, 0)) in first and "3 samples" in first and "says 4" in first
+    assert str(shard_path(dest, 1)) in second and "3 samples" in second and "says 2" in second
+
+
+def test_wrong_row_count_in_an_arrow_manifest(tmp_path):
+    dest = table_dataset(tmp_path)
+    doc = manifest(dest)
+    doc["shards"]["samples"][2] = 9
+    doc["num_samples"] = 29
+    (dest / "_manifest.json").write_text(json.dumps(doc))
+    report = verify(str(dest))
+    assert len(report.problems) == 1
+    assert str(shard_path(dest, 2)) in report.problems[0]
+    assert "10 samples" in report.problems[0] and "says 9" in report.problems[0]
+
+
+def test_shard_that_does_not_parse_is_named_even_with_a_matching_checksum(tmp_path):
+    dest = folder_dataset(tmp_path)
+    data = bytearray(shard_path(dest, 1).read_bytes())
+    data[0] ^= 0xFF  # the first member's name: its header checksum no longer holds
+    rewrite_shard(dest, 1, bytes(data))
+    report = verify(str(dest))
+    assert len(report.problems) == 1
+    assert str(shard_path(dest, 1)) in report.problems[0]
+    assert "header" in report.problems[0]
+
+
+def test_tar_truncated_inside_a_member_with_a_matching_checksum(tmp_path):
+    dest = folder_dataset(tmp_path)
+    data = shard_path(dest, 0).read_bytes()
+    rewrite_shard(dest, 0, data[:700])
+    report = verify(str(dest))
+    assert len(report.problems) == 1
+    assert str(shard_path(dest, 0)) in report.problems[0]
+    assert "truncated" in report.problems[0]
+
+
+def test_zstd_shard_that_does_not_decompress(tmp_path):
+    dest = folder_dataset(tmp_path, "zstd")
+    rewrite_shard(dest, 2, b"\x28\xb5\x2f\xfd" + b"\x00" * 40)
+    report = verify(str(dest))
+    assert len(report.problems) == 1
+    assert str(shard_path(dest, 2)) in report.problems[0]
+
+
+def test_arrow_shard_that_does_not_parse(tmp_path):
+    dest = table_dataset(tmp_path)
+    rewrite_shard(dest, 1, b"ARROW1\x00\x00not an arrow file at all")
+    report = verify(str(dest))
+    assert len(report.problems) == 1
+    assert str(shard_path(dest, 1)) in report.problems[0]
+    assert "Arrow" in report.problems[0]
+
+
+def test_a_different_but_valid_shard_with_another_count(tmp_path):
+    dest = folder_dataset(tmp_path)
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.USTAR_FORMAT) as tf:
+        for key in ("x", "y"):
+            info = tarfile.TarInfo(f"{key}.txt")
+            info.size = 1
+            tf.addfile(info, io.BytesIO(b"1"))
+    rewrite_shard(dest, 1, buf.getvalue())
+    report = verify(str(dest))
+    assert report.problems == [f"{shard_path(dest, 1)}: 2 samples, the manifest says 3"]
+
+
+def test_verify_without_manifest(tmp_path):
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ManifestError) as info:
+        verify(str(tmp_path / "empty"))
+    assert str(tmp_path / "empty") in str(info.value)
+
+
+def test_cli_reports_damaged_shards_and_fails(tmp_path):
+    dest = folder_dataset(tmp_path)
+    bad0, bad2 = shard_path(dest, 0), shard_path(dest, 2)
+    data = bytearray(bad0.read_bytes())
+    data[-1] ^= 0x01
+    bad0.write_bytes(bytes(data))
+    bad2.unlink()
+    result = invoke("verify", dest, "-q")
+    assert result.exit_code == 1
+    assert "Traceback" not in result.output
+    assert not result.stdout.startswith("ok")
+    lines = result.stderr.strip().splitlines()
+    damaged = [line for line in lines if line.startswith("damaged: ")]
+    assert len(damaged) == 2
+    assert damaged[0].startswith(f"damaged: {bad0}: ") and "checksum" in damaged[0]
+    assert str(bad2) in damaged[1] and "no such file" in damaged[1]
+    assert str(shard_path(dest, 1)) not in result.stderr
+    assert lines[-1].startswith("error: 2 of 3 shards are damaged")
+
+
+def test_cli_verify_in_a_real_process(tmp_path):
+    dest = folder_dataset(tmp_path, "zstd")
+    proc = subprocess.run([sys.executable, "-m", "shardstream", "verify", str(dest)], capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("ok: 3 shards, 9 samples")
+    victim = shard_path(dest, 1)
+    victim.write_bytes(victim.read_bytes()[:-5])
+    proc = subprocess.run([sys.executable, "-m", "shardstream", "verify", str(dest)], capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 1
+    assert "Traceback" not in proc.stderr
+    assert f"damaged: {victim}: " in proc.stderr
+
+
+def test_cli_verify_of_a_damaged_manifest(tmp_path):
+    dest = folder_dataset(tmp_path)
+    (dest / "_manifest.json").write_text("{not json")
+    result = invoke("verify", dest)
+    assert result.exit_code == 1
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ")
+    assert "_manifest.json" in lines[0]

@@ -1,0 +1,136 @@
+"""The package's shape: one folder per pipeline stage, imports that follow the data flow, no cycles,
+small modules, and a README whose layout section names every folder and module there is."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "shardstream"
+MAX_LINES = 400
+
+# What each stage may import (besides itself). The write path (sources, packing) and the read path
+# (plan, dataset, loader, device) share the foundations (formats, storage, manifest) and never each other.
+ALLOWED = {
+    "errors": set(),
+    "version": set(),
+    "sizes": {"errors"},
+    "formats": {"errors"},
+    "storage": {"errors", "sizes"},
+    "manifest": {"errors", "version", "formats", "storage"},
+    "sources": {"errors", "storage"},
+    "packing": {"errors", "sizes", "formats", "storage", "manifest", "sources"},
+    "plan": set(),
+    "dataset": {"errors", "sizes", "formats", "storage", "manifest", "plan"},
+    "loader": {"errors", "plan", "dataset"},
+    "device": {"loader"},
+    "cli": {"errors", "version", "sizes", "storage", "manifest", "packing"},
+}
+ENTRY_POINTS = {"__init__", "__main__", "_moved"}  # the package root may name any stage
+
+
+def modules() -> dict[str, Path]:
+    """Dotted name -> file, for every module of the package."""
+    out = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        parts = list(path.relative_to(ROOT).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        out[".".join(parts)] = path
+    return out
+
+
+def imports(name: str, path: Path, known: dict[str, Path]) -> set[str]:
+    """The package's modules that ``name`` imports anywhere in its code (lazy imports in functions too)."""
+    package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            targets = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[: len(base) - (node.level - 1)]
+                module = ".".join(base + ([node.module] if node.module else []))
+            else:
+                module = node.module or ""
+            targets = [f"{module}.{alias.name}" if f"{module}.{alias.name}" in known else module
+                       for alias in node.names]
+        else:
+            continue
+        found.update(t for t in targets if t in known and t != name)
+    return found
+
+
+def stage(module: str) -> str:
+    parts = module.split(".")
+    return "__init__" if len(parts) == 1 else parts[1]
+
+
+GRAPH = {name: imports(name, path, modules()) for name, path in modules().items()}
+
+
+def test_every_top_level_module_or_folder_is_a_known_stage():
+    names = {stage(m) for m in GRAPH} - ENTRY_POINTS
+    assert names == set(ALLOWED), "a new stage needs its place in ALLOWED (and in the README's layout)"
+
+
+@pytest.mark.parametrize("module", sorted(m for m in GRAPH if stage(m) not in ENTRY_POINTS))
+def test_imports_follow_the_data_flow(module):
+    own = stage(module)
+    wrong = sorted(t for t in GRAPH[module] if stage(t) != own and stage(t) not in ALLOWED[own])
+    assert not wrong, f"{module} ({own}) imports {wrong}; {own} may import only {sorted(ALLOWED[own])}"
+
+
+def test_no_import_cycles():
+    seen: dict[str, int] = {}  # 1 on the current path, 2 done
+    path: list[str] = []
+
+    def visit(node: str) -> None:
+        seen[node] = 1
+        path.append(node)
+        for nxt in sorted(GRAPH[node]):
+            if seen.get(nxt) == 1:
+                cycle = path[path.index(nxt):] + [nxt]
+                pytest.fail(f"import cycle: {' -> '.join(cycle)}")
+            if nxt not in seen:
+                visit(nxt)
+        path.pop()
+        seen[node] = 2
+
+    for node in sorted(GRAPH):
+        if node not in seen:
+            visit(node)
+
+
+def test_the_layering_check_sees_lazy_and_relative_imports(tmp_path):
+    """The check above must catch an upward import hidden in a function (it would otherwise pass)."""
+    fake = tmp_path / "shardstream" / "dataset"
+    fake.mkdir(parents=True)
+    (fake / "x.py").write_text("def f():\n    from ..loader import shard_loader\n    from ... import os\n")
+    known = {"shardstream.dataset.x": fake / "x.py", "shardstream.loader": Path("-"),
+             "shardstream.loader.shard_loader": Path("-")}
+    assert imports("shardstream.dataset.x", fake / "x.py", known) == {"shardstream.loader.shard_loader"}
+
+
+@pytest.mark.parametrize("module", sorted(GRAPH))
+def test_modules_stay_small(module):
+    lines = len(modules()[module].read_text().splitlines())
+    assert lines <= MAX_LINES, f"{module} has {lines} lines; split it by job (at most {MAX_LINES})"
+
+
+def test_the_readme_layout_section_matches_the_tree():
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("## Layout", 1)[1].split("\n## ", 1)[0]
+    tree = section.split("```", 2)[1]
+    named = {line.split()[0] for line in tree.splitlines()[2:] if line.strip()}  # each entry's first word
+    actual = {p.name for p in PACKAGE.glob("*.py")} | {f"{p.name}/" for p in PACKAGE.iterdir()
+                                                       if p.is_dir() and not p.name.startswith("__")}
+    for folder in PACKAGE.iterdir():
+        if folder.is_dir() and not folder.name.startswith("__"):
+            actual |= {p.name for p in folder.glob("*.py") if p.name != "__init__.py"}
+    assert actual - named == set(), "modules missing from the README's layout"
+    assert named - actual == set(), "the README names modules that do not exist"
