@@ -1,6 +1,6 @@
 """shardstream: pack folders and tables into sharded datasets and stream them into PyTorch."""
 
-from . import _moved  # noqa: I001 - last: old module paths resolve to their new homes
+from . import _moved  # old module paths resolve to their new homes (see _moved.py)
 from .errors import (
     CorruptShardError,
     DatasetExistsError,

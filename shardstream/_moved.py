@@ -41,12 +41,21 @@ class _Split(ModuleType):
     def __init__(self, name: str, homes: tuple[str, ...]):
         super().__init__(name)
         self._homes = [importlib.import_module(home) for home in homes]
+        self.__all__ = sorted({n for home in self._homes for n in _public(home)})  # star imports, as in 0.1
+
+    def __dir__(self) -> list[str]:
+        return sorted(set(super().__dir__()) | set(self.__all__))
 
     def __getattr__(self, attr: str):
         for home in self._homes:
             if hasattr(home, attr):
                 return getattr(home, attr)
         raise AttributeError(f"{self.__name__} has no {attr!r} (it moved to {', '.join(MOVED[self.__name__])})")
+
+
+def _public(module: ModuleType) -> list[str]:
+    names = getattr(module, "__all__", None)
+    return list(names) if names is not None else [n for n in vars(module) if not n.startswith("_")]
 
 
 def resolve(old: str) -> ModuleType:

@@ -4,6 +4,7 @@ small modules, and a README whose layout section names every folder and module t
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -30,6 +31,9 @@ ALLOWED = {
     "cli": {"errors", "version", "sizes", "storage", "manifest", "packing"},
 }
 ENTRY_POINTS = {"__init__", "__main__", "_moved"}  # the package root may name any stage
+# Imports by name at run time (importlib), which the import graph includes. The one that points up the
+# flow is deliberate: ShardDataset.loader(), a convenience that makes the loader over the dataset.
+LATE_BOUND_UP = {("shardstream.dataset.shard_dataset", "shardstream.loader")}
 
 
 def modules() -> dict[str, Path]:
@@ -44,10 +48,21 @@ def modules() -> dict[str, Path]:
 
 
 def imports(name: str, path: Path, known: dict[str, Path]) -> set[str]:
-    """The package's modules that ``name`` imports anywhere in its code (lazy imports in functions too)."""
+    """The package's modules that ``name`` imports anywhere in its code: lazy imports in functions,
+    and modules named in strings (``importlib.import_module("shardstream.loader")``, registry entries
+    ``"shardstream.sources.folder:image_folder"``), too. A name that is no module of the package (an
+    old path that ``_moved`` redirects, a typo) is kept as it is, so that the checks below fail on it."""
     package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
     found: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(node.func, "id", "")) == "import_module":
+            found.update(a.value for a in node.args if isinstance(a, ast.Constant) and isinstance(a.value, str)
+                         and a.value.startswith("shardstream"))
+            continue
+        if (isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.startswith("shardstream.")
+                and re.fullmatch(r"[\w.]+:\w+", node.value)):  # a registry entry, "module:attribute"
+            found.add(node.value.split(":", 1)[0])
+            continue
         if isinstance(node, ast.Import):
             targets = [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
@@ -61,7 +76,7 @@ def imports(name: str, path: Path, known: dict[str, Path]) -> set[str]:
                        for alias in node.names]
         else:
             continue
-        found.update(t for t in targets if t in known and t != name)
+        found.update(t for t in targets if (t in known or t.startswith("shardstream")) and t != name)
     return found
 
 
@@ -73,6 +88,12 @@ def stage(module: str) -> str:
 GRAPH = {name: imports(name, path, modules()) for name, path in modules().items()}
 
 
+@pytest.mark.parametrize("module", sorted(GRAPH))
+def test_every_import_names_a_module_of_today(module):
+    stale = sorted(t for t in GRAPH[module] if t not in modules() and module != "shardstream._moved")
+    assert not stale, f"{module} imports {stale}: not modules of the package (old paths? see _moved.MOVED)"
+
+
 def test_every_top_level_module_or_folder_is_a_known_stage():
     names = {stage(m) for m in GRAPH} - ENTRY_POINTS
     assert names == set(ALLOWED), "a new stage needs its place in ALLOWED (and in the README's layout)"
@@ -81,18 +102,20 @@ def test_every_top_level_module_or_folder_is_a_known_stage():
 @pytest.mark.parametrize("module", sorted(m for m in GRAPH if stage(m) not in ENTRY_POINTS))
 def test_imports_follow_the_data_flow(module):
     own = stage(module)
-    wrong = sorted(t for t in GRAPH[module] if stage(t) != own and stage(t) not in ALLOWED[own])
+    wrong = sorted(t for t in GRAPH[module] if stage(t) != own and stage(t) not in ALLOWED[own]
+                   and (module, t) not in LATE_BOUND_UP)
     assert not wrong, f"{module} ({own}) imports {wrong}; {own} may import only {sorted(ALLOWED[own])}"
 
 
 def test_no_import_cycles():
+    graph = graph_without_late_binding()
     seen: dict[str, int] = {}  # 1 on the current path, 2 done
     path: list[str] = []
 
     def visit(node: str) -> None:
         seen[node] = 1
         path.append(node)
-        for nxt in sorted(GRAPH[node]):
+        for nxt in sorted(graph[node]):
             if seen.get(nxt) == 1:
                 cycle = path[path.index(nxt):] + [nxt]
                 pytest.fail(f"import cycle: {' -> '.join(cycle)}")
@@ -101,19 +124,28 @@ def test_no_import_cycles():
         path.pop()
         seen[node] = 2
 
-    for node in sorted(GRAPH):
+    for node in sorted(graph):
         if node not in seen:
             visit(node)
 
 
-def test_the_layering_check_sees_lazy_and_relative_imports(tmp_path):
-    """The check above must catch an upward import hidden in a function (it would otherwise pass)."""
-    fake = tmp_path / "shardstream" / "dataset"
+def graph_without_late_binding() -> dict[str, set[str]]:
+    return {m: {t for t in targets if (m, t) not in LATE_BOUND_UP and t in GRAPH} for m, targets in GRAPH.items()}
+
+
+def test_the_layering_check_sees_lazy_relative_old_and_named_imports(tmp_path):
+    """The checks above must see an upward import however it is written (they would pass otherwise)."""
+    fake = tmp_path / "shardstream" / "storage"
     fake.mkdir(parents=True)
-    (fake / "x.py").write_text("def f():\n    from ..loader import shard_loader\n    from ... import os\n")
-    known = {"shardstream.dataset.x": fake / "x.py", "shardstream.loader": Path("-"),
-             "shardstream.loader.shard_loader": Path("-")}
-    assert imports("shardstream.dataset.x", fake / "x.py", known) == {"shardstream.loader.shard_loader"}
+    (fake / "x.py").write_text(
+        "import importlib\n"
+        "def f():\n    from ..loader import shard_loader\n    from ... import os\n"
+        "    from ..transport import Ring\n    import shardstream.collate\n"
+        "    importlib.import_module('shardstream.dataset')\n")
+    known = {"shardstream.storage.x": fake / "x.py", "shardstream.loader": Path("-"),
+             "shardstream.loader.shard_loader": Path("-"), "shardstream.dataset": Path("-")}
+    assert imports("shardstream.storage.x", fake / "x.py", known) == {
+        "shardstream.loader.shard_loader", "shardstream.transport", "shardstream.collate", "shardstream.dataset"}
 
 
 @pytest.mark.parametrize("module", sorted(GRAPH))
@@ -122,15 +154,33 @@ def test_modules_stay_small(module):
     assert lines <= MAX_LINES, f"{module} has {lines} lines; split it by job (at most {MAX_LINES})"
 
 
-def test_the_readme_layout_section_matches_the_tree():
+def readme_tree() -> set[str]:
+    """The paths the README's layout tree names (``dataset/collate.py``), from its indentation."""
     readme = (ROOT / "README.md").read_text()
     section = readme.split("## Layout", 1)[1].split("\n## ", 1)[0]
     tree = section.split("```", 2)[1]
-    named = {line.split()[0] for line in tree.splitlines()[2:] if line.strip()}  # each entry's first word
-    actual = {p.name for p in PACKAGE.glob("*.py")} | {f"{p.name}/" for p in PACKAGE.iterdir()
-                                                       if p.is_dir() and not p.name.startswith("__")}
-    for folder in PACKAGE.iterdir():
-        if folder.is_dir() and not folder.name.startswith("__"):
-            actual |= {p.name for p in folder.glob("*.py") if p.name != "__init__.py"}
+    named, folder = set(), ""
+    for line in tree.splitlines()[2:]:
+        if not line.strip():
+            continue
+        entry = line.split()[0]
+        nested = len(line) - len(line.lstrip()) > 2
+        if entry.endswith("/"):
+            folder = entry
+            named.add(entry)
+        else:
+            named.add(folder + entry if nested else entry)
+    return named
+
+
+def test_the_readme_layout_section_matches_the_tree():
+    named = readme_tree()
+    actual = set()
+    for path in PACKAGE.rglob("*.py"):
+        rel = path.relative_to(PACKAGE).as_posix()
+        if "/" in rel:
+            actual.add(rel.split("/")[0] + "/")
+        if not rel.endswith("/__init__.py"):
+            actual.add(rel)
     assert actual - named == set(), "modules missing from the README's layout"
     assert named - actual == set(), "the README names modules that do not exist"

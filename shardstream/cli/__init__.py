@@ -3,15 +3,14 @@ cat); ``check`` (verify, index). ``common`` holds the group, the storage flags a
 one-line errors they all share.
 """
 
-from . import check, pack, show  # noqa: F401 - each registers its commands with the group
-from .common import cli
+from .check import index_, verify
+from .common import cli, storage_option
+from .pack import pack
+from .show import cat, info, ls_
 
-__all__ = ["cli", "main"]
+__all__ = ["cat", "cli", "index_", "info", "ls_", "main", "pack", "storage_option", "verify"]
 
 
 def main() -> None:
     cli(prog_name="shardstream")
 
-
-if __name__ == "__main__":
-    main()

@@ -1,18 +1,19 @@
 """The dataset stage: execute the plan in each DataLoader worker and turn shards into batches.
 
-``ShardDataset`` (``shard_dataset``) reads the shards the plan gives its rank and worker
-(``readers``: indexed tar and Arrow shards, opened once), decodes (``decode``), transforms and
-collates them (``collate``: batches as few large tensors; ``samples``: the three ways to a
-batch), reseeding the worker's generators per batch (``seeding``). Its position in the epoch
-and the resume state made from it live in ``state``; ``ranks`` says which rank it is.
-Everything here runs where the batches are made: in the workers, or in the main process
-without workers.
+``ShardDataset`` (``shard_dataset``; its loader configures it through ``setup``) reads the
+shards the plan gives its rank and worker (``readers``: indexed tar and Arrow shards, opened
+once), decodes (``decode``), transforms and collates them (``collate``: batches as few large
+tensors; ``samples``: the three ways to a batch), reseeding the worker's generators per batch
+(``seeding``). Its position in the epoch and the resume state made from it live in ``state``;
+``ranks`` says which rank it is. Everything here runs where the batches are made: in the
+workers, or in the main process without workers.
 """
 
 from .collate import FieldCollate, MappedBytes, RaggedBytes, pad_sequences
 from .decode import DecodeError, Decoder
 from .ranks import resolve_rank
-from .shard_dataset import LoaderSetup, ShardDataset
+from .setup import LoaderSetup
+from .shard_dataset import ShardDataset
 
 __all__ = [
     "DecodeError",

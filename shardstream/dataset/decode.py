@@ -128,6 +128,11 @@ class Decoder:
             raise ValueError(f"decode must be one of {MODES}, None, a callable or a mapping, not {spec!r}")
 
     @property
+    def keeps_bytes(self) -> bool:
+        """Whether every field stays as stored (``decode=None``)."""
+        return self.whole is None and self.default is None and all(how is None for how in self.fields.values())
+
+    @property
     def runs_user_code(self) -> bool:
         """Whether decoding calls the user's functions (which may draw random numbers)."""
         return self.whole is not None or any(callable(how) for how in self.fields.values())

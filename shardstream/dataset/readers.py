@@ -9,16 +9,18 @@ bytes come from :mod:`shardstream.storage.fetch` (a local map, or a checked down
 
 from __future__ import annotations
 
-from collections import OrderedDict
-from collections.abc import Callable
+from collections import OrderedDict, deque
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
+
+import numpy as np
 
 from ..errors import CorruptShardError
 from ..formats import TAR_COMPRESSION
 from ..formats import tar as tar_format
 from ..formats.compression import decompress
 from ..manifest import Manifest
-from ..storage import ShardFetcher, Store
+from ..storage import Prefetcher, ShardFetcher, Store
 
 
 class TarShard:
@@ -149,3 +151,28 @@ class OpenShards:
             return ArrowShard(data, name, expected)
         plain = decompress(data, TAR_COMPRESSION[m.shard_format], name)
         return TarShard(plain, name, expected)
+
+
+Chunk = tuple[int, np.ndarray, np.ndarray]  # a batch's first position in the epoch's order, its shards and offsets
+
+
+def looking_ahead(chunks: Iterable[Chunk], depth: int, prefetcher: Prefetcher, shards: OpenShards
+                  ) -> Iterator[Chunk]:
+    """The chunks, while the shards of the next ``depth`` are prefetched and the others closed."""
+    it = iter(chunks)
+    ahead: deque[Chunk] = deque()
+    for item in it:
+        ahead.append(item)
+        if len(ahead) >= max(depth, 2):
+            break
+    while ahead:
+        needed = np.concatenate([ids for _, ids, _ in ahead])
+        first, index = np.unique(needed, return_index=True)
+        in_order = first[np.argsort(index)].tolist()  # shards by first use
+        prefetcher.want(in_order)
+        prefetcher.keep_only(in_order)
+        shards.retain(set(in_order))
+        yield ahead.popleft()
+        following = next(it, None)
+        if following is not None:
+            ahead.append(following)

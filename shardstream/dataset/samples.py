@@ -25,19 +25,27 @@ log = logging.getLogger("shardstream")
 
 
 class SampleReader:
-    """Turns (shard, offset) pairs of the plan into samples, by the dataset's settings.
+    """Turns (shard, offset) pairs of the plan into samples, by the dataset's settings of this pass.
 
     ``on_error="skip"`` replaces a sample that fails with the last good one (so every rank
     still yields the same number), counts it in :attr:`skipped` and logs it.
     """
 
-    def __init__(self, store: Store, manifest: Manifest, decoder: Decoder,
-                 transform: Callable[[dict[str, Any]], Any] | None, on_error: str, raw: bool):
-        self.store, self.manifest, self.decoder, self.transform = store, manifest, decoder, transform
-        self.on_error = on_error
-        self.raw = raw  # undecoded bytes, no transform: views of the shard's memory into the batch
+    def __init__(self, store: Store, manifest: Manifest):
+        self.store, self.manifest = store, manifest
+        self.decoder = Decoder(None)
+        self.transform: Callable[[dict[str, Any]], Any] | None = None
+        self.on_error = "raise"
+        self.raw = True
         self.skipped = 0  # samples replaced under on_error="skip", in this process
         self.last_good: Any = None
+
+    def begin(self, decoder: Decoder, transform: Callable[[dict[str, Any]], Any] | None, on_error: str,
+              raw: bool) -> None:
+        """Start a pass with the dataset's settings as they are now."""
+        self.decoder, self.transform, self.on_error = decoder, transform, on_error
+        self.raw = raw  # undecoded bytes, no transform: views of the shard's memory into the batch
+        self.last_good = None
 
     def __getstate__(self) -> dict[str, Any]:
         return {**self.__dict__, "last_good": None}  # a sample of this process stays here

@@ -14,9 +14,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import weakref
-from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -30,39 +28,11 @@ from ..storage.settings import DEFAULT, StorageSettings
 from .collate import collate
 from .decode import Decoder, DecodeSpec
 from .ranks import resolve_rank
-from .readers import OpenShards
+from .readers import Chunk, OpenShards, looking_ahead
 from .samples import SampleReader
 from .seeding import seed_batch
+from .setup import LoaderSetup, refuse_change, refuse_reconfiguration
 from .state import Position, SharedPosition, from_state, to_state
-
-Chunk = tuple[int, np.ndarray, np.ndarray]  # a batch's first position in the epoch's order, its shards and offsets
-
-# What a loader's batches and resume state depend on: refused once a loader reads the dataset.
-SETTINGS = frozenset({"shuffle", "seed", "window", "decoder", "transform", "drop_last", "batch_size", "collate_fn",
-                      "on_error", "store", "manifest", "storage"})
-
-
-@dataclass(frozen=True)
-class LoaderSetup:
-    """How a loader wants the dataset's workers to make and hand over batches.
-
-    Args:
-        batch_size: samples per batch.
-        batches_per_chunk: workers collate this many batches at once (the loader cuts them apart).
-        seed_workers: reseed ``random``, ``numpy`` and ``torch`` before each batch that runs
-            user code (see :mod:`shardstream.dataset.seeding`).
-        sender: worker id -> that worker's transport (an object with a ``batch()`` context
-            manager, as :class:`shardstream.loader.transport.Ring`), or ``None`` to return
-            batches as they are.
-        check_first_batch: called in each worker with the first batch of a pass, before it is
-            sent (the loader's shared-memory check).
-    """
-
-    batch_size: int
-    batches_per_chunk: int = 1
-    seed_workers: bool = True
-    sender: Callable[[int], Any] | None = None
-    check_first_batch: Callable[[Any], None] | None = None
 
 
 class ShardDataset(IterableDataset):
@@ -117,26 +87,25 @@ class ShardDataset(IterableDataset):
             raise ValueError(f"on_error must be 'raise' or 'skip', not {on_error!r}")
         if batch_size is not None and batch_size < 1:
             raise ValueError(f"batch_size must be at least 1, not {batch_size}")
-        self.storage = StorageSettings.combine(storage, options=storage_options, cache_dir=cache_dir,
-                                               cache_limit=cache_limit, prefetch=prefetch, retries=retries,
-                                               timeout=timeout)
-        self.store, self.manifest = open_dataset(url_or_urls, self.storage.options, self.storage.retry)
-        self.disk_cache = None if self.store.local else self.storage.disk_cache()
-        if self.manifest.num_samples == 0:
-            raise ManifestError(f"{self.store.url} holds no samples")
+        storage = StorageSettings.combine(storage, options=storage_options, cache_dir=cache_dir,
+                                          cache_limit=cache_limit, prefetch=prefetch, retries=retries, timeout=timeout)
+        store, manifest = open_dataset(url_or_urls, storage.options, storage.retry)
+        if manifest.num_samples == 0:
+            raise ManifestError(f"{store.url} holds no samples")
+        fixed = {"storage": storage, "store": store, "manifest": manifest,
+                 "disk_cache": None if store.local else storage.disk_cache()}
+        self.__dict__.update(fixed)  # set once: __setattr__ refuses them
         self.shuffle, self.seed, self.drop_last = shuffle, int(seed), drop_last
-        self.window = shuffle_window or plan.default_window(self.manifest.samples)
+        self.window = shuffle_window or plan.default_window(manifest.samples)
         self.decoder = Decoder(decode)
         self.transform = transform
         self.batch_size = batch_size
         self.collate_fn = collate_fn or collate
         self.on_error = on_error
-        if self.manifest.shard_format == "arrow":
+        self.seed_workers = True  # without a loader's setup: reseed per batch (see shardstream.dataset.seeding)
+        if manifest.shard_format == "arrow":
             import pyarrow.compute  # noqa: F401 - take() loads it lazily, inside the first batch otherwise
-        self._columnar = (self.manifest.shard_format == "arrow" and transform is None and collate_fn is None
-                          and (decode is None or not _has_binary_fields(self.manifest)))
-        raw = decode is None and transform is None
-        self._samples = SampleReader(self.store, self.manifest, self.decoder, transform, on_error, raw)
+        self._samples = SampleReader(store, manifest)
         self._setup: LoaderSetup | None = None  # set by the loader that reads this dataset (configure)
         self._loader: Callable[[], Any] | None = None  # a weak reference to that loader
         self._explicit_rank = (rank, world_size)
@@ -147,22 +116,33 @@ class ShardDataset(IterableDataset):
         self.reset(0)
 
     def __setattr__(self, name: str, value: Any) -> None:
-        if name in SETTINGS and self.__dict__.get("_loader") is not None and self._loader() is not None:
-            raise ShardstreamError(
-                f"cannot set {name!r} of a ShardDataset that a loader reads: that loader's batches and resume "
-                f"state depend on it; make a new ShardDataset (and loader) with the setting you want")
+        refuse_change(name, self._reading())
+        if name == "seed_workers":  # a property over the dataset's own value (see setup)
+            name = "_seed_workers"
         super().__setattr__(name, value)
+
+    def _reading(self) -> bool:
+        """Whether a loader reads this dataset now (in the process that made the loader)."""
+        loader = self.__dict__.get("_loader")
+        return loader is not None and loader() is not None
 
     # -- what a loader needs to know, and the one call by which it configures the dataset ----------
     @property
     def raw(self) -> bool:
         """Batches hold stored bytes, undecoded and untransformed."""
-        return self._samples.raw
+        return self.decoder.keeps_bytes and self.transform is None
 
     @property
     def mapped(self) -> bool:
-        """Raw batches of local, uncompressed tars travel as locations in the shard files."""
-        return self.raw and self.store.local and self.manifest.shard_format == "tar" and self.collate_fn is collate
+        """Raw batches of local, uncompressed tars travel as locations in the shard files (the
+        default collate only: a ``collate_fn`` of the user's gets the samples)."""
+        return self.raw and self.store.local and self.manifest.shard_format == "tar" and self.default_collate
+
+    @property
+    def columnar(self) -> bool:
+        """Arrow rows go to batches column by column, with no per-row Python."""
+        return (self.manifest.shard_format == "arrow" and self.transform is None and self.default_collate
+                and (self.decoder.keeps_bytes or not _has_binary_fields(self.manifest)))
 
     @property
     def default_collate(self) -> bool:
@@ -171,12 +151,28 @@ class ShardDataset(IterableDataset):
 
     @property
     def seed_workers(self) -> bool:
-        return True if self._setup is None else self._setup.seed_workers
+        """Workers reseed ``random``, ``numpy`` and ``torch`` per batch (the loader's setting, if one reads)."""
+        setup = self._current_setup()
+        return self.__dict__["_seed_workers"] if setup is None else setup.seed_workers
 
     @property
     def skipped(self) -> int:
-        """Samples replaced under ``on_error="skip"`` in this process."""
+        """Samples replaced under ``on_error="skip"`` in this process (set it to 0 to count afresh)."""
         return self._samples.skipped
+
+    @skipped.setter
+    def skipped(self, value: int) -> None:
+        self._samples.skipped = int(value)
+
+    @property
+    def prefetch(self) -> int:
+        """Bytes each worker downloads ahead (``storage.prefetch``)."""
+        return self.storage.prefetch_bytes
+
+    @property
+    def counts(self) -> np.ndarray:
+        """Samples per shard (``manifest.samples``)."""
+        return self.manifest.samples
 
     def worker_parts(self) -> dict[str, Any]:
         """The user's code that DataLoader workers run, by a label for messages ("the transform")."""
@@ -189,23 +185,32 @@ class ShardDataset(IterableDataset):
         return parts
 
     def configure(self, loader: Any, setup: LoaderSetup) -> None:
-        """Let ``loader`` read this dataset with ``setup``; refused while another loader reads it."""
+        """Let ``loader`` read this dataset with ``setup``: refused while another loader reads it; the
+        same loader may give it a new transport (``sender``) later, never other batches."""
+        setup.check()
         current = self._loader() if self._loader is not None else None
         if current is not None and current is not loader:
             raise ShardstreamError(
                 "this ShardDataset already feeds a loader, whose batches and resume state depend on it; "
                 "make another ShardDataset for a second loader (or drop the first one)"
             )
-        if setup.batch_size < 1 or setup.batches_per_chunk < 1:
-            raise ValueError(f"batch_size and batches_per_chunk must be at least 1, not {setup}")
+        refuse_reconfiguration(self._setup if current is loader else None, setup)
         object.__setattr__(self, "batch_size", setup.batch_size)
         self._setup = setup
         self._loader = weakref.ref(loader)
 
+    def _current_setup(self) -> LoaderSetup | None:
+        """The setup of the loader that reads this dataset, if it still does. In a worker (which got
+        the dataset pickled, without the loader) it is the setup the loader gave."""
+        if self._setup is None or (self._loader is not None and self._loader() is None):
+            return None
+        return self._setup
+
     @property
     def setup(self) -> LoaderSetup:
-        """How batches are made now: the loader's setup, or one from this dataset's own ``batch_size``."""
-        return self._setup or LoaderSetup(batch_size=self.batch_size or 1)
+        """How batches are made now: the loader's setup, or one from this dataset's own settings."""
+        return self._current_setup() or LoaderSetup(batch_size=self.batch_size or 1,
+                                                    seed_workers=self.__dict__["_seed_workers"])
 
     # -- epoch and resume state (main process) ----------------------------------------
     def reset(self, epoch: int | None = None) -> None:
@@ -258,6 +263,7 @@ class ShardDataset(IterableDataset):
         setup = self.setup
         batched = self.batch_size is not None
         self.decoder.copied_later = batched and self.transform is None and self.default_collate
+        self._samples.begin(self.decoder, self.transform, self.on_error, self.raw)
         info = get_worker_info()
         num_workers, worker_id = (info.num_workers, info.id) if info is not None else (1, 0)
         p = self._position.get()
@@ -267,7 +273,6 @@ class ShardDataset(IterableDataset):
         chunk = (self.batch_size or 1) * setup.batches_per_chunk
         shards = self._open_shards()
         shards.forget_failures()
-        self._samples.last_good = None
         sender = self._sender(info, setup)
 
         def stand_in() -> Any:
@@ -291,7 +296,7 @@ class ShardDataset(IterableDataset):
         if not self.store.local:  # fetch the next shards of this worker's plan while it reads these
             prefetcher = Prefetcher(shards.load, lambda i: int(self.manifest.nbytes[i]), self.storage.prefetch_bytes)
             shards.take = prefetcher.take
-            chunks = _looking_ahead(chunks, -(-2 * self.window // (chunk * num_workers)) + 1, prefetcher, shards)
+            chunks = looking_ahead(chunks, -(-2 * self.window // (chunk * num_workers)) + 1, prefetcher, shards)
         try:
             user_code = any(part is not None for part in self.worker_parts().values())  # may draw random numbers
             reseed = info is not None and setup.seed_workers and user_code  # augmentations per batch, reproducibly
@@ -305,11 +310,11 @@ class ShardDataset(IterableDataset):
     def _batches(self, chunks: Iterable[Chunk], shards: OpenShards, sender: Any, stand_in: Callable[[], Any],
                  seed_epoch: int | None, check: Callable[[Any], None] | None) -> Iterator[Any]:
         batched = self.batch_size is not None
-        mapped = self.mapped
+        mapped, columnar = self.mapped, self.columnar
         for position, ids, offsets in chunks:
             if seed_epoch is not None:
                 seed_batch(self.seed, seed_epoch, position)
-            if self._columnar and batched:
+            if columnar and batched:
                 batch = self._samples.load_columns(shards, ids, offsets)
             elif mapped and batched and (found := self._samples.load_mapped(shards, ids, offsets)) is not None:
                 yield found  # locations in the shard files: nothing to check or send
@@ -355,6 +360,7 @@ class ShardDataset(IterableDataset):
         state = self.__dict__.copy()
         state.pop("_shards", None)  # open shards (memory maps) stay in the process that opened them
         state.pop("_worker_sender", None)  # each worker process has its own arenas
+        state["_setup"] = self._current_setup()  # a gone loader's transport is nobody's
         state["_loader"] = None
         return state
 
@@ -367,28 +373,6 @@ class ShardDataset(IterableDataset):
         # by name, like fsspec's registry: the dataset stage never imports the loader stage above it
         loader_class = importlib.import_module("shardstream.loader").ShardLoader
         return loader_class(self, batch_size, num_workers, **dataloader_kwargs)
-
-
-def _looking_ahead(chunks: Iterable[Chunk], depth: int, prefetcher: Prefetcher, shards: OpenShards
-                   ) -> Iterator[Chunk]:
-    """The chunks, while the shards of the next ``depth`` are prefetched and the others closed."""
-    it = iter(chunks)
-    ahead: deque[Chunk] = deque()
-    for item in it:
-        ahead.append(item)
-        if len(ahead) >= max(depth, 2):
-            break
-    while ahead:
-        needed = np.concatenate([ids for _, ids, _ in ahead])
-        first, index = np.unique(needed, return_index=True)
-        in_order = first[np.argsort(index)].tolist()  # shards by first use
-        prefetcher.want(in_order)
-        prefetcher.keep_only(in_order)
-        shards.retain(set(in_order))
-        yield ahead.popleft()
-        following = next(it, None)
-        if following is not None:
-            ahead.append(following)
 
 
 def _has_binary_fields(manifest: Any) -> bool:

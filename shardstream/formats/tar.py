@@ -13,7 +13,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from typing import IO
 
 from ..errors import CorruptShardError
-from .compression import compressing_writer
+from .compression import compressing_writer, decompress  # noqa: F401 - tar.decompress, as in 0.1
 from .hashing import HashingWriter
 
 BLOCK = 512

@@ -120,8 +120,8 @@ class ShardLoader(DataLoader):
                                   check_first_batch=check)
         if ring:
             self._receiver = Receiver(self._new_table(num_workers, ring_slots))
-        dataset.configure(self, self._with_sender())
         super().__init__(dataset, batch_size=None, num_workers=num_workers, **kwargs)
+        dataset.configure(self, self._with_sender())  # last: a loader torch refuses leaves the dataset as it was
         self.samples_per_batch = batch_size
         self._start: dict[str, Any] | None = None
         self._batches = 0

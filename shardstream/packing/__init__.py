@@ -7,6 +7,7 @@ that runs a shard plan), ``folder`` and ``table`` (shards from folder and table 
 """
 
 from .driver import PackResult, pack
+from .engine import default_workers
 from .writer import ShardWriter
 
-__all__ = ["PackResult", "ShardWriter", "pack"]
+__all__ = ["PackResult", "ShardWriter", "default_workers", "pack"]

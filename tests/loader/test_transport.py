@@ -103,6 +103,7 @@ def test_the_loader_ships_through_arenas_across_epochs_and_after_an_early_stop(i
         ds.set_epoch(epoch)
         reference.set_epoch(epoch)
         got = [(b["__key__"], b["npy"].clone(), b["cls"].tolist()) for b in loader]
+        assert ds.setup.sender.args[0] is loader._receiver.released  # the workers report to the loader's table
         want = [(b["__key__"], b["npy"], b["cls"].tolist()) for b in reference]
         assert [g[0] for g in got] == [w[0] for w in want] and [g[2] for g in got] == [w[2] for w in want]
         assert all(torch.equal(g[1], w[1]) for g, w in zip(got, want))

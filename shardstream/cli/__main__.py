@@ -1,0 +1,5 @@
+"""``python -m shardstream.cli``: the same as the ``shardstream`` command."""
+
+from . import main
+
+main()
