@@ -16,7 +16,7 @@ class _Default:
     """The value of a keyword that was not given (so that ``None`` can mean something)."""
 
     def __repr__(self) -> str:
-        return "<default>"
+        return "<StorageSettings' default>"
 
 
 DEFAULT: Any = _Default()
