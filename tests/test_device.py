@@ -15,11 +15,11 @@ import numpy as np
 import pytest
 import torch
 from PIL import Image
-from sample_datasets import key_of, write_dataset
 
 from shardstream import DeviceLoader, ShardDataset
 from shardstream.dataset.collate import RaggedBytes, collate
 from shardstream.device import map_tensors
+from tests.sample_datasets import key_of, write_dataset
 
 pytestmark = pytest.mark.filterwarnings("ignore:This DataLoader will create")
 

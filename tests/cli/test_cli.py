@@ -24,10 +24,10 @@ import pyarrow.csv as pcsv
 import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
-from oslimits import permission_preexec
-from sample_datasets import make_files
 
 from shardstream.cli import cli
+from tests.oslimits import permission_preexec
+from tests.sample_datasets import make_files
 
 pack_module = importlib.import_module("shardstream.packing.driver")
 

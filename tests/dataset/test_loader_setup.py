@@ -10,7 +10,6 @@ import gc
 import numpy as np
 import pytest
 import torch
-from sample_datasets import key_of, write_dataset
 from torch.utils.data import DataLoader
 
 from shardstream import ShardDataset
@@ -20,6 +19,7 @@ from shardstream.dataset.collate import collate
 from shardstream.dataset.decode import Decoder
 from shardstream.errors import ShardstreamError
 from shardstream.loader.transport import Ring, Shipment
+from tests.sample_datasets import key_of, write_dataset
 
 COUNTS = [5, 7, 4]
 

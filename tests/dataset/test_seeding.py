@@ -9,11 +9,11 @@ import random
 import numpy as np
 import pytest
 import torch
-from sample_datasets import write_dataset
 from torch.utils.data import get_worker_info
 
 from shardstream import ShardDataset
 from shardstream.dataset.seeding import batch_seed, seed_batch
+from tests.sample_datasets import write_dataset
 
 pytestmark = pytest.mark.filterwarnings("ignore:This DataLoader will create")
 

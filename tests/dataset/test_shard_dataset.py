@@ -12,7 +12,6 @@ import numpy as np
 import pytest
 import torch
 from PIL import Image
-from sample_datasets import key_of, text_sample, write_dataset
 from torch.utils.data import DataLoader
 
 from shardstream import plan
@@ -22,6 +21,7 @@ from shardstream.errors import CorruptShardError, ShardstreamError
 from shardstream.manifest import MANIFEST_NAME, load_manifest
 from shardstream.packing.writer import ShardWriter
 from shardstream.storage import Store
+from tests.sample_datasets import key_of, text_sample, write_dataset
 
 COUNTS = [5, 1, 7, 3, 6]  # uneven shards, 22 samples: not divisible by 3 or 4
 

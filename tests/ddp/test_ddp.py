@@ -14,8 +14,9 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from sample_datasets import key_of
-from sample_datasets import write_dataset as _write_dataset
+
+from tests.sample_datasets import key_of
+from tests.sample_datasets import write_dataset as _write_dataset
 
 SCRIPT = Path(__file__).with_name("ddp_reader.py")
 BATCH = 4

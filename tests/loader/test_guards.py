@@ -19,12 +19,12 @@ import numpy as np
 import pytest
 import torch
 from PIL import Image
-from sample_datasets import key_of, write_dataset
 
 from shardstream import ShardDataset
 from shardstream.dataset.collate import collate, ragged_fields
 from shardstream.loader import guards
 from shardstream.loader.guards import SharedMemoryError, WorkerDeviceError, WorkerPickleError
+from tests.sample_datasets import key_of, write_dataset
 
 pytestmark = pytest.mark.filterwarnings("ignore:This DataLoader will create")
 
@@ -148,7 +148,7 @@ def test_a_real_small_shm_gives_the_error_instead_of_a_hang(png_url, tmp_path):
     command = f"mount -t tmpfs -o size=4m tmpfs /dev/shm && exec {sys.executable} {script} {png_url}"
     try:
         done = subprocess.run(["unshare", "--mount", "sh", "-c", command], capture_output=True, text=True,
-                              timeout=120, env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])})
+                              timeout=120, env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])})
     except subprocess.TimeoutExpired:
         pytest.fail("the loader hung in a small /dev/shm")
     if "mount:" in done.stderr or "unshare:" in done.stderr:

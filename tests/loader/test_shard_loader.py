@@ -7,12 +7,12 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from sample_datasets import key_of
-from sample_datasets import write_dataset as _write_dataset
 
 from shardstream.dataset import ShardDataset
 from shardstream.dataset.readers import OpenShards, TarShard
 from shardstream.errors import ShardstreamError
+from tests.sample_datasets import key_of
+from tests.sample_datasets import write_dataset as _write_dataset
 
 pytestmark = pytest.mark.filterwarnings("ignore:This DataLoader will create")
 

@@ -14,12 +14,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
-from sample_datasets import make_files
 
 from shardstream import pack
 from shardstream.cli import cli
 from shardstream.errors import ManifestError
 from shardstream.manifest.verify import verify
+from tests.sample_datasets import make_files
 
 
 def folder_dataset(tmp_path: Path, compression: str | None = None, fmt: str = "tar") -> Path:

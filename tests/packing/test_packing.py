@@ -21,12 +21,12 @@ import pyarrow.feather as pfeather
 import pyarrow.parquet as pq
 import pytest
 import zstandard
-from oslimits import permission_preexec
-from sample_datasets import make_files
 
 from shardstream import pack
 from shardstream.errors import DatasetExistsError, ShardstreamError, SourceError
 from shardstream.formats import iter_shard_samples
+from tests.oslimits import permission_preexec
+from tests.sample_datasets import make_files
 
 pack_module = importlib.import_module("shardstream.packing.driver")
 

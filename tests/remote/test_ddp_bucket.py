@@ -9,7 +9,8 @@ from collections import Counter
 from pathlib import Path
 
 from ddp.test_ddp import BATCH, check_epochs, torchrun
-from sample_datasets import key_of, write_dataset
+
+from tests.sample_datasets import key_of, write_dataset
 
 
 def test_ranks_read_a_bucket_in_equal_batches_covering_every_sample(s3_bucket, proxied, tmp_path):

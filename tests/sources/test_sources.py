@@ -11,11 +11,11 @@ import pyarrow.csv as pcsv
 import pyarrow.feather as pfeather
 import pyarrow.parquet as pq
 import pytest
-from oslimits import permission_preexec
-from sample_datasets import make_files
 
 from shardstream.errors import SourceError
 from shardstream.sources import FolderSource, TableSource, open_source
+from tests.oslimits import permission_preexec
+from tests.sample_datasets import make_files
 
 
 def fields_of(src: FolderSource) -> dict[str, dict[str, tuple[str, int]]]:
