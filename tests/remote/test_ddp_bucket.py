@@ -8,8 +8,7 @@ import uuid
 from collections import Counter
 from pathlib import Path
 
-from ddp.test_ddp import BATCH, check_epochs, torchrun
-
+from tests.ddp.test_ddp import BATCH, check_epochs, torchrun
 from tests.sample_datasets import key_of, write_dataset
 
 
