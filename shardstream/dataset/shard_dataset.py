@@ -240,10 +240,6 @@ class ShardDataset(IterableDataset):
         """Samples this rank still reads in the current epoch."""
         return self._position.get().remaining(self.drop_last)
 
-    def span(self) -> tuple[int, int]:
-        """This rank's span of the current segment, as [start, stop) segment indices."""
-        return self._position.get().span(self.drop_last)
-
     def state_dict(self) -> dict[str, Any]:
         """Where the current pass starts (a loader adds what it has consumed since)."""
         return to_state(self._position.get(), self.seed, self.manifest.num_samples, self.drop_last)
@@ -311,6 +307,15 @@ class ShardDataset(IterableDataset):
                  seed_epoch: int | None, check: Callable[[Any], None] | None) -> Iterator[Any]:
         batched = self.batch_size is not None
         mapped, columnar = self.mapped, self.columnar
+
+        def checked(batch: Any) -> Any:
+            """The batch, once the pass's first one has been checked."""
+            nonlocal check
+            if check is not None:
+                check, first = None, check
+                first(batch)
+            return batch
+
         for position, ids, offsets in chunks:
             if seed_epoch is not None:
                 seed_batch(self.seed, seed_epoch, position)
@@ -326,18 +331,11 @@ class ShardDataset(IterableDataset):
                     continue
                 if sender is not None:
                     with sender.batch() as ship:  # collate allocates in the sender's arena inside this block
-                        batch = self.collate_fn(samples)
-                        if check is not None:
-                            check, first = None, check
-                            first(batch)
-                        shipment = ship(batch)
+                        shipment = ship(checked(self.collate_fn(samples)))
                     yield shipment  # outside the block: its allocator must not stay active while suspended
                     continue
                 batch = self.collate_fn(samples)
-            if check is not None:
-                check, first = None, check
-                first(batch)
-            yield batch
+            yield checked(batch)
 
     def _sender(self, info: Any, setup: LoaderSetup) -> Any:
         """This worker's transport for batches (see :mod:`shardstream.loader.transport`), if the loader gave one."""

@@ -109,9 +109,9 @@ class ShardLoader(DataLoader):
                                 "decoded images take more")
         # the workers check their own first batch too, before sending it: by the time the main process
         # sees a batch, another worker's may already have failed to reach shared memory
-        check = (functools.partial(guards.check_first_batch, num_workers=num_workers,
-                                   batches_per_worker=_in_flight(kwargs, ring, ring_slots)[0],
-                                   extra_batches=_in_flight(kwargs, ring, ring_slots)[1], free=self._shm_free)
+        per_worker, extra = _in_flight(kwargs, ring, ring_slots)
+        check = (functools.partial(guards.check_first_batch, num_workers=num_workers, batches_per_worker=per_worker,
+                                   extra_batches=extra, free=self._shm_free)
                  if shm_check == "raise" and self._shm_free is not None and not dataset.mapped else None)
         self.ring_slots = ring_slots
         self._receiver: Receiver | None = None

@@ -7,6 +7,7 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
+from ..formats import TAR_COMPRESSION, shard_format_of
 from ..storage import RetryPolicy, Store
 from .files import dataset_store, load_manifest
 from .index_tars import scan
@@ -14,15 +15,12 @@ from .schema import Manifest
 
 log = logging.getLogger("shardstream")
 
-TAR_SUFFIXES = (".tar", ".tar.gz", ".tgz", ".tar.zst")
-
-
 def open_dataset(url_or_urls: str | os.PathLike[str] | Sequence[str], storage_options: dict[str, Any] | None = None,
                  retry: RetryPolicy | None = None) -> tuple[Store, Manifest]:
     """The store and manifest of a dataset; WebDataset tars without a manifest are scanned."""
     urls = [url_or_urls] if isinstance(url_or_urls, (str, os.PathLike)) else list(url_or_urls)
     urls = [os.fspath(u) for u in urls]
-    if len(urls) == 1 and not urls[0].endswith(TAR_SUFFIXES) and "{" not in urls[0]:
+    if len(urls) == 1 and shard_format_of(urls[0]) not in TAR_COMPRESSION and "{" not in urls[0]:
         store = dataset_store(urls[0], storage_options, retry)
         return store, load_manifest(store)
     log.warning("scanning %d tar source(s) without a manifest; 'shardstream index' writes one so the next "
