@@ -4,11 +4,12 @@ A sample is a run of consecutive members ``KEY.EXT`` sharing ``KEY`` (the member
 up to the first dot of its base name). Members are plain POSIX ustar entries with
 fixed metadata (mode 0644, owner 0, mtime 0), so the same samples always give the
 same bytes; a PAX header is added only for a name that ustar cannot hold. The reader
-walks headers by offset over a buffer (bytes or a memory map) and hands out slices.
-"""
+walks headers by offset over a buffer (bytes or a memory map) and hands out slices."""
 
 from __future__ import annotations
 
+import re
+import struct
 from collections.abc import Iterable, Iterator, Sequence
 from typing import IO
 
@@ -79,8 +80,7 @@ def member_header(name: str, size: int) -> bytes:
 
 def member_size(name: str, size: int) -> int:
     """Bytes that member ``name`` of ``size`` bytes takes in a tar, headers and padding included."""
-    raw_len = len(name.encode("utf-8", "surrogateescape"))
-    if raw_len <= 100 and size <= _MAX_OCTAL_SIZE:
+    if len(name.encode("utf-8", "surrogateescape")) <= 100 and size <= _MAX_OCTAL_SIZE:
         return BLOCK + size + _pad(size)
     return len(member_header(name, size)) + size + _pad(size)
 
@@ -93,12 +93,14 @@ def sample_size(key: str, fields: Iterable[tuple[str, int]]) -> int:
 class TarShardWriter:
     """Writes one tar shard to ``sink``; optional whole-shard ``"zstd"`` or ``"gzip"``.
 
-    ``close()`` returns ``(bytes written, sha256 hex)`` of the stored (compressed) bytes.
+    ``close()`` returns ``(bytes written, sha256 hex)`` of the stored (compressed) bytes. ``tar_size``,
+    the exact size of the tar when known in advance, goes into a zstd frame's header.
     """
 
-    def __init__(self, sink: IO[bytes], compression: str | None = None, level: int | None = None):
+    def __init__(self, sink: IO[bytes], compression: str | None = None, level: int | None = None,
+                 tar_size: int | None = None):
         self._out = HashingWriter(sink)
-        self._compressor = compressing_writer(self._out, compression, level)
+        self._compressor = compressing_writer(self._out, compression, level, tar_size)
         self._write = self._out.write if self._compressor is None else self._compressor.write
         self.samples = 0
         self.tar_bytes = 0
@@ -128,132 +130,187 @@ class TarShardWriter:
         return self._out.nbytes, self._out.hexdigest()
 
 
-def _parse_int(field: bytes, name: str, offset: int) -> int:
-    if field[:1] and field[0] & 0x80:  # GNU base-256 for big numbers
-        return int.from_bytes(field[1:], "big")
-    text = field.split(b"\0", 1)[0].strip()
-    try:
-        return int(text, 8) if text else 0
-    except ValueError:
-        raise CorruptShardError(f"{name}: bad tar header at byte {offset} (number field {field!r})") from None
+# -- reading: every byte is hostile. Each header moves forward a block or more (n / 512 headers at most);
+# what the reader yields, tarfile reads the same way; what readers could read differently is refused.
+
+_NUMBER = re.compile(rb" *([0-7]*)[ \0]*")  # octal digits between spaces, then spaces or NULs
+_NUMBER_FIELDS = (("mode", 100, 8), ("uid", 108, 8), ("gid", 116, 8), ("mtime", 136, 12), ("dev", 329, 8),
+                  ("dev", 337, 8))
+_USUAL = re.compile(rb"(?:[0-7]{7}[ \0]){3}([0-7]{11})[ \0][0-7]{11}[ \0]")  # mode uid gid size mtime, as written
+_DEVICES = re.compile(rb"(?:[0-7]{7}[ \0]|\0{8}){2}")
+_PAX_LENGTH = re.compile(rb"([0-9]{1,20}) ")
+_PAX_SIZE = re.compile(rb"[0-9]{1,20}")
+_REGULAR = (b"0", b"\0", b"7")
+_NO_DATA = (b"1", b"2", b"3", b"4", b"5", b"6")  # links, devices, folders, fifos: tarfile skips no data
+_EXTENDED = (b"x", b"X", b"g", b"L", b"K")  # PAX (X: Solaris), GNU long name / link: about the next member
+_REDO = "re-create or re-download the shard"
+
+
+def _number(field: bytes, what: str) -> int:
+    """A header number field, strictly; GNU base-256 (first byte 0x80, or 0xff: negative) too."""
+    if field[0] in (0x80, 0xFF):
+        value = int.from_bytes(field[1:], "big")
+        return value if field[0] == 0x80 else value - 256 ** (len(field) - 1)
+    if (match := _NUMBER.fullmatch(field)) is None:
+        raise ValueError(f"number field {what} {field!r} is not octal")
+    return int(match.group(1) or b"0", 8)
 
 
 def _parse_pax(records: bytes) -> dict[str, bytes]:
+    """PAX records ``LENGTH KEY=VALUE\\n``, each exactly LENGTH bytes, then NULs (ValueError otherwise)."""
     out: dict[str, bytes] = {}
-    pos = 0
+    records, pos = records.rstrip(b"\0"), 0
     while pos < len(records):
-        space = records.index(b" ", pos)
-        length = int(records[pos:space])
-        end = pos + length
-        if length <= space - pos + 1 or end > len(records) or records[end - 1 : end] != b"\n":
-            raise ValueError(f"bad PAX record at {pos}")
-        key, _, value = records[space + 1 : end - 1].partition(b"=")
+        match = _PAX_LENGTH.match(records, pos)
+        end = pos + int(match.group(1)) if match else 0
+        if match is None or end > len(records) or end - 1 <= match.end() or records[end - 1] != 0x0A:
+            raise ValueError(f"record {len(out) + 1} does not frame")
+        key, eq, value = records[match.end() : end - 1].partition(b"=")
+        if not key or not eq:
+            raise ValueError(f"record {len(out) + 1} is not KEY=VALUE")
         out[key.decode("utf-8", "surrogateescape")] = value
         pos = end
     return out
 
 
-_OCTAL = None
-
-
-def _verify_checksums(view: memoryview, positions: list[int], name: str) -> None:
-    """Check the header checksums at ``positions`` all at once (numpy: ~30x a Python ``sum`` each)."""
+def _has_data(view: memoryview, start: int) -> bool:
+    """Whether ``view[start:]`` holds a byte other than NUL (without a copy)."""
     import numpy as np
 
-    global _OCTAL
-    if _OCTAL is None:
-        _OCTAL = 8 ** np.arange(5, -1, -1, dtype=np.int64)
-    rows = np.frombuffer(b"".join([view[p : p + BLOCK] for p in positions]), dtype=np.uint8).reshape(-1, BLOCK)
-    field = rows[:, 148:156]
-    actual = rows.sum(axis=1, dtype=np.int64) - field.sum(axis=1, dtype=np.int64) + 256
-    digits = field[:, :6].astype(np.int64) - 48
-    plain = ((digits >= 0) & (digits <= 7)).all(axis=1) & (field[:, 6] == 0)  # "%06o\0 " as written by us
-    stored = np.where(plain, digits @ _OCTAL, -1)
+    return start < len(view) and bool(np.frombuffer(view, dtype=np.uint8, offset=start).any())
+
+
+def _octal_fields(rows, start: int, width: int):
+    """Per header row: the value of a field of ``width - 1`` octal digits then NUL or space, else -1."""
+    import numpy as np
+
+    digits = rows[:, start : start + width - 1].astype(np.int64) - 48
+    plain = ((digits >= 0) & (digits <= 7)).all(axis=1) & np.isin(rows[:, start + width - 1], (0, 32))
+    return np.where(plain, digits @ (8 ** np.arange(width - 2, -1, -1, dtype=np.int64)), -1)
+
+
+def _check_sums(view: memoryview, positions: list[int], name: str, rows=None) -> None:
+    """Check the checksums of the headers at ``positions`` (their numpy ``rows`` if at hand) all at once."""
+    import numpy as np
+
+    if rows is None:
+        rows = np.frombuffer(b"".join([view[p : p + BLOCK] for p in positions]), dtype=np.uint8).reshape(-1, BLOCK)
+    actual = rows.sum(axis=1, dtype=np.int64) - rows[:, 148:156].sum(axis=1, dtype=np.int64) + 256
+    stored = np.where(rows[:, 155] == 32, _octal_fields(rows, 148, 7), -1)  # "%06o\0 ", as written by us
     for i in np.flatnonzero(stored != actual).tolist():
-        pos = positions[i]
-        other = _parse_int(bytes(view[pos + 148 : pos + 156]), name, pos)  # other writers' layouts
-        if other != int(actual[i]):
-            raise CorruptShardError(
-                f"{name}: bad tar header at byte {pos} (checksum {other} != {int(actual[i])}); "
-                "the shard is damaged, re-create or re-download it"
-            )
+        header = bytes(view[positions[i] : positions[i] + BLOCK])
+        try:  # other writers' layouts, and the signed sums of old Sun tars, as tarfile takes them
+            other: int | None = _number(header[148:156], "checksum")
+        except ValueError:
+            other = None
+        if other not in (int(actual[i]), 256 + sum(struct.unpack_from("148b8x356b", header))):
+            raise CorruptShardError(f"{name}: bad tar header at byte {positions[i]} (checksum {other} != "
+                                    f"{int(actual[i])}); the shard is damaged, {_REDO}")
 
 
 def iter_members(buf, name: str = "shard", check: bool = True) -> Iterator[tuple[str, int, int]]:
     """(member name, data offset, data size) of every regular file in the tar ``buf``.
 
-    Raises :class:`CorruptShardError` naming ``name`` and the byte offset for a bad
-    header checksum or a truncated member. Checksums are verified in batches, so a
-    consumer that stops early may have been handed members whose header is unchecked;
-    one that reads to the end has had every header checked.
-    """
+    Raises :class:`CorruptShardError` naming ``name`` and the byte offset for anything but a well-formed
+    tar (bad checksums unless ``check=False``, odd numbers, truncation, data after the end, an empty file,
+    what readers disagree on). Checksums are checked in batches: a consumer that stops early may have been
+    handed members whose header is unchecked; one that reads to the end has had every header checked."""
     view = memoryview(buf)
     total = len(view)
     pos = 0
-    pending: dict[str, bytes] = {}
+    ext: dict[str, bytes] = {}  # what the extended headers since the last member say about the next one
+    kinds: list[bytes] = []  # and which those headers were
     unchecked: list[int] = []
 
     def verify() -> None:
         if check and unchecked:
-            _verify_checksums(view, unchecked, name)
-            unchecked.clear()
+            _check_sums(view, unchecked, name)
+        unchecked.clear()
 
     def damaged(message: str) -> CorruptShardError:
         verify()  # a bad checksum explains a structural error best
-        return CorruptShardError(message)
+        return CorruptShardError(f"{name}: {message}; {_REDO}")
 
     while pos + BLOCK <= total:
         header = bytes(view[pos : pos + BLOCK])
-        if header == bytes(BLOCK):
+        if header == _ZEROS:
+            break
+        unchecked.append(pos)
+        if len(unchecked) >= 1024:
             verify()
-            return
-        if check:
-            unchecked.append(pos)
-            if len(unchecked) >= 1024:
-                verify()
         try:
-            size = _parse_int(header[124:136], name, pos)
-            if "size" in pending:
-                size = int(pending["size"])
-        except (CorruptShardError, ValueError) as exc:
-            raise damaged(f"{name}: bad tar header at byte {pos} ({exc})") from None
-        typeflag = header[156:157]
+            if (usual := _USUAL.fullmatch(header, 100, 148)) and _DEVICES.fullmatch(header, 329, 345):
+                size = int(usual.group(1), 8)
+            else:
+                for what, start, width in _NUMBER_FIELDS:  # unused, but tarfile stops at one it cannot parse
+                    _number(header[start : start + width], what)
+                size = _number(header[124:136], "size")
+            if size < 0:
+                raise ValueError(f"negative size {size}")
+        except ValueError as exc:
+            raise damaged(f"bad tar header at byte {pos} ({exc})") from None
+        kind = header[156:157]
+        size = int(ext["size"]) if kind not in _EXTENDED and "size" in ext else size
+        folder = kind == b"\0" and header[:100].split(b"\0", 1)[0].endswith(b"/")  # a folder, old style
+        if size and (kind in _NO_DATA or folder):
+            raise damaged(f"member at byte {pos} of type {kind!r} has {size} bytes of data, which readers skip")
+        if folder and kinds or kind == b"5" and b"L" in kinds and not ext["path"].endswith(b"/"):
+            raise damaged(f"member at byte {pos} is a folder to some readers only (type {kind!r}, extended)")
         data = pos + BLOCK
-        end = data + size
-        if end > total:
-            raise damaged(
-                f"{name}: truncated at byte {total}: member at byte {pos} needs {size} bytes "
-                f"but only {total - data} remain; re-create or re-download the shard"
-            )
-        if typeflag in (b"x", b"L"):
-            if typeflag == b"x":
-                try:
-                    pending.update(_parse_pax(bytes(view[data:end]).rstrip(b"\0")))
-                except ValueError:
-                    raise damaged(f"{name}: bad PAX header at byte {pos}") from None
-            else:
-                pending["path"] = bytes(view[data:end]).rstrip(b"\0")
-        elif typeflag in (b"0", b"\0", b"7"):
-            if "path" in pending:
-                raw = pending["path"]
-            else:
+        if size > total - data:
+            raise damaged(f"truncated at byte {total}: member at byte {pos} needs {size} bytes "
+                          f"but only {total - data} remain")
+        end = data + size + _pad(size)
+        if kind in _EXTENDED and kind != b"g" and ((b"x" if kind in b"xX" else kind) in kinds
+                                                   or kind == b"L" and "path" in ext):
+            raise damaged(f"extended header at byte {pos} ({kind!r}) repeats one before it")
+        if kind in (b"x", b"X", b"g"):
+            try:
+                records = _parse_pax(bytes(view[data : data + size]))
+                if _has_data(view[:end], data + size):
+                    raise ValueError("bytes after the records")
+                if not _PAX_SIZE.fullmatch(records.get("size", b"0")):
+                    raise ValueError(f"size {records['size'][:30]!r}")
+            except ValueError as exc:
+                raise damaged(f"bad PAX header at byte {pos} ({exc})") from None
+            odd = [k for k in records if k.startswith("GNU.sparse.") or (kind == b"g" and k in ("path", "size"))]
+            if odd or ("path" in records and "path" in ext and kind != b"g"):
+                raise damaged(f"PAX header at byte {pos} sets {(odd or ['path'])[0]!r}, which readers take differently")
+            if kind != b"g":
+                ext.update(records)
+            kinds.append(b"g" if kind == b"g" else b"x")
+        elif kind in (b"L", b"K"):
+            ext.update({"path": bytes(view[data:end]).split(b"\0", 1)[0]} if kind == b"L" else {})
+            kinds.append(kind)
+        elif kind == b"S":
+            raise damaged(f"member at byte {pos} is a GNU sparse file, which a shard cannot hold")
+        elif kind in _REGULAR and not folder:
+            raw = ext.get("path")
+            if raw is None:
                 raw = header[:100].split(b"\0", 1)[0]
-                prefix = header[345:500].split(b"\0", 1)[0] if header[257:262] == b"ustar" else b""
-                if prefix:
-                    raw = prefix + b"/" + raw
-            pending = {}
+                prefix = header[345:500].split(b"\0", 1)[0]
+                if prefix and header[257:263] != b"ustar\0":
+                    raise damaged(f"member at byte {pos} has a name prefix in a header that is not ustar")
+                raw = prefix + b"/" + raw if prefix else raw
+            if raw.endswith(b"/"):
+                raise damaged(f"regular file at byte {pos} has a folder's name {raw[-40:]!r}")
             yield raw.decode("utf-8", "surrogateescape"), data, size
-        else:
-            pending = {}  # directories, links, global headers: not sample data
-        pos = end + _pad(size)
-    if pos < total and bytes(view[pos:]).strip(b"\0"):
-        raise damaged(f"{name}: truncated tar header at byte {pos}; re-create or re-download the shard")
-    verify()
-    if check and pos > 0:
-        raise CorruptShardError(
-            f"{name}: truncated at byte {total}: the tar has no end-of-archive marker; "
-            "re-create or re-download the shard"
-        )
+        if kind not in _EXTENDED:
+            ext, kinds = {}, []
+        pos = end
+    if total - pos >= BLOCK:  # the loop met a zero block: the end-of-archive marker
+        if kinds:
+            raise damaged(f"the extended header before byte {pos} is followed by no member")
+        if _has_data(view, pos):
+            raise damaged(f"data after the end-of-archive marker at byte {pos} (a zeroed header, or tars joined)")
+        if total - pos < 2 * BLOCK:
+            raise damaged(f"truncated at byte {total}: the end-of-archive marker at byte {pos} is cut"
+                          if pos else f"only {total} bytes, too short to be a tar")
+        verify()
+        return
+    raise damaged(f"truncated tar header at byte {pos}" if _has_data(view, pos) else
+                  f"truncated at byte {total}: the tar has no end-of-archive marker" if pos else
+                  f"only {total} bytes, too short to be a tar" if total else "empty file, not a tar")
 
 
 def split_name(member: str) -> tuple[str, str] | None:
@@ -265,16 +322,11 @@ def split_name(member: str) -> tuple[str, str] | None:
     return member[:dot], member[dot + 1 :]
 
 
-def iter_samples(
-    buf, name: str = "shard", check: bool = True, unkeyed: list[str] | None = None
-) -> Iterator[tuple[str, dict[str, tuple[int, int]]]]:
-    """(key, {extension: (offset, size)}) for each sample of the tar ``buf``, in order.
-
-    Members without ``KEY.EXT`` form are skipped and, when ``unkeyed`` is given, appended to it.
-    """
+def _group(members: Iterable[tuple[str, int, int]], name: str, unkeyed: list[str] | None
+           ) -> Iterator[tuple[str, dict[str, tuple[int, int]]]]:
     key: str | None = None
     fields: dict[str, tuple[int, int]] = {}
-    for member, offset, size in iter_members(buf, name, check):
+    for member, offset, size in members:
         parts = split_name(member)
         if parts is None:
             if unkeyed is not None:
@@ -292,80 +344,57 @@ def iter_samples(
         yield key, fields
 
 
-def _index_plain(buf, name: str) -> tuple[list[str], list[int], list[int]] | None:
-    """(names, data offsets, sizes) of a tar of plain ustar regular files, found with numpy;
-    None when the tar has anything else (PAX or GNU headers, links, odd number fields).
+def iter_samples(
+    buf, name: str = "shard", check: bool = True, unkeyed: list[str] | None = None
+) -> Iterator[tuple[str, dict[str, tuple[int, int]]]]:
+    """(key, {extension: (offset, size)}) for each sample of the tar ``buf``, in order. Members
+    without ``KEY.EXT`` form are skipped and, when ``unkeyed`` is given, appended to it."""
+    return _group(iter_members(buf, name, check), name, unkeyed)
 
-    Headers are located by their magic, their sizes parsed all at once, and accepted only
-    if they chain exactly from the first block to the end-of-archive marker.
-    """
+
+def _index_plain(buf, name: str) -> tuple[list[str], list[int], list[int]] | None:
+    """(names, data offsets, sizes) of a tar of plain ustar regular files, found with numpy; None when it
+    has anything else. Headers are found by their magic and accepted only if they chain exactly from the
+    first block to an end-of-archive marker with nothing after it."""
     import numpy as np
 
     data = np.frombuffer(buf, dtype=np.uint8)
     nblocks = len(data) // BLOCK
     if nblocks < 3 or len(data) % BLOCK:
         return None
-    blocks = data[: nblocks * BLOCK].reshape(nblocks, BLOCK)
+    blocks = data.reshape(nblocks, BLOCK)
     heads = np.flatnonzero((blocks[:, 257:262] == np.frombuffer(b"ustar", dtype=np.uint8)).all(axis=1))
     if len(heads) == 0 or heads[0] != 0:
         return None
     rows = blocks[heads]
-    digits = rows[:, 124:135].astype(np.int64) - 48
-    if (not ((digits >= 0) & (digits <= 7)).all() or not np.isin(rows[:, 135], (0, 32)).all()
-            or not np.isin(rows[:, 156], (ord("0"), 0)).all()):
-        return None  # 12-digit sizes, other member types: the careful parser
-    sizes = digits @ (8 ** np.arange(10, -1, -1, dtype=np.int64))
+    sizes = _octal_fields(rows, 124, 12)
+    numbers = [(_octal_fields(rows, s, w) >= 0) | ~rows[:, s : s + w].any(axis=1) for _, s, w in _NUMBER_FIELDS]
+    posix = (rows[:, 257:263] == np.frombuffer(b"ustar\0", dtype=np.uint8)).all(axis=1)
+    if ((sizes < 0).any() or not np.all(numbers) or not np.isin(rows[:, 156], (ord("0"), 0)).all()
+            or ((rows[:, 345] != 0) & ~posix).any()):
+        return None  # 12-digit or base-256 numbers, other member types, GNU headers with a prefix: the careful parser
     following = heads + 1 + (sizes + BLOCK - 1) // BLOCK
     if not (following[:-1] == heads[1:]).all():  # a magic inside member data, or a gap: not plain
         return None
     end = int(following[-1])
-    if end >= nblocks or blocks[end].any() or blocks[end:].any():
+    if end + 2 > nblocks or blocks[end:].any():
         return None  # truncated, or something after the members: the careful parser says what
-    stored = rows[:, 148:154].astype(np.int64) - 48
-    actual = rows.sum(axis=1, dtype=np.int64) - rows[:, 148:156].sum(axis=1, dtype=np.int64) + 256
-    if not (((stored >= 0) & (stored <= 7)).all() and (rows[:, 154] == 0).all()):
-        return None
-    bad = np.flatnonzero(stored @ (8 ** np.arange(5, -1, -1, dtype=np.int64)) != actual)
-    if len(bad):
-        pos = int(heads[bad[0]]) * BLOCK
-        raise CorruptShardError(
-            f"{name}: bad tar header at byte {pos} (header checksum); the shard is damaged, "
-            "re-create or re-download it"
-        )
+    offsets = (heads * BLOCK).tolist()
+    _check_sums(memoryview(buf), offsets, name, rows)
     raw_names = rows[:, :100].tobytes()
     names = [raw_names[i : i + 100].split(b"\0", 1)[0] for i in range(0, len(raw_names), 100)]
-    if rows[:, 345:500].any():
+    if rows[:, 345].any():
         prefixes = rows[:, 345:500].tobytes()
-        for i in np.flatnonzero(rows[:, 345:500].any(axis=1)).tolist():
-            prefix = prefixes[i * 155 : (i + 1) * 155].split(b"\0", 1)[0]
-            if prefix:
-                names[i] = prefix + b"/" + names[i]
-    offsets = ((heads + 1) * BLOCK).tolist()
-    return [n.decode("utf-8", "surrogateescape") for n in names], offsets, sizes.tolist()
+        for i in np.flatnonzero(rows[:, 345]).tolist():
+            names[i] = prefixes[i * 155 : (i + 1) * 155].split(b"\0", 1)[0] + b"/" + names[i]
+    if any(n.endswith(b"/") for n in names):
+        return None  # folders, old style
+    return [n.decode("utf-8", "surrogateescape") for n in names], [o + BLOCK for o in offsets], sizes.tolist()
 
 
 def index_samples(buf, name: str = "shard") -> tuple[list[str], list[dict[str, tuple[int, int]]]]:
     """Keys and per-field (offset, size) of every sample, as :func:`iter_samples` gives them,
     by the numpy fast path when the tar allows it."""
     plain = _index_plain(buf, name)
-    if plain is None:
-        found = list(iter_samples(buf, name))
-        return [k for k, _ in found], [f for _, f in found]
-    keys: list[str] = []
-    fields: list[dict[str, tuple[int, int]]] = []
-    current: dict[str, tuple[int, int]] | None = None
-    key = None
-    for member, offset, size in zip(*plain):
-        parts = split_name(member)
-        if parts is None:
-            continue
-        k, ext = parts
-        if k != key:
-            current = {}
-            keys.append(k)
-            fields.append(current)
-            key = k
-        elif ext in current:
-            raise CorruptShardError(f"{name}: sample {key!r} has the member {member!r} twice")
-        current[ext] = (offset, size)
-    return keys, fields
+    found = list(iter_samples(buf, name) if plain is None else _group(zip(*plain), name, None))
+    return [k for k, _ in found], [f for _, f in found]

@@ -178,3 +178,22 @@ def test_damaged_record_batch():
         A.read_table(damaged, "s.arrow")
     with pytest.raises(CorruptShardError):
         count_samples("arrow", damaged, "s.arrow")
+
+
+@pytest.mark.parametrize(("offsets", "data", "says"), [
+    ([0, 5, 2, 9], b"alphabetagamma", "non-monotonic offset"),  # pyarrow's to_pylist: SystemError, or worse
+    ([0, 2, 4, 6], b"ab\xff\xfeef", "Invalid UTF8"),  # to_pylist: UnicodeDecodeError
+])
+def test_damaged_buffers_are_a_named_error_not_a_crash(offsets, data, says):
+    import numpy as np
+
+    text = pa.StringArray.from_buffers(3, pa.py_buffer(np.array(offsets, np.int32).tobytes()), pa.py_buffer(data))
+    sink = io.BytesIO()
+    writer = A.ArrowShardWriter(sink, pa.schema([("text", pa.string())]), compression=None)
+    writer.add_batch(pa.record_batch([text], names=["text"]))  # written unvalidated, as damage would read
+    writer.close()
+    shard = sink.getvalue()
+    for read in (lambda: list(A.iter_rows(shard, "s.arrow")), lambda: A.read_table(shard, "s.arrow"),
+                 lambda: list(iter_shard_samples("arrow", shard, "s.arrow"))):
+        with pytest.raises(CorruptShardError, match=f"s.arrow: damaged record batch.*{says}"):
+            read()
