@@ -3,14 +3,23 @@
 Per-shard data is stored column by column (a list of paths, a list of counts, ...),
 so a manifest of a million shards is a few flat JSON arrays and loads in about a
 second. Nothing in it grows with the number of samples.
+
+A manifest comes from whoever made the dataset, so its schema is enforced when one is read or
+made: types, counts in ``[0, 2**53)``, checksums of 64 hex digits (kept lower-case; empty: none),
+relative, normalized, unique shard paths (none reaches outside the dataset's folder or bucket),
+field names safe as file-name extensions; per-shard columns are checked as whole strings.
 """
 
 from __future__ import annotations
 
 import datetime as _dt
+import itertools
 import json
+import math
+import operator
 import platform
-from dataclasses import dataclass, field
+import re
+from dataclasses import InitVar, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -21,6 +30,20 @@ from ..errors import ManifestError
 MANIFEST_NAME = "_manifest.json"
 FORMAT_VERSION = 1
 SHARD_FORMATS = ("tar", "tar.zst", "tar.gz", "arrow")
+MAX_COUNT = 1 << 53  # sample and byte counts stay below this, exact in every JSON reader
+
+_FIX = "re-create it with 'shardstream index' (or pack the data again)"
+# Shard paths: no C0/C1 control character, DEL, backslash or lone surrogate, no percent-encoded
+# '.', '/', '\' or NUL (HTTP servers decode them); the same rules as bytes for the joined check.
+_BAD_PATH_CHAR = re.compile(r"[\x00-\x1f\x7f-\x9f\\\ud800-\udfff]")
+_PATH_BYTES = bytes(sorted(set(range(0x20, 0x100)) - {0x5C, 0x7F})) + b"\n"
+_C1_UTF8, _ENCODED_UTF8 = re.compile(rb"\xc2[\x80-\x9f]"), re.compile(rb"%(?:2[eEfF]|5[cC]|00)")
+_BAD_FIELD_CHAR = re.compile(r"[\x00-\x1f\x7f-\x9f/\\\ud800-\udfff]")  # tar field names: extensions
+_BAD_TEXT_CHAR = re.compile(r"[\x00\ud800-\udfff]")  # other names: NUL, and what UTF-8 cannot encode
+_SHA = re.compile(r"(?:[0-9a-fA-F]{64})?")
+_BASE64 = re.compile(r"[A-Za-z0-9+/]*={0,2}")
+_CHUNK = 1 << 14  # columns are checked in pieces that stay in the CPU's cache
+_NEWLINES = b"\n" * _CHUNK
 
 
 def shard_name(index: int, shard_format: str) -> str:
@@ -30,7 +53,10 @@ def shard_name(index: int, shard_format: str) -> str:
 
 @dataclass
 class Manifest:
-    """What a dataset is: its shards (path, samples, bytes, sha256), fields and classes."""
+    """What a dataset is: its shards (path, samples, bytes, sha256), fields and classes.
+
+    Checked when made: a :class:`ManifestError` (naming ``source``, the file read) if any part
+    breaks the schema."""
 
     shard_format: str
     paths: list[str]
@@ -41,12 +67,10 @@ class Manifest:
     classes: list[str] | None = None
     arrow_schema: str | None = None
     created: dict[str, Any] = field(default_factory=dict)
+    source: InitVar[str | None] = None
 
-    def __post_init__(self) -> None:
-        import numpy as np  # on first use: the command line starts faster without it
-
-        self.samples = np.asarray(self.samples, dtype=np.int64)
-        self.nbytes = np.asarray(self.nbytes, dtype=np.int64)
+    def __post_init__(self, source: str | None) -> None:
+        _Checker(source).check(self)
 
     @property
     def num_shards(self) -> int:
@@ -59,6 +83,17 @@ class Manifest:
     @property
     def total_bytes(self) -> int:
         return int(self.nbytes.sum())
+
+    @property
+    def fingerprint(self) -> str:
+        """A sha256 of what identifies the dataset's contents: format, shard paths, counts, sizes
+        and checksums, fields and classes; not the creation info, so a re-pack of the same source
+        has the same fingerprint, and any change to a shard gives another."""
+        import hashlib
+
+        doc = [self.shard_format, self.paths, self.samples.tolist(), self.nbytes.tolist(), self.sha256,
+               self.fields, self.classes, self.arrow_schema]
+        return hashlib.sha256(json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
     def locate(self, index: int) -> tuple[int, int]:
         """(shard, sample within shard) of the dataset's ``index``-th sample."""
@@ -81,73 +116,284 @@ class Manifest:
             "classes": self.classes,
             "arrow_schema": self.arrow_schema,
             "created": self.created,
-            "shards": {
-                "path": self.paths,
-                "samples": self.samples.tolist(),
-                "bytes": self.nbytes.tolist(),
-                "sha256": self.sha256,
-            },
+            "shards": {"path": self.paths, "samples": self.samples.tolist(), "bytes": self.nbytes.tolist(),
+                       "sha256": self.sha256},
         }
         return (json.dumps(doc, ensure_ascii=False, separators=(",", ":")) + "\n").encode("utf-8")
 
     @classmethod
     def from_json(cls, data: bytes | str, source: str = "manifest") -> Manifest:
-        """Parse and check a manifest; ``source`` names it in errors."""
+        """Parse a manifest and enforce its schema; ``source`` names it in errors."""
         try:
-            doc = json.loads(data)
-        except (ValueError, UnicodeDecodeError) as exc:
-            raise ManifestError(f"{source} is not valid JSON ({exc}); re-create it with 'shardstream index'") from exc
+            doc = json.loads(data, object_pairs_hook=_unique_keys, parse_constant=_no_constant)
+        except _Refused as exc:
+            raise ManifestError(f"{source} is damaged: {exc}; {_FIX}") from None
+        except RecursionError:
+            raise ManifestError(f"{source} is not a manifest: its JSON is nested too deeply; {_FIX}") from None
+        except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError, an integer of over 4300 digits
+            raise ManifestError(f"{source} is not valid JSON ({exc}); {_FIX}") from None
         if not isinstance(doc, dict) or "shardstream_manifest" not in doc:
             raise ManifestError(f"{source} is not a shardstream manifest")
         version = doc["shardstream_manifest"]
-        if not isinstance(version, int) or version > FORMAT_VERSION:
-            raise ManifestError(
-                f"{source} has manifest version {version!r}; this shardstream reads up to "
-                f"version {FORMAT_VERSION}, upgrade shardstream"
-            )
-        import numpy as np
-
-        try:
-            shards = doc["shards"]
-            paths, sha = list(shards["path"]), list(shards["sha256"])
-            samples = np.asarray(shards["samples"], dtype=np.int64)
-            nbytes = np.asarray(shards["bytes"], dtype=np.int64)
-            shard_format = doc["shard_format"]
-        except (KeyError, TypeError, ValueError) as exc:
-            raise ManifestError(f"{source} is damaged: missing or malformed {exc}") from exc
-        if shard_format not in SHARD_FORMATS:
-            raise ManifestError(f"{source}: unknown shard format {shard_format!r}")
-        if not len(paths) == len(sha) == len(samples) == len(nbytes):
-            raise ManifestError(f"{source} is damaged: the shard columns have different lengths")
-        if len(samples) and (samples.min() < 0 or nbytes.min() < 0):
-            raise ManifestError(f"{source} is damaged: negative sample or byte counts")
-        for total, actual in (("num_samples", int(samples.sum())), ("total_bytes", int(nbytes.sum())),
-                              ("num_shards", len(paths))):
-            if doc.get(total, actual) != actual:
-                raise ManifestError(f"{source} is damaged: {total} does not agree with the shard list")
-        return cls(
-            shard_format=shard_format,
-            paths=paths,
-            samples=samples,
-            nbytes=nbytes,
-            sha256=sha,
-            fields=list(doc.get("fields") or []),
-            classes=doc.get("classes"),
-            arrow_schema=doc.get("arrow_schema"),
-            created=dict(doc.get("created") or {}),
-        )
+        if type(version) is not int or version < 1:
+            raise ManifestError(f"{source} has manifest version {_show(version)}, which no shardstream writes; {_FIX}")
+        if version > FORMAT_VERSION:
+            raise ManifestError(f"{source} has manifest version {version}; this shardstream reads up to "
+                                f"version {FORMAT_VERSION}, upgrade shardstream")
+        check = _Checker(source)
+        shards = doc.get("shards")
+        if not isinstance(shards, dict):
+            raise check.fail(f"'shards' is {_kind(shards)}, not an object")
+        for column in ("path", "samples", "bytes", "sha256"):
+            if not isinstance(shards.get(column), list):
+                raise check.fail(f"the shard column {column!r} is {_kind(shards.get(column))}, not a list")
+        if "shard_format" not in doc:
+            raise check.fail("'shard_format' is missing")
+        for key, kind in (("fields", list), ("classes", list), ("arrow_schema", str), ("created", dict)):
+            if doc.get(key) is not None and not isinstance(doc[key], kind):
+                raise check.fail(f"{key!r} is {_kind(doc[key])}, not {_kind(kind())}")
+        manifest = cls(doc["shard_format"], shards["path"], shards["samples"], shards["bytes"], shards["sha256"],
+                       doc.get("fields") or [], doc.get("classes"), doc.get("arrow_schema"),
+                       doc.get("created") or {}, source=source)
+        for total, actual in (("num_shards", manifest.num_shards), ("num_samples", manifest.num_samples),
+                              ("total_bytes", manifest.total_bytes)):
+            if total in doc and (type(doc[total]) is not int or doc[total] != actual):
+                raise check.fail(f"{total} {_show(doc[total])} does not agree with the shard list ({actual})")
+        return manifest
 
 
 def creation_info(source: str | None = None, **extra: Any) -> dict[str, Any]:
     """Who made the dataset, when, from what."""
     from ..version import __version__
 
-    info: dict[str, Any] = {
-        "by": f"shardstream {__version__}",
-        "at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "python": platform.python_version(),
-    }
+    info: dict[str, Any] = {"by": f"shardstream {__version__}", "at": _dt.datetime.now(_dt.timezone.utc)
+                            .isoformat(timespec="seconds"), "python": platform.python_version()}
     if source is not None:
         info["source"] = source
     info.update(extra)
     return info
+
+
+def path_problem(path: object) -> str | None:
+    """What keeps ``path`` from being a shard path (relative, '/'-separated, inside the dataset's
+    folder, no control character or backslash, nothing an HTTP server decodes), or None."""
+    if not isinstance(path, str):
+        return f"is {_kind(path)}, not a string"
+    if not path:
+        return "is empty"
+    bad = _BAD_PATH_CHAR.search(path)
+    if bad is not None:
+        return "contains a backslash" if bad.group() == "\\" else f"contains the character U+{ord(bad.group()):04X}"
+    if "://" in path or path.startswith("/"):
+        return f"is {'a URL' if '://' in path else 'absolute'}, not a path inside the dataset's folder"
+    if _ENCODED_UTF8.search(path.encode()):
+        return "contains a percent-encoded '.', '/', '\\' or NUL"
+    segments = path.split("/")
+    if ".." in segments or "." in segments:
+        return "has a '.' or '..' segment; shard paths stay inside the dataset's folder"
+    return "has an empty segment ('//' or a trailing '/')" if "" in segments else None
+
+
+def _paths_fine(paths: list[Any]) -> bool:
+    """Whether all ``paths`` pass :func:`path_problem`, checked as joined strings of a few thousand."""
+    import numpy as np
+
+    for start in range(0, len(paths), _CHUNK):
+        part = paths[start : start + _CHUNK]
+        try:
+            raw = "\n".join(part).encode("utf-8")
+        except (TypeError, UnicodeEncodeError):  # not a string, or a lone surrogate
+            return False
+        if raw.count(b"\n") != len(part) - 1 or raw.translate(None, _PATH_BYTES):
+            return False
+        if b"\xc2" in raw and _C1_UTF8.search(raw) or b"%" in raw and _ENCODED_UTF8.search(raw):
+            return False
+        framed = np.frombuffer(b"\n" + raw + b"\n", np.uint8)
+        ends = np.flatnonzero((framed == 10) | (framed == 47))  # every segment lies between two of these
+        size = np.diff(ends)
+        short = size <= 3
+        at, size = ends[:-1][short], size[short]
+        if (size == 1).any() or ((framed[at + 1] == 46) & ((size == 2) | (framed[at + 2] == 46))).any():
+            return False
+    return True
+
+
+def _checksums_fine(sha: list[Any]) -> list[str] | None:
+    """``sha`` in lower case if each is 64 hex digits, checked as joined strings; else None."""
+    out: list[str] = []
+    for start in range(0, len(sha), _CHUNK):
+        part = sha[start : start + _CHUNK]
+        lines = _NEWLINES[: len(part) - 1]
+        try:
+            joined = "\n".join(part)
+            raw = joined.encode("ascii")
+        except (TypeError, UnicodeEncodeError):
+            return None
+        if len(raw) != 65 * len(part) - 1 or raw[64::65] != lines:  # 64 characters each
+            return None
+        rest = raw.translate(None, b"0123456789abcdef")
+        if rest != lines:
+            if rest.translate(None, b"ABCDEF") != lines:
+                return None
+            part = joined.lower().split("\n")  # upper case: accepted, kept lower
+        out += part
+    return out
+
+
+class _Refused(ValueError):  # JSON that parses, but that no manifest can be
+    pass
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    doc = dict(pairs)
+    if len(doc) != len(pairs):
+        seen: set[str] = set()
+        twice = next(key for key, _ in pairs if key in seen or seen.add(key))  # type: ignore[func-returns-value]
+        raise _Refused(f"the key {_show(twice)} appears twice in one object")
+    return doc
+
+
+def _no_constant(name: str) -> Any:
+    raise _Refused(f"it holds {name}, which is not a number JSON allows")
+
+
+def _show(value: object) -> str:
+    """A short, one-line, escaped rendering of a value from the manifest, for messages."""
+    if isinstance(value, str):
+        return repr(value) if len(value) <= 60 else repr(value[:60])[:-1] + "..." + repr(value[:60])[-1]
+    small = value is None or isinstance(value, (bool, float)) or isinstance(value, int) and abs(value) < 10**30
+    return repr(value) if small else _kind(value)
+
+
+def _kind(value: object) -> str:
+    return {dict: "an object", list: "a list", str: "a string", bool: "a boolean", int: "a number",
+            float: "a number", type(None): "null"}.get(type(value), f"a {type(value).__name__}")
+
+
+def _scalar(value: object) -> bool:
+    """A JSON scalar that survives ``to_json``: no NaN, no NUL or text UTF-8 cannot encode."""
+    if isinstance(value, str):
+        return _BAD_TEXT_CHAR.search(value) is None
+    return math.isfinite(value) if isinstance(value, float) else value is None or isinstance(value, (bool, int))
+
+
+class _Checker:
+    """Enforces the schema on a manifest, naming ``source`` and the shard in every error."""
+
+    def __init__(self, source: str | None):
+        self.source = source
+        self.paths: list[Any] = []
+
+    def fail(self, what: str) -> ManifestError:
+        if self.source is None:  # made in code: from the values given to Manifest()
+            return ManifestError(f"invalid manifest: {what}")
+        return ManifestError(f"{self.source} is damaged: {what}; {_FIX}")
+
+    def shard_fail(self, i: int, what: str) -> ManifestError:
+        return self.fail(f"shard {i} ({_show(self.paths[i])}): {what}")
+
+    def check(self, m: Manifest) -> None:
+        if not isinstance(m.shard_format, str) or m.shard_format not in SHARD_FORMATS:
+            raise self.fail(f"unknown shard format {_show(m.shard_format)} (known: {', '.join(SHARD_FORMATS)})")
+        import numpy as np
+
+        columns = {"path": m.paths, "samples": m.samples, "bytes": m.nbytes, "sha256": m.sha256}
+        for name, column in columns.items():
+            counts = name in ("samples", "bytes") and isinstance(column, np.ndarray) and column.ndim == 1
+            if not (isinstance(column, (list, tuple)) or counts):
+                raise self.fail(f"the shard column {name!r} is {_kind(column)}, not a list")
+        if len({len(column) for column in columns.values()}) > 1:
+            lengths = ", ".join(f"{name} {len(column)}" for name, column in columns.items())
+            raise self.fail(f"the shard columns have different lengths ({lengths})")
+        m.paths = self.paths = self.check_paths(list(m.paths))
+        m.samples = self.counts(m.samples, "samples")
+        m.nbytes = self.counts(m.nbytes, "bytes")
+        m.sha256 = self.checksums(list(m.sha256))
+        m.fields = self.check_fields(m.fields, m.shard_format)
+        if m.classes is not None:
+            m.classes = self.texts(m.classes, "classes")
+        if m.arrow_schema is not None and not (isinstance(m.arrow_schema, str) and _BASE64.fullmatch(m.arrow_schema)):
+            raise self.fail(f"arrow_schema is {_kind(m.arrow_schema)}, not base64 text")
+        if not isinstance(m.created, dict) or not all(isinstance(k, str) and _scalar(k) and _scalar(v)
+                                                      for k, v in m.created.items()):
+            raise self.fail("'created' is not an object of strings, numbers, booleans and nulls")
+        m.created = dict(m.created)
+
+    def check_paths(self, paths: list[Any]) -> list[str]:
+        if not _paths_fine(paths):
+            for i, path in enumerate(paths):
+                problem = path_problem(path)
+                if problem is not None:
+                    raise self.fail(f"shard {i}: path {_show(path)} {problem}")
+        # Packed and indexed datasets list their shards in increasing order: no set needed there.
+        if not all(map(operator.lt, paths, itertools.islice(paths, 1, None))) and len(set(paths)) != len(paths):
+            first: dict[str, int] = {}
+            for i, path in enumerate(paths):
+                if first.setdefault(path, i) != i:
+                    raise self.fail(f"shard {i}: path {_show(path)} is shard {first[path]}'s too; "
+                                    "each shard is listed once")
+        return paths
+
+    def counts(self, values: Any, column: str) -> np.ndarray:
+        import numpy as np
+
+        if isinstance(values, np.ndarray):
+            if values.dtype.kind not in "iu":
+                raise self.fail(f"the shard column {column!r} holds {values.dtype} values, not whole numbers")
+            array = values
+        else:
+            if not set(map(type, values)) <= {int}:
+                for i, value in enumerate(values):
+                    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+                        raise self.shard_fail(i, f"{column} is {_show(value)}, not a whole number")
+                values = [int(value) for value in values]
+            try:
+                array = np.array(values, dtype=np.int64)
+            except OverflowError:
+                i = next(i for i, value in enumerate(values) if not 0 <= value < MAX_COUNT)
+                raise self.shard_fail(i, f"{column} {_show(values[i])} is out of range") from None
+        if array.size:
+            bad = (array < 0) | (array >= MAX_COUNT)
+            if bad.any():
+                i = int(bad.argmax())
+                raise self.shard_fail(i, f"{column} {int(array[i])} is "
+                                         f"{'negative' if array[i] < 0 else 'too large (2**53 or more)'}")
+            if float(array.sum(dtype=np.float64)) >= MAX_COUNT:
+                raise self.fail(f"the shards' {column} add up to 2**53 or more")
+        return array.astype(np.int64, copy=False)
+
+    def checksums(self, sha: list[Any]) -> list[str]:
+        fine = _checksums_fine(sha)
+        if fine is not None:
+            return fine
+        for i, digest in enumerate(sha):
+            if not isinstance(digest, str) or not _SHA.fullmatch(digest):
+                raise self.shard_fail(i, f"sha256 {_show(digest)} is not 64 hex digits (nor empty, for none)")
+        return [digest.lower() for digest in sha]
+
+    def check_fields(self, fields: Any, shard_format: str) -> list[dict[str, Any]]:
+        if not isinstance(fields, (list, tuple)):
+            raise self.fail(f"'fields' is {_kind(fields)}, not a list")
+        for j, entry in enumerate(fields):
+            if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
+                raise self.fail(f"fields[{j}] is {_show(entry)}, not an object with a name")
+            name = entry["name"]
+            if _BAD_TEXT_CHAR.search(name) if shard_format == "arrow" else not name or _BAD_FIELD_CHAR.search(name):
+                raise self.fail(f"field name {_show(name)} is empty or holds a '/', a backslash or a control "
+                                "character, which tar member names and the files they extract to cannot")
+            samples, nullable = entry.get("samples", 0), entry.get("nullable", False)
+            if not isinstance(entry.get("type"), str) or type(samples) is not int or not 0 <= samples < MAX_COUNT \
+                    or not isinstance(nullable, bool) or not all(map(_scalar, itertools.chain(*entry.items()))):
+                raise self.fail(f"field {_show(name)} is not {{name: text, type: text, samples: count, "
+                                "nullable: true or false}")
+        return [dict(entry) for entry in fields]
+
+    def texts(self, values: Any, what: str) -> list[str]:
+        if not isinstance(values, (list, tuple)):
+            raise self.fail(f"{what!r} is {_kind(values)}, not a list")
+        values = list(values)
+        if not set(map(type, values)) <= {str} or _BAD_TEXT_CHAR.search("".join(values)):
+            for i, value in enumerate(values):
+                if not isinstance(value, str) or _BAD_TEXT_CHAR.search(value):
+                    raise self.fail(f"{what}[{i}] is {_show(value)}, not text without NUL or invalid Unicode")
+        return values
