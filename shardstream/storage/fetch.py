@@ -3,23 +3,29 @@
 Remote shards are downloaded whole (one GET per shard, never one per sample), checked
 against the manifest (size, and sha256 when it has one) and kept in the local
 :class:`~shardstream.storage.cache.DiskCache`, from which every process on the host maps
-them. A download cut short or corrupted on the way is fetched again, with backoff;
-one that never matches fails with an error naming the URL.
+them. A download cut short or corrupted on the way is fetched again, with backoff, within
+the store's retry budget (transport errors and damaged bytes share it); one that never
+matches fails with an error naming the URL. Local shards are mapped as they are, or, with
+``verify_local``, checked against their sha256 once per host (and again when they change).
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
-import logging
-import time
-from collections.abc import Sequence
+import os
+import re
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
-from ..errors import CorruptShardError
-from .cache import DiskCache
+from ..errors import CorruptShardError, ManifestError
+from .cache import _NOFOLLOW, DiskCache, _lock, _unlink_if_same, private_dir
 from .store import Store
 
-log = logging.getLogger("shardstream")
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+_ADVICE = ("the object differs from the manifest (replaced or damaged): run 'shardstream verify' on the dataset, "
+           "and re-pack or re-index it")
 
 
 class ShardEntries(Protocol):
@@ -34,19 +40,38 @@ class ShardEntries(Protocol):
 
 
 class ShardFetcher:
-    """The bytes of shard ``i`` of a dataset: mapped locally, or downloaded into ``cache``."""
+    """The bytes of shard ``i`` of a dataset: mapped locally, or downloaded into ``cache``.
 
-    def __init__(self, store: Store, manifest: ShardEntries, cache: DiskCache | None = None, verify: bool = True):
+    ``verify``: check downloads against the manifest's sha256 (their size is always checked).
+    ``verify_local``: check local shards against it too, once per host for each version of a
+    file (the result is kept in the private cache folder, so other workers, processes and runs
+    skip an unchanged file).
+    """
+
+    def __init__(self, store: Store, manifest: ShardEntries, cache: DiskCache | None = None, verify: bool = True,
+                 verify_local: bool = False):
         self.store = store
         self.manifest = manifest
         self.cache = cache if cache is not None or store.local else DiskCache()
         self.verify = verify
+        self.verify_local = verify_local
+
+    def digest(self, shard: int) -> str:
+        """The manifest's sha256 of ``shard`` (lower case), or ``""`` when it has none."""
+        digest = (self.manifest.sha256[shard] if shard < len(self.manifest.sha256) else "") or ""
+        digest = digest.lower() if isinstance(digest, str) else digest
+        if digest != "" and not (isinstance(digest, str) and _SHA256.fullmatch(digest)):
+            raise ManifestError(f"{self.store.url_of(self.manifest.paths[shard])}: the manifest's sha256 for it, "
+                                f"{str(digest)[:80]!r}, is not 64 hex digits; the manifest is damaged or hostile, "
+                                "re-pack or re-index the dataset")
+        return digest
 
     def key(self, shard: int) -> str:
-        """The shard's name in the cache: its sha256, or a hash of its URL and size without one."""
-        digest = self.manifest.sha256[shard] if shard < len(self.manifest.sha256) else ""
-        if digest and len(digest) == 64:
-            return digest.lower()
+        """The shard's name in the cache: its sha256 when downloads are checked against it, else a hash
+        of its URL and size (so unchecked bytes never sit under a content name)."""
+        digest = self.digest(shard)
+        if digest and self.verify:
+            return digest
         url = self.store.url_of(self.manifest.paths[shard])
         return hashlib.sha256(f"{url}\0{int(self.manifest.nbytes[shard])}".encode()).hexdigest()
 
@@ -54,28 +79,67 @@ class ShardFetcher:
         """Shard ``shard``'s bytes: a memory map (local file or cache) or ``bytes``."""
         path = self.manifest.paths[shard]
         if self.store.local:
-            return self.store.read_bytes(path)
-        return self.cache.get(self.key(shard), lambda: self.download(shard))
+            if not self.verify_local:
+                return self.store.read_bytes(path)
+            return self._checked_local(shard)
+        return self.cache.get(self.key(shard), lambda: self.download(shard), size=int(self.manifest.nbytes[shard]))
 
     def download(self, shard: int) -> bytes:
-        """Shard ``shard`` from storage, checked; fetched again while it comes back damaged."""
-        path = self.manifest.paths[shard]
-        url = self.store.url_of(path)
+        """Shard ``shard`` from storage, checked; fetched again while it comes back damaged, within the
+        store's retry policy (transport errors and damaged bytes count against the same attempts)."""
         expected = int(self.manifest.nbytes[shard])
-        digest = self.manifest.sha256[shard] if self.verify and shard < len(self.manifest.sha256) else ""
-        retry = self.store.retry
-        for attempt in range(retry.retries + 1):
-            data = self.store.read_bytes(path, nbytes=expected)  # transient errors are retried inside
+        digest = self.digest(shard) if self.verify else ""
+
+        def check(data: bytes) -> str | None:
             if len(data) != expected:
-                problem = f"{len(data)} bytes arrived, the manifest says {expected}"
-            elif digest and hashlib.sha256(data).hexdigest() != digest:
-                problem = "its sha256 differs from the manifest's"
-            else:
-                return data
-            if attempt < retry.retries:
-                log.warning("%s: %s; downloading it again", url, problem)
-                time.sleep(retry.wait(attempt))
-        raise CorruptShardError(
-            f"{url}: {problem} on each of {retry.retries + 1} downloads; the object differs from the manifest "
-            "(replaced or damaged): run 'shardstream verify' on the dataset, and re-pack or re-index it"
-        )
+                return f"{len(data)} bytes arrived, the manifest says {expected}"
+            if digest and hashlib.sha256(data).hexdigest() != digest:
+                return "its sha256 differs from the manifest's"
+            return None
+
+        return self.store.read_bytes(self.manifest.paths[shard], nbytes=expected, check=check, advice=_ADVICE)
+
+    def _checked_local(self, shard: int) -> Any:
+        """A local shard, mapped, whose sha256 matched the manifest's on this host since it last changed."""
+        name = self.manifest.paths[shard]
+        data, st = self.store.map_local(name)
+        digest = self.digest(shard)
+        if not digest:
+            return data
+        if self.cache is None:
+            self.cache = DiskCache()
+        where = self.store.url_of(name)
+
+        def check() -> None:
+            if hashlib.sha256(data).hexdigest() != digest:
+                raise CorruptShardError(f"{where}: its sha256 differs from the manifest's; the shard is damaged or "
+                                        "was replaced: run 'shardstream verify' on the dataset, and re-pack it")
+
+        identity = "\0".join(map(str, (os.path.realpath(self.store.path(name)), st.st_dev, st.st_ino, st.st_size,
+                                       st.st_mtime_ns, st.st_ctime_ns, digest)))
+        once_per_host(self.cache.root, identity, check)
+        return data
+
+
+def once_per_host(root: str, identity: str, check: Callable[[], None]) -> None:
+    """Run ``check()`` (which raises if it fails) unless it passed for ``identity`` on this host already,
+    as recorded in the private folder ``root/checked``; one process at a time runs it, the others
+    wait and take its result."""
+    folder = os.path.join(root, "checked")
+    private_dir(folder)
+    path = os.path.join(folder, hashlib.sha256(identity.encode()).hexdigest())
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | _NOFOLLOW, 0o600)
+    try:
+        _lock(fd, fcntl.LOCK_EX)
+        if os.pread(fd, len(identity) + 1, 0) == identity.encode():
+            return
+        try:
+            check()
+        except BaseException:
+            with contextlib.suppress(OSError):
+                _unlink_if_same(fd, path)
+            raise
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, identity.encode(), 0)
+    finally:
+        os.close(fd)

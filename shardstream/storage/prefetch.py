@@ -7,17 +7,22 @@ shards loading or loaded but not yet taken stay under ``budget`` (at least one s
 always allowed, however large; a budget of 0 loads nothing ahead), so memory and
 bandwidth in flight are bounded.
 Threads are daemons started in the process that reads, so forked workers never
-inherit them, and a reader that stops early leaves nothing to join.
+inherit them. :meth:`Prefetcher.close` calls off what is queued and what is running:
+a download in its backoff stops at once, one under way stops before it writes
+anything to the cache, and close waits a bounded time for the threads to end.
 """
 
 from __future__ import annotations
 
 import queue
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future
 from typing import Generic, TypeVar
+
+from .retry import cancelled_by
 
 T = TypeVar("T")
 
@@ -37,6 +42,7 @@ class Prefetcher(Generic[T]):
         self._taken: set[int] = set()  # handed out and still in the plan: not loaded again
         self._held = 0  # bytes of the started ones
         self._tasks: queue.SimpleQueue[int | None] = queue.SimpleQueue()
+        self._stop = threading.Event()  # calls off the loads running in the threads
         self._threads = [threading.Thread(target=self._work, name=f"shardstream-prefetch-{i}", daemon=True)
                          for i in range(threads)]
         for t in self._threads:
@@ -92,19 +98,26 @@ class Prefetcher(Generic[T]):
         with self._lock:
             return self._held
 
-    def close(self) -> None:
-        """Stop the threads after their current item; drop everything not taken."""
+    def close(self, timeout: float = 1.0) -> None:
+        """Drop everything not taken, call off the loads running (they stop at their next check:
+        before a retry, between writes) and wait up to ``timeout`` seconds for the threads to end;
+        one still in a request then ends with it, discarding what it got."""
         with self._lock:
             if self._closed:
                 return
             self._closed = True
+            self._stop.set()
             self._wanted.clear()
             for future in self._started.values():
-                future.cancel()  # a waiting taker gets CancelledError; running loads finish unseen
+                future.cancel()  # a waiting taker gets CancelledError
             self._started.clear()
             self._held = 0
         for _ in self._threads:
             self._tasks.put(None)
+        deadline = time.monotonic() + timeout
+        for t in self._threads:
+            if t is not threading.current_thread():
+                t.join(max(deadline - time.monotonic(), 0.0))
 
     def _start_more(self) -> None:  # with the lock held
         while self._wanted and not self._closed:
@@ -128,6 +141,7 @@ class Prefetcher(Generic[T]):
             if future is None or not future.set_running_or_notify_cancel():
                 continue  # forgotten meanwhile
             try:
-                future.set_result(self._load(item))
+                with cancelled_by(self._stop):
+                    future.set_result(self._load(item))
             except BaseException as exc:  # handed to whoever takes it
                 future.set_exception(exc)

@@ -1,19 +1,69 @@
-"""How requests to remote storage are retried and timed out."""
+"""How requests to remote storage are retried and timed out, and how background work is called off."""
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import random
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TypeVar
 
-from ..errors import StorageError
+from ..errors import CorruptShardError, StorageError
 from .classify import describe_os_error, is_transient
 
 _T = TypeVar("_T")
 
 _JITTER = random.Random()  # not the global generator: workers seed that one for the user's augmentations
+_SCOPE = threading.local()  # the event that calls off this thread's work (set by a closing Prefetcher)
+log = logging.getLogger("shardstream")
+
+
+class Cancelled(Exception):
+    """Work in a background thread was called off (its :class:`Prefetcher` closed); nothing was kept."""
+
+
+@contextlib.contextmanager
+def cancelled_by(event: threading.Event) -> Iterator[None]:
+    """Within the block, :func:`check_cancelled` and :func:`pause` in this thread stop once ``event`` is set."""
+    previous = getattr(_SCOPE, "event", None)
+    _SCOPE.event = event
+    try:
+        yield
+    finally:
+        _SCOPE.event = previous
+
+
+def check_cancelled() -> None:
+    """Raise :class:`Cancelled` if this thread's work has been called off."""
+    event = getattr(_SCOPE, "event", None)
+    if event is not None and event.is_set():
+        raise Cancelled("called off: the prefetcher closed")
+
+
+def pause(seconds: float) -> None:
+    """Sleep, waking at once (with :class:`Cancelled`) if this thread's work is called off."""
+    event = getattr(_SCOPE, "event", None)
+    if event is None:
+        time.sleep(seconds)
+    else:
+        event.wait(seconds)
+    check_cancelled()
+
+
+class DamagedRead(CorruptShardError):
+    """Bytes that arrived whole but failed their check (size, checksum): retried like a transient
+    error, within the same attempts; once they run out, raised with how many reads failed."""
+
+    def __init__(self, url: str, problem: str, advice: str):
+        super().__init__(f"{url}: {problem}")
+        self.url, self.problem, self.advice = url, problem, advice
+
+    def exhausted(self, attempts: int) -> CorruptShardError:
+        reads = f"on each of {attempts} downloads" if attempts > 1 else "when read"
+        return CorruptShardError(f"{self.url}: {self.problem} {reads}; {self.advice}")
 
 
 @dataclass(frozen=True)
@@ -21,7 +71,8 @@ class RetryPolicy:
     """How requests to remote storage are retried and timed out.
 
     Args:
-        retries: attempts after the first one fails with a transient error.
+        retries: attempts after the first one fails with a transient error (or with damaged
+            bytes); one budget for both, never one inside the other.
         timeout: seconds one request may take (``None``: no limit); reads of large
             objects get ``nbytes / min_rate`` seconds more.
         backoff: the first wait between attempts, doubled each time (with jitter).
@@ -50,17 +101,22 @@ class RetryPolicy:
         return None if self.timeout is None else self.timeout + nbytes / self.min_rate
 
     def call(self, fn: Callable[[], _T], describe: Callable[[], str]) -> _T:
-        """``fn()``, retried on transient errors; the last error is raised with the attempt count in its message."""
+        """``fn()``, retried on transient errors and :class:`DamagedRead`; the last error is raised
+        with the attempt count in its message."""
         attempt = 0
         while True:
+            check_cancelled()
             try:
                 return fn()
+            except DamagedRead as exc:
+                if attempt >= self.retries:
+                    raise exc.exhausted(attempt + 1) from None
+                log.warning("%s; downloading it again", exc)
             except Exception as exc:
                 if not is_transient(exc):
                     raise
                 if attempt >= self.retries:
                     raise StorageError(f"{describe()}: {describe_os_error(exc)} "
                                        f"(gave up after {attempt + 1} attempts)") from exc
-            time.sleep(self.wait(attempt))
+            pause(self.wait(attempt))
             attempt += 1
-

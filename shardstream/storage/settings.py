@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..errors import ShardstreamError
 from ..sizes import parse_size
 from .cache import DiskCache
 from .retry import RetryPolicy
@@ -20,6 +22,7 @@ class _Default:
 
 
 DEFAULT: Any = _Default()
+_ZERO = re.compile(r"\s*0*\.?0*\s*([a-zA-Z]*)\s*")  # "0", "0MB", "0.0 GiB": nothing ahead
 
 
 @dataclass(frozen=True)
@@ -65,7 +68,15 @@ class StorageSettings:
 
     @property
     def prefetch_bytes(self) -> int:
-        return parse_size(self.prefetch, "prefetch") if isinstance(self.prefetch, str) else int(self.prefetch)
+        if not isinstance(self.prefetch, str):
+            return int(self.prefetch)
+        zero = _ZERO.fullmatch(self.prefetch)
+        try:
+            if zero is not None and "0" in self.prefetch and parse_size("1" + zero.group(1)):  # a unit all the same
+                return 0
+        except ShardstreamError:
+            pass
+        return parse_size(self.prefetch, "prefetch")
 
     def disk_cache(self) -> DiskCache:
         """The host's shard cache these settings name."""

@@ -16,18 +16,31 @@ import mmap
 import os
 import posixpath
 import tempfile
+import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import IO, Any
 
 from ..errors import StorageError
-from .classify import storage_errors
-from .retry import RetryPolicy
+from .classify import describe_os_error, storage_errors
+from .retry import DamagedRead, RetryPolicy
 
 _READ_ONLY = ("http", "https")
 _BUCKETS = ("s3", "s3a", "gs", "gcs")  # object stores: prefixes need no creating, buckets are not made on the fly
 _LOOKUPS = ("exists", "size", "isdir", "ls", "find", "info")
 PART_SIZE = 64 << 20  # bytes per ranged GET when a large object is read whole (shards download side by side too)
+_CONNECTING = threading.Lock()  # one client per store, however many threads want one at once
+
+Check = Callable[[bytes], "str | None"]  # what is wrong with bytes read (``None``: nothing)
+
+
+def _new_lock_after_fork() -> None:
+    global _CONNECTING
+    _CONNECTING = threading.Lock()  # a thread of the parent may have held it at the fork
+
+
+os.register_at_fork(after_in_child=_new_lock_after_fork)
+
 
 def connection_options(url: str, endpoint_url: str | None = None, anon: bool = False,
                        profile: str | None = None) -> dict[str, Any]:
@@ -102,9 +115,11 @@ class Store:
     @property
     def fs(self) -> Any:
         """The fsspec filesystem (``None`` for local folders); made anew in a forked child, whose
-        parent's event loop thread does not exist there."""
+        parent's event loop thread does not exist there, by one thread while the others wait."""
         if not self.local and (self._fs is None or self._pid != os.getpid()):
-            self._connect()
+            with _CONNECTING:
+                if self._fs is None or self._pid != os.getpid():
+                    self._connect()
         return self._fs
 
     def __getstate__(self) -> dict[str, Any]:
@@ -112,8 +127,10 @@ class Store:
         state["_fs"] = None  # reconnected where it is used
         return state
 
-    def _remote(self, action: str, name: str | None, method: str, *args: Any, nbytes: int = 0, **kwargs: Any) -> Any:
-        """``self.fs.<method>(*args)`` with the retry policy; errors name the URL."""
+    def _remote(self, action: str, name: str | None, method: str, *args: Any, nbytes: int = 0,
+                finish: Callable[[Any], Any] | None = None, **kwargs: Any) -> Any:
+        """``self.fs.<method>(*args)`` (then ``finish(result)``, in the same attempt) with the retry
+        policy; errors name the URL."""
         url = self.url if name is None else self.url_of(name)
         fs = self.fs
         limit = self.retry.time_limit(nbytes)
@@ -130,7 +147,7 @@ class Store:
                 for item in result:
                     if isinstance(item, BaseException):
                         raise item
-            return result
+            return result if finish is None else finish(result)
 
         with storage_errors(action, url):
             try:
@@ -147,7 +164,11 @@ class Store:
         return f"Store({self.url!r})"
 
     def path(self, name: str) -> str:
-        """The filesystem path of ``name`` (a ``/``-separated path relative to this folder)."""
+        """The filesystem path of ``name`` (a ``/``-separated path relative to this folder).
+
+        Names never leave the folder: an absolute name, a ``..`` segment or a URL is refused.
+        """
+        self._inside(name)
         if self.local:
             return os.path.join(self.root, *name.split("/"))
         return posixpath.join(self.root, name)
@@ -156,7 +177,16 @@ class Store:
         """The user-facing URL of ``name``, for messages."""
         if self.local:
             return self.path(name)
+        self._inside(name)
         return posixpath.join(self.url, name)
+
+    def _inside(self, name: str) -> None:
+        if (not isinstance(name, str) or not name or name.startswith(("/", "\\")) or "://" in name or "\0" in name
+                or ".." in name.replace("\\", "/").split("/")):
+            shown = repr(name)[:200]
+            raise StorageError(f"{shown} is not a name inside {self.url}: names are relative '/'-separated paths "
+                               "without '..' segments; the manifest (or the caller) points outside the dataset, "
+                               "re-pack or re-index it")
 
     def exists(self, name: str) -> bool:
         if not self.local:
@@ -170,25 +200,46 @@ class Store:
         with storage_errors("cannot stat", self.url_of(name)):
             return os.stat(self.path(name)).st_size
 
-    def read_bytes(self, name: str, nbytes: int = 0) -> bytes | mmap.mmap:
+    def read_bytes(self, name: str, nbytes: int = 0, check: Check | None = None,
+                   advice: str = "") -> bytes | mmap.mmap:
         """The whole object; local files are memory-mapped instead of copied.
 
         Given its size ``nbytes`` (from a manifest), an object on object storage comes in
         concurrent ranged GETs of up to :data:`PART_SIZE`, with no request for its size first.
+        ``check(data)`` says what is wrong with bytes that arrived (or ``None``); damaged bytes
+        are read again within the same retry budget as transport errors, and in the end raise
+        :class:`~shardstream.errors.CorruptShardError` ending with ``advice``.
         """
+        url = self.url_of(name)
+
+        def checked(data: Any) -> Any:
+            problem = None if check is None else check(data)
+            if problem is not None:
+                raise DamagedRead(url, problem, advice)
+            return data
+
         if not self.local:
             if nbytes <= 0 or self.read_only:  # plain HTTP servers need not honour ranges
-                return self._remote("cannot read", name, "cat_file", self.path(name), nbytes=nbytes)
+                return self._remote("cannot read", name, "cat_file", self.path(name), nbytes=nbytes, finish=checked)
             starts = list(range(0, nbytes, PART_SIZE))
             ends = [min(start + PART_SIZE, nbytes) for start in starts]
             path = self.path(name)
-            parts = self._remote("cannot read", name, "cat_ranges", [path] * len(starts), starts, ends,
-                                 on_error="raise", nbytes=nbytes)
-            return parts[0] if len(parts) == 1 else b"".join(parts)
+            return self._remote("cannot read", name, "cat_ranges", [path] * len(starts), starts, ends,
+                                on_error="raise", nbytes=nbytes,
+                                finish=lambda parts: checked(parts[0] if len(parts) == 1 else b"".join(parts)))
+        data = self.map_local(name)[0]
+        try:
+            return checked(data)
+        except DamagedRead as exc:
+            raise exc.exhausted(1) from None
+
+    def map_local(self, name: str) -> tuple[bytes | mmap.mmap, os.stat_result]:
+        """A local file's bytes, memory-mapped, and the status of exactly the file mapped."""
         with storage_errors("cannot read", self.url_of(name)), open(self.path(name), "rb") as f:
-            if os.fstat(f.fileno()).st_size == 0:
-                return b""
-            return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+            st = os.fstat(f.fileno())
+            if st.st_size == 0:
+                return b"", st
+            return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ), st
 
     def write_bytes(self, name: str, data: bytes) -> None:
         """Write ``data`` to ``name`` atomically."""
@@ -200,8 +251,10 @@ class Store:
         """A binary file whose content appears at ``name`` only when the block succeeds.
 
         Locally the data goes to a hidden temporary file beside the target and is renamed
-        into place. Elsewhere it is spooled to a local temporary file and uploaded in one
-        put, which object stores make visible atomically.
+        into place. Elsewhere it is spooled to an unnamed local temporary file (a killed
+        process leaves nothing behind) and uploaded in one put, which object stores make
+        visible atomically. Failures of the file itself (writes, no space) and of publishing
+        it are :class:`StorageError`; the block's own exceptions pass through unchanged.
         """
         url = self.url_of(name)
         self._writable(url)
@@ -212,8 +265,9 @@ class Store:
                 os.makedirs(os.path.dirname(final), exist_ok=True)
                 f = open(tmp, "wb", buffering=0)  # noqa: SIM115 - closed below; callers write in large pieces
             try:
-                with storage_errors("cannot write", url):
+                with _sink_errors(url, tmp):
                     yield f
+                with storage_errors("cannot write", url):
                     f.close()
                     os.replace(tmp, final)
             finally:
@@ -221,11 +275,17 @@ class Store:
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(tmp)
         else:
-            with tempfile.NamedTemporaryFile(prefix="shardstream-", suffix=".part") as f:
-                with storage_errors("cannot write", url):
+            with storage_errors("cannot write", url):
+                f, spooled = _spool()
+            try:
+                with _sink_errors(url, spooled):
                     yield f
-                    f.flush()
-                self._remote("cannot write", name, "put_file", f.name, self.path(name), nbytes=f.tell())
+                self._remote("cannot write", name, "put_file", spooled, self.path(name), nbytes=f.tell())
+            finally:
+                f.close()
+                if not spooled.startswith("/proc/"):
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(spooled)
 
     def remove(self, name: str) -> None:
         self._writable(self.url_of(name))
@@ -279,3 +339,27 @@ class Store:
                 for fn in files:
                     out.append(fn if rel == "." else posixpath.join(*rel.split(os.sep), fn))
             return sorted(out)
+
+
+def _spool() -> tuple[IO[bytes], str]:
+    """An unbuffered temporary file for an upload, and a path that opens it for the uploader: on
+    Linux an unnamed file (gone with the process, however it ends) reached through ``/proc``."""
+    f = tempfile.TemporaryFile(prefix="shardstream-", suffix=".part", buffering=0)  # noqa: SIM115 - the caller closes it
+    proc = f"/proc/self/fd/{f.fileno()}"
+    if os.path.exists(proc):
+        return f, proc
+    f.close()  # no /proc: a named file, removed when the upload ends
+    f = tempfile.NamedTemporaryFile(prefix="shardstream-", suffix=".part", buffering=0, delete=False)  # noqa: SIM115
+    return f, f.name
+
+
+@contextlib.contextmanager
+def _sink_errors(url: str, path: str) -> Iterator[None]:
+    """OS errors of the file being written (no space, I/O errors) as a one-line :class:`StorageError`;
+    anything else the block raises (its own errors, those of files it reads) passes unchanged."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.filename not in (None, path):
+            raise
+        raise StorageError(f"cannot write {url}: {describe_os_error(exc)}") from exc

@@ -252,14 +252,14 @@ def test_a_download_finished_by_another_process_meanwhile_is_not_repeated(tmp_pa
     real_open = DiskCache.open
     calls = []
 
-    def open_racing(self, key_):
+    def open_racing(self, key_, size=None):
         calls.append(1)
         if len(calls) == 2:  # just after the first look, another process finishes the download
             other = DiskCache(tmp_path, limit=10 * SIZE)
             monkeypatch.setattr(DiskCache, "open", real_open)
             other.get(key_, lambda: blob(4))
             monkeypatch.setattr(DiskCache, "open", open_racing)
-        return real_open(self, key_)
+        return real_open(self, key_, size)
 
     monkeypatch.setattr(DiskCache, "open", open_racing)
     got = c.get(key(4), lambda: pytest.fail("downloaded again"))

@@ -29,16 +29,18 @@ def remote_dataset(n: int = 12, per_shard: int = 5) -> Store:
 
 
 def count_reads(monkeypatch, store: Store, damage=None) -> list[str]:
-    """Record (and optionally damage) each download of ``store``."""
+    """Record (and optionally damage) each GET of a shard from ``store`` (one ranged part each here)."""
     reads: list[str] = []
-    original = store.read_bytes
+    fs = store.fs
+    original = fs.cat_ranges
 
-    def read(name, nbytes=0):
-        data = original(name, nbytes)
-        reads.append(name)
-        return damage(len(reads), data) if damage else data
+    def read(paths, starts, ends, **kwargs):
+        parts = original(paths, starts, ends, **kwargs)
+        assert len(parts) == 1
+        reads.append(paths[0][len(store.root) + 1:])
+        return [damage(len(reads), parts[0]) if damage else parts[0]]
 
-    monkeypatch.setattr(store, "read_bytes", read)
+    monkeypatch.setattr(fs, "cat_ranges", read)
     return reads
 
 
@@ -101,7 +103,7 @@ def test_a_shard_that_never_matches_fails_naming_its_url_and_is_not_cached(tmp_p
     assert "3 downloads" in str(err.value) and "shardstream verify" in str(err.value)
     assert len(reads) == FAST.retries + 1  # bounded
     gc.collect()
-    assert list(tmp_path.iterdir()) == []
+    assert [p.name for p in tmp_path.iterdir()] == [f".{m.sha256[1]}.failed"]  # no shard: only the failure, for waiters
 
 
 def test_without_verification_only_the_size_is_checked(tmp_path):

@@ -185,3 +185,54 @@ def test_close_stops_the_threads_and_cancels_what_is_pending():
 def test_threads_must_be_positive():
     with pytest.raises(ValueError, match="threads"):
         Prefetcher(lambda i: i, lambda i: 1, budget=1, threads=0)
+
+
+# -- close calls off what runs (issue 10) ---------------------------------------------------------------------
+
+def test_close_leaves_no_download_running_on_into_the_cache(tmp_path):
+    import hashlib
+    import os
+
+    from shardstream.storage.cache import DiskCache
+
+    cache = DiskCache(tmp_path, limit=1 << 20)
+    arrived, release = threading.Event(), threading.Event()
+
+    def download() -> bytes:
+        arrived.set()
+        assert release.wait(10)
+        return b"x" * 1000
+
+    p = Prefetcher(lambda i: cache.get(hashlib.sha256(b"%d" % i).hexdigest(), download), lambda i: 1000,
+                   budget=10_000, threads=1)
+    p.want([1])
+    assert arrived.wait(10)
+    p.close()  # the download is still under way: close waits a bounded time, then leaves it called off
+    release.set()
+    for t in p._threads:
+        t.join(10)
+        assert not t.is_alive()
+    assert os.listdir(tmp_path) == []  # it ended without writing anything into the cache
+
+
+def test_close_wakes_a_download_waiting_to_retry(monkeypatch):
+    import uuid
+
+    from shardstream.storage import RetryPolicy, Store
+
+    store = Store(f"memory://prefetch-{uuid.uuid4().hex}/s", retry=RetryPolicy(retries=5, backoff=30, max_backoff=30))
+    store.write_bytes("a", b"x")
+    failed = threading.Event()
+
+    def unreachable(path, **kwargs):
+        failed.set()
+        raise ConnectionResetError("connection reset by peer")
+
+    monkeypatch.setattr(store.fs, "cat_file", unreachable)  # the memory filesystem is shared: put it back after
+    p = Prefetcher(lambda i: store.read_bytes("a"), lambda i: 1, budget=10, threads=1)
+    p.want([0])
+    assert failed.wait(10)  # now it waits 15 s or more before its next attempt
+    p.close()
+    for t in p._threads:
+        t.join(10)
+        assert not t.is_alive()

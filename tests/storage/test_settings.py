@@ -60,3 +60,15 @@ def test_keywords_alone_still_work_as_before(remote_url, tmp_path):
 def test_a_keyword_overrides_the_settings_object(remote_url, tmp_path):
     ds = ShardDataset(remote_url, decode=None, storage=StorageSettings(cache_dir=tmp_path, retries=1), retries=4)
     assert ds.storage.retries == 4 and ds.storage.cache_dir == tmp_path
+
+
+@pytest.mark.parametrize("value", [0, "0", "0MB", " 0 ", "0.0GiB"])
+def test_prefetch_zero_as_a_string_is_accepted_like_the_number(remote_url, tmp_path, value):
+    assert StorageSettings(prefetch=value).prefetch_bytes == 0
+    ds = ShardDataset(remote_url, decode=None, cache_dir=tmp_path, prefetch=value)
+    assert sorted(s["__key__"] for s in ds) == [f"{i:03d}" for i in range(7)]
+
+
+def test_prefetch_zero_with_a_unit_that_is_none_is_refused():
+    with pytest.raises(Exception, match="prefetch '0lots' is not a size"):
+        StorageSettings(prefetch="0lots")
