@@ -18,6 +18,9 @@ After each run the output is checked (sample count, size) outside the timed regi
 2. webdataset: the script a user would write: walk the tree in sorted order and write
    ``{"__key__", "jpg", "cls"}`` samples with ``webdataset.ShardWriter(maxsize=256e6)``.
 3. tar: ``tar cf OUT.tar -C SRC .``, the I/O bound: one archive, no checksums, no samples.
+4. pack-fsync and pack-nofsync: ``shardstream.pack(..., fsync=True/False)`` from one small script,
+   the same in both but for ``fsync``: the cost of making the dataset durable (every shard synced
+   before its rename, the folder before and after the manifest), as the ratio of their best times.
 
 This is a benchmark, not a test: timings are reported, never asserted. The exit status is
 non-zero only when a contestant fails or writes output that does not look right.
@@ -42,7 +45,7 @@ from typing import Any
 
 from _data import DEFAULT_DATA_DIR, FULL_COUNT, ImageSet, ensure_image_folder, warm_page_cache
 
-TOOLS = ("shardstream", "webdataset", "tar")
+TOOLS = ("shardstream", "webdataset", "tar", "pack-fsync", "pack-nofsync")
 SPEEDUP_TARGETS = {"webdataset": 3.0, "tar": 0.5}  # shardstream speed / other speed
 IMAGE_DESC = "256x256 RGB, 10 classes"
 MAX_TAR_OVERHEAD_PER_SAMPLE = 4096  # headers and padding: a sane tar of N files is at most this much bigger
@@ -67,6 +70,17 @@ with wds.ShardWriter(pattern, maxsize=256e6, verbose=0) as sink:
                 data = f.read()
             sink.write({"__key__": f"{name}/{os.path.splitext(fname)[0]}", "jpg": data, "cls": index})
 print(f"LOOP_SECONDS={time.perf_counter() - loop_started:.6f}")
+"""
+
+
+# The pack API with and without fsync, for the durability cost. argv: SRC DEST WORKERS on|off SHARD_SIZE
+PACK_PROGRAM = """\
+import sys
+
+import shardstream as ss
+
+ss.pack(sys.argv[1], sys.argv[2], workers=int(sys.argv[3]), overwrite=True, progress=False,
+        fsync=sys.argv[4] == "on", shard_size=sys.argv[5])
 """
 
 
@@ -143,14 +157,15 @@ def inspect_tars(out: Path) -> Output:
     return Output(count_tar_samples(tars), sum(p.stat().st_size for p in tars))
 
 
-def contestants(workers: int) -> dict[str, Contestant]:
+def contestants(workers: int, shard_size: str = "256MB") -> dict[str, Contestant]:
     ss = shardstream_command()
     return {
         "shardstream": Contestant(
             "shardstream",
-            lambda src, out: [*ss, "pack", str(src), str(out), "--workers", str(workers), "--overwrite", "-q"],
+            lambda src, out: [*ss, "pack", str(src), str(out), "--workers", str(workers), "--shard-size", shard_size,
+                              "--overwrite", "-q"],
             inspect_shardstream,
-            f"shardstream pack --workers {workers} (256 MB tar shards)",
+            f"shardstream pack --workers {workers} ({shard_size} tar shards)",
         ),
         "webdataset": Contestant(
             "webdataset",
@@ -164,6 +179,16 @@ def contestants(workers: int) -> dict[str, Contestant]:
             inspect_tars,
             "tar cf (one archive, I/O bound)",
         ),
+        **{
+            f"pack-{mode}": Contestant(
+                f"pack-{mode}",
+                lambda src, out, on=on: [sys.executable, "-c", PACK_PROGRAM, str(src), str(out), str(workers), on,
+                                         shard_size],
+                inspect_shardstream,
+                f"shardstream.pack(workers={workers}, shard_size={shard_size!r}, fsync={on == 'on'})",
+            )
+            for mode, on in (("fsync", "on"), ("nofsync", "off"))
+        },
     }
 
 
@@ -307,8 +332,18 @@ def print_table(images: ImageSet, results: list[Result]) -> None:
             print("  ".join("-" * w for w in widths))
 
 
+def fsync_cost(results: list[Result]) -> float | None:
+    """Best time with fsync / best time without (same program, same run)."""
+    by = {r.tool: r for r in results}
+    on, off = by.get("pack-fsync"), by.get("pack-nofsync")
+    return on.best / off.best if on is not None and off is not None and on.ok and off.ok else None
+
+
 def ratio_lines(results: list[Result]) -> list[str]:
     lines = []
+    cost = fsync_cost(results)
+    if cost is not None:
+        lines.append(f"fsync cost: pack with fsync / without = {cost:.3f}x (best times, same program and run)")
     for other, value in ratios(results).items():
         target = SPEEDUP_TARGETS[other]
         if value is None:
@@ -376,6 +411,7 @@ def to_json(images: ImageSet, results: list[Result], warmup: tuple[int, float], 
         ],
         "speed_ratios": {f"shardstream/{k}": None if v is None else round(v, 3) for k, v in ratios(results).items()},
         "targets": {f"shardstream/{k}": v for k, v in SPEEDUP_TARGETS.items()},
+        "fsync_cost_ratio": None if fsync_cost(results) is None else round(fsync_cost(results), 4),
     }
 
 
@@ -390,6 +426,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help=f"number of images [default: {FULL_COUNT:,}]; other counts go to DATA/count-N/")
     parser.add_argument("--repeat", type=int, default=3, help="timed runs per tool [default: 3]")
     parser.add_argument("--workers", type=int, default=2, help="shardstream --workers [default: 2]")
+    parser.add_argument("--shard-size", default="256MB", help="shardstream --shard-size [default: 256MB]")
     parser.add_argument("--tools", default=",".join(TOOLS), help=f"comma-separated subset of {','.join(TOOLS)}")
     parser.add_argument("--json", type=Path, default=None, help="also write the results as JSON to this file")
     args = parser.parse_args(argv)
@@ -403,7 +440,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    chosen = [c for name, c in contestants(args.workers).items() if name in args.tools.split(",")]
+    chosen = [c for name, c in contestants(args.workers, args.shard_size).items() if name in args.tools.split(",")]
     info = machine()
     print(f"machine: {info['nproc']} cores ({info['cpu']}), Python {info['python']}", flush=True)
 

@@ -1,12 +1,83 @@
-"""A store's manifest file: find the dataset folder of a URL, read its manifest, publish one."""
+"""A store's manifest file: find the dataset folder of a URL, read its manifest, publish one.
+
+Also the durability helpers every writer of a dataset shares: ``sync_file`` (a file's bytes on
+disk before it is renamed into place) and ``sync_folder`` (renames in a folder on disk), for
+local folders; an object store's PUT is durable when it returns, so they do nothing there.
+"""
 
 from __future__ import annotations
 
-from typing import Any
+import errno
+import os
+from typing import IO, Any
 
 from ..errors import ManifestError, StorageError
-from ..storage import RetryPolicy, Store
+from ..storage import RetryPolicy, Store, describe_os_error
 from .schema import MANIFEST_NAME, Manifest
+
+# Present from the moment shardstream starts writing shards into a folder until its manifest is
+# published. It holds the writing run's token: leftover shards are ours to replace, and a run
+# whose token is no longer there has lost the folder to a newer run and must not publish.
+IN_PROGRESS = ".shardstream-writing"
+
+# fsync on a folder, or on a file system that cannot sync: nothing to do there, not an error.
+_CANNOT_SYNC = {errno.EINVAL, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EBADF, errno.EISDIR, errno.EACCES}
+
+
+def sync_file(store: Store, f: IO[bytes], name: str) -> None:
+    """Put the bytes written to ``f`` (a file of :meth:`Store.open_write`) on disk, before its rename."""
+    if not store.local:
+        return
+    try:
+        f.flush()
+        os.fsync(f.fileno())
+    except OSError as exc:
+        if exc.errno not in _CANNOT_SYNC:
+            raise StorageError(f"cannot write {store.url_of(name)}: {describe_os_error(exc)}") from exc
+
+
+def sync_folder(store: Store) -> None:
+    """Put the renames and removals made in the store's folder on disk (and the folder's own entry)."""
+    if not store.local:
+        return
+    for folder in (store.root, os.path.dirname(store.root)):
+        try:
+            fd = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+        except OSError as exc:
+            if exc.errno in _CANNOT_SYNC or exc.errno == errno.ENOENT:
+                continue
+            raise StorageError(f"cannot sync the folder {folder}: {describe_os_error(exc)}") from exc
+        try:
+            os.fsync(fd)
+        except OSError as exc:
+            if exc.errno not in _CANNOT_SYNC:
+                raise StorageError(f"cannot sync the folder {folder}: {describe_os_error(exc)}") from exc
+        finally:
+            os.close(fd)
+
+
+def sync_existing(store: Store, names: list[str]) -> None:
+    """Put files that are already in place (``names``, written by others) and their folders on disk."""
+    if not store.local:
+        return
+    folders = set()
+    for name in names:
+        path = store.path(name)
+        folders.add(os.path.dirname(path))
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except OSError as exc:
+            raise StorageError(f"cannot read {store.url_of(name)}: {describe_os_error(exc)}") from exc
+        try:
+            os.fsync(fd)
+        except OSError as exc:
+            if exc.errno not in _CANNOT_SYNC:
+                raise StorageError(f"cannot sync {store.url_of(name)}: {describe_os_error(exc)}") from exc
+        finally:
+            os.close(fd)
+    for folder in sorted(folders - {store.root}):
+        sync_folder(Store(folder))
+    sync_folder(store)
 
 
 def dataset_store(url: str, storage_options: dict[str, Any] | None = None, retry: RetryPolicy | None = None
@@ -24,6 +95,11 @@ def load_manifest(store: Store) -> Manifest:
         data = store.read_bytes(MANIFEST_NAME)
     except StorageError as exc:
         if isinstance(exc.__cause__, FileNotFoundError):
+            if _exists(store, IN_PROGRESS):
+                raise ManifestError(
+                    f"{store.url} holds an unfinished shardstream pack ({IN_PROGRESS} is there, {MANIFEST_NAME} "
+                    "is not): its shards are not a dataset yet; re-run the pack"
+                ) from None
             raise ManifestError(
                 f"{store.url} holds no dataset: {MANIFEST_NAME} is missing. Pack data there with "
                 "'shardstream pack', or write a manifest for existing WebDataset tars with "
@@ -33,6 +109,19 @@ def load_manifest(store: Store) -> Manifest:
     return Manifest.from_json(bytes(data), store.url_of(MANIFEST_NAME))
 
 
-def write_manifest(store: Store, manifest: Manifest) -> None:
-    """Publish the dataset: the manifest is written last, atomically."""
-    store.write_bytes(MANIFEST_NAME, manifest.to_json())
+def _exists(store: Store, name: str) -> bool:
+    try:
+        return store.exists(name)
+    except StorageError:
+        return False
+
+
+def write_manifest(store: Store, manifest: Manifest, fsync: bool = True) -> None:
+    """Publish the dataset: the manifest is written last, atomically, and (with ``fsync``) durably:
+    its bytes are on disk before its rename, and the rename is on disk when this returns."""
+    with store.open_write(MANIFEST_NAME) as f:
+        f.write(manifest.to_json())
+        if fsync:
+            sync_file(store, f, MANIFEST_NAME)
+    if fsync:
+        sync_folder(store)

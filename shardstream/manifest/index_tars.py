@@ -12,12 +12,12 @@ from typing import Any
 
 from braceexpand import braceexpand
 
-from ..errors import DatasetExistsError, ShardstreamError
+from ..errors import CorruptShardError, DatasetExistsError, ShardstreamError
 from ..formats import TAR_COMPRESSION, shard_format_of
 from ..formats import tar as tar_format
 from ..formats.compression import decompress
 from ..storage import Store, is_url
-from .files import write_manifest
+from .files import IN_PROGRESS, sync_existing, write_manifest
 from .schema import MANIFEST_NAME, Manifest, creation_info
 
 
@@ -83,13 +83,16 @@ def scan(
     holds all the shards.
     """
     urls = expand_sources(sources, storage_options)
+    return _scan(urls, Store(output if output is not None else _common_folder(urls), storage_options), on_shard)
+
+
+def _scan(urls: list[str], root: Store, on_shard: Callable[[int], None] | None) -> IndexResult:
     formats = {shard_format_of(u) for u in urls}
     if len(formats) != 1 or not formats <= TAR_COMPRESSION.keys():
         raise ShardstreamError(
             f"shards must all be .tar, all .tar.gz or all .tar.zst (found {', '.join(sorted(map(str, formats)))})"
         )
     shard_format = formats.pop()
-    root = Store(output if output is not None else _common_folder(urls), storage_options)
     names = [_relative(u, root) for u in urls]
     if len(set(names)) != len(names):
         raise ShardstreamError("the same shard is named twice; give each shard once")
@@ -99,6 +102,8 @@ def scan(
     for name in names:
         data = root.read_bytes(name)
         where = root.url_of(name)
+        if len(data) == 0:
+            raise CorruptShardError(f"{where}: empty file, not a tar; remove it from the list or re-create it")
         plain = decompress(data, TAR_COMPRESSION[shard_format], where)
         n = 0
         for _, fields in tar_format.iter_samples(plain, where, unkeyed=unkeyed):
@@ -121,22 +126,46 @@ def scan(
     return IndexResult(manifest, root.url, unkeyed)
 
 
+def _unfinished_packs(urls: list[str], root: Store) -> list[Store]:
+    """The folders among the shards' and ``root`` that hold the marker of an unfinished shardstream pack."""
+    folders = {root.root if root.local else root.url: root}
+    for url in urls:
+        folder = posixpath.dirname(url) if is_url(url) else os.path.dirname(os.path.abspath(url))
+        folders.setdefault(folder, Store(folder, root.storage_options))
+    return [store for store in folders.values() if store.exists(IN_PROGRESS)]
+
+
 def index(
     sources: Sequence[str],
     output: str | None = None,
     storage_options: dict[str, Any] | None = None,
     overwrite: bool = False,
     on_shard: Callable[[int], None] | None = None,
+    force: bool = False,
 ) -> IndexResult:
     """Read every tar, count its samples and fields, and publish a manifest in ``output``.
 
-    ``output`` defaults to the folder that holds all the shards.
+    ``output`` defaults to the folder that holds all the shards. Shards of a shardstream pack
+    that did not finish (their folder holds ``.shardstream-writing``) are refused unless
+    ``force``: some of them may be missing; re-running the pack is the fix. With ``force`` the
+    marker of the folder the manifest goes to is removed once the manifest is published.
     """
     if output is not None and not overwrite and Store(output, storage_options).exists(MANIFEST_NAME):
         raise DatasetExistsError(f"{output} already has a {MANIFEST_NAME}; pass --overwrite to replace it")
-    result = scan(sources, output, storage_options, on_shard)
-    root = Store(result.url, storage_options)
+    urls = expand_sources(sources, storage_options)
+    root = Store(output if output is not None else _common_folder(urls), storage_options)
+    unfinished = _unfinished_packs(urls, root)
+    if unfinished and not force:
+        raise ShardstreamError(
+            f"{unfinished[0].url} holds an unfinished shardstream pack ({IN_PROGRESS}), whose shards may be "
+            f"incomplete: re-run the pack, or pass --force (force=True) or remove {IN_PROGRESS} if you know "
+            "the shards are complete"
+        )
+    result = _scan(urls, root, on_shard)
     if not overwrite and root.exists(MANIFEST_NAME):
         raise DatasetExistsError(f"{root.url} already has a {MANIFEST_NAME}; pass --overwrite to replace it")
+    sync_existing(root, result.manifest.paths)  # shards written just before may not be on disk yet
     write_manifest(root, result.manifest)
+    if force and any(store is root for store in unfinished):
+        root.remove(IN_PROGRESS)  # the user says this folder's writing has finished
     return result

@@ -12,9 +12,9 @@ from ..manifest import Manifest, creation_info, shard_name
 from ..sizes import format_size
 from ..sources import FolderSource, TableSource, open_source
 from ..storage import Store
-from .destination import prepare_destination, publish
+from .destination import commit_shard, prepare_destination, publish
 from .engine import default_workers, progress_bar, run_local
-from .folder import ShardResult, plan_shards, read_file, write_shard
+from .folder import ShardResult, check_sample_names, plan_shards, read_file, write_shard
 from .rules import DEFAULT_SHARD_SIZE, check_shard_limits, resolve_format
 from .writer import ShardWriter
 
@@ -27,6 +27,12 @@ class PackResult:
     manifest: Manifest
     seconds: float
     skipped_hidden: int = 0
+
+    @property
+    def fingerprint(self) -> str:
+        """sha256 of the dataset's contents (shards, counts, fields, classes), not of its creation info:
+        equal for two packs of the same source, whose manifests differ in their creation time."""
+        return self.manifest.fingerprint
 
     @property
     def samples(self) -> int:
@@ -73,13 +79,17 @@ def pack(
     overwrite: bool = False,
     storage_options: dict[str, Any] | None = None,
     progress: bool = True,
+    fsync: bool = True,
 ) -> PackResult:
     """Pack ``source`` (a folder tree, or table files) into a dataset at ``dest``.
 
     Folders become tar shards by default (ImageFolder trees get an integer ``cls``
     field and the class names), tables become Arrow shards. The same input always
     gives the same shards, whatever ``workers`` is. The manifest is written last;
-    if anything fails, none is written.
+    if anything fails, none is written. With ``fsync`` (default) the shards and then the manifest
+    are on disk before each appears, so a power loss never leaves a manifest without its shards.
+    Sample keys in tar shards must stay inside the folder ``tar -xf`` extracts to (see
+    :func:`~shardstream.packing.fields.key_problem`); a file whose key does not is refused.
     """
     started = time.perf_counter()
     source, dest = os.fspath(source), os.fspath(dest)
@@ -90,18 +100,21 @@ def pack(
     workers = default_workers() if workers is None else int(workers)
     src = open_source(source, layout)
     shard_format, comp = resolve_format(format or ("arrow" if isinstance(src, TableSource) else "tar"), compression)
+    if isinstance(src, FolderSource):
+        check_sample_names(src.samples, shard_format)
     store = Store(dest, storage_options)
     _check_not_inside(source, store)
-    prepare_destination(store, overwrite)
+    token = prepare_destination(store, overwrite, fsync)
     info = creation_info(source=os.path.abspath(source), layout=getattr(src, "layout", "table"))
 
     if isinstance(src, FolderSource) and shard_format != "arrow":
-        manifest = _pack_folder_tar(src, store, shard_format, comp, limit, per_shard, workers, progress, info)
+        manifest = _pack_folder_tar(src, store, shard_format, comp, limit, per_shard, workers, progress, info,
+                                    token, fsync)
     elif isinstance(src, TableSource) and shard_format == "arrow":
-        manifest = _pack_table_arrow(src, store, comp, limit, per_shard, workers, progress, info)
+        manifest = _pack_table_arrow(src, store, comp, limit, per_shard, workers, progress, info, fsync)
     else:
-        manifest = _pack_with_writer(src, store, shard_format, comp, limit, per_shard, progress, info)
-    publish(store, manifest)
+        manifest, token = _pack_with_writer(src, store, shard_format, comp, limit, per_shard, progress, info, fsync)
+    publish(store, manifest, token, fsync)
     skipped = src.skipped_hidden if isinstance(src, FolderSource) else 0
     return PackResult(store.url, manifest, time.perf_counter() - started, skipped)
 
@@ -119,13 +132,22 @@ def _manifest(shard_format: str, results: list[ShardResult], **kw: Any) -> Manif
 
 def _pack_folder_tar(
     src: FolderSource, store: Store, shard_format: str, comp: str | None, limit: int,
-    per_shard: int | None, workers: int, progress: bool, info: dict[str, Any],
+    per_shard: int | None, workers: int, progress: bool, info: dict[str, Any], token: str, fsync: bool,
 ) -> Manifest:
     plan = plan_shards(src.samples, limit, per_shard)
-    jobs = [(store.url, store.storage_options, i, shard_name(i, shard_format), comp, s) for i, s in enumerate(plan)]
+    # Local shards wait under names carrying this run's token until this process renames them into place.
+    staged = token if store.local else None
+    names = [shard_name(i, shard_format) for i in range(len(plan))]
+    jobs = [(store.url, store.storage_options, i, names[i], comp, s, staged, fsync) for i, s in enumerate(plan)]
     job_bytes = [sum(size for s in samples for _, _, size in s.files) for samples in plan]
+
+    def done(i: int) -> None:
+        if staged is not None:
+            commit_shard(store, token, names[i])
+        bar.update(job_bytes[i])
+
     with progress_bar(progress, src.total_bytes) as bar:
-        results = run_local(write_shard, jobs, workers, store.local, lambda i: bar.update(job_bytes[i]))
+        results = run_local(write_shard, jobs, workers, store.local, done)
     counts: dict[str, int] = {}
     for r in results:
         for name, n in r.field_counts.items():
@@ -136,7 +158,7 @@ def _pack_folder_tar(
 
 def _pack_table_arrow(
     src: TableSource, store: Store, comp: str | None, limit: int, per_shard: int | None,
-    workers: int, progress: bool, info: dict[str, Any],
+    workers: int, progress: bool, info: dict[str, Any], fsync: bool,
 ) -> Manifest:
     from ..formats import arrow as arrow_format
     from .table import pack_table_arrow
@@ -147,7 +169,7 @@ def _pack_table_arrow(
             results.append(result)
             bar.update(result.samples)
 
-        schema = pack_table_arrow(src, store, comp, limit, per_shard, workers, done)
+        schema = pack_table_arrow(src, store, comp, limit, per_shard, workers, done, fsync)
     return _manifest(
         "arrow", results, fields=arrow_format.describe_schema(schema),
         arrow_schema=arrow_format.schema_to_text(schema), created=info,
@@ -156,9 +178,10 @@ def _pack_table_arrow(
 
 def _pack_with_writer(
     src: FolderSource | TableSource, store: Store, shard_format: str, comp: str | None, limit: int,
-    per_shard: int | None, progress: bool, info: dict[str, Any],
-) -> Manifest:
-    """Sequential packing through :class:`ShardWriter`: folders to Arrow, tables to tar."""
+    per_shard: int | None, progress: bool, info: dict[str, Any], fsync: bool,
+) -> tuple[Manifest, str]:
+    """Sequential packing through :class:`ShardWriter`: folders to Arrow, tables to tar. Returns the
+    manifest (not published) and the writer's claim token."""
     from .table import pack_table_tar
 
     fmt = "arrow" if shard_format == "arrow" else "tar"
@@ -170,7 +193,7 @@ def _pack_with_writer(
         columns = [("__key__", pa.string())] + [(n, pa.binary()) for n in names]
         schema = pa.schema(columns + ([("cls", pa.int64())] if src.classes is not None else []))
     writer = ShardWriter(store.url, fmt, limit, per_shard, comp or "none", store.storage_options,
-                         overwrite=True, classes=getattr(src, "classes", None), schema=schema)
+                         overwrite=True, classes=getattr(src, "classes", None), schema=schema, fsync=fsync)
     try:
         if isinstance(src, TableSource):
             with progress_bar(progress, None, unit=" rows") as bar:
@@ -190,4 +213,4 @@ def _pack_with_writer(
         writer.abort()
         raise
     manifest.created = info
-    return manifest
+    return manifest, writer.token

@@ -1,14 +1,19 @@
 """The local engine: run a shard plan's jobs in a pool of processes (threads for remote stores).
 
 Each job writes one shard from its plan entry, so the shards are the same bytes whatever the
-number of workers; results come back in plan order.
+number of workers; results come back in plan order. Worker processes end with the process
+that started them, even when it is killed with SIGKILL.
 """
 
 from __future__ import annotations
 
+import ctypes
 import multiprocessing
 import os
+import signal
+import sys
 import threading
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from typing import Any, TypeVar
@@ -31,6 +36,34 @@ def _pool_context() -> multiprocessing.context.BaseContext:
     if "fork" in multiprocessing.get_all_start_methods() and threading.active_count() == 1:
         return multiprocessing.get_context("fork")
     return multiprocessing.get_context("spawn")
+
+
+_PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def _watch_parent(parent: int) -> None:
+    while os.getppid() == parent:
+        time.sleep(0.5)
+    os._exit(1)
+
+
+def die_with_parent(parent: int) -> None:
+    """Pool initializer: end this worker when ``parent`` (the process that started it) ends.
+
+    On Linux the kernel sends SIGKILL (``PR_SET_PDEATHSIG``); elsewhere a thread watches the
+    parent. Either way a parent that is already gone ends the worker at once.
+    """
+    armed = False
+    if sys.platform.startswith("linux"):
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            armed = libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) == 0
+        except (OSError, AttributeError):
+            armed = False
+    if not armed:
+        threading.Thread(target=_watch_parent, args=(parent,), name="shardstream-parent-watch", daemon=True).start()
+    if os.getppid() != parent:  # the parent died before the signal was armed
+        os._exit(1)
 
 
 class _Bar(tqdm):
@@ -57,7 +90,9 @@ def run_local(job: Callable[..., R], jobs: Sequence[tuple[Any, ...]], workers: i
         return results
     size = min(workers, len(jobs))
     pool_type = ProcessPoolExecutor if processes else ThreadPoolExecutor
-    kwargs = {"mp_context": _pool_context()} if processes else {}
+    kwargs: dict[str, Any] = {}
+    if processes:
+        kwargs = {"mp_context": _pool_context(), "initializer": die_with_parent, "initargs": (os.getpid(),)}
     with pool_type(size, **kwargs) as pool:
         futures = [pool.submit(job, *args) for args in jobs]
         try:

@@ -4,32 +4,84 @@ from __future__ import annotations
 
 import io
 import json
+import re
 from typing import Any
 
 from ..errors import EncodeError
 
+# C0 and C1 control characters and DEL: terminals act on them, and tar tools print them raw.
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
-def check_name(name: str, what: str) -> None:
-    if "\0" in name:
-        raise EncodeError(f"{what} {name!r} contains a NUL character, which tar names cannot hold; remove it")
+
+def _text_problem(name: str) -> str | None:
+    control = _CONTROL.search(name)
+    if control is not None:
+        return f"contains the control character U+{ord(control.group()):04X}"
+    return _unicode_problem(name)
+
+
+def _unicode_problem(name: str) -> str | None:
     try:
         name.encode("utf-8")
     except UnicodeEncodeError:
-        raise EncodeError(f"{what} {name!r} is not valid Unicode (a lone surrogate?); fix the name") from None
+        return "is not valid Unicode (a lone surrogate?)"
+    return None
+
+
+def key_problem(key: object, fmt: str) -> str | None:
+    """What keeps ``key`` from being a sample key of ``fmt`` shards (None when it is fine).
+
+    In tar shards a key is the start of member names, which ``tar -xf`` and ``tarfile`` turn
+    into paths: it must be a relative path that stays inside the folder it is extracted to
+    (no leading '/', no empty, '.' or '..' segment, no backslash), without control characters,
+    and its last segment must hold no '.', since readers split the field name off at the first.
+    """
+    if not isinstance(key, str) or not key:
+        return "must be a non-empty string"
+    if not fmt.startswith("tar"):
+        return "contains a NUL character" if "\0" in key else _unicode_problem(key)  # Arrow: any other text
+    if (key.isprintable() and "." not in key and "\\" not in key and "//" not in key
+            and key[0] != "/" and key[-1] != "/"):
+        return None  # the common case, in a few string scans; the rules in detail below
+    problem = _text_problem(key)
+    if problem is not None:
+        return problem
+    if "\\" in key:
+        return "contains a backslash, which Windows tools take for a folder separator"
+    if key.startswith("/"):
+        return "starts with '/', so extracting the shard would write outside the target folder"
+    segments = key.split("/")
+    if ".." in segments:
+        return "has a '..' segment, so extracting the shard would write outside the target folder"
+    if "" in segments or "." in segments:
+        return "has an empty or '.' segment ('//', '/./' or a trailing '/'), which tar tools rewrite"
+    if "." in segments[-1]:
+        return ("has a '.' after its last '/', and tar readers take the first '.' there as the start of "
+                "the field name")
+    return None
+
+
+def field_problem(name: object) -> str | None:
+    """What keeps ``name`` from being a field name of tar shards (the part of a member name after the key)."""
+    if not isinstance(name, str) or not name:
+        return "must be a non-empty string"
+    if "/" in name or "\\" in name:
+        return "contains a '/' or a backslash, which tar tools take for a folder separator"
+    return _text_problem(name)
+
+
+def check_name(name: str, what: str) -> None:
+    """Refuse a field name of a tar shard that tar tools could not store or extract as it is."""
+    problem = field_problem(name)
+    if problem is not None:
+        raise EncodeError(f"{what} {name!r} {problem}; rename it")
 
 
 def check_key(key: str, fmt: str) -> str:
-    """A sample key that WebDataset readers split the same way we do."""
-    if not isinstance(key, str) or not key:
-        raise EncodeError(f"sample key {key!r} must be a non-empty string")
-    check_name(key, "sample key")
-    if fmt.startswith("tar"):
-        base = key.rsplit("/", 1)[-1]
-        if "." in base or not base:
-            raise EncodeError(
-                f"sample key {key!r}: the part after the last '/' must be non-empty and contain no '.', "
-                "since tar readers take the first '.' as the start of the field name; rename the key"
-            )
+    """A sample key that is safe to extract and that WebDataset readers split the same way we do."""
+    problem = key_problem(key, fmt)
+    if problem is not None:
+        raise EncodeError(f"sample key {key!r} {problem}; rename the key")
     return key
 
 

@@ -11,10 +11,13 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import SourceError
+from ..errors import ShardstreamError, SourceError
 from ..formats import tar as tar_format
+from ..manifest.files import sync_file
 from ..sources import FileSample
 from ..storage import Store, describe_os_error
+from .destination import check_claim, staged_name
+from .fields import field_problem, key_problem
 from .rules import shard_is_full
 
 
@@ -80,15 +83,39 @@ def read_file(path: str, size: int) -> bytes:
     return data
 
 
+def check_sample_names(samples: list[FileSample], fmt: str) -> None:
+    """Refuse, before anything is written, a file whose name cannot be a member name of ``fmt`` shards."""
+    for sample in samples:
+        problem = key_problem(sample.key, fmt)
+        if problem is not None:
+            raise SourceError(f"cannot pack {sample.files[0][1]!r}: its sample key {sample.key!r} {problem}; "
+                              "rename the file")
+        if fmt.startswith("tar"):
+            for ext, path, _ in sample.files:
+                problem = field_problem(ext)
+                if problem is not None:
+                    raise SourceError(f"cannot pack {path!r}: its field name {ext!r} {problem}; rename the file")
+
+
 def write_shard(
     dest: str, storage_options: dict[str, Any] | None, index: int, name: str,
-    compression: str | None, samples: list[FileSample],
+    compression: str | None, samples: list[FileSample], token: str | None = None, fsync: bool = True,
 ) -> ShardResult:
-    """Write one tar shard from files (runs in a worker process)."""
+    """Write one tar shard from files (runs in a worker process).
+
+    With ``token`` (local folders), the shard goes to its staged name, for the run that owns
+    ``token`` to rename into place (:func:`~.destination.commit_shard`); a worker whose run has
+    lost the destination removes what it wrote and stops.
+    """
     store = Store(dest, storage_options)
+    target = name if token is None else staged_name(name, token)
     counts: Counter[str] = Counter()
-    with store.open_write(name) as sink:
-        writer = tar_format.TarShardWriter(sink, compression)
+    with store.open_write(target) as sink:
+        tar_size = None
+        if compression == "zstd":  # the frame header records it: readers can size (and bound) the output
+            tar_size = sum(tar_format.sample_size(s.key, sample_fields(s)) for s in samples)
+            tar_size += len(tar_format.END_OF_ARCHIVE)
+        writer = tar_format.TarShardWriter(sink, compression, tar_size=tar_size)
         for sample in samples:
             fields: list[tuple[str, bytes]] = [(ext, read_file(path, size)) for ext, path, size in sample.files]
             if sample.label is not None:
@@ -97,4 +124,12 @@ def write_shard(
             writer.add(sample.key, fields)
             counts.update(ext for ext, _ in fields)
         nbytes, digest = writer.close()
+        if fsync:
+            sync_file(store, sink, target)
+    if token is not None:
+        try:
+            check_claim(store, token)
+        except ShardstreamError:
+            store.remove(target)
+            raise
     return ShardResult(index, name, len(samples), nbytes, digest, writer.tar_bytes, counts)

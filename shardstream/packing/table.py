@@ -15,8 +15,10 @@ from typing import Any
 
 import pyarrow as pa
 
+from ..errors import EncodeError
 from ..formats import arrow as arrow_format
 from ..manifest import shard_name
+from ..manifest.files import sync_file
 from ..sources.table import TableSource, record_batches
 from ..storage import Store
 from .folder import ShardResult
@@ -51,18 +53,21 @@ def _cut(batches: Iterator[pa.RecordBatch], shard_size: int, per_shard: int | No
         yield current
 
 
-def _write_arrow_shard(store: Store, index: int, batches: list[pa.RecordBatch], compression: str | None) -> ShardResult:
+def _write_arrow_shard(store: Store, index: int, batches: list[pa.RecordBatch], compression: str | None,
+                       fsync: bool) -> ShardResult:
     name = shard_name(index, "arrow")
     with store.open_write(name) as sink:
         writer = arrow_format.ArrowShardWriter(sink, batches[0].schema, compression)
         writer.add_batch(pa.Table.from_batches(batches).combine_chunks())
         nbytes, digest = writer.close()
+        if fsync:
+            sync_file(store, sink, name)
     return ShardResult(index, name, writer.samples, nbytes, digest)
 
 
 def pack_table_arrow(
     source: TableSource, store: Store, compression: str | None, shard_size: int, per_shard: int | None,
-    workers: int, on_shard: Callable[[ShardResult], None],
+    workers: int, on_shard: Callable[[ShardResult], None], fsync: bool = True,
 ) -> pa.Schema:
     """Write Arrow shards from the table; returns its schema. ``on_shard`` sees each result in order."""
     schema = source.dataset().schema
@@ -70,7 +75,7 @@ def pack_table_arrow(
     with ThreadPoolExecutor(max_workers=max(workers, 1)) as pool:
         try:
             for index, batches in enumerate(_cut(record_batches(source), shard_size, per_shard)):
-                pending.append(pool.submit(_write_arrow_shard, store, index, batches, compression))
+                pending.append(pool.submit(_write_arrow_shard, store, index, batches, compression, fsync))
                 while len(pending) > workers or (pending and pending[0].done()):
                     on_shard(pending.popleft().result())
             while pending:
@@ -100,6 +105,9 @@ def pack_table_tar(source: TableSource, writer: ShardWriter, on_rows: Callable[[
                 value = _plain(columns[n][i])
                 if value is not None:
                     sample[n] = value
-            writer.write(sample)
+            try:
+                writer.write(sample)
+            except EncodeError as exc:
+                raise EncodeError(f"table {source.root}, row {row}: {exc}") from exc
             row += 1
         on_rows(batch.num_rows)

@@ -10,6 +10,7 @@ from typing import Any
 from ..errors import EncodeError, ShardstreamError
 from ..formats import tar as tar_format
 from ..manifest import Manifest, creation_info, shard_name
+from ..manifest.files import sync_file
 from ..storage import Store
 from .destination import prepare_destination, publish
 from .fields import check_key, check_name, encode_field
@@ -36,6 +37,8 @@ class ShardWriter:
     would take the shard past ``shard_size`` bytes (uncompressed) or ``samples_per_shard``
     samples. The manifest is written by :meth:`close` (or leaving the ``with`` block
     without an error), never when the block raises: no half-written dataset is visible.
+    Keys of tar shards are relative paths that stay inside the folder ``tar -xf`` extracts
+    to. With ``fsync`` (default) shards and manifest are on disk before they appear.
     """
 
     def __init__(
@@ -49,11 +52,13 @@ class ShardWriter:
         overwrite: bool = False,
         classes: list[str] | None = None,
         schema: Any = None,
+        fsync: bool = True,
     ):
         self.shard_format, self.compression = resolve_format(format, compression)
         self.shard_size, self.samples_per_shard = check_shard_limits(shard_size, samples_per_shard)
         self.store = Store(url, storage_options)
-        prepare_destination(self.store, overwrite)
+        self.fsync = fsync
+        self.token = prepare_destination(self.store, overwrite, fsync)
         self.classes = list(classes) if classes is not None else None
         self.paths: list[str] = []
         self.samples: list[int] = []
@@ -76,10 +81,9 @@ class ShardWriter:
     def _open_shard(self) -> None:
         name = shard_name(len(self.paths), self.shard_format)
         self._cm = self.store.open_write(name)
-        sink = self._cm.__enter__()
+        sink = self._sink = self._cm.__enter__()
         if self.shard_format == "arrow":
             self._shard = None  # opened with the first batch, once the schema is known
-            self._sink = sink
         else:
             self._shard = tar_format.TarShardWriter(sink, self.compression)
         self.paths.append(name)
@@ -121,6 +125,8 @@ class ShardWriter:
         if self.shard_format == "arrow":
             self._flush_rows()
         nbytes, digest = self._shard.close()
+        if self.fsync:
+            sync_file(self.store, self._sink, self.paths[-1])
         self._cm.__exit__(None, None, None)
         self.samples.append(self._shard_samples)
         self.nbytes.append(nbytes)
@@ -145,8 +151,6 @@ class ShardWriter:
         else:
             encoded = [(name, encode_field(key, name, fields[name])) for name in sorted(fields)]
             for name, _ in encoded:
-                if not name or "/" in name:
-                    raise EncodeError(f"sample {key!r}: field name {name!r} must be non-empty without '/'")
                 check_name(name, f"sample {key!r}: field name")
             size = tar_format.sample_size(key, ((n, len(memoryview(d))) for n, d in encoded))
         if self._cm is not None and shard_is_full(
@@ -204,7 +208,7 @@ class ShardWriter:
             except BaseException:
                 self.abort()
                 raise
-            publish(self.store, manifest)
+            publish(self.store, manifest, self.token, self.fsync)
             self._published = True
         assert self.manifest is not None
         return self.manifest

@@ -349,3 +349,67 @@ def test_indexing_a_packed_dataset_copy(tmp_path):
     assert m.paths == packed.paths
     assert m.samples.tolist() == packed.samples.tolist() == [3, 3, 1]
     assert m.sha256 == packed.sha256
+
+
+# -- an interrupted pack is not a dataset (issue 10, finding 9) ------------------------------------------------
+
+
+def interrupted_pack(tmp_path: Path) -> Path:
+    """The folder a killed pack leaves: some shards, the in-progress marker, no manifest."""
+    from shardstream.manifest.files import IN_PROGRESS
+
+    folder = tmp_path / "ds"
+    write_wds(folder, n=12, per_shard=4)
+    (folder / "shard-000001.tar").unlink()  # a gap: the shard that was being written
+    (folder / IN_PROGRESS).write_bytes(b"0123456789abcdef")
+    return folder
+
+
+@pytest.mark.parametrize("form", ["folder", "list", "output above"])
+def test_index_refuses_the_shards_of_an_unfinished_pack(tmp_path, form):
+    folder = interrupted_pack(tmp_path)
+    shards = [str(folder / "shard-000000.tar"), str(folder / "shard-000002.tar")]
+    sources, output = {"folder": ([str(folder)], None), "list": (shards, None),
+                       "output above": (shards, str(tmp_path))}[form]
+    with pytest.raises(ShardstreamError) as info:
+        index(sources, output)
+    text = str(info.value)
+    assert "\n" not in text and str(folder) in text and "unfinished shardstream pack" in text
+    assert "re-run the pack" in text and "--force" in text and ".shardstream-writing" in text
+    assert not (folder / "_manifest.json").exists() and not (tmp_path / "_manifest.json").exists()
+
+
+def test_cli_index_refuses_an_unfinished_pack_on_one_line_and_force_publishes_it(tmp_path):
+    folder = interrupted_pack(tmp_path)
+    result = invoke("index", folder, "-q")
+    assert result.exit_code == 1
+    assert "re-run the pack" in assert_one_line_error(result.stderr, folder)
+    assert not (folder / "_manifest.json").exists()
+    forced = index([str(folder)], force=True)  # the user knows the shards are complete
+    assert forced.manifest.num_samples == 8
+    assert not (folder / ".shardstream-writing").exists()
+    assert verify(str(folder)).ok
+
+
+def test_no_manifest_error_of_an_unfinished_pack_does_not_suggest_index(tmp_path):
+    folder = interrupted_pack(tmp_path)
+    result = invoke("info", folder)
+    assert result.exit_code == 1
+    line = assert_one_line_error(result.stderr, folder)
+    assert "unfinished" in line and "re-run the pack" in line and "index" not in line
+    (folder / ".shardstream-writing").unlink()
+    assert "'shardstream index'" in assert_one_line_error(invoke("info", folder).stderr, folder)
+
+
+def test_an_empty_file_is_not_a_tar(tmp_path):
+    """Issue 10, finding 15: an empty file among the shards is named on one line, no manifest written."""
+    folder = tmp_path / "tars"
+    write_wds(folder, n=8, per_shard=4)
+    empty = folder / "shard-000002.tar"
+    empty.write_bytes(b"")
+    with pytest.raises(CorruptShardError, match="empty file, not a tar"):
+        index([str(folder)])
+    result = invoke("index", folder, "-q")
+    assert result.exit_code == 1
+    assert "empty file" in assert_one_line_error(result.stderr, empty)
+    assert not (folder / "_manifest.json").exists()
