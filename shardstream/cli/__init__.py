@@ -1,6 +1,6 @@
 """The ``shardstream`` command, one module per command group: ``pack``; ``show`` (info, ls,
-cat); ``check`` (verify, index). ``common`` holds the group, the storage flags and the
-one-line errors they all share.
+cat); ``check`` (verify, index). ``common`` holds the group, the storage flags, the
+one-line errors and the terminal-safe printing (``safe``) they all share.
 """
 
 from .check import index_, verify

@@ -8,7 +8,7 @@ from tqdm import tqdm
 from ..errors import ShardstreamError
 from ..manifest import dataset_store, load_manifest
 from ..sizes import format_size
-from .common import cli, storage_option, storage_options_for
+from .common import cli, safe, storage_option, storage_options_for
 
 
 @cli.command()
@@ -28,10 +28,10 @@ def verify(dataset: str, workers: int, quiet: bool, storage_options: tuple[str, 
         report = run_verify(dataset, options, workers, on_shard=bar.update)
     if report.ok:
         summary = f"{m.num_shards:,} shards, {m.num_samples:,} samples, {format_size(m.total_bytes)}"
-        click.echo(f"ok: {summary} in {store.url}")
+        click.echo(f"ok: {summary} in {safe(store.url)}")
         return
     for problem in report.problems:
-        click.echo(f"damaged: {problem}", err=True)
+        click.echo(f"damaged: {safe(problem)}", err=True)
     raise ShardstreamError(f"{len(report.problems)} of {m.num_shards} shards are damaged in {store.url}")
 
 
@@ -39,19 +39,22 @@ def verify(dataset: str, workers: int, quiet: bool, storage_options: tuple[str, 
 @click.argument("shards", nargs=-1, required=True)
 @click.option("--output", default=None, help="Folder for _manifest.json [default: the shards' folder].")
 @click.option("--overwrite", is_flag=True, help="Replace an existing manifest.")
+@click.option("--force", is_flag=True,
+              help="Index a folder that an unfinished pack left (it holds .shardstream-writing); "
+                   "re-running the pack is usually the better fix.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
 @storage_option
-def index_(shards: tuple[str, ...], output: str | None, overwrite: bool, quiet: bool,
+def index_(shards: tuple[str, ...], output: str | None, overwrite: bool, force: bool, quiet: bool,
            storage_options: tuple[str, ...]) -> None:
     """Write a manifest for existing WebDataset tars: files, 'shard-{000..009}.tar' or a folder."""
     from ..manifest.index_tars import index as run_index
 
     with tqdm(unit="B", unit_scale=True, desc="indexing", leave=False, disable=True if quiet else None) as bar:
         options = storage_options_for(storage_options, output or shards[0])
-        result = run_index(list(shards), output, options, overwrite, on_shard=bar.update)
+        result = run_index(list(shards), output, options, overwrite, on_shard=bar.update, force=force)
     m = result.manifest
     if result.unkeyed:
         click.echo(f"warning: {len(result.unkeyed)} members have no KEY.EXT name and belong to no sample "
-                   f"(webdataset skips them too), e.g. {result.unkeyed[0]!r}", err=True)
+                   f"(webdataset skips them too), e.g. {safe(repr(result.unkeyed[0]))}", err=True)
     click.echo(f"indexed {m.num_shards:,} shards, {m.num_samples:,} samples, {format_size(m.total_bytes)} "
-               f"-> {result.url}/_manifest.json")
+               f"-> {safe(result.url)}/_manifest.json")

@@ -1,4 +1,5 @@
-"""What every command shares: the ``shardstream`` group, one-line errors, storage flags, quiet logs.
+"""What every command shares: the ``shardstream`` group, one-line errors, storage flags, quiet logs,
+and :func:`safe`, which every string that comes from a dataset passes through before it is printed.
 
 User mistakes and damaged data end with one ``error:`` line and a non-zero exit,
 never a traceback.
@@ -6,9 +7,13 @@ never a traceback.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+import os
 import sys
+import traceback
+import unicodedata
 from collections.abc import Callable
 from typing import Any
 
@@ -19,14 +24,78 @@ from ..manifest import Manifest, dataset_store, load_manifest
 from ..storage import Store, connection_options
 from ..version import __version__
 
+# Characters a terminal may act on, or that hide or reorder text: C0 and C1 controls and DEL (Cc),
+# format characters such as the bidi overrides U+202A..U+202E, U+2066..U+2069 and zero-width
+# spaces (Cf), lone surrogates (Cs) and the line and paragraph separators (Zl, Zp).
+_ESCAPED = frozenset({"Cc", "Cf", "Cs", "Zl", "Zp"})
+# Zero-width (non-)joiners are Cf too, but Persian, Indic scripts and emoji need them; they are harmless.
+_JOINERS = frozenset("\u200c\u200d")
+_SHORT = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def _needs_escape(ch: str) -> bool:
+    return ch not in _JOINERS and unicodedata.category(ch) in _ESCAPED
+
+
+def _repr_escape(ch: str) -> str:
+    o = ord(ch)
+    return _SHORT.get(ch) or (f"\\x{o:02x}" if o < 0x100 else f"\\u{o:04x}" if o < 0x10000 else f"\\U{o:08x}")
+
+
+def _json_escape(ch: str) -> str:
+    o = ord(ch)
+    if o < 0x10000:
+        return f"\\u{o:04x}"
+    o -= 0x10000
+    return f"\\u{0xD800 + (o >> 10):04x}\\u{0xDC00 + (o & 0x3FF):04x}"
+
+
+def safe(text: object) -> str:
+    """``text`` fit for a terminal: control, format and bidi characters and lone surrogates are
+    written as Python escapes (``\\x1b``, ``\\u202e``, ``\\n``), as ``repr`` would; other text,
+    ``é`` and ``中`` included, is left as it is. Every dataset-derived string is printed through it."""
+    text = str(text)
+    if text.isprintable():  # the common case, and one C call: no character here needs escaping
+        return text
+    return "".join(_repr_escape(ch) if _needs_escape(ch) else ch for ch in text)
+
+
+def has_controls(text: str) -> bool:
+    """Whether :func:`safe` would change ``text`` apart from its line ends (``\\n``, ``\\r\\n``) and tabs."""
+    text = text.replace("\r\n", "").replace("\n", "").replace("\t", "")
+    return not text.isprintable() and any(_needs_escape(ch) for ch in text)
+
+
+def safe_json(value: Any, indent: int | None = None) -> str:
+    """``value`` as JSON that is safe on a terminal and still parses to the same value:
+    the characters :func:`safe` escapes become ``\\uXXXX`` escapes."""
+    text = json.dumps(value, ensure_ascii=False, indent=indent, default=str)
+    if text.isprintable():
+        return text
+    # json.dumps escapes C0 controls inside strings itself, so a raw newline here is indentation
+    return "".join(_json_escape(ch) if ch != "\n" and _needs_escape(ch) else ch for ch in text)
+
+
+def _fail(ctx: click.Context, message: str, code: int = 1) -> None:
+    click.echo(f"error: {safe(message)}", err=True)
+    ctx.exit(code)
+
+
+def _unexpected(exc: Exception) -> str:
+    frames = traceback.extract_tb(exc.__traceback__)
+    where = f" at {os.path.basename(frames[-1].filename)}:{frames[-1].lineno}" if frames else ""
+    text = str(exc)
+    text = text if len(text) <= 300 else text[:300] + " ..."
+    return (f"unexpected {type(exc).__name__}{where}: {text}; this is a bug in shardstream, please report it "
+            "(shardstream --traceback ... shows the traceback)")
+
 
 class _Cli(click.Group):
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
         except ShardstreamError as exc:
-            click.echo(f"error: {exc}", err=True)
-            ctx.exit(1)
+            _fail(ctx, str(exc))
         except KeyboardInterrupt:
             click.echo("interrupted; nothing was published", err=True)
             ctx.exit(130)
@@ -34,9 +103,14 @@ class _Cli(click.Group):
             sys.stderr.close()  # the reader went away (`| head`); not an error
             ctx.exit(0)
         except OSError as exc:
-            where = f" {exc.filename}" if getattr(exc, "filename", None) else ""
-            click.echo(f"error:{where} {exc.strerror or exc}", err=True)
-            ctx.exit(1)
+            where = f"{exc.filename} " if getattr(exc, "filename", None) else ""
+            _fail(ctx, f"{where}{exc.strerror or exc}")
+        except (click.ClickException, click.exceptions.Exit, click.Abort):
+            raise  # usage errors and exits: click reports them
+        except Exception as exc:  # noqa: BLE001 - the promise is one line, never a traceback
+            if ctx.params.get("traceback"):
+                raise
+            _fail(ctx, _unexpected(exc))
 
 
 def storage_options_for(values: tuple[str, ...], url: str) -> dict[str, Any]:
@@ -78,9 +152,18 @@ def storage_option(command: Callable[..., Any]) -> Callable[..., Any]:
 
 @click.group(cls=_Cli, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="shardstream")
-def cli() -> None:
+@click.option("--traceback", is_flag=True, help="Show the traceback of an unexpected error (for bug reports).")
+def cli(traceback: bool) -> None:
     """Pack folders and tables into sharded datasets; inspect and verify them."""
+    _lenient_output()
     _quiet_logging()
+
+
+def _lenient_output() -> None:
+    """Characters the terminal's encoding lacks (``中`` under a Latin-1 locale) print as escapes, not a crash."""
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(AttributeError, ValueError, OSError):
+            stream.reconfigure(errors="backslashreplace")
 
 
 class _NoTraceback(logging.Formatter):
@@ -89,16 +172,24 @@ class _NoTraceback(logging.Formatter):
 
     def format(self, record: logging.LogRecord) -> str:
         record.exc_text = ""
-        return super().format(record)
+        return safe(super().format(record))
+
+
+class _StderrHandler(logging.StreamHandler):
+    """Writes to the ``sys.stderr`` of the moment (click's test runner swaps it for each command)."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.stream = sys.stderr
+        super().emit(record)
 
 
 def _quiet_logging() -> None:
     """shardstream's warnings as ``warning: ...`` lines; the storage clients' own error logs (with
     tracebacks) are left out, since the error line that follows says what went wrong."""
-    handler = logging.StreamHandler()
-    handler.setFormatter(_NoTraceback("warning: %(message)s"))
     log = logging.getLogger("shardstream")
     if not log.handlers:
+        handler = _StderrHandler()
+        handler.setFormatter(_NoTraceback("warning: %(message)s"))
         log.addHandler(handler)
         log.propagate = False
     for name in ("gcsfs", "s3fs", "fsspec", "aiobotocore", "botocore", "google"):

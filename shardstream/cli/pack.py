@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from .common import cli, storage_option, storage_options_for
+from .common import cli, safe, storage_option, storage_options_for
 
 
 @cli.command()
@@ -21,10 +21,12 @@ from .common import cli, storage_option, storage_options_for
 @click.option("--layout", type=click.Choice(["auto", "imagefolder", "files", "table"]), default="auto",
               show_default=True, help="How to read SOURCE.")
 @click.option("--overwrite", is_flag=True, help="Replace a dataset already at DEST.")
+@click.option("--fsync/--no-fsync", default=True, show_default=True,
+              help="Flush shards and manifest to disk before publishing (survives a power loss).")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
 @storage_option
 def pack(source: str, dest: str, fmt: str | None, shard_size: str, samples_per_shard: int | None,
-         compression: str | None, workers: int | None, layout: str, overwrite: bool, quiet: bool,
+         compression: str | None, workers: int | None, layout: str, overwrite: bool, fsync: bool, quiet: bool,
          storage_options: tuple[str, ...]) -> None:
     """Pack SOURCE (a folder tree or table files) into a dataset at DEST."""
     from ..packing import pack as run_pack
@@ -32,6 +34,6 @@ def pack(source: str, dest: str, fmt: str | None, shard_size: str, samples_per_s
     result = run_pack(
         source, dest, format=fmt, shard_size=shard_size, samples_per_shard=samples_per_shard,
         compression=compression, workers=workers, layout=layout, overwrite=overwrite,
-        storage_options=storage_options_for(storage_options, dest), progress=not quiet,
+        storage_options=storage_options_for(storage_options, dest), progress=not quiet, fsync=fsync,
     )
-    click.echo(result.summary())
+    click.echo(safe(result.summary()))

@@ -10,7 +10,7 @@ import click
 
 from ..errors import ShardstreamError
 from ..sizes import format_size
-from .common import cli, open_dataset, storage_option
+from .common import cli, has_controls, open_dataset, safe, safe_json, storage_option
 
 
 @cli.command()
@@ -26,31 +26,36 @@ def info(dataset: str, as_json: bool, storage_options: tuple[str, ...]) -> None:
         "classes": m.classes, "created": m.created,
     }
     if as_json:
-        click.echo(json.dumps(doc, indent=2, ensure_ascii=False))
+        click.echo(safe_json(doc, indent=2))
         return
     mean = m.total_bytes / m.num_shards if m.num_shards else 0
     fewest, most = (int(m.samples.min()), int(m.samples.max())) if m.num_shards else (0, 0)
     fields = ", ".join(
-        f"{f['name']} ({f['samples']:,})" if "samples" in f else f"{f['name']}: {f['type']}" for f in m.fields
+        f"{safe(f.get('name'))} ({_count(f['samples'])})" if "samples" in f
+        else f"{safe(f.get('name'))}: {safe(f.get('type'))}" for f in m.fields
     )
     lines = [
-        ("dataset", store.url),
-        ("format", m.shard_format),
+        ("dataset", safe(store.url)),
+        ("format", safe(m.shard_format)),
         ("samples", f"{m.num_samples:,}"),
         ("shards", f"{m.num_shards:,} (mean {format_size(mean)}, {fewest:,}-{most:,} samples)"),
         ("size", format_size(m.total_bytes)),
         ("fields", fields or "-"),
     ]
     if m.classes is not None:
-        shown = ", ".join(m.classes[:10]) + (", ..." if len(m.classes) > 10 else "")
+        shown = ", ".join(safe(c) for c in m.classes[:10]) + (", ..." if len(m.classes) > 10 else "")
         lines.append(("classes", f"{len(m.classes):,}: {shown}"))
     created = m.created
     if created:
-        lines.append(("created", " ".join(str(x) for x in (created.get("at"), "by", created.get("by"),
+        lines.append(("created", " ".join(safe(x) for x in (created.get("at"), "by", created.get("by"),
                                                            "from", created.get("source")) if x)))
     width = max(len(k) for k, _ in lines)
     for key, value in lines:
         click.echo(f"{key:<{width}}  {value}")
+
+
+def _count(value: Any) -> str:
+    return f"{value:,}" if isinstance(value, int) else safe(value)
 
 
 @cli.command(name="ls")
@@ -63,22 +68,28 @@ def ls_(dataset: str, as_json: bool, storage_options: tuple[str, ...]) -> None:
     rows = zip(m.paths, m.samples.tolist(), m.nbytes.tolist(), m.sha256)
     if as_json:
         for path, n, size, digest in rows:
-            click.echo(json.dumps({"path": path, "samples": n, "bytes": size, "sha256": digest}))
+            click.echo(safe_json({"path": path, "samples": n, "bytes": size, "sha256": digest}))
         return
-    width = max([len(p) for p in m.paths] + [5])
+    paths = [safe(p) for p in m.paths]
+    width = max([len(p) for p in paths] + [5])
     click.echo(f"{'shard':<{width}}  {'samples':>10}  {'size':>10}  sha256")
-    for path, n, size, digest in rows:
-        click.echo(f"{path:<{width}}  {n:>10,}  {format_size(size):>10}  {digest[:16]}")
+    for path, (_, n, size, digest) in zip(paths, rows):
+        click.echo(f"{path:<{width}}  {n:>10,}  {format_size(size):>10}  {safe(str(digest)[:16])}")
     click.echo(f"{m.num_shards:,} shards, {m.num_samples:,} samples, {format_size(m.total_bytes)}")
 
 
 def _preview(value: Any) -> str:
+    """A short, terminal-safe rendering of one field's value."""
+    return safe(_shorten(value))
+
+
+def _shorten(value: Any) -> str:
     if isinstance(value, (bytes, bytearray)):
         if len(value) <= 200:
             try:
                 text = value.decode("utf-8")
-                if text.isprintable() or not text.strip("\n\t "):
-                    return repr(text) if text != text.strip() else text
+                if not has_controls(text):  # text, perhaps of several lines: quoted unless plain
+                    return text if text.isprintable() and text == text.strip() else repr(text)
             except UnicodeDecodeError:
                 pass
         return f"<{len(value):,} bytes: {value[:16].hex(' ')}{' ...' if len(value) > 16 else ''}>"
@@ -93,14 +104,23 @@ def _preview(value: Any) -> str:
 @click.argument("index", type=int, required=False)
 @click.option("--key", default=None, help="Find the sample by its key instead of its index.")
 @click.option("--field", default=None, help="Write this field's raw bytes to stdout.")
+@click.option("--raw", is_flag=True,
+              help="With --field: write the bytes to a terminal even if they are binary or hold control characters.")
 @storage_option
-def cat(dataset: str, index: int | None, key: str | None, field: str | None,
+def cat(dataset: str, index: int | None, key: str | None, field: str | None, raw: bool,
         storage_options: tuple[str, ...]) -> None:
-    """Show one sample of DATASET, by INDEX (default 0) or --key."""
+    """Show one sample of DATASET, by INDEX (default 0) or --key.
+
+    Names and values are shown with control characters escaped. --field writes the field's
+    bytes as they are to a file or pipe; to a terminal only text without control characters,
+    unless --raw.
+    """
     from ..manifest.lookup import sample_at, sample_by_key
 
     if index is not None and key is not None:
         raise click.UsageError("give an INDEX or --key, not both")
+    if raw and field is None:
+        raise click.UsageError("--raw goes with --field")
     store, m = open_dataset(dataset, storage_options)
     sample = sample_by_key(store, m, key) if key is not None else sample_at(store, m, index or 0)
     if field is not None:
@@ -109,10 +129,32 @@ def cat(dataset: str, index: int | None, key: str | None, field: str | None,
                                    f"it has {', '.join(k for k in sample if k != '__key__')}")
         value = sample[field]
         if not isinstance(value, (bytes, bytearray)):
-            value = (value if isinstance(value, str) else json.dumps(value, default=str)).encode()
+            value = _encode(value if isinstance(value, str) else json.dumps(value, default=str))
+        if not raw and sys.stdout.isatty() and not _terminal_text(value):
+            raise ShardstreamError(
+                f"field {field!r} of sample {sample.get('__key__')!r} is binary or holds terminal control "
+                "characters; redirect it to a file (> out) or a pipe, or pass --raw to write it to the terminal"
+            )
         sys.stdout.buffer.write(value)
         sys.stdout.buffer.flush()
         return
-    width = max(len(k) for k in sample)
+    names = {name: safe(name) for name in sample}
+    width = max(len(n) for n in names.values())
     for name, value in sample.items():
-        click.echo(f"{name:<{width}}  {_preview(value)}")
+        click.echo(f"{names[name]:<{width}}  {_preview(value)}")
+
+
+def _encode(text: str) -> bytes:
+    try:
+        return text.encode("utf-8", "surrogateescape")  # a tar name's undecodable bytes, as they were
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "replace")
+
+
+def _terminal_text(value: bytes | bytearray) -> bool:
+    """Whether ``value`` is UTF-8 text a terminal shows as it is: no control or format characters
+    other than line ends and tabs."""
+    try:
+        return not has_controls(bytes(value).decode("utf-8"))
+    except UnicodeDecodeError:
+        return False

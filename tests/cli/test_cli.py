@@ -182,6 +182,17 @@ def test_pack_options_reach_the_dataset(tmp_path):
     assert sorted(p.name for p in dest.iterdir()) == ["_manifest.json", "shard-000000.arrow"]
 
 
+@pytest.mark.parametrize("flag, syncs", [("--fsync", True), ("--no-fsync", False)])
+def test_pack_fsync_flag_reaches_the_writer(tmp_path, monkeypatch, flag, syncs):
+    src = make_files(tmp_path / "src", {f"{i:02d}.txt": b"x" * 200 for i in range(3)})
+    synced = []
+    real = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: synced.append(fd) or real(fd))
+    result = invoke("pack", src, tmp_path / "out", flag, "--workers", "1", "-q")
+    assert result.exit_code == 0, result.output
+    assert bool(synced) is syncs
+
+
 def test_pack_table_defaults_to_arrow_and_takes_tar(tmp_path):
     table = pa.table({"x": [1, 2, 3], "y": ["a", "b", "c"]})
     pcsv.write_csv(table, tmp_path / "t.csv")
