@@ -14,8 +14,6 @@ fields, keeps others as lists (detection boxes) and collates the rest as above.
 from __future__ import annotations
 
 import contextlib
-import mmap
-from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextvars import ContextVar
 from typing import Any
@@ -23,6 +21,8 @@ from typing import Any
 import numpy as np
 import torch
 from torch.utils.data import get_worker_info
+
+from .readers import MappedBytes as MappedBytes  # its home is readers; re-exported, batches use it
 
 Allocator = Callable[[tuple[int, ...], torch.dtype], "torch.Tensor | None"]
 _ALLOCATOR: ContextVar[Allocator | None] = ContextVar("shardstream_batch_allocator", default=None)
@@ -105,64 +105,6 @@ class RaggedBytes(Sequence):
         """What the DataLoader's pin-memory thread calls (else it would turn the batch into a list)."""
         pin = (lambda t: t.pin_memory()) if device is None else (lambda t: t.pin_memory(device))
         return RaggedBytes(pin(self.data), pin(self.offsets))
-
-
-_MAPS: OrderedDict[str, mmap.mmap] = OrderedDict()  # shard files this process has mapped, for MappedBytes
-_MAX_MAPS = 64
-
-
-def _mapping(path: str) -> memoryview:
-    found = _MAPS.get(path)
-    if found is None:
-        with open(path, "rb") as f:
-            found = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-        _MAPS[path] = found
-        if len(_MAPS) > _MAX_MAPS:
-            _MAPS.popitem(last=False)  # closed when the last view of it goes
-    else:
-        _MAPS.move_to_end(path)
-    return memoryview(found)
-
-
-class MappedBytes(Sequence):
-    """A batch of byte strings that stay where they are: in the (local, uncompressed) shard
-    files, which every process maps from the same page cache. Only the locations cross from
-    the worker to the main process; ``batch[i]`` reads the value."""
-
-    def __init__(self, paths: list[str], shards: np.ndarray, starts: np.ndarray, sizes: np.ndarray):
-        self.paths, self.shards, self.starts, self.sizes = paths, shards, starts, sizes
-
-    def __len__(self) -> int:
-        return len(self.starts)
-
-    def view(self, i: int) -> memoryview:
-        """The i-th value without a copy (valid while the shard file exists)."""
-        start = int(self.starts[i])
-        return _mapping(self.paths[self.shards[i]])[start : start + int(self.sizes[i])]
-
-    def __getitem__(self, i):  # int -> bytes, slice -> list of bytes
-        if isinstance(i, slice):
-            return [self[j] for j in range(*i.indices(len(self)))]
-        if i < 0:
-            i += len(self)
-        if not 0 <= i < len(self):
-            raise IndexError(f"index {i} out of range for a batch of {len(self)}")
-        return bytes(self.view(i))
-
-    def slice(self, start: int, stop: int) -> MappedBytes:
-        return MappedBytes(self.paths, self.shards[start:stop], self.starts[start:stop], self.sizes[start:stop])
-
-    def __eq__(self, other: object) -> bool:
-        if isinstance(other, (MappedBytes, RaggedBytes, list, tuple)):
-            return list(self) == list(other)
-        return NotImplemented
-
-    def __repr__(self) -> str:
-        return f"MappedBytes({len(self)} values, {int(self.sizes.sum()):,} bytes)"
-
-    def pin_memory(self, device: Any = None) -> MappedBytes:
-        """Locations need no pinning (else the DataLoader's pin-memory thread would read every value)."""
-        return self
 
 
 def ragged_fields(fields: list[Sequence[bytes | bytearray | memoryview]]) -> list[RaggedBytes]:

@@ -138,8 +138,14 @@ class Decoder:
         return self.whole is not None or any(callable(how) for how in self.fields.values())
 
     def __call__(self, sample: dict[str, Any]) -> dict[str, Any]:
+        """The decoded sample. Any failure, in a built-in decoder or in the user's decode functions
+        (whose job is parsing bytes that may be damaged), is a :class:`DecodeError`: bad data, which
+        ``on_error="skip"`` skips."""
         if self.whole is not None:
-            return self.whole(sample)
+            try:
+                return self.whole(sample)
+            except Exception as exc:
+                raise DecodeError(f"the decode function raised {type(exc).__name__}: {exc}") from exc
         out: dict[str, Any] = {}
         for name, value in sample.items():
             if name.startswith("__") or not isinstance(value, (bytes, bytearray, memoryview)):
@@ -150,5 +156,6 @@ class Decoder:
                 out[name] = how(value) if callable(how) else decode_value(
                     value, extension(name), how, writable=not self.copied_later)
             except Exception as exc:  # decoders raise many types; the caller adds shard and sample
-                raise DecodeError(f"field {name!r} does not decode ({type(exc).__name__}: {exc})") from exc
+                by = "the decoder given for it raised " if callable(how) else ""
+                raise DecodeError(f"field {name!r} does not decode ({by}{type(exc).__name__}: {exc})") from exc
         return out

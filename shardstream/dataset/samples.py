@@ -3,16 +3,25 @@
 Three ways to a batch, fastest first: raw bytes of local tars as locations in the shard files
 (:class:`MappedBytes`, nothing copied); Arrow rows gathered by ``take`` into columns (no
 per-row Python); and sample by sample, decoded and transformed, for ``collate`` to stack.
+
+Under ``on_error="skip"`` every way replaces a sample that fails to load or decode by the last
+good one (so every rank still yields ``len(ds)`` samples), counts it in shared memory
+(:class:`SkipCount`, so the main process sees its workers' skips) and logs once per shard.
+An exception raised by the user's transform is an error in code, not in data: it raises
+:class:`TransformError` whatever ``on_error`` says.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import numpy as np
 import torch
+from torch.utils.data import get_worker_info
 
 from ..errors import ShardstreamError
 from ..manifest import Manifest
@@ -23,12 +32,74 @@ from .readers import OpenShards
 
 log = logging.getLogger("shardstream")
 
+_WORKER_SLOTS = 256  # DataLoader workers with their own count (more share slots, and may lose a count)
+_CLAIMS = 64  # shards a process can mark "reported" for the others at once
+_CLAIM_MS = 60_000  # how long a report keeps other processes from reporting the same shard
+_LINES_PER_PASS = 20  # per process: shards logged in one pass; the rest are only counted
+
+
+class TransformError(ShardstreamError):
+    """The user's transform raised: an error in code, never skipped by ``on_error="skip"``."""
+
+
+def _shared_int64(n: int) -> torch.Tensor:
+    """Zeroed int64 shared memory, made without a torch kernel (none may start OpenMP before a fork)."""
+    proto = torch.empty(0, dtype=torch.int64)
+    table = proto.new(proto._typed_storage()._new_shared(n, device="cpu"))
+    table.numpy()[:] = 0
+    return table
+
+
+class SkipCount:
+    """Samples skipped by one dataset in every process that reads it, in a small shared table.
+
+    Each process adds to a slot of its own (the main process, or DataLoader worker ``i``), so
+    none overwrites another's; :attr:`total` sums them, in any process. :meth:`claim` lets the
+    first process that meets a failing shard report it while the rank's other workers (which
+    read other batches of the same shard) stay quiet.
+    """
+
+    def __init__(self) -> None:
+        # [0] what `total = v` subtracts, [1] the main process, [2:2+W] workers, then claims (shard+1, slot, ms)
+        self.table = _shared_int64(2 + _WORKER_SLOTS + 3 * _CLAIMS)
+
+    @staticmethod
+    def slot() -> int:
+        info = get_worker_info()
+        return 1 if info is None else 2 + info.id % _WORKER_SLOTS
+
+    def add(self, n: int) -> None:
+        self.table.numpy()[self.slot()] += n
+
+    @property
+    def total(self) -> int:
+        counts = self.table.numpy()
+        return int(counts[1 : 2 + _WORKER_SLOTS].sum() - counts[0])
+
+    @total.setter
+    def total(self, value: int) -> None:
+        counts = self.table.numpy()
+        counts[0] = counts[1 : 2 + _WORKER_SLOTS].sum() - int(value)
+
+    def claim(self, shard: int) -> bool:
+        """Whether this process may report ``shard``: no other did in the last minute."""
+        entry = self.table.numpy()[2 + _WORKER_SLOTS :].reshape(_CLAIMS, 3)[shard % _CLAIMS]
+        now, slot = int(time.time() * 1000), self.slot()
+        if entry[0] == shard + 1 and entry[1] != slot and now - entry[2] < _CLAIM_MS:
+            return False
+        entry[:] = (shard + 1, slot, now)  # a race at worst gives a second line, never a lost count
+        return True
+
+
+Failures = dict[int, list[Any]]  # shard -> [samples skipped in this batch, the first one's description]
+
 
 class SampleReader:
     """Turns (shard, offset) pairs of the plan into samples, by the dataset's settings of this pass.
 
     ``on_error="skip"`` replaces a sample that fails with the last good one (so every rank
-    still yields the same number), counts it in :attr:`skipped` and logs it.
+    still yields the same number), counts it in :attr:`skipped` and logs each failing shard
+    once per pass (at most ``_LINES_PER_PASS`` shards per process).
     """
 
     def __init__(self, store: Store, manifest: Manifest):
@@ -37,48 +108,72 @@ class SampleReader:
         self.transform: Callable[[dict[str, Any]], Any] | None = None
         self.on_error = "raise"
         self.raw = True
-        self.skipped = 0  # samples replaced under on_error="skip", in this process
+        self.count = SkipCount()
+        self.candidates: Callable[[], Iterable[tuple[int, int]]] | None = None
         self.last_good: Any = None
+        self.last_row: Any = None  # Arrow batch mode: the last good row, as a one-row table
+        self._reported: set[int] = set()  # shards this process reported (or chose not to) in this pass
+        self._lines = 0
+
+    @property
+    def skipped(self) -> int:
+        """Samples replaced under ``on_error="skip"`` by every process reading this dataset."""
+        return self.count.total
+
+    @skipped.setter
+    def skipped(self, value: int) -> None:
+        self.count.total = value
 
     def begin(self, decoder: Decoder, transform: Callable[[dict[str, Any]], Any] | None, on_error: str,
-              raw: bool) -> None:
-        """Start a pass with the dataset's settings as they are now."""
+              raw: bool, candidates: Callable[[], Iterable[tuple[int, int]]] | None = None) -> None:
+        """Start a pass with the dataset's settings as they are now; ``candidates`` gives the rank's
+        (shard, offset) pairs in order, to find a stand-in when samples fail before any good one."""
         self.decoder, self.transform, self.on_error = decoder, transform, on_error
         self.raw = raw  # undecoded bytes, no transform: views of the shard's memory into the batch
-        self.last_good = None
+        self.candidates = candidates
+        self.last_good = self.last_row = None
+        self._reported, self._lines = set(), 0
 
     def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "last_good": None}  # a sample of this process stays here
+        # samples of this process stay here; the pass's candidates are a closure over its plan
+        return {**self.__dict__, "last_good": None, "last_row": None, "candidates": None}
 
     def decode(self, shards: OpenShards, shard: int, offset: int, batched: bool) -> Any:
+        """One sample, decoded and transformed (raw views when batches keep bytes)."""
         if self.raw and batched:
             return shards.get(shard).views(offset)  # collated (copied once) before anyone else sees it
         sample = self.decoder(shards.get(shard).sample(offset))
-        return self.transform(sample) if self.transform is not None else sample
+        if self.transform is None:
+            return sample
+        try:
+            return self.transform(sample)
+        except Exception as exc:
+            key = sample.get("__key__") if isinstance(sample, dict) else None
+            where = self.store.url_of(self.manifest.paths[shard])
+            raise TransformError(
+                f"the transform raised {type(exc).__name__} on sample {offset}{f' ({key!r})' if key else ''} "
+                f"of {where}: {exc}; an error in the transform's code is not skipped by on_error='skip': "
+                "fix the transform (or catch the error in it)") from exc
 
-    def load(self, shards: OpenShards, ids: np.ndarray, offsets: np.ndarray, batched: bool,
-             stand_in: Callable[[], Any]) -> list[Any]:
+    def load(self, shards: OpenShards, ids: np.ndarray, offsets: np.ndarray, batched: bool) -> list[Any]:
         """The samples at (``ids``, ``offsets``); a failure raises naming shard and sample, or is skipped."""
         out: list[Any] = []
+        failed: Failures = {}
         for shard, offset in zip(ids.tolist(), offsets.tolist()):
             try:
                 sample = self.decode(shards, shard, offset, batched)
+            except TransformError:
+                raise
             except Exception as exc:
-                where = self.store.url_of(self.manifest.paths[shard])
-                key = shards.key_of(shard, offset)
-                message = f"{where}: sample {offset}{f' ({key!r})' if key else ''}: {exc}"
-                if self.on_error == "raise":
-                    if isinstance(exc, ShardstreamError):
-                        raise type(exc)(message) from exc
-                    raise ShardstreamError(message) from exc
-                self.skipped += 1
-                log.warning("skipped %s", message)
+                self._failure(shards, shard, offset, exc, failed)
                 if self.last_good is None:
-                    self.last_good = stand_in()
+                    self.last_good = self._stand_in(lambda s, o: self.decode(shards, s, o, batched))
                 out.append(self.last_good)  # equal length: repeat the last good sample
                 continue
             out.append(sample)
             self.last_good = sample
+        if failed:
+            self._skipped(failed)
         return out
 
     def load_mapped(self, shards: OpenShards, ids: np.ndarray, offsets: np.ndarray) -> dict[str, Any] | None:
@@ -86,7 +181,7 @@ class SampleReader:
         None if this batch cannot be put so (a field some samples lack, a shard that fails)."""
         try:
             readers = [shards.get(int(s)) for s in ids]
-        except ShardstreamError:
+        except Exception:
             return None  # the general path reports or skips it
         located = [r.locate(o) for r, o in zip(readers, offsets.tolist())]
         keys = [key for key, _ in located]
@@ -102,21 +197,100 @@ class SampleReader:
             batch[name] = MappedBytes(paths, local.astype(np.int32), spans[:, 0], spans[:, 1])
         return batch
 
-    @staticmethod
-    def load_columns(shards: OpenShards, ids: np.ndarray, offsets: np.ndarray) -> dict[str, Any]:
-        """Arrow batch mode: rows gathered with ``take`` per shard, columns to tensors, no per-row Python."""
+    def load_columns(self, shards: OpenShards, ids: np.ndarray, offsets: np.ndarray) -> dict[str, Any]:
+        """Arrow batch mode: rows gathered with ``take`` per shard, columns to tensors, no per-row Python.
+        Rows of a shard that fails are raised, or (skip) replaced by the last good row before them."""
+        table = None
+        if (ids == ids[0]).all() and (np.diff(offsets) == 1).all():  # unshuffled: a zero-copy slice
+            with contextlib.suppress(Exception):  # a shard that fails: the general path raises or skips it
+                table = shards.get(int(ids[0])).table.slice(int(offsets[0]), len(offsets))
+        if table is None:
+            table = self._gather(shards, ids, offsets)
+        if self.on_error == "skip":
+            self.last_row = table.slice(len(offsets) - 1, 1)
+        return {name: column_to_batch(table.column(name)) for name in table.column_names}
+
+    def _gather(self, shards: OpenShards, ids: np.ndarray, offsets: np.ndarray) -> Any:
         import pyarrow as pa
 
-        if (ids == ids[0]).all() and (np.diff(offsets) == 1).all():  # unshuffled: a zero-copy slice
-            table = shards.get(int(ids[0])).table.slice(int(offsets[0]), len(offsets))
-            return {name: column_to_batch(table.column(name)) for name in table.column_names}
-        group = np.argsort(ids, kind="stable")  # rows grouped by shard, plan order kept within each
         pieces = []
-        for shard in np.unique(ids):
-            rows = offsets[group][ids[group] == shard]
-            pieces.append(shards.get(int(shard)).take(pa.array(rows)))  # errors name the shard
-        table = pa.concat_tables(pieces).take(pa.array(np.argsort(group, kind="stable")))
-        return {name: column_to_batch(table.column(name)) for name in table.column_names}
+        where = np.full(len(ids), -1, dtype=np.int64)  # each position's row in the pieces put end to end
+        at = 0
+        failed: Failures = {}
+        for shard in np.unique(ids).tolist():
+            rows = np.flatnonzero(ids == shard)  # this shard's positions, in plan order
+            try:
+                pieces.append(shards.get(shard).take(pa.array(offsets[rows])))
+            except Exception as exc:
+                self._failure(shards, shard, int(offsets[rows[0]]), exc, failed, len(rows))
+                continue
+            where[rows] = np.arange(at, at + len(rows))
+            at += len(rows)
+        if failed:  # as sample by sample: each failed row takes the last good row before it
+            fill = self.last_row
+            if fill is None:
+                fill = self._stand_in(lambda s, o: shards.get(s).table.slice(o, 1))
+            pieces.append(fill)
+            before = np.where(where >= 0, np.arange(len(where)), -1)
+            np.maximum.accumulate(before, out=before)
+            where = np.where(before >= 0, where[np.maximum(before, 0)], at)
+            self._skipped(failed)
+        return pa.concat_tables(pieces).take(pa.array(where))
+
+    def _failure(self, shards: OpenShards, shard: int, offset: int, exc: Exception, failed: Failures,
+                 count: int = 1) -> None:
+        """Raise ``exc`` again naming the shard and sample (``on_error="raise"``), or note it in ``failed``."""
+        where = self.store.url_of(self.manifest.paths[shard])
+        key = shards.key_of(shard, offset)
+        text = str(exc) if isinstance(exc, ShardstreamError) else f"{type(exc).__name__}: {exc}"
+        text = text.removeprefix(f"{where}: ")  # the shard's own errors name it already
+        detail = f"sample {offset}{f' ({key!r})' if key else ''}: {text}"
+        if self.on_error == "raise":
+            if isinstance(exc, ShardstreamError):
+                raise type(exc)(f"{where}: {detail}") from exc
+            raise ShardstreamError(f"{where}: {detail}") from exc
+        if shard not in failed:
+            failed[shard] = [0, f"the shard does not load: {text}" if _fails(shards, shard) else f"the first, {detail}"]
+        failed[shard][0] += count
+
+    def _skipped(self, failed: Failures) -> None:
+        """Count a batch's skips (before the batch leaves this process) and log shards new to this pass."""
+        self.count.add(sum(n for n, _ in failed.values()))
+        for shard, (n, detail) in failed.items():
+            if shard in self._reported:
+                continue
+            self._reported.add(shard)
+            if self._lines >= _LINES_PER_PASS or not self.count.claim(shard):
+                continue
+            self._lines += 1
+            more = ("; more shards fail in this pass: they are counted, not logged"
+                    if self._lines == _LINES_PER_PASS else "")
+            log.warning("shard %d (%s): skipped %d sample%s: %s (later ones of this shard are counted, not "
+                        "logged: ds.skipped is %d)%s", shard, self.store.url_of(self.manifest.paths[shard]), n,
+                        "" if n == 1 else "s", detail, self.count.total, more)
+
+    def _stand_in(self, load_one: Callable[[int, int], Any]) -> Any:
+        """The first sample of the rank's order that loads, for failures before any good sample."""
+        first: Exception | None = None
+        for shard, offset in self.candidates() if self.candidates is not None else ():
+            try:
+                return load_one(int(shard), int(offset))
+            except TransformError:
+                raise
+            except Exception as exc:  # looking for any sample that loads
+                first = first or exc
+        raise ShardstreamError(f"no sample of this rank's part of {self.store.url} loads, so none can stand in "
+                               f"for those that fail (the first: {first}); run 'shardstream verify "
+                               f"{self.store.url}'") from first
+
+
+def _fails(shards: OpenShards, shard: int) -> bool:
+    """Whether ``shard`` as a whole fails (OpenShards remembers that for the pass, so this asks cheaply)."""
+    try:
+        shards.get(shard)
+    except Exception:
+        return True
+    return False
 
 
 def column_to_batch(column) -> Any:

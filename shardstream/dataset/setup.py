@@ -11,7 +11,7 @@ from ..errors import ShardstreamError
 
 # What a loader's batches and resume state depend on: refused once a loader reads the dataset.
 SETTINGS = frozenset({"shuffle", "seed", "window", "decoder", "transform", "drop_last", "batch_size", "collate_fn",
-                      "on_error", "seed_workers"})
+                      "on_error", "seed_workers", "verify_checksums"})
 # Fixed when the dataset is made (its storage, and what it read from there).
 FIXED = frozenset({"store", "manifest", "storage", "disk_cache", "prefetch", "counts"})
 

@@ -28,11 +28,11 @@ from ..storage.settings import DEFAULT, StorageSettings
 from .collate import collate
 from .decode import Decoder, DecodeSpec
 from .ranks import resolve_rank
-from .readers import Chunk, OpenShards, looking_ahead
+from .readers import Chunk, OpenShards, looking_ahead, release_stale_maps
 from .samples import SampleReader
 from .seeding import seed_batch
 from .setup import LoaderSetup, refuse_change, refuse_reconfiguration
-from .state import Position, SharedPosition, from_state, to_state
+from .state import Position, SharedPosition, from_state, order_key, resolve_window, to_state
 
 
 class ShardDataset(IterableDataset):
@@ -43,7 +43,8 @@ class ShardDataset(IterableDataset):
             WebDataset tars without a manifest (a brace pattern or a list).
         shuffle: permute shards per epoch and samples within ``shuffle_window``.
         seed: with the epoch, fixes the order; the same on every rank.
-        shuffle_window: samples per shuffle window (default: about four shards).
+        shuffle_window: samples per shuffle window (default: about four shards); 0 or 1: no
+            shuffle within windows, shards still permuted.
         decode: ``"torch"``, ``"numpy"``, ``"pil"``, ``None`` (bytes), a callable on the
             sample, or a per-field mapping; see :class:`shardstream.dataset.decode.Decoder`.
         transform: a callable applied to each decoded sample dict.
@@ -51,8 +52,12 @@ class ShardDataset(IterableDataset):
         batch_size: yield collated batches of this size (set by :meth:`loader`).
         collate_fn: makes a batch from a list of samples (default: :func:`collate`).
         rank, world_size: override ``torch.distributed`` / ``RANK`` / ``WORLD_SIZE``.
-        on_error: ``"raise"`` or ``"skip"`` (count, log, and repeat the last good
-            sample so every rank still yields the same number of samples).
+        on_error: ``"raise"`` or ``"skip"``: a shard or sample that fails to load or decode is
+            counted (:attr:`skipped`, across workers), logged once per shard, and replaced by the
+            last good sample, so every rank still yields the same number of samples. An exception
+            from ``transform`` is an error in code: it raises whatever ``on_error`` says.
+        verify_checksums: check each local shard's sha256 against the manifest once per host
+            before reading it (remote shards are always checked when downloaded).
         storage: remote-storage settings as one :class:`~shardstream.storage.StorageSettings`;
             the keywords below, where given, replace its fields.
         storage_options, cache_dir, cache_limit, prefetch, retries, timeout: the fields of
@@ -75,6 +80,7 @@ class ShardDataset(IterableDataset):
         rank: int | None = None,
         world_size: int | None = None,
         on_error: str = "raise",
+        verify_checksums: bool = False,
         storage: StorageSettings | None = None,
         storage_options: dict[str, Any] | None = DEFAULT,
         cache_dir: str | os.PathLike[str] | None = DEFAULT,
@@ -95,13 +101,15 @@ class ShardDataset(IterableDataset):
         fixed = {"storage": storage, "store": store, "manifest": manifest,
                  "disk_cache": None if store.local else storage.disk_cache()}
         self.__dict__.update(fixed)  # set once: __setattr__ refuses them
+        release_stale_maps()  # this process's maps of shard files replaced or deleted since (a re-pack)
         self.shuffle, self.seed, self.drop_last = shuffle, int(seed), drop_last
-        self.window = shuffle_window or plan.default_window(manifest.samples)
+        self.window = resolve_window(shuffle_window, manifest.samples)
         self.decoder = Decoder(decode)
         self.transform = transform
         self.batch_size = batch_size
         self.collate_fn = collate_fn or collate
         self.on_error = on_error
+        self.verify_checksums = bool(verify_checksums)
         self.seed_workers = True  # without a loader's setup: reseed per batch (see shardstream.dataset.seeding)
         if manifest.shard_format == "arrow":
             import pyarrow.compute  # noqa: F401 - take() loads it lazily, inside the first batch otherwise
@@ -157,7 +165,8 @@ class ShardDataset(IterableDataset):
 
     @property
     def skipped(self) -> int:
-        """Samples replaced under ``on_error="skip"`` in this process (set it to 0 to count afresh)."""
+        """Samples replaced under ``on_error="skip"`` by this dataset, in this process and its DataLoader
+        workers together (counted as workers read them; set it to 0 to count afresh)."""
         return self._samples.skipped
 
     @skipped.setter
@@ -242,12 +251,12 @@ class ShardDataset(IterableDataset):
 
     def state_dict(self) -> dict[str, Any]:
         """Where the current pass starts (a loader adds what it has consumed since)."""
-        return to_state(self._position.get(), self.seed, self.manifest.num_samples, self.drop_last)
+        return to_state(self._position.get(), order_key(self))
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue from ``state``; the world size may differ from the one that saved it."""
         self.rank, self.world_size = resolve_rank(*self._explicit_rank)
-        p = from_state(state, self.seed, self.manifest.num_samples, self.drop_last, self.rank, self.world_size)
+        p = from_state(state, order_key(self), self.rank, self.world_size)
         self.epoch = p.epoch
         self.generation += 1
         self._position.set(p)
@@ -259,7 +268,6 @@ class ShardDataset(IterableDataset):
         setup = self.setup
         batched = self.batch_size is not None
         self.decoder.copied_later = batched and self.transform is None and self.default_collate
-        self._samples.begin(self.decoder, self.transform, self.on_error, self.raw)
         info = get_worker_info()
         num_workers, worker_id = (info.num_workers, info.id) if info is not None else (1, 0)
         p = self._position.get()
@@ -271,16 +279,13 @@ class ShardDataset(IterableDataset):
         shards.forget_failures()
         sender = self._sender(info, setup)
 
-        def stand_in() -> Any:
-            """The first sample of the rank's order that loads (for a failure before any success)."""
+        def candidates() -> Iterator[tuple[int, int]]:
+            """The rank's (shard, offset) pairs in order: stand-ins for samples that fail before any loads."""
             for start in range(span[0], span[1], 64):
                 idx = np.arange(start, min(start + 64, span[1]))
-                for shard, offset in zip(*order.samples(plan.segment_positions(p.segment, idx))):
-                    try:
-                        return self._samples.decode(shards, int(shard), int(offset), batched)
-                    except Exception:  # noqa: S112 - looking for any sample that loads
-                        continue
-            raise ShardstreamError(f"no sample of this rank's part of {self.store.url} loads; verify the dataset")
+                yield from zip(*order.samples(plan.segment_positions(p.segment, idx)))
+
+        self._samples.begin(self.decoder, self.transform, self.on_error, self.raw, candidates)
 
         def planned() -> Iterator[Chunk]:
             for lo, hi in plan.worker_chunks(span, chunk, num_workers, worker_id, p.consumed):
@@ -292,19 +297,20 @@ class ShardDataset(IterableDataset):
         if not self.store.local:  # fetch the next shards of this worker's plan while it reads these
             prefetcher = Prefetcher(shards.load, lambda i: int(self.manifest.nbytes[i]), self.storage.prefetch_bytes)
             shards.take = prefetcher.take
+        if prefetcher is not None or self.manifest.shard_format != "tar":  # decompressed shards: let go of passed ones
             chunks = looking_ahead(chunks, -(-2 * self.window // (chunk * num_workers)) + 1, prefetcher, shards)
         try:
             user_code = any(part is not None for part in self.worker_parts().values())  # may draw random numbers
             reseed = info is not None and setup.seed_workers and user_code  # augmentations per batch, reproducibly
             check = setup.check_first_batch if info is not None else None
-            yield from self._batches(chunks, shards, sender, stand_in, p.epoch if reseed else None, check)
+            yield from self._batches(chunks, shards, sender, p.epoch if reseed else None, check)
         finally:
             if prefetcher is not None:
                 prefetcher.close()
                 shards.take = None
 
-    def _batches(self, chunks: Iterable[Chunk], shards: OpenShards, sender: Any, stand_in: Callable[[], Any],
-                 seed_epoch: int | None, check: Callable[[Any], None] | None) -> Iterator[Any]:
+    def _batches(self, chunks: Iterable[Chunk], shards: OpenShards, sender: Any, seed_epoch: int | None,
+                 check: Callable[[Any], None] | None) -> Iterator[Any]:
         batched = self.batch_size is not None
         mapped, columnar = self.mapped, self.columnar
 
@@ -325,7 +331,7 @@ class ShardDataset(IterableDataset):
                 yield found  # locations in the shard files: nothing to check or send
                 continue
             else:
-                samples = self._samples.load(shards, ids, offsets, batched, stand_in)
+                samples = self._samples.load(shards, ids, offsets, batched)
                 if not batched:
                     yield samples[0]
                     continue
@@ -348,10 +354,12 @@ class ShardDataset(IterableDataset):
         return sender[1]
 
     def _open_shards(self) -> OpenShards:
-        shards = self.__dict__.get("_shards")
-        if shards is None:
-            fetcher = ShardFetcher(self.store, self.manifest, self.disk_cache)
-            shards = self.__dict__["_shards"] = OpenShards(self.store, self.manifest, fetcher=fetcher)
+        verify, shards = self.__dict__.get("_shards", (None, None))
+        if shards is None or verify != self.verify_checksums:
+            fetcher = ShardFetcher(self.store, self.manifest, self.disk_cache, verify_local=self.verify_checksums)
+            shards = OpenShards(self.store, self.manifest, fetcher=fetcher)
+            self.__dict__["_shards"] = (self.verify_checksums, shards)
+        shards.fit_window(self.window if self.shuffle else 1)  # as many open as one window reads
         return shards
 
     def __getstate__(self) -> dict[str, Any]:

@@ -46,47 +46,129 @@ class SharedPosition:
     """A :class:`Position` in shared memory: written by the main process, read by every worker.
 
     Layout: epoch, rank, world size, segment world size, consumed, interval count, intervals...
+    The block is allocated in shared memory directly and read and written through numpy: a torch
+    copy of its 65 KB would run an OpenMP loop, and a process forked after one (a ``fork`` pool
+    made by a process that has a ShardDataset) hangs in its first OpenMP loop.
     """
 
     def __init__(self) -> None:
-        self.block = torch.zeros(6 + 2 * MAX_INTERVALS, dtype=torch.int64).share_memory_()
+        self.block = shared_int64(6 + 2 * MAX_INTERVALS)
 
     def set(self, p: Position) -> None:
         if len(p.segment) > MAX_INTERVALS:
             raise ShardstreamError(f"a resume state with {len(p.segment)} intervals is more than this reader holds")
-        b = self.block
-        b[:6] = torch.tensor([p.epoch, p.rank, p.world_size, p.segment_world, p.consumed, len(p.segment)])
+        b = self.block.numpy()
+        b[:6] = [p.epoch, p.rank, p.world_size, p.segment_world, p.consumed, len(p.segment)]
         if p.segment:
-            b[6 : 6 + 2 * len(p.segment)] = torch.tensor(np.asarray(p.segment, dtype=np.int64).reshape(-1))
+            b[6 : 6 + 2 * len(p.segment)] = np.asarray(p.segment, dtype=np.int64).reshape(-1)
 
     def get(self) -> Position:
-        epoch, rank, world_size, segment_world, consumed, n = self.block[:6].tolist()
-        flat = self.block[6 : 6 + 2 * n].tolist()
+        b = self.block.numpy()
+        epoch, rank, world_size, segment_world, consumed, n = b[:6].tolist()
+        flat = b[6 : 6 + 2 * n].tolist()
         segment = [(flat[2 * i], flat[2 * i + 1]) for i in range(n)]
         return Position(epoch, rank, world_size, segment, segment_world, consumed)
 
 
-def to_state(p: Position, seed: int, num_samples: int, drop_last: bool) -> dict[str, Any]:
+def shared_int64(n: int) -> torch.Tensor:
+    """A zeroed int64 tensor of ``n`` items in shared memory, made without a torch op that may use
+    OpenMP (fresh shared memory is zero-filled by the kernel)."""
+    storage = torch.UntypedStorage._new_shared(8 * n)
+    return torch.empty(0, dtype=torch.int64).set_(storage, 0, (n,), (1,))
+
+
+@dataclass(frozen=True)
+class OrderKey:
+    """What fixes the epoch's order and each rank's part of it: a resume state must match it."""
+
+    seed: int
+    num_samples: int
+    drop_last: bool
+    shuffle: bool
+    window: int  # the resolved shuffle window, in samples
+    fingerprint: str  # the manifest's (Manifest.fingerprint): which shards, samples and bytes
+
+
+def order_key(ds: Any) -> OrderKey:
+    """A dataset's :class:`OrderKey`; its manifest's fingerprint (a sha256 over every shard's entry)
+    is computed once per dataset, on the first resume state."""
+    fingerprint = ds.__dict__.get("_fingerprint")
+    if fingerprint is None:
+        fingerprint = ds.__dict__["_fingerprint"] = ds.manifest.fingerprint
+    return OrderKey(ds.seed, ds.manifest.num_samples, ds.drop_last, ds.shuffle, ds.window, fingerprint)
+
+
+def resolve_window(shuffle_window: int | None, counts: np.ndarray) -> int:
+    """The shuffle window in samples: the default for ``None`` (about four shards); 0 or 1 shuffle no
+    samples within a window (shards are still permuted, with ``shuffle=True``)."""
+    if shuffle_window is None:
+        return plan.default_window(counts)
+    if isinstance(shuffle_window, bool) or not isinstance(shuffle_window, (int, np.integer)) or shuffle_window < 0:
+        raise ValueError(f"shuffle_window must be a number of samples (0 or more) or None, not {shuffle_window!r}")
+    return max(int(shuffle_window), 1)
+
+
+def to_state(p: Position, key: OrderKey) -> dict[str, Any]:
     """The resume state of a pass starting at ``p``."""
-    return {"version": STATE_VERSION, "epoch": p.epoch, "seed": seed, "num_samples": num_samples,
-            "drop_last": drop_last, "segment": [list(iv) for iv in p.segment], "world_size": p.segment_world,
-            "consumed": p.consumed}
+    return {"version": STATE_VERSION, "epoch": p.epoch, "seed": key.seed, "num_samples": key.num_samples,
+            "drop_last": key.drop_last, "shuffle": key.shuffle, "window": key.window,
+            "fingerprint": key.fingerprint, "segment": [list(iv) for iv in p.segment],
+            "world_size": p.segment_world, "consumed": p.consumed}
 
 
-def from_state(state: dict[str, Any], seed: int, num_samples: int, drop_last: bool, rank: int,
-               world_size: int) -> Position:
-    """The position ``state`` resumes at for this rank; refuses a state of other data, seed or drop_last."""
-    if state.get("version") != STATE_VERSION:
-        raise ShardstreamError(f"unknown resume state version {state.get('version')!r}")
-    if state["num_samples"] != num_samples or state["seed"] != seed:
+def _differences(state: dict[str, Any], key: OrderKey) -> list[str]:
+    """The settings in which ``state`` differs from ``key``, as phrases; keys a state lacks are not checked."""
+    out = []
+    if state["num_samples"] != key.num_samples:
+        out.append(f"{state['num_samples']} samples in the state, {key.num_samples} here")
+    fingerprint = state.get("fingerprint")
+    if fingerprint is not None and fingerprint != key.fingerprint:
+        out.append(f"manifest fingerprint {str(fingerprint)[:12]}... in the state, {key.fingerprint[:12]}... here "
+                   "(the dataset was re-packed or changed)")
+    if state["seed"] != key.seed:
+        out.append(f"seed {state['seed']} in the state, {key.seed} here")
+    if bool(state["drop_last"]) != key.drop_last:
+        out.append(f"drop_last={bool(state['drop_last'])} in the state, {key.drop_last} here")
+    shuffle = state.get("shuffle")
+    if shuffle is not None and bool(shuffle) != key.shuffle:
+        out.append(f"shuffle={bool(shuffle)} in the state, {key.shuffle} here")
+    window = state.get("window")
+    if key.shuffle and shuffle and window is not None and window != key.window:  # without shuffle it orders nothing
+        out.append(f"shuffle_window={window} in the state, {key.window} here")
+    return out
+
+
+_REQUIRED = ("epoch", "seed", "num_samples", "drop_last", "segment", "world_size", "consumed")
+
+
+def from_state(state: dict[str, Any], key: OrderKey, rank: int, world_size: int) -> Position:
+    """The position ``state`` resumes at for this rank.
+
+    Refuses a state saved with another dataset (manifest fingerprint, sample count), seed,
+    ``drop_last``, ``shuffle`` or shuffle window, naming what differs. States saved by
+    shardstream 0.2.0 lack ``shuffle``, ``window`` and ``fingerprint``: those are unknown
+    then, and not checked.
+    """
+    if not isinstance(state, dict) or state.get("version") != STATE_VERSION:
+        found = state.get("version") if isinstance(state, dict) else type(state).__name__
+        raise ShardstreamError(f"unknown resume state version {found!r}; pass what state_dict() returned")
+    missing = [name for name in _REQUIRED if name not in state]
+    if missing:
+        raise ShardstreamError(f"the resume state lacks {', '.join(missing)}; pass what state_dict() returned")
+    differences = _differences(state, key)
+    if differences:
         raise ShardstreamError(
-            f"the resume state is for {state['num_samples']} samples with seed {state['seed']}, this "
-            f"dataset has {num_samples} with seed {seed}; resume with the same data and seed"
-        )
-    if bool(state["drop_last"]) != drop_last:
-        raise ShardstreamError("the resume state was saved with a different drop_last")
-    segment = [(int(a), int(b)) for a, b in state["segment"]]
-    saved_world, consumed = int(state["world_size"]), int(state["consumed"])
+            f"the resume state does not fit this dataset: {'; '.join(differences)}; resume with the dataset and "
+            "settings it was saved with, or start the epoch afresh (set_epoch) instead of loading it")
+    try:
+        segment = [(int(a), int(b)) for a, b in state["segment"]]
+        saved_world, consumed, epoch = int(state["world_size"]), int(state["consumed"]), int(state["epoch"])
+    except (TypeError, ValueError) as exc:
+        raise ShardstreamError(f"the resume state is malformed ({exc}); pass what state_dict() returned") from exc
+    if (saved_world < 1 or any(not 0 <= a < b <= key.num_samples for a, b in segment)
+            or not 0 <= consumed <= plan.per_rank(plan.segment_length(segment), saved_world, key.drop_last)):
+        raise ShardstreamError("the resume state's segment, world_size or consumed is out of range for this "
+                               "dataset; pass what state_dict() returned")
     if saved_world != world_size:  # another world size: split what is left anew
-        segment, saved_world, consumed = plan.remaining(segment, saved_world, consumed, drop_last), world_size, 0
-    return Position(int(state["epoch"]), rank, world_size, segment, saved_world, consumed)
+        segment, saved_world, consumed = plan.remaining(segment, saved_world, consumed, key.drop_last), world_size, 0
+    return Position(epoch, rank, world_size, segment, saved_world, consumed)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import logging
 import os
 from collections.abc import Iterator
 from typing import Any
@@ -28,6 +29,8 @@ from ..dataset import LoaderSetup, ShardDataset
 from ..dataset.collate import split
 from . import guards
 from .transport import Receiver, Ring
+
+log = logging.getLogger("shardstream")
 
 
 def default_num_workers() -> int:
@@ -80,7 +83,8 @@ class ShardLoader(DataLoader):
     True) reseeds ``random``, ``numpy`` and ``torch`` in the workers before every batch from
     (seed, epoch, position of its first sample); see :mod:`shardstream.seeding`.
     ``shm_check``: ``"raise"`` (default), ``"warn"`` or ``"off"`` when ``/dev/shm`` looks
-    too small for the batches in flight.
+    too small for the batches in flight. ``drop_last`` is the dataset's, and ``in_order=False``
+    is refused (either would break the planned order and the resume state).
     """
 
     def __init__(self, dataset: ShardDataset, batch_size: int, num_workers: int | None = None, *,
@@ -89,6 +93,12 @@ class ShardLoader(DataLoader):
             raise ValueError(f"batch_size must be at least 1, not {batch_size}")
         if shm_check not in ("raise", "warn", "off"):
             raise ValueError(f"shm_check must be 'raise', 'warn' or 'off', not {shm_check!r}")
+        if "drop_last" in kwargs:
+            raise ValueError("ShardLoader takes no drop_last: its dataset decides it, so that every rank reads "
+                             "len(ds) samples; pass ShardDataset(..., drop_last=True) instead")
+        if not kwargs.get("in_order", True):
+            raise ValueError("ShardLoader needs in_order=True: batches out of order break the planned order and its "
+                             "resume state; for more throughput raise num_workers or prefetch_factor instead")
         num_workers = default_num_workers() if num_workers is None else num_workers
         kwargs.setdefault("pin_memory", torch.cuda.is_available())
         kwargs.setdefault("collate_fn", _from_worker)  # batches are collated in the dataset already
@@ -150,6 +160,7 @@ class ShardLoader(DataLoader):
         self._start = self.dataset.state_dict()
         self._generation = self.dataset.generation
         self._batches = 0
+        skipped = self.dataset.skipped
         per_chunk = self._setup.batches_per_chunk
         receiver = self._receiver
         if receiver is not None and not (self.persistent_workers and self._iterator is not None):
@@ -167,8 +178,16 @@ class ShardLoader(DataLoader):
             for batch in split(chunk, self.samples_per_batch) if per_chunk > 1 else (chunk,):
                 self._batches += 1
                 yield batch
+        if self.dataset.skipped > skipped:  # the workers logged each shard; this is the pass's total
+            log.warning("epoch %d: skipped %d samples of rank %d (on_error='skip'); ds.skipped is %d",
+                        self._start["epoch"], self.dataset.skipped - skipped, self.dataset.rank, self.dataset.skipped)
         self.dataset.reset(self._start["epoch"])  # a complete pass: the next one reads the whole epoch
         self._generation = self.dataset.generation  # ...but this pass's state stays what it was
+
+    @property
+    def skipped(self) -> int:
+        """Samples its dataset replaced under ``on_error="skip"``, in every worker (``dataset.skipped``)."""
+        return self.dataset.skipped
 
     @staticmethod
     def _new_table(num_workers: int, slots: int) -> torch.Tensor:

@@ -221,7 +221,8 @@ def test_state_dict_is_small_json(url):
     assert json.loads(text) == state
     assert len(text) < 300
     assert state["epoch"] == 0 and state["seed"] == SEED and state["consumed"] == 6
-    assert all(isinstance(v, (int, bool, list)) for k, v in state.items())
+    assert all(isinstance(v, (int, bool, list)) for k, v in state.items() if k != "fingerprint")
+    assert state["fingerprint"] == ds.manifest.fingerprint and state["shuffle"] is True
 
 
 def test_loading_a_state_of_another_dataset_or_seed_is_refused(url, tmp_path):
