@@ -357,7 +357,7 @@ def test_a_pack_whose_upload_fails_publishes_nothing_and_a_rerun_completes(bucke
                          workers=2, progress=False)
     assert rule.applied >= 1
     assert "ds/_manifest.json" not in bucket.keys("ds")
-    with pytest.raises(shardstream.ManifestError, match="holds no dataset"):
+    with pytest.raises(shardstream.ManifestError, match="holds an unfinished shardstream pack"):
         shardstream.ShardDataset(url, storage_options=bucket.storage_options)
     rule.remove()
     result = shardstream.pack(tmp_path / "src", url, storage_options=via.storage_options, samples_per_shard=4,
