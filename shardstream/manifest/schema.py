@@ -305,7 +305,7 @@ class _Checker:
         if len({len(column) for column in columns.values()}) > 1:
             lengths = ", ".join(f"{name} {len(column)}" for name, column in columns.items())
             raise self.fail(f"the shard columns have different lengths ({lengths})")
-        m.paths = self.paths = self.check_paths(list(m.paths))
+        m.paths = self.paths = self.check_paths(m.paths if type(m.paths) is list else list(m.paths))
         m.samples = self.counts(m.samples, "samples")
         m.nbytes = self.counts(m.nbytes, "bytes")
         m.sha256 = self.checksums(list(m.sha256))
