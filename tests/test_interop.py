@@ -80,7 +80,7 @@ def packed_tree(tmp_path_factory):
     src = tmp_path_factory.mktemp("tree-src")
     make_tree(src)
     dest = tmp_path_factory.mktemp("tree-ds") / "ds"
-    result = pack(str(src), str(dest), workers=1, progress=False)
+    result = pack(str(src), str(dest), workers=1, progress=False, shuffle=False)
     return src, dest, result.manifest
 
 

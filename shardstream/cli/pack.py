@@ -23,10 +23,14 @@ from .common import cli, safe, storage_option, storage_options_for
 @click.option("--overwrite", is_flag=True, help="Replace a dataset already at DEST.")
 @click.option("--fsync/--no-fsync", default=True, show_default=True,
               help="Flush shards and manifest to disk before publishing (survives a power loss).")
+@click.option("--shuffle/--no-shuffle", default=True, show_default=True,
+              help="Write samples in a seeded random order (keys unchanged), so no shard holds one class.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the pack's sample order.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
 @storage_option
 def pack(source: str, dest: str, fmt: str | None, shard_size: str, samples_per_shard: int | None,
-         compression: str | None, workers: int | None, layout: str, overwrite: bool, fsync: bool, quiet: bool,
+         compression: str | None, workers: int | None, layout: str, overwrite: bool, fsync: bool, shuffle: bool,
+         seed: int, quiet: bool,
          storage_options: tuple[str, ...]) -> None:
     """Pack SOURCE (a folder tree or table files) into a dataset at DEST."""
     from ..packing import pack as run_pack
@@ -35,5 +39,6 @@ def pack(source: str, dest: str, fmt: str | None, shard_size: str, samples_per_s
         source, dest, format=fmt, shard_size=shard_size, samples_per_shard=samples_per_shard,
         compression=compression, workers=workers, layout=layout, overwrite=overwrite,
         storage_options=storage_options_for(storage_options, dest), progress=not quiet, fsync=fsync,
+        shuffle=shuffle, seed=seed,
     )
     click.echo(safe(result.summary()))

@@ -16,8 +16,12 @@ from .common import cli, has_controls, open_dataset, safe, safe_json, storage_op
 @cli.command()
 @click.argument("dataset")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.option("--shuffle-quality", "quality", is_flag=True,
+              help="Read the cls field once and report the classes per batch of a shuffled epoch against i.i.d.")
+@click.option("--batch-size", type=click.IntRange(min=1), default=256, show_default=True,
+              help="Batch size for --shuffle-quality.")
 @storage_option
-def info(dataset: str, as_json: bool, storage_options: tuple[str, ...]) -> None:
+def info(dataset: str, as_json: bool, quality: bool, batch_size: int, storage_options: tuple[str, ...]) -> None:
     """Summarise DATASET: format, counts, sizes, fields, classes."""
     store, m = open_dataset(dataset, storage_options)
     doc = {
@@ -25,6 +29,8 @@ def info(dataset: str, as_json: bool, storage_options: tuple[str, ...]) -> None:
         "num_samples": m.num_samples, "total_bytes": m.total_bytes, "fields": m.fields,
         "classes": m.classes, "created": m.created,
     }
+    if quality:
+        doc["shuffle_quality"] = _shuffle_quality(dataset, m, batch_size, storage_options)
     if as_json:
         click.echo(safe_json(doc, indent=2))
         return
@@ -45,6 +51,10 @@ def info(dataset: str, as_json: bool, storage_options: tuple[str, ...]) -> None:
     if m.classes is not None:
         shown = ", ".join(safe(c) for c in m.classes[:10]) + (", ..." if len(m.classes) > 10 else "")
         lines.append(("classes", f"{len(m.classes):,}: {shown}"))
+    if quality:
+        q = doc["shuffle_quality"]
+        lines.append(("shuffle", f"{q['classes_per_batch']:.1f} classes per batch of {batch_size} "
+                                 f"(i.i.d.: {q['iid_classes_per_batch']:.1f}; default window {q['window']:,} samples)"))
     created = m.created
     if created:
         lines.append(("created", " ".join(safe(x) for x in (created.get("at"), "by", created.get("by"),
@@ -52,6 +62,36 @@ def info(dataset: str, as_json: bool, storage_options: tuple[str, ...]) -> None:
     width = max(len(k) for k, _ in lines)
     for key, value in lines:
         click.echo(f"{key:<{width}}  {value}")
+
+
+def _shuffle_quality(dataset: str, m: Any, batch_size: int, storage_options: tuple[str, ...]) -> dict[str, Any]:
+    """Classes per batch of epoch 0 under the default read-time shuffle, from the cls labels read once."""
+    import numpy as np
+
+    from .. import plan
+    from ..dataset import ShardDataset
+    from .common import storage_options_for
+
+    if not any(f.get("name") == "cls" for f in m.fields):
+        raise ShardstreamError("--shuffle-quality needs a 'cls' field (an ImageFolder pack); this dataset has none")
+    ds = ShardDataset(dataset, shuffle=False, decode=None, transform=_label, rank=0, world_size=1,
+                      storage_options=storage_options_for(storage_options, dataset))
+    labels = np.fromiter(iter(ds), dtype=np.int64, count=m.num_samples)
+    per_shard = np.split(labels, np.cumsum(m.samples)[:-1])
+    window = plan.default_window(m.samples)
+    order = plan.EpochOrder.create(m.samples, seed=0, epoch=0, shuffle=True, window=window)
+    seen, iid = plan.batch_diversity(order, per_shard, batch_size)
+    return {"batch_size": batch_size, "window": window, "classes_per_batch": seen, "iid_classes_per_batch": iid}
+
+
+def _label(sample: dict[str, Any]) -> int:
+    value = sample.get("cls")
+    if value is None:
+        raise ShardstreamError(f"sample {sample.get('__key__')!r} has no cls field")
+    try:
+        return int(bytes(value) if isinstance(value, (bytes, bytearray, memoryview)) else value)
+    except (TypeError, ValueError):
+        raise ShardstreamError(f"sample {sample.get('__key__')!r}: cls {value!r} is not an integer") from None
 
 
 def _count(value: Any) -> str:

@@ -10,7 +10,7 @@ from typing import Any
 from ..errors import ShardstreamError
 from ..manifest import Manifest, creation_info, shard_name
 from ..sizes import format_size
-from ..sources import FolderSource, TableSource, open_source
+from ..sources import FolderSource, TableSource, open_source, sample_permutation
 from ..storage import Store
 from .destination import commit_shard, prepare_destination, publish
 from .engine import default_workers, progress_bar, run_local
@@ -53,6 +53,10 @@ class PackResult:
             f"shard{'s' if self.shards != 1 else ''}, {format_size(self.nbytes)} in {self.seconds:.2f} s "
             f"({rate:.1f} MB/s) -> {self.url}"
         )
+        layout = (self.manifest.created or {}).get("layout")
+        classes = self.manifest.classes
+        if layout:
+            line += f"; layout {layout}" + (f", {len(classes):,} classes" if classes is not None else "")
         if self.skipped_hidden:
             line += f" (skipped {self.skipped_hidden} hidden files and folders)"
         return line
@@ -80,6 +84,8 @@ def pack(
     storage_options: dict[str, Any] | None = None,
     progress: bool = True,
     fsync: bool = True,
+    shuffle: bool = True,
+    seed: int = 0,
 ) -> PackResult:
     """Pack ``source`` (a folder tree, or table files) into a dataset at ``dest``.
 
@@ -90,6 +96,9 @@ def pack(
     are on disk before each appears, so a power loss never leaves a manifest without its shards.
     Sample keys in tar shards must stay inside the folder ``tar -xf`` extracts to (see
     :func:`~shardstream.packing.fields.key_problem`); a file whose key does not is refused.
+    With ``shuffle`` (default), samples are written in a random order drawn from ``seed`` (keys are
+    unchanged), so no shard holds one class; a table is then shuffled in memory (``shuffle=False``
+    streams a table larger than memory, in its own order).
     """
     started = time.perf_counter()
     source, dest = os.fspath(source), os.fspath(dest)
@@ -99,6 +108,9 @@ def pack(
         raise ShardstreamError(f"workers must be at least 1, not {workers!r}")
     workers = default_workers() if workers is None else int(workers)
     src = open_source(source, layout)
+    if isinstance(src, FolderSource) and shuffle:
+        src.samples = [src.samples[i] for i in sample_permutation(len(src.samples), seed).tolist()]
+    order_seed = int(seed) if shuffle else None
     shard_format, comp = resolve_format(format or ("arrow" if isinstance(src, TableSource) else "tar"), compression)
     if isinstance(src, FolderSource):
         check_sample_names(src.samples, shard_format)
@@ -111,9 +123,11 @@ def pack(
         manifest = _pack_folder_tar(src, store, shard_format, comp, limit, per_shard, workers, progress, info,
                                     token, fsync)
     elif isinstance(src, TableSource) and shard_format == "arrow":
-        manifest = _pack_table_arrow(src, store, comp, limit, per_shard, workers, progress, info, fsync)
+        manifest = _pack_table_arrow(src, store, comp, limit, per_shard, workers, progress, info, fsync,
+                                     order_seed)
     else:
-        manifest, token = _pack_with_writer(src, store, shard_format, comp, limit, per_shard, progress, info, fsync)
+        manifest, token = _pack_with_writer(src, store, shard_format, comp, limit, per_shard, progress, info, fsync,
+                                            order_seed)
     publish(store, manifest, token, fsync)
     skipped = src.skipped_hidden if isinstance(src, FolderSource) else 0
     return PackResult(store.url, manifest, time.perf_counter() - started, skipped)
@@ -158,7 +172,7 @@ def _pack_folder_tar(
 
 def _pack_table_arrow(
     src: TableSource, store: Store, comp: str | None, limit: int, per_shard: int | None,
-    workers: int, progress: bool, info: dict[str, Any], fsync: bool,
+    workers: int, progress: bool, info: dict[str, Any], fsync: bool, order_seed: int | None = None,
 ) -> Manifest:
     from ..formats import arrow as arrow_format
     from .table import pack_table_arrow
@@ -169,7 +183,7 @@ def _pack_table_arrow(
             results.append(result)
             bar.update(result.samples)
 
-        schema = pack_table_arrow(src, store, comp, limit, per_shard, workers, done, fsync)
+        schema = pack_table_arrow(src, store, comp, limit, per_shard, workers, done, fsync, order_seed)
     return _manifest(
         "arrow", results, fields=arrow_format.describe_schema(schema),
         arrow_schema=arrow_format.schema_to_text(schema), created=info,
@@ -178,7 +192,7 @@ def _pack_table_arrow(
 
 def _pack_with_writer(
     src: FolderSource | TableSource, store: Store, shard_format: str, comp: str | None, limit: int,
-    per_shard: int | None, progress: bool, info: dict[str, Any], fsync: bool,
+    per_shard: int | None, progress: bool, info: dict[str, Any], fsync: bool, order_seed: int | None = None,
 ) -> tuple[Manifest, str]:
     """Sequential packing through :class:`ShardWriter`: folders to Arrow, tables to tar. Returns the
     manifest (not published) and the writer's claim token."""
@@ -197,7 +211,7 @@ def _pack_with_writer(
     try:
         if isinstance(src, TableSource):
             with progress_bar(progress, None, unit=" rows") as bar:
-                pack_table_tar(src, writer, bar.update)
+                pack_table_tar(src, writer, bar.update, order_seed)
         else:
             with progress_bar(progress, src.total_bytes) as bar:
                 for s in src.samples:

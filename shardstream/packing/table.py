@@ -19,7 +19,7 @@ from ..errors import EncodeError
 from ..formats import arrow as arrow_format
 from ..manifest import shard_name
 from ..manifest.files import sync_file
-from ..sources.table import TableSource, record_batches
+from ..sources.table import TableSource, record_batches, table_batches
 from ..storage import Store
 from .folder import ShardResult
 from .writer import ShardWriter
@@ -67,14 +67,16 @@ def _write_arrow_shard(store: Store, index: int, batches: list[pa.RecordBatch], 
 
 def pack_table_arrow(
     source: TableSource, store: Store, compression: str | None, shard_size: int, per_shard: int | None,
-    workers: int, on_shard: Callable[[ShardResult], None], fsync: bool = True,
+    workers: int, on_shard: Callable[[ShardResult], None], fsync: bool = True, seed: int | None = None,
 ) -> pa.Schema:
-    """Write Arrow shards from the table; returns its schema. ``on_shard`` sees each result in order."""
+    """Write Arrow shards from the table; returns its schema. ``on_shard`` sees each result in order.
+    With ``seed``, the rows are written in a random order drawn from it."""
     schema = source.dataset().schema
     pending: deque[Future[ShardResult]] = deque()
     with ThreadPoolExecutor(max_workers=max(workers, 1)) as pool:
         try:
-            for index, batches in enumerate(_cut(record_batches(source), shard_size, per_shard)):
+            batches_in = (b for b, _ in table_batches(source, seed)) if seed is not None else record_batches(source)
+            for index, batches in enumerate(_cut(batches_in, shard_size, per_shard)):
                 pending.append(pool.submit(_write_arrow_shard, store, index, batches, compression, fsync))
                 while len(pending) > workers or (pending and pending[0].done()):
                     on_shard(pending.popleft().result())
@@ -92,14 +94,16 @@ def _plain(value: Any) -> Any:
     return json.dumps(value, default=str, ensure_ascii=False)
 
 
-def pack_table_tar(source: TableSource, writer: ShardWriter, on_rows: Callable[[int], None]) -> None:
-    """Write each row as a sample (column = field; ``__key__`` column, else the row number)."""
-    row = 0
-    for batch in record_batches(source):
+def pack_table_tar(source: TableSource, writer: ShardWriter, on_rows: Callable[[int], None],
+                   seed: int | None = None) -> None:
+    """Write each row as a sample (column = field; ``__key__`` column, else the row number in the
+    table); with ``seed``, in a random order drawn from it."""
+    for batch, rows in table_batches(source, seed):
         columns = batch.to_pydict()
         names = [n for n in columns if n != "__key__"]
         keys = columns.get("__key__")
         for i in range(batch.num_rows):
+            row = int(rows[i])
             sample: dict[str, Any] = {"__key__": str(keys[i]) if keys else f"{row:09d}"}
             for n in names:
                 value = _plain(columns[n][i])
@@ -109,5 +113,4 @@ def pack_table_tar(source: TableSource, writer: ShardWriter, on_rows: Callable[[
                 writer.write(sample)
             except EncodeError as exc:
                 raise EncodeError(f"table {source.root}, row {row}: {exc}") from exc
-            row += 1
         on_rows(batch.num_rows)

@@ -22,7 +22,7 @@ gives the new segment, exact for any new world size. Memory is O(shards + interv
 positions are expanded to samples window by window.
 """
 
-from .order import EpochOrder, default_window
+from .order import EpochOrder, batch_diversity, default_window
 from .partition import per_rank, rank_range, span_bounds, worker_chunks
 from .resume import remaining
 from .segments import Intervals, segment_length, segment_positions
@@ -30,6 +30,7 @@ from .segments import Intervals, segment_length, segment_positions
 __all__ = [
     "EpochOrder",
     "Intervals",
+    "batch_diversity",
     "default_window",
     "per_rank",
     "rank_range",

@@ -1,7 +1,8 @@
 """An epoch's global order: position -> (shard, sample within shard), from (seed, epoch) alone.
 
 Shards are permuted, laid end to end, and the positions are shuffled inside consecutive
-windows (a shuffle buffer computed from indices: deterministic and resumable).
+windows (a shuffle buffer computed from indices: deterministic and resumable). The default
+window spans many shards (:func:`default_window`), so sorted packs are mixed too.
 """
 
 from __future__ import annotations
@@ -11,12 +12,35 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+WINDOW_SHARDS = 64  # shards a default window mixes: enough for class-sorted packs to train as i.i.d.
+WINDOW_MIN = 1024  # samples
+WINDOW_MAX = 1 << 20  # samples: each worker holds a window's permutation (8 bytes a sample)
 
-def default_window(counts: np.ndarray) -> int:
-    """A window spanning about four average shards (at least 1,024 samples)."""
-    if len(counts) == 0:
-        return 1024
-    return max(1024, int(4 * counts.sum() // len(counts)))
+
+def default_window(counts: Sequence[int] | np.ndarray, nbytes: Sequence[int] | np.ndarray | None = None,
+                   max_bytes: int | None = None) -> int:
+    """The default shuffle window: about ``WINDOW_SHARDS`` average shards (1,024 to 2**20 samples),
+    and with ``nbytes`` (bytes per shard) at most ``max_bytes`` of shards (at least four shards).
+
+    The window mixes samples of many shards at once, so a pack whose shards are sorted (by class,
+    by source) still gives batches about as diverse as an i.i.d. shuffle. The epoch is cut into
+    windows of equal length (the last one at most a sample per window shorter), so the epoch's
+    tail is mixed as well as its head.
+    """
+    counts = np.asarray(counts, dtype=np.int64)
+    if len(counts) == 0 or int(counts.sum()) == 0:
+        return WINDOW_MIN
+    total = int(counts.sum())
+    per_shard = total / len(counts)
+    shards = float(WINDOW_SHARDS)
+    if nbytes is not None and max_bytes is not None and len(nbytes) == len(counts):
+        mean_bytes = max(float(np.mean(np.asarray(nbytes, dtype=np.float64))), 1.0)
+        shards = min(shards, max(4.0, max_bytes / mean_bytes))
+    target = int(min(max(WINDOW_MIN, shards * per_shard), WINDOW_MAX))
+    if target >= total:
+        return target  # one window: the whole epoch
+    windows = -(-total // target)
+    return max(1, -(-total // windows))
 
 
 def _rng(*key: int) -> np.random.Generator:
@@ -88,7 +112,7 @@ class EpochOrder:
         positions = np.asarray(positions, dtype=np.int64)
         if len(positions) == 0:
             return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
-        if self.shuffle:
+        if self.shuffle and self.window > 1:  # windows of one sample permute nothing
             src = np.empty_like(positions)
             windows = positions // self.window
             first, last = int(windows.min()), int(windows.max())
@@ -101,3 +125,26 @@ class EpochOrder:
         shards = self.shard_order[k]
         offsets = src - (self.ends[k] - self.counts[shards])
         return shards, offsets
+
+
+def batch_diversity(order: EpochOrder, labels: Sequence[np.ndarray], batch_size: int) -> tuple[float, float]:
+    """Shuffle quality: (mean distinct labels per batch along ``order``, the same for an i.i.d. shuffle).
+
+    ``labels[s]`` holds the labels of shard ``s``'s samples in shard order. A figure well below
+    the i.i.d. one means batches hold few classes (a sorted pack read with a narrow window).
+    """
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be at least 1, not {batch_size}")
+    flat = np.concatenate([np.asarray(x, dtype=np.int64) for x in labels]) if len(labels) else np.zeros(0, np.int64)
+    if len(flat) != order.total:
+        raise ValueError(f"labels cover {len(flat)} samples, the order {order.total}")
+    starts = np.cumsum(order.counts) - order.counts
+    seen: list[int] = []
+    for lo in range(0, order.total, batch_size):
+        shards, offsets = order.samples(np.arange(lo, min(lo + batch_size, order.total)))
+        seen.append(len(np.unique(flat[starts[shards] + offsets])))
+    _, freq = np.unique(flat, return_counts=True)
+    p = freq / max(len(flat), 1)
+    sizes = [min(batch_size, order.total - lo) for lo in range(0, order.total, batch_size)]
+    iid = np.mean([float(np.sum(1 - (1 - p) ** b)) for b in sizes]) if sizes else 0.0
+    return (float(np.mean(seen)) if seen else 0.0), float(iid)

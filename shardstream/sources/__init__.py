@@ -15,7 +15,7 @@ from typing import Any
 
 from ..errors import SourceError
 from .folder import IMAGE_SUFFIXES, FileSample, FolderSource, walk
-from .table import TABLE_SUFFIXES, TableSource
+from .table import TABLE_SUFFIXES, TableSource, sample_permutation
 
 LAYOUTS = ("auto", "imagefolder", "files", "table")
 
@@ -82,7 +82,27 @@ def open_source(path: str, layout: str = "auto") -> FolderSource | TableSource:
     in_class_dirs = all(rel.count("/") == 1 for rel, _, _ in files)
     if layout == "auto":
         layout = "imagefolder" if in_class_dirs and suffixes <= IMAGE_SUFFIXES else "files"
+        if layout == "files":
+            _refuse_strays(path, files)
     return REGISTRY[layout].load(layout)(path, files, hidden)
 
 
-__all__ = ["LAYOUTS", "REGISTRY", "FileSample", "FolderSource", "SourceKind", "TableSource", "open_source"]
+def _fits_image_folder(rel: str) -> bool:
+    return rel.count("/") == 1 and os.path.splitext(rel)[1].lower() in IMAGE_SUFFIXES
+
+
+def _refuse_strays(path: str, files: list[tuple[str, str, int]]) -> None:
+    """A tree that is an ImageFolder but for a few files (a README, a nested folder) is not silently
+    packed as plain files, without classes: the error names the first stray file."""
+    fits = sum(_fits_image_folder(rel) for rel, _, _ in files)
+    strays = [rel for rel, _, _ in files if not _fits_image_folder(rel)]
+    if fits >= 2 and len(strays) <= max(2, len(files) // 10):
+        raise SourceError(
+            f"{os.path.join(path, strays[0])} does not fit the ImageFolder layout (root/<class>/<image>) that "
+            f"{fits} other files follow ({len(strays)} stray file{'s' if len(strays) != 1 else ''}); remove "
+            "the strays, or pass --layout files to pack every file without classes"
+        )
+
+
+__all__ = ["LAYOUTS", "REGISTRY", "FileSample", "FolderSource", "SourceKind", "TableSource", "open_source",
+           "sample_permutation"]

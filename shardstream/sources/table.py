@@ -6,6 +6,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from ..errors import SourceError
 
 if TYPE_CHECKING:
@@ -76,3 +78,30 @@ def record_batches(source: TableSource) -> Iterator[pa.RecordBatch]:
                 yield batch
     if rows == 0:
         raise SourceError(f"table {source.root} has no rows; nothing to pack")
+
+
+def table_batches(source: TableSource, seed: int | None = None) -> Iterator[tuple[pa.RecordBatch, np.ndarray]]:
+    """(batch, row number of each of its rows in the table): in file order, or with ``seed``, in a
+    random order drawn from it (the whole table is read into memory first)."""
+    import pyarrow as pa
+
+    if seed is None:
+        start = 0
+        for batch in record_batches(source):
+            yield batch, np.arange(start, start + batch.num_rows, dtype=np.int64)
+            start += batch.num_rows
+        return
+    table = pa.Table.from_batches(list(record_batches(source))).combine_chunks()
+    order = sample_permutation(table.num_rows, seed)
+    for start in range(0, table.num_rows, BATCH_ROWS):
+        rows = order[start:start + BATCH_ROWS]
+        offset = 0
+        for batch in table.take(pa.array(rows)).combine_chunks().to_batches():
+            yield batch, rows[offset:offset + batch.num_rows]
+            offset += batch.num_rows
+
+
+def sample_permutation(n: int, seed: int) -> np.ndarray:
+    """The order in which a pack writes ``n`` samples: a permutation drawn from ``seed`` alone."""
+    key = int(seed) % (1 << 64)
+    return np.random.default_rng(np.random.SeedSequence([key & 0xFFFFFFFF, key >> 32, 0x5A4D])).permutation(n)

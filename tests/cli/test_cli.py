@@ -76,7 +76,7 @@ def images_ds(tmp_path) -> tuple[Path, Path]:
     """(source, dataset): six images of two classes in three tar shards."""
     src = image_tree(tmp_path / "images")
     dest = tmp_path / "images-ds"
-    result = invoke("pack", src, dest, "--samples-per-shard", "2", "--workers", "1", "-q")
+    result = invoke("pack", src, dest, "--samples-per-shard", "2", "--workers", "1", "-q", "--no-shuffle")
     assert result.exit_code == 0, result.output
     return src, dest
 
@@ -87,7 +87,7 @@ def table_ds(tmp_path) -> Path:
                       "blob": [bytes([i]) * 3 for i in range(10)]})
     pq.write_table(table, tmp_path / "t.parquet")
     dest = tmp_path / "table-ds"
-    result = invoke("pack", tmp_path / "t.parquet", dest, "--samples-per-shard", "4", "-q")
+    result = invoke("pack", tmp_path / "t.parquet", dest, "--samples-per-shard", "4", "-q", "--no-shuffle")
     assert result.exit_code == 0, result.output
     return dest
 
@@ -133,7 +133,8 @@ def test_pack_info_verify_in_real_processes(tmp_path):
     assert proc.returncode == 0, proc.stderr
     summary = proc.stdout.decode().strip()
     assert re.fullmatch(
-        rf"packed 6 samples into 3 tar shards, [\d.]+ [KM]?B in [\d.]+ s \([\d.]+ MB/s\) -> {re.escape(str(dest))}",
+        rf"packed 6 samples into 3 tar shards, [\d.]+ [KM]?B in [\d.]+ s \([\d.]+ MB/s\) -> {re.escape(str(dest))}"
+        r"; layout imagefolder, 2 classes",
         summary,
     ), summary
     assert b"Traceback" not in proc.stderr
@@ -175,7 +176,7 @@ def test_pack_options_reach_the_dataset(tmp_path):
     assert doc["shards"]["samples"] == [3, 3, 1]
     assert doc["shards"]["path"] == [f"shard-00000{i}.tar.zst" for i in range(3)]
 
-    result = invoke("pack", src, dest, "--format", "arrow", "--overwrite", "-q")
+    result = invoke("pack", src, dest, "--format", "arrow", "--overwrite", "-q", "--no-shuffle")
     assert result.exit_code == 0, result.output
     doc = json.loads((dest / "_manifest.json").read_text())
     assert doc["shard_format"] == "arrow"
@@ -196,9 +197,9 @@ def test_pack_fsync_flag_reaches_the_writer(tmp_path, monkeypatch, flag, syncs):
 def test_pack_table_defaults_to_arrow_and_takes_tar(tmp_path):
     table = pa.table({"x": [1, 2, 3], "y": ["a", "b", "c"]})
     pcsv.write_csv(table, tmp_path / "t.csv")
-    assert invoke("pack", tmp_path / "t.csv", tmp_path / "a", "-q").exit_code == 0
+    assert invoke("pack", tmp_path / "t.csv", tmp_path / "a", "-q", "--no-shuffle").exit_code == 0
     assert json.loads((tmp_path / "a" / "_manifest.json").read_text())["shard_format"] == "arrow"
-    assert invoke("pack", tmp_path / "t.csv", tmp_path / "b", "--format", "tar", "-q").exit_code == 0
+    assert invoke("pack", tmp_path / "t.csv", tmp_path / "b", "--format", "tar", "-q", "--no-shuffle").exit_code == 0
     assert json.loads((tmp_path / "b" / "_manifest.json").read_text())["shard_format"] == "tar"
     result = invoke("cat", tmp_path / "b", "2", "--field", "y")
     assert result.stdout_bytes == b"c"

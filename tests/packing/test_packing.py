@@ -132,7 +132,7 @@ def test_repack_with_overwrite_gives_the_same_bytes(tmp_path):
 def test_folder_tar_samples_come_back_in_sorted_order_with_their_bytes(tmp_path):
     src = varied_folder(tmp_path / "src", n=15)
     dest = tmp_path / "out"
-    result = pack(src, dest, samples_per_shard=4, workers=2, progress=False)
+    result = pack(src, dest, samples_per_shard=4, workers=2, progress=False, shuffle=False)
     samples = read_samples(dest)
     expected_keys = sorted({f"part{i % 2}/s{i:03d}" for i in range(15)})
     assert [s["__key__"] for s in samples] == expected_keys
@@ -148,7 +148,7 @@ def test_imagefolder_gives_cls_and_classes(tmp_path):
     files = {f"{cls}/{i:02d}.jpg": f"{cls}{i}".encode() * 10 for cls in ("zebra", "ant", "cat") for i in range(4)}
     src = make_files(tmp_path / "src", files)
     dest = tmp_path / "out"
-    result = pack(src, dest, samples_per_shard=5, workers=2, progress=False)
+    result = pack(src, dest, samples_per_shard=5, workers=2, progress=False, shuffle=False)
     doc = load_doc(dest)
     assert doc["classes"] == ["ant", "cat", "zebra"]
     assert doc["created"]["layout"] == "imagefolder"
@@ -196,7 +196,7 @@ def expected_odd_samples(src: Path) -> dict[str, dict[str, bytes]]:
 def test_odd_folder_round_trips(tmp_path, compression, workers):
     src = make_files(tmp_path / "src", {**ODD_FILES, **ODD_HIDDEN})
     dest = tmp_path / "out"
-    result = pack(src, dest, samples_per_shard=3, compression=compression, workers=workers, progress=False)
+    result = pack(src, dest, samples_per_shard=3, compression=compression, workers=workers, progress=False, shuffle=False)
     samples = read_samples(dest)
     got = {s.pop("__key__"): s for s in samples}
     assert len(got) == len(samples)  # no key twice
@@ -225,7 +225,7 @@ def test_shard_size_is_respected(tmp_path):
     big = 6000
     (src / "10.bin").write_bytes(b"B" * big)  # bigger than a shard: alone in its own
     dest = tmp_path / "out"
-    result = pack(src, dest, shard_size=4096, workers=2, progress=False)
+    result = pack(src, dest, shard_size=4096, workers=2, progress=False, shuffle=False)
     doc = load_doc(dest)
     sizes = dict(zip(doc["shards"]["path"], doc["shards"]["bytes"]))
     alone = [p for p, n in zip(doc["shards"]["path"], doc["shards"]["samples"]) if n == 1]
@@ -248,7 +248,7 @@ def test_shard_size_string_is_parsed(tmp_path):
 
 def test_samples_per_shard_is_respected(tmp_path):
     src = make_files(tmp_path / "src", {f"{i:02d}.txt": b"x" for i in range(10)})
-    result = pack(src, tmp_path / "out", samples_per_shard=3, workers=3, progress=False)
+    result = pack(src, tmp_path / "out", samples_per_shard=3, workers=3, progress=False, shuffle=False)
     assert result.manifest.samples.tolist() == [3, 3, 3, 1]
     assert [s["__key__"] for s in read_samples(tmp_path / "out")] == [f"{i:02d}" for i in range(10)]
 
@@ -283,7 +283,7 @@ def test_compressed_tar_is_deterministic(tmp_path):
 def test_folder_to_arrow(tmp_path):
     src = make_files(tmp_path / "src", {"a.jpg": b"jpeg", "a.txt": b"caption", "b.jpg": b"other", "c.txt": b""})
     dest = tmp_path / "out"
-    result = pack(src, dest, format="arrow", progress=False)
+    result = pack(src, dest, format="arrow", progress=False, shuffle=False)
     assert result.manifest.shard_format == "arrow"
     table = read_arrow(dest)
     assert table.column("__key__").to_pylist() == ["a", "b", "c"]
@@ -297,7 +297,7 @@ def test_folder_to_arrow(tmp_path):
 def test_imagefolder_to_arrow_has_integer_cls(tmp_path):
     src = make_files(tmp_path / "src", {"b/1.png": b"b1", "a/1.png": b"a1", "a/2.png": b"a2"})
     dest = tmp_path / "out"
-    result = pack(src, dest, format="arrow", samples_per_shard=2, progress=False)
+    result = pack(src, dest, format="arrow", samples_per_shard=2, progress=False, shuffle=False)
     table = read_arrow(dest)
     assert table.column("__key__").to_pylist() == ["a/1", "a/2", "b/1"]
     assert table.column("cls").to_pylist() == [0, 0, 1]
@@ -309,7 +309,7 @@ def test_imagefolder_to_arrow_has_integer_cls(tmp_path):
 def test_folder_to_arrow_with_fields_that_vary_between_shards(tmp_path):
     src = make_files(tmp_path / "src", {"a.jpg": b"1", "b.jpg": b"2", "c.txt": b"3", "d.jpg": b"4", "d.txt": b"5"})
     dest = tmp_path / "out"
-    pack(src, dest, format="arrow", samples_per_shard=1, progress=False)
+    pack(src, dest, format="arrow", samples_per_shard=1, progress=False, shuffle=False)
     rows = read_arrow(dest).to_pylist()
     assert [(r["__key__"], r.get("jpg"), r.get("txt")) for r in rows] == [
         ("a", b"1", None), ("b", b"2", None), ("c", None, b"3"), ("d", b"4", b"5"),
@@ -359,7 +359,7 @@ def test_table_to_arrow_keeps_every_row(tmp_path, kind):
     table = demo_table()
     source = write_table_source(tmp_path, kind, table)
     dest = tmp_path / "out"
-    result = pack(source, dest, samples_per_shard=300, workers=2, progress=False)
+    result = pack(source, dest, samples_per_shard=300, workers=2, progress=False, shuffle=False)
     assert result.manifest.shard_format == "arrow"
     assert result.manifest.samples.tolist() == [300, 300, 300, 100]
     got = read_arrow(dest)
@@ -372,7 +372,7 @@ def test_table_to_arrow_is_identical_for_any_worker_count(tmp_path):
     table = demo_table()
     source = write_table_source(tmp_path, "parquet-folder", table)
     for name, workers in (("w1", 1), ("w2", 2), ("w1-again", 1)):
-        pack(source, tmp_path / name, shard_size="6KB", workers=workers, progress=False)
+        pack(source, tmp_path / name, shard_size="6KB", workers=workers, progress=False, shuffle=False)
     reference = shard_files(tmp_path / "w1")
     assert len(reference) >= 3
     for name in ("w2", "w1-again"):
@@ -394,7 +394,7 @@ def test_table_to_tar_without_key_column(tmp_path):
     table = demo_table(25)
     source = write_table_source(tmp_path, "feather", table)
     dest = tmp_path / "out"
-    result = pack(source, dest, format="tar", samples_per_shard=10, progress=False)
+    result = pack(source, dest, format="tar", samples_per_shard=10, progress=False, shuffle=False)
     assert result.manifest.shard_format == "tar"
     assert result.manifest.samples.tolist() == [10, 10, 5]
     samples = read_samples(dest)
@@ -412,7 +412,7 @@ def test_table_to_tar_with_key_column(tmp_path):
     path = tmp_path / "t.parquet"
     pq.write_table(table, path)
     dest = tmp_path / "out"
-    pack(path, dest, format="tar", compression="zstd", samples_per_shard=5, progress=False)
+    pack(path, dest, format="tar", compression="zstd", samples_per_shard=5, progress=False, shuffle=False)
     samples = read_samples(dest)
     assert [s["__key__"] for s in samples] == [f"item-{i:03d}" for i in range(12)]
     assert all("__key__" not in {k for k in s if k != "__key__"} for s in samples)
@@ -425,7 +425,7 @@ def test_table_to_tar_skips_nulls(tmp_path):
     path = tmp_path / "t.jsonl"
     path.write_text('{"a": "x", "b": 1}\n{"a": null, "b": 2}\n')
     dest = tmp_path / "out"
-    pack(path, dest, format="tar", progress=False)
+    pack(path, dest, format="tar", progress=False, shuffle=False)
     samples = read_samples(dest)
     assert samples == [{"__key__": "000000000", "a": b"x", "b": b"1"}, {"__key__": "000000001", "b": b"2"}]
 
@@ -437,7 +437,7 @@ def test_parquet_files_with_different_columns_lose_nothing(tmp_path):
     pq.write_table(pa.table({"id": [3], "text": ["c"], "extra": [9]}), root / "b.parquet")
     dest = tmp_path / "out"
     try:
-        pack(root, dest, workers=1, progress=False)
+        pack(root, dest, workers=1, progress=False, shuffle=False)
     except SourceError as exc:  # refusing, naming the odd file, would do too
         assert str(root / "b.parquet") in str(exc)
         assert not (dest / "_manifest.json").exists()

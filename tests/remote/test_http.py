@@ -21,7 +21,8 @@ SHARDS = ["shard-000000.tar", "shard-000001.tar", "shard-000002.tar", "shard-000
 def served(http_dir, tmp_path):
     """(http_dir, dataset URL, {key: jpeg bytes}): 14 images in 4 shards, packed locally into the served folder."""
     files = image_folder(tmp_path / "src")
-    shardstream.pack(tmp_path / "src", http_dir.path / "ds", samples_per_shard=4, workers=1, progress=False)
+    shardstream.pack(tmp_path / "src", http_dir.path / "ds", samples_per_shard=4, workers=1, progress=False,
+                     shuffle=False)
     return http_dir, f"{http_dir.url}/ds", files
 
 

@@ -64,7 +64,10 @@ def test_imagefolder_classes_skip_hidden_class_folders(tmp_path):
 ])
 def test_not_imagefolder_unless_every_file_is_an_image_one_folder_deep(tmp_path, extra):
     root = make_files(tmp_path / "src", {"cat/1.jpg": b"1", "dog/2.png": b"2", **extra})
-    src = open_source(str(root))
+    # an ImageFolder but for a stray file: named, never silently packed without classes (issue 11)
+    with pytest.raises(SourceError, match="does not fit the ImageFolder layout"):
+        open_source(str(root))
+    src = open_source(str(root), "files")
     assert isinstance(src, FolderSource)
     assert src.layout == "files"
     assert src.classes is None
