@@ -9,13 +9,28 @@ import torch
 from ..errors import ShardstreamError
 
 
-def resolve_rank(rank: int | None = None, world_size: int | None = None) -> tuple[int, int]:
-    """(rank, world size): explicit values, else ``torch.distributed``, else ``RANK``/``WORLD_SIZE``, else 0/1."""
+def resolve_rank(rank: int | None = None, world_size: int | None = None, strict: bool = True) -> tuple[int, int]:
+    """(rank, world size): explicit values, else ``torch.distributed``, else ``RANK``/``WORLD_SIZE``, else 0/1.
+
+    A launcher that sets ``WORLD_SIZE`` but not ``RANK`` (Lightning's: ``LOCAL_RANK`` and ``WORLD_SIZE``,
+    the process group made later in ``trainer.fit``) leaves the rank unknown until the process group
+    exists: ``strict`` raises then, otherwise (0, 1) stands in (never written into a pass).
+    """
     dist = torch.distributed
-    if dist.is_available() and dist.is_initialized():
+    if rank is not None and world_size is not None:
+        found_rank, found_world = int(rank), int(world_size)
+    elif dist.is_available() and dist.is_initialized():
         found_rank, found_world = dist.get_rank(), dist.get_world_size()
-    else:
+    elif "RANK" in os.environ or int(os.environ.get("WORLD_SIZE", 1)) <= 1:
         found_rank, found_world = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
+    elif strict and rank is None:
+        raise ShardstreamError(
+            f"WORLD_SIZE={os.environ['WORLD_SIZE']} but neither RANK nor a torch.distributed process group: "
+            "this process's rank is not known yet (Lightning sets only LOCAL_RANK and WORLD_SIZE and makes the "
+            "process group inside trainer.fit); iterate once the process group exists, or pass rank= and world_size="
+        )
+    else:
+        found_rank, found_world = 0, 1
     rank = found_rank if rank is None else int(rank)
     world_size = found_world if world_size is None else int(world_size)
     if world_size < 1 or not 0 <= rank < world_size:

@@ -194,7 +194,8 @@ class SampleReader:
         batch: dict[str, Any] = {"__key__": keys}
         for name in names:
             spans = np.array([e[name] for e in entries], dtype=np.int64).reshape(-1, 2)
-            batch[name] = MappedBytes(paths, local.astype(np.int32), spans[:, 0], spans[:, 1])
+            batch[name] = MappedBytes(paths, local.astype(np.int32), spans[:, 0], spans[:, 1],
+                                      [getattr(shards.get(int(s)), "identity", None) for s in used])
         return batch
 
     def load_columns(self, shards: OpenShards, ids: np.ndarray, offsets: np.ndarray) -> dict[str, Any]:

@@ -11,7 +11,7 @@ frozen :class:`LoaderSetup`; once a loader reads the dataset, its settings refus
 
 from __future__ import annotations
 
-import dataclasses
+import itertools
 import os
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -31,11 +31,11 @@ from .ranks import resolve_rank
 from .readers import Chunk, OpenShards, looking_ahead, release_stale_maps
 from .samples import SampleReader
 from .seeding import seed_batch
-from .setup import LoaderSetup, refuse_change, refuse_reconfiguration
-from .state import Position, SharedPosition, from_state, order_key, resolve_window, to_state
+from .setup import LoaderSetup, reader_is, refuse_change, refuse_foreign_reader, refuse_reconfiguration
+from .state import Resumable, SharedPosition, next_epoch, order_key, progress_state, resolve_window, to_state
 
 
-class ShardDataset(IterableDataset):
+class ShardDataset(Resumable, IterableDataset):
     """Stream a shardstream dataset (or WebDataset tars) to DDP ranks and DataLoader workers.
 
     Args:
@@ -103,7 +103,7 @@ class ShardDataset(IterableDataset):
         self.__dict__.update(fixed)  # set once: __setattr__ refuses them
         release_stale_maps()  # this process's maps of shard files replaced or deleted since (a re-pack)
         self.shuffle, self.seed, self.drop_last = shuffle, int(seed), drop_last
-        self.window = resolve_window(shuffle_window, manifest.samples)
+        self.window = resolve_window(shuffle_window, manifest.samples, manifest.nbytes, remote=not self.store.local)
         self.decoder = Decoder(decode)
         self.transform = transform
         self.batch_size = batch_size
@@ -117,9 +117,8 @@ class ShardDataset(IterableDataset):
         self._setup: LoaderSetup | None = None  # set by the loader that reads this dataset (configure)
         self._loader: Callable[[], Any] | None = None  # a weak reference to that loader
         self._explicit_rank = (rank, world_size)
-        self.rank, self.world_size = resolve_rank(rank, world_size)
+        self.rank, self.world_size = resolve_rank(rank, world_size, strict=False)  # provisional: see _refresh_rank
         self.epoch = 0
-        self.generation = 0  # bumped whenever the epoch or resume position is set (main process)
         self._position = SharedPosition()
         self.reset(0)
 
@@ -221,48 +220,6 @@ class ShardDataset(IterableDataset):
         return self._current_setup() or LoaderSetup(batch_size=self.batch_size or 1,
                                                     seed_workers=self.__dict__["_seed_workers"])
 
-    # -- epoch and resume state (main process) ----------------------------------------
-    def reset(self, epoch: int | None = None) -> None:
-        """Start epoch ``epoch`` (default: the current one) from its beginning."""
-        self.rank, self.world_size = resolve_rank(*self._explicit_rank)
-        self.epoch = self.epoch if epoch is None else int(epoch)
-        self.generation += 1
-        self._position.set(Position(self.epoch, self.rank, self.world_size, [(0, self.manifest.num_samples)],
-                                    self.world_size, 0))
-
-    def set_epoch(self, epoch: int) -> None:
-        """Start epoch ``epoch`` (a resumed position in that same epoch is kept)."""
-        p = self._position.get()
-        fresh = p.segment == [(0, self.manifest.num_samples)] and p.consumed == 0
-        if epoch != p.epoch or fresh:
-            self.reset(epoch)
-        else:  # keep the resume position; refresh rank in case the process group appeared since
-            self.rank, self.world_size = resolve_rank(*self._explicit_rank)
-            self._position.set(dataclasses.replace(p, rank=self.rank, world_size=self.world_size))
-            self.generation += 1
-
-    def __len__(self) -> int:
-        """Samples this rank reads in a full epoch."""
-        return plan.per_rank(self.manifest.num_samples, self.world_size, self.drop_last)
-
-    def remaining(self) -> int:
-        """Samples this rank still reads in the current epoch."""
-        return self._position.get().remaining(self.drop_last)
-
-    def state_dict(self) -> dict[str, Any]:
-        """Where the current pass starts (a loader adds what it has consumed since)."""
-        return to_state(self._position.get(), order_key(self))
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Continue from ``state``; the world size may differ from the one that saved it."""
-        self.rank, self.world_size = resolve_rank(*self._explicit_rank)
-        p = from_state(state, order_key(self), self.rank, self.world_size)
-        self.epoch = p.epoch
-        self.generation += 1
-        self._position.set(p)
-
-    state, load_state = state_dict, load_state_dict  # the names of earlier releases
-
     # -- reading (worker processes, or the main one) -------------------------------------
     def __iter__(self) -> Iterator[Any]:
         setup = self.setup
@@ -270,7 +227,11 @@ class ShardDataset(IterableDataset):
         self.decoder.copied_later = batched and self.transform is None and self.default_collate
         info = get_worker_info()
         num_workers, worker_id = (info.num_workers, info.id) if info is not None else (1, 0)
-        p = self._position.get()
+        current = self._current_setup()
+        own = current is not None and reader_is(current, info is not None)
+        if current is not None and not own:
+            refuse_foreign_reader(info is not None)
+        p, skip = (self._position.get(), 0) if own else self._foreign_position(info)
         span = p.span(self.drop_last)
         order = plan.EpochOrder.create(self.manifest.samples, self.seed, p.epoch, self.shuffle, self.window)
         order = order.restrict(*plan.span_bounds(p.segment, span))  # keep only this rank's shards
@@ -288,7 +249,8 @@ class ShardDataset(IterableDataset):
         self._samples.begin(self.decoder, self.transform, self.on_error, self.raw, candidates)
 
         def planned() -> Iterator[Chunk]:
-            for lo, hi in plan.worker_chunks(span, chunk, num_workers, worker_id, p.consumed):
+            for lo, hi in itertools.islice(plan.worker_chunks(span, chunk, num_workers, worker_id, p.consumed),
+                                           skip, None):
                 positions = plan.segment_positions(p.segment, np.arange(lo, hi))
                 yield (int(positions[0]), *order.samples(positions))
 
@@ -303,7 +265,21 @@ class ShardDataset(IterableDataset):
             user_code = any(part is not None for part in self.worker_parts().values())  # may draw random numbers
             reseed = info is not None and setup.seed_workers and user_code  # augmentations per batch, reproducibly
             check = setup.check_first_batch if info is not None else None
-            yield from self._batches(chunks, shards, sender, p.epoch if reseed else None, check)
+            items = self._batches(chunks, shards, sender, p.epoch if reseed else None, check)
+            if own:
+                yield from items
+            else:  # another DataLoader (a StatefulDataLoader): keep this process's progress for state_dict()
+                key, done = order_key(self), skip
+                for item in items:
+                    done += 1
+                    self.__dict__["_progress"] = progress_state(p, key, span, chunk, done, num_workers, worker_id)
+                    yield item
+                following = next_epoch(p, self.manifest.num_samples)
+                self.__dict__["_progress"] = to_state(following, key)
+                if info is None:  # a finished pass moves on to the next epoch
+                    self.reset(p.epoch + 1)
+                else:
+                    self.__dict__["_local"] = (self._position.generation, following, 0)
         finally:
             if prefetcher is not None:
                 prefetcher.close()
@@ -366,6 +342,8 @@ class ShardDataset(IterableDataset):
         state = self.__dict__.copy()
         state.pop("_shards", None)  # open shards (memory maps) stay in the process that opened them
         state.pop("_worker_sender", None)  # each worker process has its own arenas
+        state.pop("_progress", None)  # this process's reading
+        state.pop("_local", None)
         state["_setup"] = self._current_setup()  # a gone loader's transport is nobody's
         state["_loader"] = None
         return state

@@ -9,14 +9,18 @@ plus the epoch's unread segment; loading it with another world size splits that 
 
 from __future__ import annotations
 
+import dataclasses
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
+from torch.utils.data import get_worker_info
 
 from .. import plan
 from ..errors import ShardstreamError
+from .ranks import resolve_rank
 
 STATE_VERSION = 1
 MAX_INTERVALS = 4096  # segment intervals the block holds (enough for resizes to 4,096 ranks)
@@ -53,14 +57,21 @@ class SharedPosition:
 
     def __init__(self) -> None:
         self.block = shared_int64(6 + 2 * MAX_INTERVALS)
+        self.gen = shared_int64(1)  # bumped by every set(): workers see changes
 
-    def set(self, p: Position) -> None:
+    @property
+    def generation(self) -> int:
+        return int(self.gen.numpy()[0])
+
+    def set(self, p: Position, bump: bool = True) -> None:
         if len(p.segment) > MAX_INTERVALS:
             raise ShardstreamError(f"a resume state with {len(p.segment)} intervals is more than this reader holds")
         b = self.block.numpy()
         b[:6] = [p.epoch, p.rank, p.world_size, p.segment_world, p.consumed, len(p.segment)]
         if p.segment:
             b[6 : 6 + 2 * len(p.segment)] = np.asarray(p.segment, dtype=np.int64).reshape(-1)
+        if bump:
+            self.gen.numpy()[0] += 1
 
     def get(self) -> Position:
         b = self.block.numpy()
@@ -98,10 +109,17 @@ def order_key(ds: Any) -> OrderKey:
     return OrderKey(ds.seed, ds.manifest.num_samples, ds.drop_last, ds.shuffle, ds.window, fingerprint)
 
 
-def resolve_window(shuffle_window: int | None, counts: np.ndarray) -> int:
-    """The shuffle window in samples: the default for ``None`` (about four shards); 0 or 1 shuffle no
-    samples within a window (shards are still permuted, with ``shuffle=True``)."""
+REMOTE_WINDOW_BYTES = 1 << 30  # a default window over remote shards downloads at most this before its first batch
+
+
+def resolve_window(shuffle_window: int | None, counts: np.ndarray, nbytes: np.ndarray | None = None,
+                   remote: bool = False) -> int:
+    """The shuffle window in samples: the default for ``None`` (about 64 shards; over remote shards at
+    most 1 GiB of them, and at least four, since the first batch waits for the window's shards);
+    0 or 1 shuffle no samples within a window (shards are still permuted, with ``shuffle=True``)."""
     if shuffle_window is None:
+        if remote and nbytes is not None:
+            return plan.default_window(counts, nbytes, max_bytes=REMOTE_WINDOW_BYTES)
         return plan.default_window(counts)
     if isinstance(shuffle_window, bool) or not isinstance(shuffle_window, (int, np.integer)) or shuffle_window < 0:
         raise ValueError(f"shuffle_window must be a number of samples (0 or more) or None, not {shuffle_window!r}")
@@ -172,3 +190,154 @@ def from_state(state: dict[str, Any], key: OrderKey, rank: int, world_size: int)
     if saved_world != world_size:  # another world size: split what is left anew
         segment, saved_world, consumed = plan.remaining(segment, saved_world, consumed, key.drop_last), world_size, 0
     return Position(epoch, rank, world_size, segment, saved_world, consumed)
+
+
+# A StatefulDataLoader's worker state: the pass-start state plus which worker (of how many) and how many
+# of its chunks (of ``chunk`` samples, dealt round robin) it has yielded.
+WORKER_KEYS = ("worker", "workers", "chunk", "done")
+
+
+def next_epoch(p: Position, num_samples: int) -> Position:
+    """The start of the epoch after ``p``'s, whole."""
+    return Position(p.epoch + 1, p.rank, p.world_size, [(0, num_samples)], p.world_size, 0)
+
+
+def progress_state(p: Position, key: OrderKey, span: tuple[int, int], chunk: int, done: int, num_workers: int,
+                   worker_id: int) -> dict[str, Any]:
+    """The state of a pass from ``p`` whose reader (one of ``num_workers``) has yielded ``done`` chunks."""
+    if num_workers == 1:
+        return to_state(dataclasses.replace(p, consumed=min(p.consumed + done * chunk, span[1] - span[0])), key)
+    return dict(to_state(p, key), worker=worker_id, workers=num_workers, chunk=chunk, done=done)
+
+
+def loaded_position(state: dict[str, Any], key: OrderKey, rank: int, world_size: int,
+                    worker: tuple[int, int] | None) -> tuple[Position, int]:
+    """Where ``state`` resumes in this process (``worker``: (id, count) in a DataLoader worker), and how
+    many of this worker's chunks to skip. A state with nothing left resumes the next epoch, whole."""
+    if not isinstance(state, dict):
+        raise ShardstreamError(f"a resume state is a dict, not {type(state).__name__}; pass what state_dict() returned")
+    base = {k: v for k, v in state.items() if k not in WORKER_KEYS}
+    p = from_state(base, key, rank, world_size)
+    skip = 0
+    if "worker" in state:
+        saved = (state["worker"], state["workers"])
+        if worker is None and saved[1] > 1:
+            raise ShardstreamError("this is one DataLoader worker's state (a StatefulDataLoader's); load the "
+                                   "StatefulDataLoader's state_dict into a StatefulDataLoader with as many workers")
+        if worker is not None and tuple(worker) != saved:
+            raise ShardstreamError(f"a state of worker {saved[0]} of {saved[1]} loaded into worker {worker[0]} of "
+                                   f"{worker[1]}; resume with as many workers")
+        if worker is None or worker[1] == 1:  # one worker: its chunks are contiguous
+            left = p.remaining(key.drop_last)
+            p = dataclasses.replace(p, consumed=p.consumed + min(int(state["done"]) * int(state["chunk"]), left))
+        else:
+            skip = int(state["done"])
+    if p.remaining(key.drop_last) == 0 and skip == 0:
+        p = next_epoch(p, key.num_samples)
+    return p, skip
+
+
+class Resumable:
+    """A :class:`ShardDataset`'s epoch and resume state (main process): its shared position and how
+    ``set_epoch``, ``state_dict`` and ``load_state_dict`` move it."""
+
+    manifest: Any
+    drop_last: bool
+    _explicit_rank: tuple[int | None, int | None]
+    _position: SharedPosition
+
+    @property
+    def generation(self) -> int:
+        """Bumped whenever the epoch or resume position is set (shared with the workers)."""
+        return self._position.generation
+
+    # -- epoch and resume state (main process) ----------------------------------------
+    def reset(self, epoch: int | None = None) -> None:
+        """Start epoch ``epoch`` (default: the current one) from its beginning."""
+        self.rank, self.world_size = resolve_rank(*self._explicit_rank, strict=False)
+        self.epoch = self.epoch if epoch is None else int(epoch)
+        self._position.set(Position(self.epoch, self.rank, self.world_size, [(0, self.manifest.num_samples)],
+                                    self.world_size, 0))
+
+    def _fresh(self, p: Position) -> bool:
+        return p.segment == [(0, self.manifest.num_samples)] and p.consumed == 0
+
+    def set_epoch(self, epoch: int) -> None:
+        """Start epoch ``epoch`` (a resumed position in that same epoch is kept; one in another epoch is
+        dropped with a warning)."""
+        p = self._position.get()
+        fresh = self._fresh(p)
+        if epoch != p.epoch and not fresh:
+            warnings.warn(f"set_epoch({epoch}) drops the resume position loaded for epoch {p.epoch} "
+                          f"({p.remaining(self.drop_last)} samples of it still unread on this rank)", stacklevel=2)
+        if epoch != p.epoch or fresh:
+            self.reset(epoch)
+
+    def _refresh_rank(self) -> Position:
+        """Resolve rank and world size now (a pass starts): a segment cut for another world size is split anew."""
+        rank, world = resolve_rank(*self._explicit_rank, strict=True)
+        self.rank, self.world_size = rank, world
+        p = self._position.get()
+        if world != p.segment_world:
+            segment = plan.remaining(p.segment, p.segment_world, p.consumed, self.drop_last)
+            p = Position(p.epoch, rank, world, segment, world, 0)
+            self._position.set(p)
+        elif (rank, world) != (p.rank, p.world_size):
+            p = dataclasses.replace(p, rank=rank, world_size=world)
+            self._position.set(p, bump=False)
+        return p
+
+    def __len__(self) -> int:
+        """Samples this rank reads in a full epoch (rank and world size as they are now)."""
+        _, world = resolve_rank(*self._explicit_rank, strict=False)
+        return plan.per_rank(self.manifest.num_samples, world, self.drop_last)
+
+    def remaining(self) -> int:
+        """Samples this rank still reads in the current epoch."""
+        return self._position.get().remaining(self.drop_last)
+
+    def _pass_state(self) -> dict[str, Any]:
+        """Where the next (or current) pass starts."""
+        return to_state(self._position.get(), order_key(self))
+
+    def state_dict(self) -> dict[str, Any]:
+        """This process's position: where the current pass starts, plus what a pass read in this process
+        consumed (torchdata's StatefulDataLoader calls it in each worker, and in the main process
+        without workers). A finished pass gives the start of the next epoch."""
+        prog = self.__dict__.get("_progress")
+        if prog is None:
+            return self._pass_state()
+        return dict(prog)
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue from ``state``; the world size may differ from the one that saved it. In a DataLoader
+        worker it applies to that worker's next pass only (a StatefulDataLoader's per-worker state)."""
+        info = get_worker_info()
+        rank, world = resolve_rank(*self._explicit_rank, strict=False)
+        key = order_key(self)
+        p, skip = loaded_position(state, key, rank, world, None if info is None else (info.id, info.num_workers))
+        self.__dict__["_progress"] = None
+        if info is not None:  # this worker's next pass only; the shared position is the main process's
+            self.__dict__["_local"] = (self._position.generation, p, skip)
+            self.__dict__["_progress"] = dict(state) if skip else to_state(p, key)
+            return
+        self.rank, self.world_size = rank, world
+        self.epoch = p.epoch
+        self._position.set(p)
+
+    state, load_state = state_dict, load_state_dict  # the names of earlier releases
+
+    def _foreign_position(self, info: Any) -> tuple[Position, int]:
+        """The pass start for a DataLoader other than the configuring loader: a state loaded into this
+        process (still current), else the shared position with rank and world size resolved now."""
+        local = self.__dict__.pop("_local", None)
+        if local is not None and local[0] == self._position.generation:
+            return local[1], local[2]
+        if info is None:
+            return self._refresh_rank(), 0
+        rank, world = resolve_rank(*self._explicit_rank, strict=True)
+        p = self._position.get()
+        if world != p.segment_world:
+            return Position(p.epoch, rank, world, plan.remaining(p.segment, p.segment_world, p.consumed,
+                                                                 self.drop_last), world, 0), 0
+        return dataclasses.replace(p, rank=rank, world_size=world), 0

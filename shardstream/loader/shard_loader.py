@@ -6,6 +6,12 @@ output is the rank's planned order for any ``num_workers``; ``state_dict()`` is 
 integers plus the epoch's remaining segment, and ``load_state_dict()`` continues with no
 sample repeated or skipped, also with another ``num_workers`` or world size.
 
+It follows the conventions trainers rely on (torchdata's StatefulDataLoader, Lightning,
+accelerate): ``len()`` is the whole epoch on this rank, also after a resume; its sampler's
+``set_epoch`` is the dataset's; a pass counts as complete when its last batch is handed out
+and moves the dataset to the next epoch; ``load_state_dict`` applies to the next pass; rank
+and world size are resolved when a pass starts; accelerate's ``prepare()`` returns it as it is.
+
 It configures itself (workers, pinned memory, persistent workers, prefetch, per-worker
 seeds) and checks, before its workers start, what would make them crash or hang later:
 a ``/dev/shm`` too small for the batches in flight, parts that ``spawn`` workers cannot
@@ -23,10 +29,13 @@ from typing import Any
 
 import torch
 from torch.utils.data import DataLoader, get_worker_info
+from torch.utils.data.dataloader import _InfiniteConstantSampler
 
 from .. import plan
 from ..dataset import LoaderSetup, ShardDataset
+from ..dataset import setup as _readers
 from ..dataset.collate import split
+from ..errors import ShardstreamError
 from . import guards
 from .transport import Receiver, Ring
 
@@ -73,6 +82,18 @@ def _in_flight(kwargs: dict[str, Any], ring: bool, ring_slots: int) -> tuple[flo
     return kwargs.get("prefetch_factor") or 2, 0 if kwargs.get("pin_memory") else 1
 
 
+class EpochSampler(_InfiniteConstantSampler):
+    """The loader's sampler (an IterableDataset's infinite one) whose ``set_epoch`` is the dataset's:
+    Lightning, and accelerate's loaders, call ``sampler.set_epoch`` at each epoch."""
+
+    def __init__(self, dataset: ShardDataset):
+        super().__init__()
+        self.dataset = dataset
+
+    def set_epoch(self, epoch: int) -> None:
+        self.dataset.set_epoch(epoch)
+
+
 class ShardLoader(DataLoader):
     """A DataLoader over a :class:`ShardDataset` that can save and restore its position.
 
@@ -89,6 +110,12 @@ class ShardLoader(DataLoader):
 
     def __init__(self, dataset: ShardDataset, batch_size: int, num_workers: int | None = None, *,
                  seed_workers: bool | None = None, shm_check: str = "raise", **kwargs: Any):
+        if batch_size is None:  # what a DataLoader rebuilt from a ShardLoader's attributes passes
+            raise ShardstreamError(
+                "ShardLoader got batch_size=None: a framework is rebuilding it from its attributes (Lightning's "
+                "trainer.predict re-instantiates every DataLoader), which would read the dataset a second time; "
+                "for predictions give trainer.predict torch's DataLoader(ShardDataset(..., shuffle=False), "
+                "batch_size=...) over a dataset of its own, or iterate the ShardLoader yourself")
         if batch_size < 1:
             raise ValueError(f"batch_size must be at least 1, not {batch_size}")
         if shm_check not in ("raise", "warn", "off"):
@@ -127,14 +154,17 @@ class ShardLoader(DataLoader):
         self._receiver: Receiver | None = None
         self._setup = LoaderSetup(batch_size=batch_size, batches_per_chunk=per_chunk,
                                   seed_workers=dataset.seed_workers if seed_workers is None else bool(seed_workers),
-                                  check_first_batch=check)
+                                  check_first_batch=check, token=_readers.new_token())
         if ring:
             self._receiver = Receiver(self._new_table(num_workers, ring_slots))
         super().__init__(dataset, batch_size=None, num_workers=num_workers, **kwargs)
         dataset.configure(self, self._with_sender())  # last: a loader torch refuses leaves the dataset as it was
+        # torch refuses a sampler for an IterableDataset, in __init__ and by __setattr__ after it
+        object.__setattr__(self, "sampler", EpochSampler(dataset))
         self.samples_per_batch = batch_size
         self._start: dict[str, Any] | None = None
         self._batches = 0
+        self._last: tuple[dict[str, Any], int, int] | None = None  # the pass that finished: start, batches, generation
         self._shm_measured = num_workers == 0 or shm_check == "off"
 
     def _check_shm(self, batch_bytes: int, num_workers: int, kwargs: dict[str, Any], ring: bool,
@@ -145,9 +175,28 @@ class ShardLoader(DataLoader):
         guards.check_shm(batch_bytes, num_workers, per_worker, extra_batches=extra, basis=basis,
                          action=self.shm_check, free=self._shm_free, path=guards.SHM_PATH)
 
+    # accelerate's prepare() returns a loader marked so unchanged (accelerator.py, prepare_data_loader): this
+    # loader shards by rank itself, and a DataLoader rebuilt from its attributes would not
+    _is_accelerate_prepared = True
+
     def __len__(self) -> int:
-        """Batches left in the current epoch on this rank."""
-        return -(-self.dataset.remaining() // self.samples_per_batch)
+        """Batches in a whole epoch on this rank, also after a mid-epoch load_state_dict (the torchdata
+        StatefulDataLoader convention: Lightning adds the batches its restored progress counts)."""
+        return -(-len(self.dataset) // self.samples_per_batch)
+
+    def set_epoch(self, epoch: int) -> None:
+        self.dataset.set_epoch(epoch)
+
+    def _get_iterator(self) -> Any:
+        """torch's iterator, with workers that know they are this loader's (see ShardDataset's foreign-reader check)."""
+        if self.num_workers == 0:
+            return super()._get_iterator()
+        user = self.worker_init_fn
+        object.__setattr__(self, "worker_init_fn", functools.partial(_readers.own_worker_init, self._setup.token, user))
+        try:
+            return super()._get_iterator()
+        finally:
+            object.__setattr__(self, "worker_init_fn", user)
 
     def _with_sender(self) -> LoaderSetup:
         """The setup for the dataset, with worker rings that report to this loader's current table."""
@@ -157,9 +206,11 @@ class ShardLoader(DataLoader):
                                                                          slots=self.ring_slots))
 
     def __iter__(self) -> Iterator[Any]:
-        self._start = self.dataset.state_dict()
-        self._generation = self.dataset.generation
-        self._batches = 0
+        ds = self.dataset
+        ds._refresh_rank()  # rank and world size as they are when the pass starts
+        start, generation = ds._pass_state(), ds.generation
+        expected = -(-ds.remaining() // self.samples_per_batch)
+        self._start, self._generation, self._batches = start, generation, 0
         skipped = self.dataset.skipped
         per_chunk = self._setup.batches_per_chunk
         receiver = self._receiver
@@ -167,7 +218,7 @@ class ShardLoader(DataLoader):
             # new worker processes start their rings afresh, with a table of their own
             receiver.reset(self._new_table(self.num_workers, self.ring_slots))
             self.dataset.configure(self, self._with_sender())
-        for chunk in super().__iter__():
+        for chunk in self._own_chunks():
             if receiver is not None:
                 chunk = receiver.receive(chunk)
             if not self._shm_measured:
@@ -177,12 +228,37 @@ class ShardLoader(DataLoader):
                                 receiver is not None, self.ring_slots, "measured on the first batch")
             for batch in split(chunk, self.samples_per_batch) if per_chunk > 1 else (chunk,):
                 self._batches += 1
+                last = self._batches >= expected
+                if last:  # before handing out the last batch: a consumer that knows len() (Lightning) stops here
+                    self._finish(start, generation, skipped)
                 yield batch
+                if last:  # the plan has no more; a worker starting this late would read the next epoch
+                    return
+        self._finish(start, generation, skipped)
+
+    def _own_chunks(self) -> Iterator[Any]:
+        """torch's iterator, advanced with this loader marked as the reader (main-process reads check it)."""
+        it = super().__iter__()
+        while True:
+            token = _readers.READING.set(self._setup.token)
+            try:
+                chunk = next(it)
+            except StopIteration:
+                return
+            finally:
+                _readers.READING.reset(token)
+            yield chunk
+
+    def _finish(self, start: dict[str, Any], generation: int, skipped: int) -> None:
+        """A pass read to its end moves the dataset to the next epoch, unless its epoch or position was set
+        since the pass began (load_state_dict or set_epoch mid-pass apply to the next pass)."""
         if self.dataset.skipped > skipped:  # the workers logged each shard; this is the pass's total
             log.warning("epoch %d: skipped %d samples of rank %d (on_error='skip'); ds.skipped is %d",
-                        self._start["epoch"], self.dataset.skipped - skipped, self.dataset.rank, self.dataset.skipped)
-        self.dataset.reset(self._start["epoch"])  # a complete pass: the next one reads the whole epoch
-        self._generation = self.dataset.generation  # ...but this pass's state stays what it was
+                        start["epoch"], self.dataset.skipped - skipped, self.dataset.rank, self.dataset.skipped)
+        if self.dataset.generation != generation:
+            return
+        self.dataset.reset(int(start["epoch"]) + 1)
+        self._last = (start, self._batches, self.dataset.generation)
 
     @property
     def skipped(self) -> int:
@@ -201,7 +277,13 @@ class ShardLoader(DataLoader):
         not consumed, so a resume reads them again.
         """
         if self._start is None or self._generation != self.dataset.generation:
-            return self.dataset.state_dict()  # not iterated since the epoch or position was set
+            last = self._last
+            if pending and last is not None and last[2] == self.dataset.generation:  # the finished pass, not all
+                state, batches = dict(last[0]), last[1]  # of it received yet: resume inside it
+                state["consumed"] = min(state["consumed"] + max(batches - pending, 0) * self.samples_per_batch,
+                                        self._span_length(state))
+                return state
+            return self.dataset._pass_state()  # where the next pass starts: not iterated since it was set
         state = dict(self._start)
         span = self._span_length(state)
         taken = max(self._batches - pending, 0)
@@ -211,7 +293,8 @@ class ShardLoader(DataLoader):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue from ``state`` at the next iteration."""
         self.dataset.load_state_dict(state)
-        self._start = None
+        self._start = None  # a pass being iterated goes on as it was; the state applies to the next one
+        self._last = None
         self._batches = 0
 
     def _span_length(self, state: dict[str, Any]) -> int:

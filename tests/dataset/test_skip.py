@@ -187,7 +187,7 @@ def test_a_lost_shard_is_logged_once_per_pass(damaged, caplog, batch_size):
     assert "the manifest says" in lines[0] and path not in lines[0][len(path) + 10 :]  # named once
     assert "ds.skipped is" in lines[0]
     if batch_size is not None:  # and the loader's summary of the pass, with the total
-        assert "epoch 0: skipped 7 samples of rank 0 (on_error='skip'); ds.skipped is 14" in caplog.text
+        assert "epoch 1: skipped 7 samples of rank 0 (on_error='skip'); ds.skipped is 14" in caplog.text
 
 
 def test_many_lost_shards_are_logged_up_to_a_limit(tmp_path, caplog):

@@ -328,3 +328,20 @@ def test_verify_checksums_refuses_a_local_shard_with_other_bytes(tmp_path):
     assert [s["txt"] for s in ShardDataset(url, decode=None, shuffle=False)][1] == b"TEXT 1"  # not checked
     with pytest.raises(CorruptShardError):
         list(ShardDataset(url, decode=None, shuffle=False, verify_checksums=True))
+
+
+def test_the_default_window_over_remote_shards_is_bounded_by_bytes():
+    """A remote epoch's first batch waits for its window's shards: at most 1 GiB of them (four at least)."""
+    import numpy as np
+
+    from shardstream.dataset.state import REMOTE_WINDOW_BYTES, resolve_window
+
+    counts = np.full(1000, 2_000, dtype=np.int64)  # 256 MB shards of 2,000 samples
+    nbytes = np.full(1000, 256 << 20, dtype=np.int64)
+    local = resolve_window(None, counts, nbytes, remote=False)
+    remote = resolve_window(None, counts, nbytes, remote=True)
+    assert local >= 60 * 2_000  # many shards mixed: random access into mapped files is cheap
+    assert 4 * 2_000 <= remote <= max(4 * 2_000, REMOTE_WINDOW_BYTES // (256 << 20) * 2_000 + 2_000)
+    small = np.full(1000, 1 << 20, dtype=np.int64)  # 1 MB shards: the byte cap allows the full width
+    assert resolve_window(None, counts, small, remote=True) == local
+    assert resolve_window(17, counts, nbytes, remote=True) == 17  # an explicit window is the user's

@@ -76,7 +76,8 @@ def main() -> None:
         with open(os.path.join(args.out, "state.json")) as f:
             state = json.load(f)
         loader.load_state_dict(state)
-        result["batches_left"] = len(loader)
+        result["batches_per_epoch"] = len(loader)  # the whole epoch, also after a resume
+        result["samples_left"] = ds.remaining()
         ds.set_epoch(state["epoch"])  # as a training loop would: the resumed position is kept
         keys, batches = read(loader)
         result["epochs"].append(gather({"rank": rank, "keys": keys, "batches": batches}))
