@@ -5,8 +5,12 @@
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
-# torch first, pinned, so pip takes the local CPU wheel and never a CUDA build.
-TORCH  := torch==2.13.0
+# torch first, pinned, so pip takes the local CPU wheel and never a CUDA build. Both overridable:
+#   make test TORCH="torch==2.5.1"
+#   make test TORCH_INDEX="--index-url https://download.pytorch.org/whl/cpu"   (the CPU build elsewhere)
+# (after `make clean`, or the existing .venv is kept as it is)
+TORCH       ?= torch==2.13.0
+TORCH_INDEX ?=
 
 .PHONY: demo test bench clean
 
@@ -14,12 +18,12 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
 $(VENV)/.installed: pyproject.toml | $(BIN)/python
-	$(BIN)/pip install -q $(TORCH)
-	$(BIN)/pip install -q -e ".[wds,fast]"
+	$(BIN)/pip install -q $(TORCH_INDEX) $(TORCH)
+	$(BIN)/pip install -q -e ".[wds,fast,s3]"
 	touch $@
 
 $(VENV)/.installed-test: pyproject.toml | $(BIN)/python
-	$(BIN)/pip install -q $(TORCH)
+	$(BIN)/pip install -q $(TORCH_INDEX) $(TORCH)
 	$(BIN)/pip install -q -e '.[test]'
 	touch $@ $(VENV)/.installed
 

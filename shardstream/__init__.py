@@ -8,6 +8,8 @@ from .errors import (
     ShardstreamError,
     SourceError,
     StorageError,
+    TransformError,
+    UsageError,
 )
 from .manifest import Manifest, load_manifest
 from .packing import PackResult, ShardWriter, pack
@@ -29,6 +31,8 @@ __all__ = [
     "SourceError",
     "StorageError",
     "StorageSettings",
+    "TransformError",
+    "UsageError",
     "__version__",
     "load_manifest",
     "pack",

@@ -281,11 +281,27 @@ class _InFlight:
         self.batch, self.outputs, self.hosts, self.event = batch, outputs, hosts, event
 
 
+_warned_cpu_fallback = False
+
+
+def _warn_cpu_fallback(device: torch.device) -> None:
+    """Say once per process that a CUDA device was asked for and the CPU is used instead."""
+    global _warned_cpu_fallback
+    if _warned_cpu_fallback:
+        return
+    _warned_cpu_fallback = True
+    built = f"built for CUDA {torch.version.cuda}" if torch.version.cuda else "a CPU-only build"
+    warnings.warn(f"DeviceLoader: device {str(device)!r} asked for, but CUDA is not available (torch "
+                  f"{torch.__version__}, {built}): batches stay on the CPU, so training runs there; "
+                  "fix the CUDA install (nvidia-smi, a CUDA build of torch), or pass device='cpu' to mean it",
+                  RuntimeWarning, stacklevel=4)
+
+
 def _resolve(device: str | int | torch.device) -> torch.device:
     device = torch.device("cuda", device) if isinstance(device, int) else torch.device(device)
     if device.type == "cuda":
         if not torch.cuda.is_available():
-            log.info("DeviceLoader: CUDA is not available, batches stay on the CPU")
+            _warn_cpu_fallback(device)
             return torch.device("cpu")
         if device.index is None:
             return torch.device("cuda", torch.cuda.current_device())

@@ -29,3 +29,11 @@ class StorageError(ShardstreamError):
 
 class EncodeError(ShardstreamError):
     """A sample field cannot be encoded into a shard."""
+
+
+class UsageError(ShardstreamError):
+    """An error in the caller's code or settings, not in the data: never skipped by ``on_error="skip"``."""
+
+
+class TransformError(UsageError):
+    """The user's transform raised: an error in code, never skipped by ``on_error="skip"``."""

@@ -53,10 +53,14 @@ def nested_batch() -> dict:
     }
 
 
-def test_without_cuda_batches_pass_through_unchanged():
+def test_without_cuda_batches_pass_through_unchanged(monkeypatch):
+    from shardstream import device as device_module
+
     assert not torch.cuda.is_available()  # this suite runs on CPU; tests/gpu covers the CUDA path
+    monkeypatch.setattr(device_module, "_warned_cpu_fallback", False)
     batch = nested_batch()
-    loader = DeviceLoader([batch], "cuda")
+    with pytest.warns(RuntimeWarning):
+        loader = DeviceLoader([batch], "cuda")
     assert loader.device == torch.device("cpu") and not loader.cuda
     (out,) = list(loader)
     assert out["image"] is batch["image"] and out["label"] is batch["label"]  # no copies on the CPU
@@ -64,6 +68,22 @@ def test_without_cuda_batches_pass_through_unchanged():
     assert out["meta"]["boxes"][0] is batch["meta"]["boxes"][0]
     assert isinstance(out["meta"]["pair"], Pair) and out["meta"]["pair"].image is batch["meta"]["pair"].image
     assert isinstance(out["extra"], tuple) and out["extra"][1] == 5
+
+
+def test_asking_for_cuda_without_it_warns_once_naming_the_cpu_fallback(monkeypatch):
+    import warnings
+
+    from shardstream import device as device_module
+
+    monkeypatch.setattr(device_module, "_warned_cpu_fallback", False)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # as a broken driver makes it
+    with pytest.warns(RuntimeWarning, match=r"device 'cuda' asked for, but CUDA is not available.*on the CPU.*"
+                                            r"device='cpu'"):
+        DeviceLoader([1], "cuda")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        DeviceLoader([1], "cuda:0")  # once per process
+        DeviceLoader([1], "cpu")
 
 
 def test_batches_move_to_the_given_device_with_their_structure():
@@ -151,6 +171,7 @@ def test_len_follows_the_wrapped_iterable():
     assert len(list(loader)) == 4
 
 
+@pytest.mark.filterwarnings("ignore:DeviceLoader. device .cuda. asked for")
 def test_an_error_of_the_wrapped_loader_comes_after_the_batches_before_it():
     def batches():
         yield torch.zeros(1)

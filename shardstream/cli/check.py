@@ -15,9 +15,11 @@ from .common import cli, safe, storage_option, storage_options_for
 @click.argument("dataset")
 @click.option("--workers", type=int, default=4, show_default=True, help="Shards checked at once.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
+@click.option("--decode", is_flag=True,
+              help="Also decode every image, label, text, JSON and numpy field (slower; finds a non-image .jpg).")
 @storage_option
-def verify(dataset: str, workers: int, quiet: bool, storage_options: tuple[str, ...]) -> None:
-    """Check every shard's size and checksum, and that every sample parses."""
+def verify(dataset: str, workers: int, quiet: bool, decode: bool, storage_options: tuple[str, ...]) -> None:
+    """Check every shard's size and checksum, and that every sample parses (--decode: and decodes)."""
     from ..manifest.verify import verify as run_verify
 
     options = storage_options_for(storage_options, dataset)
@@ -25,7 +27,7 @@ def verify(dataset: str, workers: int, quiet: bool, storage_options: tuple[str, 
     m = load_manifest(store)
     with tqdm(total=m.total_bytes, unit="B", unit_scale=True, desc="verifying", leave=False,
               disable=True if quiet else None) as bar:
-        report = run_verify(dataset, options, workers, on_shard=bar.update)
+        report = run_verify(dataset, options, workers, on_shard=bar.update, decode=decode)
     if report.ok:
         summary = f"{m.num_shards:,} shards, {m.num_samples:,} samples, {format_size(m.total_bytes)}"
         click.echo(f"ok: {summary} in {safe(store.url)}")

@@ -22,6 +22,7 @@ import numpy as np
 import torch
 from torch.utils.data import get_worker_info
 
+from ..errors import ShardstreamError
 from .readers import MappedBytes as MappedBytes  # its home is readers; re-exported, batches use it
 
 Allocator = Callable[[tuple[int, ...], torch.dtype], "torch.Tensor | None"]
@@ -293,8 +294,22 @@ class FieldCollate:
         if both:
             raise ValueError(f"fields {sorted(both)} cannot be both padded and kept as lists")
         self.max_length = max_length
+        self._checked = False
+
+    def _check_names(self, samples: list[dict[str, Any]]) -> None:
+        """Named fields that no sample of the first batch has are a typo, refused once."""
+        have = dict.fromkeys(name for s in samples for name in s)
+        for kind, names in (("pad", self.pad), ("lists", self.lists)):
+            unknown = [name for name in names if name not in have]
+            if unknown:
+                raise ShardstreamError(
+                    f"FieldCollate({kind}=...) names {unknown}, which the samples do not have; "
+                    f"their fields are {list(have)}")
+        self._checked = True
 
     def __call__(self, samples: list[dict[str, Any]]) -> dict[str, Any]:
+        if not self._checked and samples:
+            self._check_names(samples)
         special = set(self.pad) | set(self.lists)
         rest = collate([{k: v for k, v in s.items() if k not in special} for s in samples])
         batch: dict[str, Any] = {}

@@ -15,7 +15,7 @@ import warnings
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from ..errors import ShardstreamError
+from ..errors import ShardstreamError, UsageError
 
 IMAGE_EXTENSIONS = frozenset({"jpg", "jpeg", "png", "ppm", "pgm", "pbm", "pnm", "webp", "bmp", "gif", "tif", "tiff"})
 MODES = ("pil", "numpy", "torch")
@@ -126,6 +126,17 @@ class Decoder:
             self.default = spec
         if not (self.default is None or self.default in MODES):
             raise ValueError(f"decode must be one of {MODES}, None, a callable or a mapping, not {spec!r}")
+        self._checked = not self.fields
+
+    def _check_names(self, sample: dict[str, Any]) -> None:
+        """Mapping entries the first sample has no field for are a typo, refused (every sample fails
+        until one has them, so ``on_error="skip"`` finds no sample to stand in and raises too)."""
+        unknown = [name for name in self.fields if name not in sample]
+        if unknown:
+            have = [name for name in sample if not name.startswith("__")]
+            raise UsageError(f"decode={{...}} names fields {unknown}, which the samples do not have; "
+                                   f"their fields are {have} (use \"*\" for the default)")
+        self._checked = True
 
     @property
     def keeps_bytes(self) -> bool:
@@ -146,6 +157,8 @@ class Decoder:
                 return self.whole(sample)
             except Exception as exc:
                 raise DecodeError(f"the decode function raised {type(exc).__name__}: {exc}") from exc
+        if not self._checked:
+            self._check_names(sample)
         out: dict[str, Any] = {}
         for name, value in sample.items():
             if name.startswith("__") or not isinstance(value, (bytes, bytearray, memoryview)):

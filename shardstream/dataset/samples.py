@@ -23,7 +23,7 @@ import numpy as np
 import torch
 from torch.utils.data import get_worker_info
 
-from ..errors import ShardstreamError
+from ..errors import ShardstreamError, TransformError, UsageError
 from ..manifest import Manifest
 from ..storage import Store
 from .collate import MappedBytes
@@ -36,10 +36,6 @@ _WORKER_SLOTS = 256  # DataLoader workers with their own count (more share slots
 _CLAIMS = 64  # shards a process can mark "reported" for the others at once
 _CLAIM_MS = 60_000  # how long a report keeps other processes from reporting the same shard
 _LINES_PER_PASS = 20  # per process: shards logged in one pass; the rest are only counted
-
-
-class TransformError(ShardstreamError):
-    """The user's transform raised: an error in code, never skipped by ``on_error="skip"``."""
 
 
 def _shared_int64(n: int) -> torch.Tensor:
@@ -162,7 +158,7 @@ class SampleReader:
         for shard, offset in zip(ids.tolist(), offsets.tolist()):
             try:
                 sample = self.decode(shards, shard, offset, batched)
-            except TransformError:
+            except UsageError:
                 raise
             except Exception as exc:
                 self._failure(shards, shard, offset, exc, failed)
@@ -276,7 +272,7 @@ class SampleReader:
         for shard, offset in self.candidates() if self.candidates is not None else ():
             try:
                 return load_one(int(shard), int(offset))
-            except TransformError:
+            except UsageError:
                 raise
             except Exception as exc:  # looking for any sample that loads
                 first = first or exc

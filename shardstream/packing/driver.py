@@ -15,7 +15,7 @@ from ..storage import Store
 from .destination import commit_shard, prepare_destination, publish
 from .engine import default_workers, progress_bar, run_local
 from .folder import ShardResult, check_sample_names, plan_shards, read_file, write_shard
-from .rules import DEFAULT_SHARD_SIZE, check_shard_limits, resolve_format
+from .rules import DEFAULT_SHARD_SIZE, check_shard_limits, resolve_format, warn_small_shards
 from .writer import ShardWriter
 
 
@@ -122,10 +122,12 @@ def pack(
     if isinstance(src, FolderSource) and shard_format != "arrow":
         manifest = _pack_folder_tar(src, store, shard_format, comp, limit, per_shard, workers, progress, info,
                                     token, fsync)
+        warn_small_shards(manifest, limit)
     elif isinstance(src, TableSource) and shard_format == "arrow":
         manifest = _pack_table_arrow(src, store, comp, limit, per_shard, workers, progress, info, fsync,
                                      order_seed)
-    else:
+        warn_small_shards(manifest, limit)
+    else:  # ShardWriter.finish warns of small shards itself
         manifest, token = _pack_with_writer(src, store, shard_format, comp, limit, per_shard, progress, info, fsync,
                                             order_seed)
     publish(store, manifest, token, fsync)

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import logging
+
 from ..errors import ShardstreamError
 from ..formats import tar as tar_format
-from ..sizes import parse_size
+from ..manifest import Manifest
+from ..sizes import format_size, parse_size
+
+log = logging.getLogger(__name__)
 
 DEFAULT_SHARD_SIZE = "256MB"
 
@@ -43,3 +48,20 @@ def shard_is_full(shard_bytes: int, shard_samples: int, next_bytes: int, limit: 
     if per_shard is not None and shard_samples >= per_shard:
         return True
     return shard_bytes + next_bytes + len(tar_format.END_OF_ARCHIVE) > limit
+
+
+def warn_small_shards(manifest: Manifest, limit: int) -> bool:
+    """Warn (once, at the end of a pack) when most shards hold one sample because ``limit`` is smaller
+    than a sample: a pack of one file per sample, slow to read. Returns whether it warned."""
+    counts = manifest.samples
+    single = sum(1 for n in counts if n == 1)
+    if len(counts) < 2 or single * 2 < len(counts):
+        return False
+    typical = sum(manifest.nbytes) // max(sum(counts), 1)
+    if typical <= limit // 2:
+        return False  # few large samples, not a small limit
+    log.warning(
+        "the shard size %s is smaller than a typical sample (about %s): %d of %d shards hold one sample; "
+        "give a shard size of 100MB to 1GB (--shard-size / shard_size=, default %s)",
+        format_size(limit), format_size(typical), single, len(counts), DEFAULT_SHARD_SIZE)
+    return True

@@ -88,10 +88,46 @@ def pack_table_arrow(
     return schema
 
 
-def _plain(value: Any) -> Any:
-    if value is None or isinstance(value, (bytes, str, int, float, bool)):
-        return value
-    return json.dumps(value, default=str, ensure_ascii=False)
+_MAGIC = ((b"\x89PNG", "png"), (b"\xff\xd8\xff", "jpg"), (b"GIF8", "gif"), (b"RIFF", "webp"), (b"BM", "bmp"),
+          (b"fLaC", "flac"), (b"OggS", "ogg"), (b"ID3", "mp3"))
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        raise EncodeError("it holds bytes inside a nested value, which JSON cannot store; "
+                          "put the bytes in a column of their own (or as {'bytes', 'path'}, like an HF Image)")
+    return value.isoformat() if hasattr(value, "isoformat") else str(value)
+
+
+def _media(column: str, value: dict[str, Any]) -> tuple[str, bytes] | None:
+    """A Hugging Face Image/Audio value ({"bytes", "path"}) as (``column.ext``, its bytes), or None."""
+    if set(value) != {"bytes", "path"} or not isinstance(value["bytes"], (bytes, bytearray)):
+        return None
+    data = bytes(value["bytes"])
+    path = value["path"] or ""
+    suffix = path.rsplit(".", 1)[-1].lower() if "." in path.rsplit("/", 1)[-1] else ""
+    if not suffix.isalnum():
+        suffix = next((ext for magic, ext in _MAGIC if data.startswith(magic)), "bin")
+    return f"{column}.{suffix}", data
+
+
+def _fields(column: str, value: Any) -> tuple[str, Any]:
+    """The (field, value) a table cell is stored as in a tar shard: bytes as they are, strings and numbers
+    as text, a Hugging Face Image/Audio as ``column.<its suffix>`` holding its bytes, other nested values
+    as JSON (in ``column.json``)."""
+    if isinstance(value, (bytes, str, int, float, bool)):
+        return column, value
+    if isinstance(value, dict):
+        media = _media(column, value)
+        if media is not None:
+            return media
+    if isinstance(value, (dict, list, tuple)):
+        name = column if column.rsplit(".", 1)[-1].lower() == "json" else f"{column}.json"
+        try:
+            return name, json.dumps(value, default=_json_default, ensure_ascii=False)
+        except EncodeError as exc:
+            raise EncodeError(f"column {column!r}: {exc}") from None
+    return column, _json_default(value)  # dates, times, decimals: as text
 
 
 def pack_table_tar(source: TableSource, writer: ShardWriter, on_rows: Callable[[int], None],
@@ -105,11 +141,11 @@ def pack_table_tar(source: TableSource, writer: ShardWriter, on_rows: Callable[[
         for i in range(batch.num_rows):
             row = int(rows[i])
             sample: dict[str, Any] = {"__key__": str(keys[i]) if keys else f"{row:09d}"}
-            for n in names:
-                value = _plain(columns[n][i])
-                if value is not None:
-                    sample[n] = value
             try:
+                for n in names:
+                    if columns[n][i] is not None:
+                        field, value = _fields(n, columns[n][i])
+                        sample[field] = value
                 writer.write(sample)
             except EncodeError as exc:
                 raise EncodeError(f"table {source.root}, row {row}: {exc}") from exc

@@ -14,7 +14,7 @@ from ..manifest.files import sync_file
 from ..storage import Store
 from .destination import prepare_destination, publish
 from .fields import check_key, check_name, encode_field
-from .rules import DEFAULT_SHARD_SIZE, check_shard_limits, resolve_format, shard_is_full
+from .rules import DEFAULT_SHARD_SIZE, check_shard_limits, resolve_format, shard_is_full, warn_small_shards
 
 _ARROW_BATCH_BYTES = 8 << 20
 _ARROW_BATCH_ROWS = 65536
@@ -197,6 +197,7 @@ class ShardWriter:
             arrow_schema=schema,
             created=creation_info(writer="ShardWriter"),
         )
+        warn_small_shards(self.manifest, self.shard_size)
         self._closed = True
         return self.manifest
 

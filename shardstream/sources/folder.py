@@ -79,7 +79,8 @@ def walk(root: str) -> tuple[list[tuple[str, str, int]], int]:
 
 
 def split_name(relpath: str) -> tuple[str, str]:
-    """(key, field) as WebDataset splits a file name; a file without extension becomes ``bin``."""
+    """(key, field) as WebDataset splits a file name; a file without extension becomes ``bin``.
+    The field keeps the name's case; :func:`group` lowercases it."""
     slash = relpath.rfind("/") + 1
     dot = relpath.find(".", slash)
     if dot == -1:
@@ -93,11 +94,12 @@ def group(files: list[tuple[str, str, int]]) -> list[FileSample]:
         key, ext = split_name(relpath)
         if ext.endswith(".") or not ext:
             raise SourceError(f"cannot pack {path}: its name ends with '.'; rename it")
+        ext = ext.lower()  # fields as webdataset names them: ImageNet's .JPEG is batch["jpeg"]
         fields = samples.setdefault(key, {})
         if ext in fields:
             raise SourceError(
-                f"{fields[ext][0]} and {path} both give field {ext!r} of sample {key!r} "
-                f"(a file without extension is stored as '{NO_EXTENSION_FIELD}'); rename one of them"
+                f"{fields[ext][0]} and {path} both give field {ext!r} of sample {key!r} (field names are "
+                f"lower case; a file without extension is stored as '{NO_EXTENSION_FIELD}'); rename one of them"
             )
         fields[ext] = (path, size)
     return [

@@ -19,6 +19,7 @@ from shardstream.dataset.collate import (
     ragged_fields,
     split,
 )
+from shardstream.errors import ShardstreamError
 
 
 def test_ragged_fields_share_one_storage_and_round_trip():
@@ -211,3 +212,12 @@ def test_collate_allocates_from_the_active_allocator_only_inside_its_block():
     collate(samples)
     assert len(used) == 2  # nor did a batch after the block
     assert seen_elsewhere[0]["n"].tolist() == [1, 2]
+
+
+def test_field_collate_refuses_a_field_name_no_sample_has(tmp_path):
+    samples = [detection_sample(0), detection_sample(1)]
+    with pytest.raises(ShardstreamError, match=r"pad=\.\.\.\) names \['token'\].*fields are \['__key__', 'tokens'"):
+        FieldCollate(pad=["token"])(samples)
+    with pytest.raises(ShardstreamError, match=r"lists=\.\.\.\) names \['box'\]"):
+        FieldCollate(lists=["box"])(samples)
+    assert "tokens_mask" in FieldCollate(pad=["tokens"], lists=["boxes"])(samples)

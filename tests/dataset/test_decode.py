@@ -282,3 +282,17 @@ def test_a_failing_field_callable_raises_decode_error_naming_the_field():
 def test_invalid_spec_raises_value_error(spec):
     with pytest.raises(ValueError):
         Decoder(spec)
+
+
+def test_mapping_naming_a_field_the_sample_lacks_is_refused_even_when_skipping(tmp_path):
+    from shardstream import ShardDataset, ShardWriter
+
+    with pytest.raises(ShardstreamError, match=r"names fields \['jpg'\].*fields are \['JPEG', 'cls'\]"):
+        Decoder({"jpg": "pil", "*": None})({"__key__": "k", "JPEG": b"x", "cls": b"1"})
+    assert Decoder({"cls": "numpy", "*": None})({"cls": b"1", "txt": b"a"}) == {"cls": 1, "txt": b"a"}
+    with ShardWriter(str(tmp_path / "ds"), samples_per_shard=2) as w:
+        for i in range(4):
+            w.write({"__key__": f"{i:03d}", "cls": i})
+    ds = ShardDataset(str(tmp_path / "ds"), decode={"label": int}, on_error="skip")
+    with pytest.raises(ShardstreamError, match=r"\['label'\].*\['cls'\]"):
+        list(ds)

@@ -271,3 +271,29 @@ def test_cli_verify_of_a_damaged_manifest(tmp_path):
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ")
     assert "_manifest.json" in lines[0]
+
+
+def test_decode_reports_a_non_image_jpeg_naming_the_sample(tmp_path):
+    from PIL import Image
+
+    image = io.BytesIO()
+    Image.new("RGB", (4, 4), (1, 2, 3)).save(image, format="JPEG")
+    src = make_files(tmp_path / "src", {"a.JPEG": image.getvalue(), "a.cls": b"1", "b.JPEG": b"<html>not found",
+                                        "b.cls": b"2", "c.JPEG": image.getvalue(), "c.json": b'{"x": 1}'})
+    dest = tmp_path / "ds"
+    pack(src, dest, workers=1, shuffle=False, progress=False)
+    assert verify(str(dest)).ok  # sizes, checksums and tar structure are all fine
+    report = verify(str(dest), decode=True)
+    assert len(report.problems) == 1
+    assert "sample 1 ('b')" in report.problems[0] and "does not decode" in report.problems[0]
+    result = invoke("verify", "--decode", "-q", dest)
+    assert result.exit_code != 0 and "('b')" in result.output and "does not decode" in result.output
+    assert invoke("verify", "-q", dest).exit_code == 0
+
+
+def test_an_empty_checksum_means_none_and_is_not_damage(tmp_path):
+    dest = folder_dataset(tmp_path)
+    doc = manifest(dest)
+    doc["shards"]["sha256"] = [""] * len(doc["shards"]["sha256"])
+    (dest / "_manifest.json").write_text(json.dumps(doc))
+    assert verify(str(dest)).ok

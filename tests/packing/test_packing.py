@@ -196,7 +196,8 @@ def expected_odd_samples(src: Path) -> dict[str, dict[str, bytes]]:
 def test_odd_folder_round_trips(tmp_path, compression, workers):
     src = make_files(tmp_path / "src", {**ODD_FILES, **ODD_HIDDEN})
     dest = tmp_path / "out"
-    result = pack(src, dest, samples_per_shard=3, compression=compression, workers=workers, progress=False, shuffle=False)
+    result = pack(src, dest, samples_per_shard=3, compression=compression, workers=workers, progress=False,
+                  shuffle=False)
     samples = read_samples(dest)
     got = {s.pop("__key__"): s for s in samples}
     assert len(got) == len(samples)  # no key twice
@@ -713,3 +714,42 @@ def test_tar_members_have_fixed_metadata(tmp_path):
     with tarfile.open(tmp_path / "out" / "shard-000000.tar") as tf:
         (member,) = tf.getmembers()
     assert (member.name, member.mtime, member.uid, member.gid, member.mode) == ("a.txt", 0, 0, 0, 0o644)
+
+
+def test_a_shard_size_smaller_than_a_sample_warns_once(tmp_path, caplog):
+    src = make_files(tmp_path / "src", {f"{i:03d}.bin": os.urandom(3000) for i in range(6)})
+    with caplog.at_level("WARNING", logger="shardstream"):
+        result = pack(src, tmp_path / "small", shard_size="1KB", workers=1)
+    assert list(result.manifest.samples) == [1] * 6
+    warned = [r.getMessage() for r in caplog.records if "smaller than a typical sample" in r.getMessage()]
+    assert len(warned) == 1 and "1.0 KB" in warned[0] and "6 of 6 shards" in warned[0] and "256MB" in warned[0]
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="shardstream"):
+        pack(src, tmp_path / "arrow", format="arrow", shard_size="1KB")  # through ShardWriter
+        pack(src, tmp_path / "big", workers=1)
+        pack(src, tmp_path / "counted", samples_per_shard=1, workers=1)  # one per shard, as asked
+    warned = [r.getMessage() for r in caplog.records if "smaller than a typical sample" in r.getMessage()]
+    assert len(warned) == 1 and "6 of 6" in warned[0]
+
+
+def test_table_to_tar_stores_typed_values_without_python_reprs(tmp_path):
+    import datetime
+
+    png = b"\x89PNG\r\n\x1a\n" + b"\0" * 20
+    image = pa.struct([("bytes", pa.binary()), ("path", pa.string())])
+    table = pa.table({
+        "image": pa.array([{"bytes": png, "path": "a/x.PNG"}, {"bytes": png, "path": None}], type=image),
+        "raw": pa.array([b"\x00\x01", b"\xff"], type=pa.binary()),
+        "meta": pa.array([{"w": 1, "tags": ["a"]}, {"w": 2, "tags": []}]),
+        "day": pa.array([datetime.date(2024, 1, 2), None]),
+    })
+    pq.write_table(table, tmp_path / "t.parquet")
+    pack(tmp_path / "t.parquet", tmp_path / "out", format="tar", progress=False, shuffle=False)
+    first, second = read_samples(tmp_path / "out")
+    assert first == {"__key__": "000000000", "image.png": png, "raw": b"\x00\x01",
+                     "meta.json": b'{"w": 1, "tags": ["a"]}', "day": b"2024-01-02"}
+    assert second["image.png"] == png  # no path: the suffix from the bytes
+    nested = pa.table({"boxes": pa.array([{"data": b"\x01", "n": 1}])})
+    pq.write_table(nested, tmp_path / "n.parquet")
+    with pytest.raises(ShardstreamError, match=r"row 0: column 'boxes': it holds bytes inside a nested value"):
+        pack(tmp_path / "n.parquet", tmp_path / "n", format="tar", progress=False)

@@ -44,7 +44,7 @@ def test_imagefolder_tree_gives_classes_and_labels(tmp_path):
     assert src.layout == "imagefolder"
     assert src.classes == ["cat", "dog"]
     assert [(s.key, s.label) for s in src.samples] == [("cat/1", 0), ("cat/2", 0), ("dog/a", 1), ("dog/b", 1)]
-    assert fields_of(src)["dog/b"] == {"JPG": (str(root / "dog" / "b.JPG"), 2)}
+    assert fields_of(src)["dog/b"] == {"jpg": (str(root / "dog" / "b.JPG"), 2)}  # lower case, as webdataset
     assert src.skipped_hidden == 2
 
 
@@ -463,3 +463,23 @@ def test_the_lister_is_imported_only_when_a_pack_uses_it():
     code = ("import sys, shardstream.sources as s; assert 'pyarrow' not in sys.modules, 'eager'; "
             "s.REGISTRY['table'].load('table'); assert 'pyarrow' in sys.modules")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_field_names_are_lower_case_as_webdataset_names_them(tmp_path):
+    import tarfile
+
+    from shardstream import ShardDataset, pack
+
+    root = make_files(tmp_path / "src", {"n01/IMG_1.JPEG": b"x", "n01/IMG_1.Seg.PNG": b"y", "n01/IMG_2.JPEG": b"z"})
+    src = open_source(str(root))
+    assert fields_of(src)["n01/IMG_1"] == {"jpeg": (str(root / "n01" / "IMG_1.JPEG"), 1),
+                                           "seg.png": (str(root / "n01" / "IMG_1.Seg.PNG"), 1)}
+    result = pack(root, tmp_path / "ds", workers=1, shuffle=False, progress=False)
+    with tarfile.open(tmp_path / "ds" / result.manifest.paths[0]) as tar:
+        names = tar.getnames()
+    assert names == ["n01/IMG_1.cls", "n01/IMG_1.jpeg", "n01/IMG_1.seg.png", "n01/IMG_2.cls", "n01/IMG_2.jpeg"]
+    (first, _) = ShardDataset(str(tmp_path / "ds"), decode=None, shuffle=False)
+    assert first["jpeg"] == b"x" and first["__key__"] == "n01/IMG_1"
+    clash = make_files(tmp_path / "clash", {"a.JPG": b"1", "a.jpg": b"2"})
+    with pytest.raises(SourceError, match=r"both give field 'jpg' of sample 'a' \(field names are lower case"):
+        open_source(str(clash))
