@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import io
 import os
 import shutil
 import subprocess
@@ -276,3 +277,22 @@ def test_pyarrow_dataset_reads_our_arrow_folder(tmp_path):
     assert MANIFEST_NAME in os.listdir(tmp_path)
     table = pads.dataset(str(tmp_path), format="ipc").to_table()
     assert sorted(table.to_pylist(), key=lambda r: r["__key__"]) == rows
+
+
+def test_field_names_of_foreign_tars_are_lower_case_as_webdataset_reads_them(tmp_path):
+    """A tar written elsewhere with upper-case extensions (ImageNet's .JPEG): the same keys as webdataset's."""
+    import tarfile
+
+    from shardstream import ShardDataset
+
+    path = tmp_path / "part-000000.tar"
+    with tarfile.open(path, "w") as tar:
+        for name, data in (("n01/x1.JPEG", b"jpeg bytes"), ("n01/x1.CLS", b"3")):
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    ours = list(ShardDataset(str(path), decode=None, shuffle=False))
+    theirs = wds_samples([str(path)])
+    assert set(ours[0]) == {"__key__", "jpeg", "cls"}
+    assert set(ours[0]) - {"__key__"} == {k for k in theirs[0] if not k.startswith("__")}
+    assert bytes(ours[0]["jpeg"]) == theirs[0]["jpeg"] == b"jpeg bytes"

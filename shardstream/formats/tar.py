@@ -314,12 +314,12 @@ def iter_members(buf, name: str = "shard", check: bool = True) -> Iterator[tuple
 
 
 def split_name(member: str) -> tuple[str, str] | None:
-    """(key, extension) of a member name, as WebDataset splits it; None if it has no extension."""
+    """(key, lower-cased extension) of a member name, as WebDataset splits it; None without an extension."""
     slash = member.rfind("/") + 1
     dot = member.find(".", slash)
     if dot <= slash or dot == len(member) - 1:
         return None
-    return member[:dot], member[dot + 1 :]
+    return member[:dot], member[dot + 1 :].lower()
 
 
 def _group(members: Iterable[tuple[str, int, int]], name: str, unkeyed: list[str] | None

@@ -119,6 +119,10 @@ def image_folder(path: str, files: list[tuple[str, str, int]], hidden: int) -> F
     classes = sorted(e.name for e in os.scandir(path) if e.is_dir() and not e.name.startswith("."))
     samples = group(files)
     index = {c: i for i, c in enumerate(classes)}
+    imageless = [s for s in samples if not any(f".{ext}" in IMAGE_SUFFIXES for ext, _, _ in s.files)]
+    if imageless and len(imageless) < len(samples):  # class folders of images with strays among them
+        raise SourceError(f"{imageless[0].files[0][1]}: sample {imageless[0].key!r} has no image file, unlike the "
+                          "other samples of this ImageFolder; remove the file, or pack with --layout files")
     for s in samples:
         if any(ext == "cls" for ext, _, _ in s.files):
             raise SourceError(f"{s.files[0][1]}: sample {s.key!r} already has a 'cls' file; use --layout files")

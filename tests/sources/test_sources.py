@@ -34,6 +34,15 @@ def small_table(n: int = 5) -> pa.Table:
 # -- layout detection ---------------------------------------------------------------------------------------
 
 
+def test_an_explicit_imagefolder_refuses_a_sample_without_an_image(tmp_path):
+    """--layout imagefolder with a stray text file among images: an error naming it, not a sample without
+    an image (class folders holding only other files, such as texts, stay a valid ImageFolder: see below)."""
+    root = make_files(tmp_path / "src", {"cat/1.jpg": b"c1", "cat/notes.txt": b"n", "dog/2.png": b"d2"})
+    with pytest.raises(SourceError, match=r"notes\.txt.*no image file, unlike the other.*--layout files"):
+        open_source(str(root), layout="imagefolder")
+    assert open_source(str(root), layout="files").layout == "files"
+
+
 def test_imagefolder_tree_gives_classes_and_labels(tmp_path):
     root = make_files(tmp_path / "src", {
         "dog/b.JPG": b"d1", "cat/2.png": b"c2", "cat/1.jpeg": b"c1", "dog/a.webp": b"d2",
