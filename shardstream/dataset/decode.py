@@ -161,10 +161,16 @@ class Decoder:
             self._check_names(sample)
         out: dict[str, Any] = {}
         for name, value in sample.items():
+            how = self.fields.get(name, self.default)
             if name.startswith("__") or not isinstance(value, (bytes, bytearray, memoryview)):
+                if name in self.fields and callable(how):  # named by the user: theirs, whatever its type
+                    value = _call_field(name, how, value)
+                elif how is not None and _is_file_struct(value):  # a Hugging Face Image: {"bytes", "path"}
+                    ext = _suffix(value.get("path")) or extension(name)
+                    if ext in IMAGE_EXTENSIONS:
+                        value = _call_field(name, lambda v, e=ext, m=how: decode_image(v["bytes"], e, m), value)
                 out[name] = value
                 continue
-            how = self.fields.get(name, self.default)
             try:
                 out[name] = how(value) if callable(how) else decode_value(
                     value, extension(name), how, writable=not self.copied_later)
@@ -172,3 +178,19 @@ class Decoder:
                 by = "the decoder given for it raised " if callable(how) else ""
                 raise DecodeError(f"field {name!r} does not decode ({by}{type(exc).__name__}: {exc})") from exc
         return out
+
+
+def _is_file_struct(value: Any) -> bool:
+    """A Hugging Face ``Image``/``Audio`` value as Arrow stores it: ``{"bytes": ..., "path": ...}``."""
+    return isinstance(value, dict) and isinstance(value.get("bytes"), (bytes, bytearray, memoryview))
+
+
+def _suffix(path: Any) -> str:
+    return path.rsplit("/", 1)[-1].rpartition(".")[2].lower() if isinstance(path, str) and "." in path else ""
+
+
+def _call_field(name: str, how: Callable[[Any], Any], value: Any) -> Any:
+    try:
+        return how(value)
+    except Exception as exc:  # the caller adds shard and sample
+        raise DecodeError(f"field {name!r} does not decode ({type(exc).__name__}: {exc})") from exc

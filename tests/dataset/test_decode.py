@@ -296,3 +296,28 @@ def test_mapping_naming_a_field_the_sample_lacks_is_refused_even_when_skipping(t
     ds = ShardDataset(str(tmp_path / "ds"), decode={"label": int}, on_error="skip")
     with pytest.raises(ShardstreamError, match=r"\['label'\].*\['cls'\]"):
         list(ds)
+
+
+def test_hugging_face_image_structs_are_decoded_and_named_functions_called(tmp_path):
+    """Arrow rows holding HF Image values ({"bytes", "path"}): decoded by the path's suffix; a decode
+    function named for such a field is called with the value (it used to be silently skipped)."""
+    import io as _io
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from PIL import Image
+
+    import shardstream as ss
+
+    png = _io.BytesIO()
+    Image.new("RGB", (4, 3), (255, 0, 0)).save(png, "PNG")
+    table = pa.table({"image": [{"bytes": png.getvalue(), "path": f"{i}.png"} for i in range(3)], "label": [0, 1, 2]})
+    pq.write_table(table, tmp_path / "t.parquet")
+    ss.pack(tmp_path / "t.parquet", tmp_path / "ds", progress=False, shuffle=False)
+    sample = next(iter(ss.ShardDataset(str(tmp_path / "ds"), shuffle=False)))
+    assert tuple(sample["image"].shape) == (3, 3, 4) and int(sample["image"][0, 0, 0]) == 255
+    seen = []
+    mine = ss.ShardDataset(str(tmp_path / "ds"), shuffle=False, decode={"image": lambda v: seen.append(v) or "mine"})
+    assert next(iter(mine))["image"] == "mine" and seen[0]["path"] == "0.png"
+    raw = next(iter(ss.ShardDataset(str(tmp_path / "ds"), shuffle=False, decode=None)))
+    assert raw["image"]["path"] == "0.png"  # decode=None keeps the struct
