@@ -36,6 +36,16 @@ def sync_file(store: Store, f: IO[bytes], name: str) -> None:
             raise StorageError(f"cannot write {store.url_of(name)}: {describe_os_error(exc)}") from exc
 
 
+def _fsync_and_close(fd: int, what: str) -> None:
+    try:
+        os.fsync(fd)
+    except OSError as exc:
+        if exc.errno not in _CANNOT_SYNC:
+            raise StorageError(f"cannot sync {what}: {describe_os_error(exc)}") from exc
+    finally:
+        os.close(fd)
+
+
 def sync_folder(store: Store) -> None:
     """Put the renames and removals made in the store's folder on disk (and the folder's own entry)."""
     if not store.local:
@@ -47,13 +57,7 @@ def sync_folder(store: Store) -> None:
             if exc.errno in _CANNOT_SYNC or exc.errno == errno.ENOENT:
                 continue
             raise StorageError(f"cannot sync the folder {folder}: {describe_os_error(exc)}") from exc
-        try:
-            os.fsync(fd)
-        except OSError as exc:
-            if exc.errno not in _CANNOT_SYNC:
-                raise StorageError(f"cannot sync the folder {folder}: {describe_os_error(exc)}") from exc
-        finally:
-            os.close(fd)
+        _fsync_and_close(fd, f"the folder {folder}")
 
 
 def sync_existing(store: Store, names: list[str]) -> None:
@@ -68,13 +72,7 @@ def sync_existing(store: Store, names: list[str]) -> None:
             fd = os.open(path, os.O_RDONLY)
         except OSError as exc:
             raise StorageError(f"cannot read {store.url_of(name)}: {describe_os_error(exc)}") from exc
-        try:
-            os.fsync(fd)
-        except OSError as exc:
-            if exc.errno not in _CANNOT_SYNC:
-                raise StorageError(f"cannot sync {store.url_of(name)}: {describe_os_error(exc)}") from exc
-        finally:
-            os.close(fd)
+        _fsync_and_close(fd, store.url_of(name))
     for folder in sorted(folders - {store.root}):
         sync_folder(Store(folder))
     sync_folder(store)

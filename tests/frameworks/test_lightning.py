@@ -17,14 +17,7 @@ from pathlib import Path
 
 import pytest
 
-COUNTS = [16] * 6  # 96 samples: 48 per rank, 6 batches of 8
-BATCH = 8
-PHASE1_STEPS = 2
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def to_idx(sample: dict) -> dict:
-    return {"idx": int(sample["cls"])}
+from tests.frameworks.common import BATCH, COUNTS, PHASE1_STEPS, ROOT, to_idx
 
 
 def run(out: Path, phase: str) -> None:
