@@ -22,13 +22,13 @@ ALLOWED = {
     "formats": {"errors"},
     "storage": {"errors", "sizes"},
     "manifest": {"errors", "version", "formats", "storage"},
-    "sources": {"errors", "storage"},
+    "sources": {"errors", "sizes", "formats", "storage", "manifest"},
     "packing": {"errors", "sizes", "formats", "storage", "manifest", "sources"},
     "plan": set(),
     "dataset": {"errors", "sizes", "formats", "storage", "manifest", "plan"},
     "loader": {"errors", "plan", "dataset"},
     "device": {"loader"},
-    "cli": {"errors", "version", "sizes", "storage", "manifest", "packing", "plan", "dataset"},
+    "cli": {"errors", "version", "sizes", "storage", "manifest", "packing", "plan", "dataset", "loader", "device"},
 }
 ENTRY_POINTS = {"__init__", "__main__", "_moved"}  # the package root may name any stage
 # Imports by name at run time (importlib), which the import graph includes. The one that points up the

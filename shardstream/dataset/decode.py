@@ -26,6 +26,38 @@ except ImportError:  # pragma: no cover - depends on the installed extras
     _simplejpeg = None
 
 DecodeSpec = str | None | Callable[[dict[str, Any]], dict[str, Any]] | Mapping[str, Any]
+FieldSpec = Mapping[str, str] | list[str] | tuple[str, ...] | None
+
+
+def parse_fields(spec: FieldSpec) -> dict[str, tuple[str, ...]] | None:
+    """``fields=`` as output name -> the stored names to take it from, first present wins.
+
+    A mapping renames (``{"image": "jpg;jpeg;png", "label": "cls"}``); a list selects, each entry
+    named by its first alternative (``["jpg;png", "cls"]`` gives ``jpg`` and ``cls``), as
+    WebDataset's ``rename`` and ``to_tuple`` read ``"jpg;png"``.
+    """
+    if spec is None:
+        return None
+    if isinstance(spec, str):
+        raise UsageError(f"fields={spec!r} must be a list of names or a mapping, not one string; "
+                         f"write fields=[{spec!r}]")
+    items = spec.items() if isinstance(spec, Mapping) else ((None, s) for s in spec)
+    out: dict[str, tuple[str, ...]] = {}
+    for name, alternatives in items:
+        if not isinstance(alternatives, str) or not alternatives.strip(";"):
+            raise UsageError(f"fields: {alternatives!r} is not a field name (alternatives as \"jpg;png\")")
+        names = tuple(a.strip().lower() for a in alternatives.split(";") if a.strip())
+        out[name if name is not None else names[0]] = names
+    if not out:
+        raise UsageError("fields= names no field; leave it out to keep every field")
+    return out
+
+
+KNOWN = IMAGE_EXTENSIONS | {"cls", "cls2", "index", "id", "txt", "text", "json", "npy", "pth", "pt"}
+_TYPED: dict[str, Callable[[bytes], Any]] = {
+    "int": int, "float": float, "str": lambda b: b.decode("utf-8"),
+    "bool": lambda b: {b"True": True, b"False": False}[b],
+}
 
 
 class DecodeError(ShardstreamError):
@@ -109,7 +141,12 @@ class Decoder:
     fields the mapping does not name use its ``"*"`` entry, else ``"torch"``.
     """
 
-    def __init__(self, spec: DecodeSpec = "torch"):
+    def __init__(self, spec: DecodeSpec = "torch", fields: FieldSpec = None, types: Mapping[str, str] | None = None):
+        # tar fields the manifest says were written as numbers or text, where no extension says so
+        self.types = {n: t for n, t in (types or {}).items() if t in _TYPED and extension(n) not in KNOWN}
+        self.select = parse_fields(fields)  # applied after decoding: decoders see the stored names
+        # a decode mapping may name a field by its output name: its stored alternatives use that entry
+        self._alias = {s: out for out, alts in (self.select or {}).items() for s in alts if s != out}
         self.copied_later = False  # set when results are only copied into a batch: read-only is fine
         self.whole: Callable[[dict[str, Any]], dict[str, Any]] | None = None
         self.fields: dict[str, Any] = {}
@@ -132,6 +169,9 @@ class Decoder:
         """Mapping entries the first sample has no field for are a typo, refused (every sample fails
         until one has them, so ``on_error="skip"`` finds no sample to stand in and raises too)."""
         unknown = [name for name in self.fields if name not in sample]
+        if self.select is not None:
+            stored = {name for names in self.select.values() for name in names}
+            unknown = [name for name in unknown if name not in self.select or name in stored]
         if unknown:
             have = [name for name in sample if not name.startswith("__")]
             raise UsageError(f"decode={{...}} names fields {unknown}, which the samples do not have; "
@@ -141,7 +181,8 @@ class Decoder:
     @property
     def keeps_bytes(self) -> bool:
         """Whether every field stays as stored (``decode=None``)."""
-        return self.whole is None and self.default is None and all(how is None for how in self.fields.values())
+        return (self.whole is None and self.default is None and self.select is None
+                and all(how is None for how in self.fields.values()))
 
     @property
     def runs_user_code(self) -> bool:
@@ -154,16 +195,17 @@ class Decoder:
         ``on_error="skip"`` skips."""
         if self.whole is not None:
             try:
-                return self.whole(sample)
+                out = self.whole(sample)
             except Exception as exc:
                 raise DecodeError(f"the decode function raised {type(exc).__name__}: {exc}") from exc
+            return out if self.select is None else self._selected(out)
         if not self._checked:
             self._check_names(sample)
         out: dict[str, Any] = {}
         for name, value in sample.items():
-            how = self.fields.get(name, self.default)
+            how = self.fields.get(name, self.fields.get(self._alias.get(name, name), self.default))
             if name.startswith("__") or not isinstance(value, (bytes, bytearray, memoryview)):
-                if name in self.fields and callable(how):  # named by the user: theirs, whatever its type
+                if callable(how):  # named by the user: theirs, whatever its type
                     value = _call_field(name, how, value)
                 elif how is not None and _is_file_struct(value):  # a Hugging Face Image: {"bytes", "path"}
                     ext = _suffix(value.get("path")) or extension(name)
@@ -172,11 +214,30 @@ class Decoder:
                 out[name] = value
                 continue
             try:
-                out[name] = how(value) if callable(how) else decode_value(
-                    value, extension(name), how, writable=not self.copied_later)
+                if callable(how):
+                    out[name] = how(value)
+                elif how is not None and name in self.types:
+                    out[name] = _TYPED[self.types[name]](bytes(value))
+                else:
+                    out[name] = decode_value(value, extension(name), how, writable=not self.copied_later)
             except Exception as exc:  # decoders raise many types; the caller adds shard and sample
                 by = "the decoder given for it raised " if callable(how) else ""
                 raise DecodeError(f"field {name!r} does not decode ({by}{type(exc).__name__}: {exc})") from exc
+        return out if self.select is None else self._selected(out)
+
+    def _selected(self, sample: dict[str, Any]) -> dict[str, Any]:
+        """The fields ``fields=`` asks for, under their output names, plus the ``__key__``-style entries.
+        A sample with none of a field's alternatives is bad data (a :class:`DecodeError`)."""
+        out = {name: value for name, value in sample.items() if name.startswith("__")}
+        assert self.select is not None
+        for name, alternatives in self.select.items():
+            for stored in alternatives:
+                if stored in sample:
+                    out[name] = sample[stored]
+                    break
+            else:
+                have = [n for n in sample if not n.startswith("__")]
+                raise DecodeError(f"no field {';'.join(alternatives)!r} for {name!r} (the sample has {have})")
         return out
 
 

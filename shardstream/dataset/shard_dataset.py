@@ -26,7 +26,7 @@ from ..manifest import open_dataset
 from ..storage import Prefetcher, ShardFetcher
 from ..storage.settings import DEFAULT, StorageSettings
 from .collate import collate
-from .decode import Decoder, DecodeSpec
+from .decode import Decoder, DecodeSpec, FieldSpec
 from .ranks import resolve_rank
 from .readers import Chunk, OpenShards, looking_ahead, release_stale_maps
 from .samples import SampleReader
@@ -47,6 +47,8 @@ class ShardDataset(Resumable, IterableDataset):
             shuffle within windows, shards still permuted.
         decode: ``"torch"``, ``"numpy"``, ``"pil"``, ``None`` (bytes), a callable on the
             sample, or a per-field mapping; see :class:`shardstream.dataset.decode.Decoder`.
+        fields: the fields samples keep, after decoding, with alternatives for mixed extensions:
+            ``["jpg;png", "cls"]`` (named ``jpg`` and ``cls``) or ``{"image": "jpg;png", "label": "cls"}``.
         transform: a callable applied to each decoded sample dict.
         drop_last: drop the epoch's tail instead of padding so that ranks get equal counts.
         batch_size: yield collated batches of this size (set by :meth:`loader`).
@@ -73,6 +75,7 @@ class ShardDataset(Resumable, IterableDataset):
         seed: int = 0,
         shuffle_window: int | None = None,
         decode: DecodeSpec = "torch",
+        fields: FieldSpec = None,
         transform: Callable[[dict[str, Any]], Any] | None = None,
         drop_last: bool = False,
         batch_size: int | None = None,
@@ -104,7 +107,7 @@ class ShardDataset(Resumable, IterableDataset):
         release_stale_maps()  # this process's maps of shard files replaced or deleted since (a re-pack)
         self.shuffle, self.seed, self.drop_last = shuffle, int(seed), drop_last
         self.window = resolve_window(shuffle_window, manifest.samples, manifest.nbytes, remote=not self.store.local)
-        self.decoder = Decoder(decode)
+        self.decoder = Decoder(decode, fields, _written_types(manifest))
         self.transform = transform
         self.batch_size = batch_size
         self.collate_fn = collate_fn or collate
@@ -149,6 +152,7 @@ class ShardDataset(Resumable, IterableDataset):
     def columnar(self) -> bool:
         """Arrow rows go to batches column by column, with no per-row Python."""
         return (self.manifest.shard_format == "arrow" and self.transform is None and self.default_collate
+                and self.decoder.select is None
                 and (self.decoder.keeps_bytes or not _has_binary_fields(self.manifest)))
 
     @property
@@ -346,6 +350,8 @@ class ShardDataset(Resumable, IterableDataset):
         state.pop("_local", None)
         state["_setup"] = self._current_setup()  # a gone loader's transport is nobody's
         state["_loader"] = None
+        if _process_group_ready():  # a spawned worker has no process group: it inherits this rank
+            state["_explicit_rank"] = resolve_rank(*self._explicit_rank, strict=False)
         return state
 
     # -- loaders ----------------------------------------------------------------------
@@ -364,3 +370,16 @@ def _has_binary_fields(manifest: Any) -> bool:
 
 
 __all__ = ["LoaderSetup", "ShardDataset"]
+
+
+def _process_group_ready() -> bool:
+    import torch.distributed as dist
+
+    return dist.is_available() and dist.is_initialized()
+
+
+def _written_types(manifest: Any) -> dict[str, str]:
+    """Tar fields packed from numbers or text (a table's int and string columns): read back as such."""
+    if manifest.shard_format == "arrow":
+        return {}
+    return {f["name"]: f["type"] for f in manifest.fields if isinstance(f, dict) and "name" in f and "type" in f}

@@ -140,3 +140,25 @@ def _encode(key: str, field: str, value: Any) -> bytes | memoryview:
         "give bytes or str, a dict/list in a '.json' field, a numpy array in '.npy', a tensor in "
         "'.pth', or a PIL image in '.jpg'/'.png'"
     )
+
+
+def value_type(value: Any) -> str:
+    """What the manifest records for a tar field's value, so that readers can give back the type that
+    was written (tar members are only bytes): ``"int"``, ``"float"``, ``"bool"``, ``"str"`` or ``"bytes"``."""
+    import numpy as np
+
+    if isinstance(value, (bool, np.bool_)):
+        return "bool"
+    if isinstance(value, (int, np.integer)):
+        return "int"
+    if isinstance(value, (float, np.floating)):
+        return "float"
+    return "str" if isinstance(value, (str, np.str_)) else "bytes"
+
+
+def merge_types(known: dict[str, str], fields: dict[str, Any]) -> None:
+    """Record each field's :func:`value_type` in ``known``; a field seen with two types becomes bytes."""
+    for name, value in fields.items():
+        kind = value_type(value)
+        if known.setdefault(name, kind) != kind:
+            known[name] = "bytes"

@@ -13,7 +13,7 @@ from ..manifest import Manifest, creation_info, shard_name
 from ..manifest.files import sync_file
 from ..storage import Store
 from .destination import prepare_destination, publish
-from .fields import check_key, check_name, encode_field
+from .fields import check_key, check_name, encode_field, merge_types
 from .rules import DEFAULT_SHARD_SIZE, check_shard_limits, resolve_format, shard_is_full, warn_small_shards
 
 _ARROW_BATCH_BYTES = 8 << 20
@@ -65,6 +65,7 @@ class ShardWriter:
         self.nbytes: list[int] = []
         self.sha256: list[str] = []
         self.field_counts: Counter[str] = Counter()
+        self.field_types: dict[str, str] = {}  # tar: what each field's values were (see fields.value_type)
         self.count = 0
         self._last_key: str | None = None
         self._cm = None
@@ -166,6 +167,7 @@ class ShardWriter:
                 self._flush_rows()
         else:
             self._shard.add(key, encoded)
+            merge_types(self.field_types, fields)
         self.field_counts.update(fields.keys())
         self._shard_bytes += size
         self._shard_samples += 1
@@ -184,7 +186,8 @@ class ShardWriter:
             fields = arrow_format.describe_schema(self._schema) if self._schema is not None else []
             schema = arrow_format.schema_to_text(self._schema) if self._schema is not None else None
         else:
-            fields = [{"name": n, "type": "bytes", "samples": c} for n, c in sorted(self.field_counts.items())]
+            fields = [{"name": n, "type": self.field_types.get(n, "bytes"), "samples": c}
+                      for n, c in sorted(self.field_counts.items())]
             schema = None
         self.manifest = Manifest(
             shard_format=self.shard_format,

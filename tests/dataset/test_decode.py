@@ -321,3 +321,50 @@ def test_hugging_face_image_structs_are_decoded_and_named_functions_called(tmp_p
     assert next(iter(mine))["image"] == "mine" and seen[0]["path"] == "0.png"
     raw = next(iter(ss.ShardDataset(str(tmp_path / "ds"), shuffle=False, decode=None)))
     assert raw["image"]["path"] == "0.png"  # decode=None keeps the struct
+
+
+# -- fields=: selection and alternatives for mixed extensions --------------------------------------
+
+
+def test_fields_alternatives_give_one_field_for_mixed_image_extensions(tmp_path):
+    """A folder of .jpg and .png images packs into samples with different fields; ``fields=["jpg;png",
+    "cls"]`` (webdataset's syntax) gives every sample the same fields, so batches are tensors, not
+    lists padded with None."""
+    import shardstream as ss
+
+    root = tmp_path / "images"
+    for label in ("a", "b"):
+        (root / label).mkdir(parents=True)
+        for i in range(3):
+            (root / label / f"{label}{i}.jpg").write_bytes(jpeg_bytes())
+            (root / label / f"{label}{i}p.png").write_bytes(png_bytes())
+    ss.pack(root, tmp_path / "ds", progress=False)
+    plain = next(iter(ss.ShardDataset(str(tmp_path / "ds"), batch_size=12, shuffle=False)))
+    assert isinstance(plain["jpg"], list) and None in plain["jpg"]  # the trap this option closes
+    ds = ss.ShardDataset(str(tmp_path / "ds"), batch_size=12, fields=["jpg;png", "cls"])
+    batch = next(iter(ds))
+    assert set(batch) == {"__key__", "jpg", "cls"}
+    assert tuple(batch["jpg"].shape) == (12, 3, H, W) and sorted(batch["cls"].tolist()) == [0] * 6 + [1] * 6
+    renamed = ss.ShardDataset(str(tmp_path / "ds"), decode={"image": "numpy", "*": "torch"},
+                              fields={"image": "jpg;png", "label": "cls"}, shuffle=False)
+    sample = next(iter(renamed))
+    assert set(sample) == {"__key__", "image", "label"} and sample["image"].shape == (H, W, 3)
+
+
+def test_fields_names_case_insensitively_and_refuses_bad_specs():
+    assert Decoder(None, ["JPG;Png"])({"__key__": "k", "png": b"p", "cls": b"1"}) == {"__key__": "k", "jpg": b"p"}
+    for bad in ("jpg;png", [""], [";"], {"image": 3}, []):
+        with pytest.raises(ShardstreamError, match="fields"):
+            Decoder(None, bad)
+
+
+def test_a_sample_without_any_alternative_is_a_decode_error_that_skip_skips(tmp_path):
+    from shardstream import ShardDataset, ShardWriter
+
+    with pytest.raises(DecodeError, match=r"no field 'jpg;png' for 'jpg' \(the sample has \['txt'\]\)"):
+        Decoder(None, ["jpg;png"])({"__key__": "k", "txt": b"t"})
+    with ShardWriter(str(tmp_path / "ds"), samples_per_shard=3) as w:
+        for i in range(6):
+            w.write({"__key__": f"{i:03d}", ("png" if i != 4 else "txt"): png_bytes()})
+    ds = ShardDataset(str(tmp_path / "ds"), fields=["png"], on_error="skip", shuffle=False)
+    assert len(list(ds)) == 6 and ds.skipped == 1

@@ -102,3 +102,35 @@ def test_a_dataset_a_shardloader_reads_refuses_another_dataloader(url, workers):
     with pytest.raises(ShardstreamError, match="another DataLoader.*Pass the ShardLoader itself"):
         next(iter(StatefulDataLoader(ds, batch_size=None, num_workers=workers)))
     assert len(keys(own)) == N  # the loader itself still reads
+
+
+def test_spawned_workers_inherit_the_rank_of_a_process_without_rank_in_its_environment(url, tmp_path):
+    """Lightning's launcher sets LOCAL_RANK and WORLD_SIZE, not RANK; a spawned DataLoader worker has no
+    process group, so it used to fail with "rank is not known yet". It now inherits the rank its
+    process had when the worker was started, and the two ranks read the epoch exactly once."""
+    import json
+    import os
+    import socket
+    import subprocess
+    import sys
+
+    from tests.frameworks.common import ROOT
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "LOCAL_RANK", "WORLD_SIZE")}
+    env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), WORLD_SIZE="2", OMP_NUM_THREADS="1",
+               PYTHONPATH=str(ROOT))
+    procs = [subprocess.Popen([sys.executable, "-m", "tests.frameworks.spawn_worker_rank", url,
+                               str(tmp_path / f"{r}.json")], env={**env, "LOCAL_RANK": str(r)}, cwd=ROOT,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for r in range(2)]
+    try:
+        outputs = [p.communicate(timeout=240)[0] for p in procs]
+    finally:
+        for p in procs:
+            p.kill()
+    assert [p.returncode for p in procs] == [0, 0], outputs
+    seen = [json.loads((tmp_path / f"{r}.json").read_text()) for r in range(2)]
+    assert len(seen[0]) == len(seen[1]) == N // 2
+    assert_exactly_once(seen[0] + seen[1])

@@ -753,3 +753,34 @@ def test_table_to_tar_stores_typed_values_without_python_reprs(tmp_path):
     pq.write_table(nested, tmp_path / "n.parquet")
     with pytest.raises(ShardstreamError, match=r"row 0: column 'boxes': it holds bytes inside a nested value"):
         pack(tmp_path / "n.parquet", tmp_path / "n", format="tar", progress=False)
+
+
+def test_table_numbers_and_text_packed_to_tar_read_back_as_numbers_and_text(tmp_path):
+    """Tar members are bytes; the manifest records what each field was written as, so an int column
+    comes back as an int (collated into a tensor) and a string column as str, not b"3" and b"cat"."""
+    import shardstream as ss
+
+    table = pa.table({"label": [3, 1, 4], "caption": ["cat", "dög", "x"], "score": [0.5, 1.25, -2.0],
+                      "ok": [True, False, True], "raw": [b"\x00", b"\x01", b"\x02"]})
+    pq.write_table(table, tmp_path / "t.parquet")
+    result = pack(tmp_path / "t.parquet", tmp_path / "out", format="tar", progress=False, shuffle=False)
+    types = {f["name"]: f["type"] for f in result.manifest.fields}
+    assert types == {"label": "int", "caption": "str", "score": "float", "ok": "bool", "raw": "bytes"}
+    rows = list(ss.ShardDataset(str(tmp_path / "out"), shuffle=False))
+    assert [(r["label"], r["caption"], r["score"], r["ok"], r["raw"]) for r in rows] == [
+        (3, "cat", 0.5, True, b"\x00"), (1, "dög", 1.25, False, b"\x01"), (4, "x", -2.0, True, b"\x02")]
+    batch = next(iter(ss.ShardDataset(str(tmp_path / "out"), shuffle=False, batch_size=3)))
+    assert batch["label"].tolist() == [3, 1, 4] and batch["caption"] == ["cat", "dög", "x"]
+    raw = next(iter(ss.ShardDataset(str(tmp_path / "out"), shuffle=False, decode=None)))
+    assert raw["label"] == b"3"  # decode=None: the stored bytes, as webdataset reads them
+
+
+def test_shard_writer_records_a_field_with_mixed_value_types_as_bytes(tmp_path):
+    import shardstream as ss
+
+    with ss.ShardWriter(str(tmp_path / "ds")) as w:
+        w.write({"__key__": "a", "n": 1, "v": 2})
+        w.write({"__key__": "b", "n": 2, "v": "two"})
+    types = {f["name"]: f["type"] for f in w.manifest.fields}
+    assert types == {"n": "int", "v": "bytes"}
+    assert [s["v"] for s in ss.ShardDataset(str(tmp_path / "ds"), shuffle=False)] == [b"2", b"two"]

@@ -572,9 +572,9 @@ def test_manifest_fields_and_classes(tmp_path):
     m = load_manifest(Store(tmp_path))
     assert m.classes == ["cat", "dog"]
     assert m.fields == [
-        {"name": "cls", "type": "bytes", "samples": 2},
+        {"name": "cls", "type": "int", "samples": 2},  # what the values were: read back as such
         {"name": "jpg", "type": "bytes", "samples": 2},
-        {"name": "txt", "type": "bytes", "samples": 1},
+        {"name": "txt", "type": "str", "samples": 1},
     ]
     assert m.created["writer"] == "ShardWriter"
 
