@@ -21,6 +21,7 @@ __all__ = [
     "DatasetExistsError",
     "DeviceLoader",
     "FieldCollate",
+    "LengthBucketing",
     "Manifest",
     "ManifestError",
     "PackResult",
@@ -31,6 +32,7 @@ __all__ = [
     "SourceError",
     "StorageError",
     "StorageSettings",
+    "TokenDataset",
     "TransformError",
     "UsageError",
     "__version__",
@@ -41,6 +43,8 @@ __all__ = [
 
 _LAZY = {  # name -> module: these import torch (seconds); packing and the command line never need it
     "ShardDataset": "dataset",
+    "TokenDataset": "dataset",
+    "LengthBucketing": "dataset",
     "ShardLoader": "loader",
     "DeviceLoader": "device",
     "FieldCollate": "dataset.collate",

@@ -10,8 +10,8 @@ from .common import cli, safe, storage_option, storage_options_for
 @cli.command()
 @click.argument("source")
 @click.argument("dest")
-@click.option("--format", "fmt", type=click.Choice(["tar", "arrow"]), default=None,
-              help="Shard format [default: tar for folders, arrow for tables].")
+@click.option("--format", "fmt", type=click.Choice(["tar", "arrow", "tokens"]), default=None,
+              help="Shard format [default: tar for folders, arrow for tables]; tokens: tokenize text.")
 @click.option("--shard-size", default="256MB", show_default=True,
               help="Largest (uncompressed) shard, e.g. 64MB, 1GiB.")
 @click.option("--samples-per-shard", type=int, default=None, help="Most samples in one shard.")
@@ -27,18 +27,32 @@ from .common import cli, safe, storage_option, storage_options_for
               help="Write samples in a seeded random order (keys unchanged), so no shard holds one class.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the pack's sample order.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
+@click.option("--tokenizer", default=None, help="tokens: a Hugging Face tokenizer.json.")
+@click.option("--text-field", default="text", show_default=True, help="tokens: the JSONL field or column of text.")
+@click.option("--no-eos", is_flag=True, help="tokens: append no end-of-document token.")
+@click.option("--eos-id", type=int, default=None, help="tokens: the end-of-document id [the tokenizer's].")
+@click.option("--dtype", type=click.Choice(["uint16", "uint32", "int32"]), default=None,
+              help="tokens: the dtype of flat .bin token files (nanoGPT).")
 @storage_option
 def pack(source: str, dest: str, fmt: str | None, shard_size: str, samples_per_shard: int | None,
          compression: str | None, workers: int | None, layout: str, overwrite: bool, fsync: bool, shuffle: bool,
-         seed: int, quiet: bool,
-         storage_options: tuple[str, ...]) -> None:
+         seed: int, quiet: bool, tokenizer: str | None, text_field: str, no_eos: bool, eos_id: int | None,
+         dtype: str | None, storage_options: tuple[str, ...]) -> None:
     """Pack SOURCE (a folder tree or table files) into a dataset at DEST."""
     from ..packing import pack as run_pack
 
+    tokens = {"tokenizer": tokenizer, "text_field": text_field, "eos": not no_eos, "eos_id": eos_id, "dtype": dtype}
+    if fmt != "tokens" and (tokenizer or no_eos or eos_id is not None or dtype or text_field != "text"):
+        raise click.UsageError("--tokenizer, --text-field, --no-eos, --eos-id and --dtype go with --format tokens")
     result = run_pack(
         source, dest, format=fmt, shard_size=shard_size, samples_per_shard=samples_per_shard,
         compression=compression, workers=workers, layout=layout, overwrite=overwrite,
         storage_options=storage_options_for(storage_options, dest), progress=not quiet, fsync=fsync,
-        shuffle=shuffle, seed=seed,
+        shuffle=shuffle, seed=seed, **(tokens if fmt == "tokens" else {}),
     )
+    if fmt == "tokens":
+        from ..packing.tokens import summary
+
+        click.echo(safe(summary(result.url, result.manifest, result.seconds)))
+        return
     click.echo(safe(result.summary()))

@@ -20,8 +20,11 @@ from .common import cli, has_controls, open_dataset, safe, safe_json, storage_op
               help="Read the cls field once and report the classes per batch of a shuffled epoch against i.i.d.")
 @click.option("--batch-size", type=click.IntRange(min=1), default=256, show_default=True,
               help="Batch size for --shuffle-quality.")
+@click.option("--seq-len", type=click.IntRange(min=1), default=None,
+              help="Token datasets: the windows of this length, and the tokens they leave out.")
 @storage_option
-def info(dataset: str, as_json: bool, quality: bool, batch_size: int, storage_options: tuple[str, ...]) -> None:
+def info(dataset: str, as_json: bool, quality: bool, batch_size: int, storage_options: tuple[str, ...],
+         seq_len: int | None = None) -> None:
     """Summarise DATASET: format, counts, sizes, fields, classes."""
     store, m = open_dataset(dataset, storage_options)
     doc = {
@@ -29,6 +32,10 @@ def info(dataset: str, as_json: bool, quality: bool, batch_size: int, storage_op
         "num_samples": m.num_samples, "total_bytes": m.total_bytes, "fields": m.fields,
         "classes": m.classes, "created": m.created,
     }
+    if m.tokens is not None:
+        from ..manifest.token_stats import describe, window_stats
+
+        doc["tokens"] = dict(m.tokens, **({"windows": window_stats(m, seq_len)} if seq_len else {}))
     if quality:
         doc["shuffle_quality"] = _shuffle_quality(dataset, m, batch_size, storage_options)
     if as_json:
@@ -51,6 +58,8 @@ def info(dataset: str, as_json: bool, quality: bool, batch_size: int, storage_op
     if m.classes is not None:
         shown = ", ".join(safe(c) for c in m.classes[:10]) + (", ..." if len(m.classes) > 10 else "")
         lines.append(("classes", f"{len(m.classes):,}: {shown}"))
+    if m.tokens is not None:
+        lines += [(k, safe(str(v))) for k, v in describe(m, seq_len)]
     if quality:
         q = doc["shuffle_quality"]
         lines.append(("shuffle", f"{q['classes_per_batch']:.1f} classes per batch of {batch_size} "

@@ -4,25 +4,32 @@
 shards the plan gives its rank and worker (``readers``: indexed tar and Arrow shards, opened
 once), decodes (``decode``), transforms and collates them (``collate``: batches as few large
 tensors; ``samples``: the three ways to a batch), reseeding the worker's generators per batch
-(``seeding``). Its position in the epoch and the resume state made from it live in ``state``;
+(``seeding``). ``TokenDataset`` (``tokens``) reads token shards as windows of tokens, and
+``LengthBucketing`` (``lengths``) batches variable-length samples within a token budget.
+A dataset's position in the epoch and the resume state made from it live in ``state``;
 ``ranks`` says which rank it is. Everything here runs where the batches are made: in the
 workers, or in the main process without workers.
 """
 
 from .collate import FieldCollate, MappedBytes, RaggedBytes, pad_sequences
 from .decode import DecodeError, Decoder
+from .lengths import LengthBucketing
 from .ranks import resolve_rank
 from .setup import LoaderSetup
 from .shard_dataset import ShardDataset
+from .tokens import TokenDataset, token_collate
 
 __all__ = [
     "DecodeError",
     "Decoder",
     "FieldCollate",
+    "LengthBucketing",
     "LoaderSetup",
     "MappedBytes",
     "RaggedBytes",
     "ShardDataset",
+    "TokenDataset",
     "pad_sequences",
     "resolve_rank",
+    "token_collate",
 ]

@@ -26,24 +26,18 @@ if TYPE_CHECKING:
     import numpy as np
 
 from ..errors import ManifestError
+from .checks import _checksums_fine, _kind, _paths_fine, path_problem
 
 MANIFEST_NAME = "_manifest.json"
 FORMAT_VERSION = 1
-SHARD_FORMATS = ("tar", "tar.zst", "tar.gz", "arrow")
+SHARD_FORMATS = ("tar", "tar.zst", "tar.gz", "arrow", "tokens")
 MAX_COUNT = 1 << 53  # sample and byte counts stay below this, exact in every JSON reader
 
 _FIX = "re-create it with 'shardstream index' (or pack the data again)"
-# Shard paths: no C0/C1 control character, DEL, backslash or lone surrogate, no percent-encoded
-# '.', '/', '\' or NUL (HTTP servers decode them); the same rules as bytes for the joined check.
-_BAD_PATH_CHAR = re.compile(r"[\x00-\x1f\x7f-\x9f\\\ud800-\udfff]")
-_PATH_BYTES = bytes(sorted(set(range(0x20, 0x100)) - {0x5C, 0x7F})) + b"\n"
-_C1_UTF8, _ENCODED_UTF8 = re.compile(rb"\xc2[\x80-\x9f]"), re.compile(rb"%(?:2[eEfF]|5[cC]|00)")
 _BAD_FIELD_CHAR = re.compile(r"[\x00-\x1f\x7f-\x9f/\\\ud800-\udfff]")  # tar field names: extensions
 _BAD_TEXT_CHAR = re.compile(r"[\x00\ud800-\udfff]")  # other names: NUL, and what UTF-8 cannot encode
 _SHA = re.compile(r"(?:[0-9a-fA-F]{64})?")
 _BASE64 = re.compile(r"[A-Za-z0-9+/]*={0,2}")
-_CHUNK = 1 << 14  # columns are checked in pieces that stay in the CPU's cache
-_NEWLINES = b"\n" * _CHUNK
 
 
 def shard_name(index: int, shard_format: str) -> str:
@@ -67,6 +61,7 @@ class Manifest:
     classes: list[str] | None = None
     arrow_schema: str | None = None
     created: dict[str, Any] = field(default_factory=dict)
+    tokens: dict[str, Any] | None = None  # token shards: dtype, vocab_size, eos_id, tokenizer, total
     source: InitVar[str | None] = None
 
     def __post_init__(self, source: str | None) -> None:
@@ -92,7 +87,7 @@ class Manifest:
         import hashlib
 
         doc = [self.shard_format, self.paths, self.samples.tolist(), self.nbytes.tolist(), self.sha256,
-               self.fields, self.classes, self.arrow_schema]
+               self.fields, self.classes, self.arrow_schema] + ([self.tokens] if self.tokens is not None else [])
         return hashlib.sha256(json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
     def locate(self, index: int) -> tuple[int, int]:
@@ -116,6 +111,7 @@ class Manifest:
             "classes": self.classes,
             "arrow_schema": self.arrow_schema,
             "created": self.created,
+            **({"tokens": self.tokens} if self.tokens is not None else {}),
             "shards": {"path": self.paths, "samples": self.samples.tolist(), "bytes": self.nbytes.tolist(),
                        "sha256": self.sha256},
         }
@@ -149,12 +145,13 @@ class Manifest:
                 raise check.fail(f"the shard column {column!r} is {_kind(shards.get(column))}, not a list")
         if "shard_format" not in doc:
             raise check.fail("'shard_format' is missing")
-        for key, kind in (("fields", list), ("classes", list), ("arrow_schema", str), ("created", dict)):
+        for key, kind in (("fields", list), ("classes", list), ("arrow_schema", str), ("created", dict),
+                          ("tokens", dict)):
             if doc.get(key) is not None and not isinstance(doc[key], kind):
                 raise check.fail(f"{key!r} is {_kind(doc[key])}, not {_kind(kind())}")
         manifest = cls(doc["shard_format"], shards["path"], shards["samples"], shards["bytes"], shards["sha256"],
                        doc.get("fields") or [], doc.get("classes"), doc.get("arrow_schema"),
-                       doc.get("created") or {}, source=source)
+                       doc.get("created") or {}, doc.get("tokens"), source=source)
         for total, actual in (("num_shards", manifest.num_shards), ("num_samples", manifest.num_samples),
                               ("total_bytes", manifest.total_bytes)):
             if total in doc and (type(doc[total]) is not int or doc[total] != actual):
@@ -172,72 +169,6 @@ def creation_info(source: str | None = None, **extra: Any) -> dict[str, Any]:
         info["source"] = source
     info.update(extra)
     return info
-
-
-def path_problem(path: object) -> str | None:
-    """What keeps ``path`` from being a shard path (relative, '/'-separated, inside the dataset's
-    folder, no control character or backslash, nothing an HTTP server decodes), or None."""
-    if not isinstance(path, str):
-        return f"is {_kind(path)}, not a string"
-    if not path:
-        return "is empty"
-    bad = _BAD_PATH_CHAR.search(path)
-    if bad is not None:
-        return "contains a backslash" if bad.group() == "\\" else f"contains the character U+{ord(bad.group()):04X}"
-    if "://" in path or path.startswith("/"):
-        return f"is {'a URL' if '://' in path else 'absolute'}, not a path inside the dataset's folder"
-    if _ENCODED_UTF8.search(path.encode()):
-        return "contains a percent-encoded '.', '/', '\\' or NUL"
-    segments = path.split("/")
-    if ".." in segments or "." in segments:
-        return "has a '.' or '..' segment; shard paths stay inside the dataset's folder"
-    return "has an empty segment ('//' or a trailing '/')" if "" in segments else None
-
-
-def _paths_fine(paths: list[Any]) -> bool:
-    """Whether all ``paths`` pass :func:`path_problem`, checked as joined strings of a few thousand."""
-    import numpy as np
-
-    for start in range(0, len(paths), _CHUNK):
-        part = paths[start : start + _CHUNK]
-        try:
-            raw = "\n".join(part).encode("utf-8")
-        except (TypeError, UnicodeEncodeError):  # not a string, or a lone surrogate
-            return False
-        if raw.count(b"\n") != len(part) - 1 or raw.translate(None, _PATH_BYTES):
-            return False
-        if b"\xc2" in raw and _C1_UTF8.search(raw) or b"%" in raw and _ENCODED_UTF8.search(raw):
-            return False
-        framed = np.frombuffer(b"\n" + raw + b"\n", np.uint8)
-        ends = np.flatnonzero((framed == 10) | (framed == 47))  # every segment lies between two of these
-        size = np.diff(ends)
-        short = size <= 3
-        at, size = ends[:-1][short], size[short]
-        if (size == 1).any() or ((framed[at + 1] == 46) & ((size == 2) | (framed[at + 2] == 46))).any():
-            return False
-    return True
-
-
-def _checksums_fine(sha: list[Any]) -> list[str] | None:
-    """``sha`` in lower case if each is 64 hex digits, checked as joined strings; else None."""
-    out: list[str] = []
-    for start in range(0, len(sha), _CHUNK):
-        part = sha[start : start + _CHUNK]
-        lines = _NEWLINES[: len(part) - 1]
-        try:
-            joined = "\n".join(part)
-            raw = joined.encode("ascii")
-        except (TypeError, UnicodeEncodeError):
-            return None
-        if len(raw) != 65 * len(part) - 1 or raw[64::65] != lines:  # 64 characters each
-            return None
-        rest = raw.translate(None, b"0123456789abcdef")
-        if rest != lines:
-            if rest.translate(None, b"ABCDEF") != lines:
-                return None
-            part = joined.lower().split("\n")  # upper case: accepted, kept lower
-        out += part
-    return out
 
 
 class _Refused(ValueError):  # JSON that parses, but that no manifest can be
@@ -263,11 +194,6 @@ def _show(value: object) -> str:
         return repr(value) if len(value) <= 60 else repr(value[:60])[:-1] + "..." + repr(value[:60])[-1]
     small = value is None or isinstance(value, (bool, float)) or isinstance(value, int) and abs(value) < 10**30
     return repr(value) if small else _kind(value)
-
-
-def _kind(value: object) -> str:
-    return {dict: "an object", list: "a list", str: "a string", bool: "a boolean", int: "a number",
-            float: "a number", type(None): "null"}.get(type(value), f"a {type(value).__name__}")
 
 
 def _scalar(value: object) -> bool:
@@ -318,6 +244,12 @@ class _Checker:
                                                       for k, v in m.created.items()):
             raise self.fail("'created' is not an object of strings, numbers, booleans and nulls")
         m.created = dict(m.created)
+        if m.tokens is not None or m.shard_format == "tokens":
+            from .token_stats import check_tokens
+
+            problem = check_tokens(m)
+            if problem is not None:
+                raise self.fail(problem)
 
     def check_paths(self, paths: list[Any]) -> list[str]:
         if not _paths_fine(paths):

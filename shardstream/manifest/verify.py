@@ -84,6 +84,8 @@ def check_shard(store: Store, manifest: Manifest, i: int, decode: bool = False) 
         if manifest.sha256[i] and digest != manifest.sha256[i]:  # "" is no checksum
             expected = manifest.sha256[i]
             return f"{where}: checksum mismatch (sha256 {digest[:16]}..., the manifest says {expected[:16]}...)"
+        if manifest.shard_format == "tokens":
+            return _token_problem(manifest, data, where, i)
         count = count_samples(manifest.shard_format, data, where)
         if count == manifest.samples[i] and decode:
             return _undecodable(manifest, data, where)
@@ -91,6 +93,20 @@ def check_shard(store: Store, manifest: Manifest, i: int, decode: bool = False) 
         return str(exc)
     if count != manifest.samples[i]:
         return f"{where}: {count} samples, the manifest says {manifest.samples[i]}"
+    return None
+
+
+def _token_problem(manifest: Manifest, data: Any, where: str, i: int) -> str | None:
+    """What is wrong inside token shard ``i`` (header, document offsets, ids past the vocabulary), or None."""
+    from ..formats.tokens import TokenShard
+
+    shard = TokenShard(data, where, manifest.tokens["dtype"], int(manifest.samples[i]))
+    shard.check()
+    vocab = manifest.tokens["vocab_size"]
+    if len(shard.tokens) and int(shard.tokens.max()) >= vocab:
+        at = int((shard.tokens >= vocab).argmax())
+        return (f"{where}: token {at} has id {int(shard.tokens[at])}, past the vocabulary size {vocab} the "
+                "manifest states; re-pack it with the tokenizer that made it")
     return None
 
 

@@ -86,6 +86,7 @@ def pack(
     fsync: bool = True,
     shuffle: bool = True,
     seed: int = 0,
+    **token_options: Any,
 ) -> PackResult:
     """Pack ``source`` (a folder tree, or table files) into a dataset at ``dest``.
 
@@ -99,7 +100,18 @@ def pack(
     With ``shuffle`` (default), samples are written in a random order drawn from ``seed`` (keys are
     unchanged), so no shard holds one class; a table is then shuffled in memory (``shuffle=False``
     streams a table larger than memory, in its own order).
+    ``format="tokens"`` tokenizes a text corpus into token shards: ``token_options`` (``tokenizer``,
+    ``text_field``, ``eos``, ``eos_id``, ``vocab_size``, ``dtype``, ``per_file``) go to
+    :func:`shardstream.packing.tokens.pack_tokens`.
     """
+    if format == "tokens" or token_options:  # text or token files to token shards: see packing.tokens
+        if format != "tokens":
+            raise ShardstreamError(f"{', '.join(sorted(token_options))} apply to format='tokens' only")
+        from .tokens import pack_tokens
+
+        return PackResult(*pack_tokens(source, dest, shard_size=shard_size, workers=workers, overwrite=overwrite,
+                                       storage_options=storage_options, progress=progress, fsync=fsync,
+                                       **token_options))
     started = time.perf_counter()
     source, dest = os.fspath(source), os.fspath(dest)
     source = source[len("file://"):] if source.startswith("file://") else source

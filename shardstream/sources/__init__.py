@@ -44,6 +44,7 @@ REGISTRY: dict[str, SourceKind] = {
     "imagefolder": SourceKind("shardstream.sources.folder:image_folder"),
     "files": SourceKind("shardstream.sources.folder:file_tree"),
     "table": SourceKind("shardstream.sources.table:TableSource", ("pyarrow",), "pip install pyarrow"),
+    "text": SourceKind("shardstream.sources.text:open_text_source"),  # token shards: text or token files
 }
 
 

@@ -1,0 +1,228 @@
+"""Token benchmark: pack and read rates of token shards against their bare upper bounds, same data, same run.
+
+    .venv/bin/python benchmarks/tokens.py                        # 200,000 documents, seq_len 1024
+    .venv/bin/python benchmarks/tokens.py --docs 5000 --seq-len 256 --repeat 1     # a quick check
+    .venv-bench/bin/python benchmarks/tokens.py --tools shardstream,litdata        # with LitData (see read.py)
+
+Data: ``--docs`` synthetic English-like documents (JSONL, seeded) and a BPE of ``--vocab`` ids trained
+on them in the run (nothing is downloaded), in ``--data-dir`` (made once, reused).
+
+- ``pack``: ``ss.pack(..., format="tokens", tokenizer=tokenizer.json)`` tokens/s against the bare path:
+  the same tokenizer's ``encode_batch`` over the same texts (1,024 at a time) plus one numpy write of all
+  ids, the upper bound. Target: at least 0.8x.
+- ``read``: one epoch of ``TokenDataset(seq_len).loader(8, num_workers=2)`` (input_ids, labels,
+  position_ids, cu_seqlens per batch) tokens/s against nanoGPT's ``get_batch``: random windows of a
+  flat ``np.memmap`` of the same tokens, stacked into int64 tensors, as many tokens. Target: at least 0.8x.
+- ``first``: seconds from ``TokenDataset(...)`` to the first batch of its loader (2 workers).
+- ``litdata`` (``--tools`` with litdata, in ``.venv-bench``): ``litdata.optimize`` of the same tokens
+  and ``StreamingDataset(item_loader=TokensLoader(block_size=seq_len + 1))`` through its
+  ``StreamingDataLoader(batch_size=8, num_workers=2)``, tokens/s. Target: shardstream at least 2x.
+
+Each rate is the best of ``--repeat`` runs; the output is one line per measure with its ratio.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+WORDS = ("time person year way day thing man world life hand part child eye woman place work week case point "  # noqa: SIM905
+         "government company number group problem fact be have do say get make go know take see come think look "
+         "want give use find tell ask seem feel try leave call good new first last long great little own other old "
+         "right big high different small large next early young important few public bad same able").split()
+
+
+def make_data(root: Path, docs: int, vocab: int) -> tuple[Path, Path]:
+    corpus, tokenizer = root / "corpus", root / "tokenizer.json"
+    marker = root / "data.json"
+    if marker.exists() and json.loads(marker.read_text()) == {"docs": docs, "vocab": vocab}:
+        return corpus, tokenizer
+    shutil.rmtree(root, ignore_errors=True)
+    corpus.mkdir(parents=True)
+    rng = random.Random(0)
+    texts = [" ".join(rng.choice(WORDS) + rng.choice(("", "", "s", "ed", ",", "."))
+                      for _ in range(int(rng.lognormvariate(5, 0.8)) + 1)) for _ in range(docs)]
+    for part in range(4):
+        with open(corpus / f"part-{part}.jsonl", "w") as f:
+            for text in texts[part::4]:
+                f.write(json.dumps({"text": text}) + "\n")
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.BPE(unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.train_from_iterator(texts[:20000], trainers.BpeTrainer(vocab_size=vocab,
+                                                               special_tokens=["[UNK]", "<|endoftext|>"]))
+    tok.save(str(tokenizer))
+    marker.write_text(json.dumps({"docs": docs, "vocab": vocab}))
+    return corpus, tokenizer
+
+
+def read_texts(corpus: Path) -> list[str]:
+    out = []
+    for path in sorted(corpus.glob("*.jsonl")):
+        with open(path) as f:
+            out += [json.loads(line)["text"] for line in f]
+    return out
+
+
+def bare_pack(texts: list[str], tokenizer: Path, out: Path) -> int:
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_file(str(tokenizer))
+    eos = tok.token_to_id("<|endoftext|>")
+    pieces = []
+    for start in range(0, len(texts), 1024):
+        encode = getattr(tok, "encode_batch_fast", tok.encode_batch)  # the fastest the library has
+        ids = [e.ids for e in encode(texts[start : start + 1024], add_special_tokens=False)]
+        pieces.append(np.fromiter((t for d in ids for t in (*d, eos)), np.uint16))
+    tokens = np.concatenate(pieces)
+    tokens.tofile(out)
+    return len(tokens)
+
+
+def ss_pack(corpus: Path, tokenizer: Path, out: Path) -> int:
+    import shardstream as ss
+
+    return ss.pack(corpus, out, format="tokens", tokenizer=str(tokenizer), overwrite=True, progress=False,
+                   shard_size="64MB").manifest.tokens["total"]
+
+
+def nanogpt_read(flat: Path, seq_len: int, tokens: int) -> int:
+    import torch
+
+    data = np.memmap(flat, dtype=np.uint16, mode="r")
+    done, batch = 0, 8
+    while done < tokens:  # nanoGPT's get_batch
+        ix = torch.randint(len(data) - seq_len - 1, (batch,))
+        x = torch.stack([torch.from_numpy(data[i : i + seq_len].astype(np.int64)) for i in ix])
+        y = torch.stack([torch.from_numpy(data[i + 1 : i + 1 + seq_len].astype(np.int64)) for i in ix])
+        done += int(x.numel())
+        del y
+    return done
+
+
+def ss_read(url: Path, seq_len: int) -> tuple[int, float, float]:
+    """Tokens of one epoch, seconds to the first batch, and tokens/s after it."""
+    import shardstream as ss
+
+    started = time.perf_counter()
+    loader = ss.TokenDataset(str(url), seq_len, seed=1).loader(8, num_workers=2)
+    done, first, after = 0, None, 0.0
+    for batch in loader:
+        if first is None:
+            after = time.perf_counter()
+            first = after - started
+        done += int(batch["input_ids"].numel())
+    steady = (done - 8 * seq_len) / (time.perf_counter() - after)
+    return done, first or 0.0, steady
+
+
+def litdata_convert(flat: Path, root: Path, seq_len: int) -> Path:
+    """The same tokens as LitData chunks (``optimize`` with its TokensLoader), made once, untimed."""
+    import litdata as ld
+    import torch
+    from litdata.streaming.item_loader import TokensLoader
+
+    out = root / f"litdata-{seq_len}"
+    if not (out / "index.json").exists():
+        data = np.fromfile(flat, dtype=np.uint16)
+        pieces = np.array_split(data, 16)
+        ld.optimize(fn=_litdata_piece, inputs=[torch.from_numpy(p.astype(np.int32)) for p in pieces],
+                    output_dir=str(out), chunk_size=(seq_len + 1) * 2048, item_loader=TokensLoader(), num_workers=1)
+    return out
+
+
+def litdata_read(out: Path, seq_len: int) -> int:
+    import litdata as ld
+    from litdata.streaming.item_loader import TokensLoader
+
+    ds = ld.StreamingDataset(str(out), item_loader=TokensLoader(block_size=seq_len + 1), shuffle=True)
+    done = 0
+    for batch in ld.StreamingDataLoader(ds, batch_size=8, num_workers=2):
+        done += int(batch[:, :-1].numel())
+    return done
+
+
+def _litdata_piece(piece):
+    yield piece
+
+
+def timed(fn, *args):
+    started = time.perf_counter()
+    result = fn(*args)
+    return result, time.perf_counter() - started
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--docs", type=int, default=200_000)
+    parser.add_argument("--vocab", type=int, default=8192)
+    parser.add_argument("--seq-len", type=int, default=1024)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--tools", default="shardstream", help="shardstream[,litdata]")
+    parser.add_argument("--data-dir", type=Path, default=Path("bench-data") / "tokens")
+    args = parser.parse_args()
+    import torch  # noqa: F401 - imported before any timing, as a training script has it
+
+    import shardstream  # noqa: F401
+    root = args.data_dir.resolve()
+    corpus, tokenizer = make_data(root, args.docs, args.vocab)
+    texts = read_texts(corpus)
+    flat, shards = root / "flat.bin", root / "shards"
+    best: dict[str, float] = {}
+
+    def keep(name: str, rate: float) -> None:
+        best[name] = max(best.get(name, 0.0), rate)
+
+    for _ in range(args.repeat):
+        n, seconds = timed(bare_pack, texts, tokenizer, flat)
+        keep("bare pack", n / seconds)
+        n, seconds = timed(ss_pack, corpus, tokenizer, shards)
+        keep("shardstream pack", n / seconds)
+    total = int(os.path.getsize(flat) // 2)
+    first_batch = float("inf")
+    lit = None
+    if "litdata" in args.tools:
+        try:
+            lit = litdata_convert(flat, root, args.seq_len)
+        except Exception as exc:  # reported, the others still run
+            print(f"litdata: cannot convert: {type(exc).__name__}: {exc}", file=sys.stderr)
+    for _ in range(args.repeat):
+        (n, first, steady), seconds = timed(ss_read, shards, args.seq_len)
+        keep("shardstream read", n / seconds)
+        keep("shardstream steady", steady)
+        first_batch = min(first_batch, first)
+        n, seconds = timed(nanogpt_read, flat, args.seq_len, n)
+        keep("nanoGPT read", n / seconds)
+        if lit is not None:
+            try:
+                n, seconds = timed(litdata_read, lit, args.seq_len)
+                keep("litdata read", n / seconds)
+            except Exception as exc:  # reported, the others still run
+                print(f"litdata: {type(exc).__name__}: {exc}", file=sys.stderr)
+    print(f"{args.docs:,} documents, {total:,} tokens, vocabulary {args.vocab}, seq_len {args.seq_len}, "
+          f"best of {args.repeat}, {os.cpu_count()} cores")
+    print(f"pack   shardstream {best['shardstream pack']:>14,.0f} tokens/s   bare encode_batch+write "
+          f"{best['bare pack']:>14,.0f}   ratio {best['shardstream pack'] / best['bare pack']:.2f} (target >= 0.80)")
+    print(f"read   shardstream {best['shardstream steady']:>14,.0f} tokens/s   nanoGPT memmap get_batch "
+          f"{best['nanoGPT read']:>12,.0f}   ratio {best['shardstream steady'] / best['nanoGPT read']:.2f} "
+          "(target >= 0.80; after the first batch)")
+    print(f"epoch  shardstream {best['shardstream read']:>14,.0f} tokens/s   (the whole epoch, with the start of "
+          f"its 2 workers)   ratio {best['shardstream read'] / best['nanoGPT read']:.2f}")
+    if "litdata read" in best:
+        print(f"epoch  shardstream {best['shardstream read']:>14,.0f} tokens/s   litdata TokensLoader epoch "
+              f"{best['litdata read']:>16,.0f}   ratio {best['shardstream read'] / best['litdata read']:.2f} "
+              "(target >= 2)")
+    print(f"first  batch after {first_batch:.2f} s (TokenDataset made, loader with 2 workers started)")
+
+
+if __name__ == "__main__":
+    main()

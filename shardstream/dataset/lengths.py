@@ -1,0 +1,128 @@
+"""``LengthBucketing``: variable-size batches filled up to a token budget (SFT-style sequences).
+
+The dataset's loader reads ``window`` samples at a time (one of its batches, so every rank reads
+the same number of windows: the plan's equal split). Each window is sorted by length (ties by
+position, so it is deterministic) and cut into batches whose padded size ``rows x longest``
+stays within ``batch_tokens``. The number of batches of a window depends on its lengths, so
+under ``torch.distributed`` the ranks agree on it with one ``all_reduce(MAX)`` of one integer
+per window, and a rank that needs fewer splits its largest batches: every rank yields the same
+number of batches, and none waits for another in a collective.
+
+Resume: :meth:`state_dict` is the loader's state at the start of the current window plus the
+batches handed out from it; :meth:`load_state_dict` reads that window again and skips them. On
+another world size the interrupted window is read whole again (its windows are cut anew).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import torch
+
+from .collate import collate, pad_sequences
+
+
+def cut(lengths: np.ndarray, budget: int) -> list[int]:
+    """Ends of batches over ascending ``lengths``, greedily: each batch's rows x longest within
+    ``budget`` (a longer single sequence is a batch of its own)."""
+    ends, start = [], 0
+    for i in range(1, len(lengths) + 1):
+        if i - start > 1 and (i - start) * int(lengths[i - 1]) > budget:
+            ends.append(i - 1)
+            start = i - 1
+    ends.append(len(lengths))
+    return ends
+
+
+def split_to(ends: list[int], count: int) -> list[int]:
+    """``ends`` with its largest batches halved until there are ``count`` (never more than rows)."""
+    ends = list(ends)
+    while len(ends) < count:
+        starts = [0] + ends[:-1]
+        sizes = [e - s for s, e in zip(starts, ends)]
+        j = int(np.argmax(sizes))
+        if sizes[j] < 2:
+            break
+        ends.insert(j, starts[j] + sizes[j] // 2)
+    return ends
+
+
+class LengthBucketing:
+    """Batches of ``dataset``'s samples sorted by the length of ``field``, within ``batch_tokens``.
+
+    Args:
+        dataset: a :class:`ShardDataset` whose samples hold a sequence ``field`` (a tensor, array or list).
+        batch_tokens: the most padded tokens in a batch (rows x the longest sequence).
+        window: samples sorted together; larger windows pad less and mix less.
+        field: the sequence field; batches hold it padded with ``padding_value``, with ``lengths`` and
+            ``attention_mask``; the other fields are collated as usual.
+        num_workers, loader_kwargs: for ``dataset.loader``.
+    """
+
+    def __init__(self, dataset: Any, batch_tokens: int, *, window: int = 512, field: str = "input_ids",
+                 padding_value: float = 0, num_workers: int | None = None, **loader_kwargs: Any):
+        if batch_tokens < 1 or window < 1:
+            raise ValueError(f"batch_tokens and window must be at least 1, not {batch_tokens} and {window}")
+        self.batch_tokens, self.window = int(batch_tokens), int(window)
+        self.field, self.padding_value = field, padding_value
+        dataset.collate_fn = list  # the loader hands over each window's samples as they are
+        self.dataset = dataset
+        self.loader = dataset.loader(self.window, num_workers, **loader_kwargs)
+        self._start: dict[str, Any] = self.loader.state_dict()
+        self._emitted = 0
+        self._skip = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.loader.set_epoch(epoch)
+
+    def _count(self, needed: int) -> int:
+        """The batches every rank makes of this window: the most any rank needs."""
+        import torch.distributed as dist
+
+        if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+            return needed
+        value = torch.tensor([needed], dtype=torch.int64)
+        dist.all_reduce(value, op=dist.ReduceOp.MAX)
+        return int(value.item())
+
+    def batch(self, samples: list[dict[str, Any]]) -> dict[str, Any]:
+        padded, lengths, mask = pad_sequences([s[self.field] for s in samples], self.padding_value)
+        rest = collate([{k: v for k, v in s.items() if k != self.field} for s in samples])
+        return {**rest, self.field: padded, "lengths": lengths, "attention_mask": mask}
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        it = iter(self.loader)
+        while True:
+            start = self.loader.state_dict()
+            window: list[dict[str, Any]] | None = next(it, None)
+            if window is None:
+                break
+            if start != self._start:
+                self._start, self._emitted = start, 0
+            lengths = np.array([len(s[self.field]) for s in window], np.int64)
+            order = np.argsort(lengths, kind="stable")
+            ends = cut(lengths[order], self.batch_tokens)
+            ends = split_to(ends, self._count(len(ends)))
+            begin = 0
+            for k, end in enumerate(ends):
+                if k >= self._skip:
+                    self._emitted = k + 1
+                    yield self.batch([window[i] for i in order[begin:end].tolist()])
+                begin = end
+            self._skip = 0
+        self._start, self._emitted = self.loader.state_dict(), 0
+
+    def state_dict(self) -> dict[str, Any]:
+        """Where to go on: the loader's state at the current window's start, and batches given from it."""
+        return {"loader": self._start, "emitted": self._emitted, "world_size": self.dataset.world_size}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.loader.load_state_dict(state["loader"])
+        self._start = self.loader.state_dict()
+        same_world = state.get("world_size") == self.dataset.world_size
+        self._skip = self._emitted = int(state["emitted"]) if same_world else 0
+
+
+__all__ = ["LengthBucketing", "cut", "split_to"]

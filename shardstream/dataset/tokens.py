@@ -1,0 +1,251 @@
+"""``TokenDataset``: fixed-length windows over token shards, for causal language-model training.
+
+Shard ``s`` of ``n_s`` tokens holds ``(n_s - 1) // seq_len`` windows; window ``j`` is tokens
+``[j * seq_len, (j + 1) * seq_len + 1)``. Windows overlap by one token, so within a shard every
+token but the first is a label exactly once per epoch; what cannot fill a last window (fewer
+than ``seq_len`` tokens per shard) is left out. Windows are the plan's samples: the dataset is
+a :class:`ShardDataset` whose per-shard counts are windows, so shuffling, the split over ranks
+and workers, ``len()``, ``state_dict()`` and resuming on another world size are the same.
+Shards are read in place: memory maps of local files, or of the disk cache for remote ones.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from ..errors import CorruptShardError, UsageError
+from ..formats.tokens import TokenShard
+from ..manifest.token_stats import shard_tokens
+from ..storage import ShardFetcher
+from ..storage.settings import DEFAULT, StorageSettings
+from .collate import _empty
+from .readers import Chunk, OpenShards, window_span
+from .shard_dataset import ShardDataset
+from .state import resolve_window
+
+IGNORE_INDEX = -100  # labels the loss skips (torch.nn.CrossEntropyLoss's default ignore_index)
+_LOWEST = np.iinfo(np.int64).min
+
+
+class TokenShards(OpenShards):
+    """The token shards a process has open: views of their memory maps, nothing decoded."""
+
+    def __init__(self, store: Any, manifest: Any, windows: np.ndarray, fetcher: ShardFetcher):
+        super().__init__(store, manifest, fetcher=fetcher)
+        self.windows = windows
+
+    def fit_window(self, window: int) -> None:
+        self.capacity = max(16, 2 * window_span(self.windows, window) + 1)
+
+    def timed(self, take: Any) -> Any:
+        """``take`` as it is (what a dataset that counts its waits on the prefetcher wraps)."""
+        return take
+
+    def _load(self, shard: int) -> TokenShard:
+        m = self.manifest
+        name = self.store.url_of(m.paths[shard])
+        data = self.fetcher.fetch(shard)
+        if len(data) != m.nbytes[shard]:
+            raise CorruptShardError(f"{name}: {len(data)} bytes, the manifest says {m.nbytes[shard]}; the shard is "
+                                    "truncated or was replaced, run 'shardstream verify'")
+        reader = TokenShard(data, name, m.tokens["dtype"], int(m.samples[shard]))
+        reader.owned = 0  # type: ignore[attr-defined]
+        return reader
+
+
+def window_positions(offsets: np.ndarray, start: int, length: int) -> np.ndarray:
+    """Each of tokens ``start .. start + length - 1``'s position in its document (0 at a document start)."""
+    first = int(offsets.searchsorted(start, side="right")) - 1
+    last = int(offsets.searchsorted(start + length, side="left"))
+    if last == first + 1:  # no document starts inside the window
+        return np.arange(start - offsets[first], start - offsets[first] + length)
+    base = np.full(length, _LOWEST, np.int64)
+    base[0] = offsets[first] - start
+    inner = offsets[first + 1 : last] - start
+    base[inner] = inner
+    return np.arange(length) - np.maximum.accumulate(base)
+
+
+def token_collate(samples: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """A batch of token windows: stacked ``input_ids``, ``labels``, ``position_ids``, plus the
+    ``cu_seqlens`` (int32, from 0) and ``max_seqlen`` of the documents over the flattened batch."""
+    batch = {k: torch.stack([torch.as_tensor(s[k]) for s in samples]) for k in ("input_ids", "labels", "position_ids")}
+    batch.update(varlen_fields(batch["position_ids"].numpy()))
+    return batch
+
+
+def varlen_fields(position_ids: np.ndarray) -> dict[str, Any]:
+    """``cu_seqlens`` and ``max_seqlen`` for rows of ``position_ids``: a sequence starts at each row and
+    at each position 0 (a document start), and ends at the next start or the row's end."""
+    rows, length = position_ids.shape
+    starts = position_ids == 0
+    starts[:, 0] = True
+    found = np.flatnonzero(starts.ravel())
+    cu = _empty((len(found) + 1,), torch.int32)  # in the transport's arena when a worker sends the batch
+    cu_np = cu.numpy()
+    cu_np[:-1] = found
+    cu_np[-1] = rows * length
+    return {"cu_seqlens": cu, "max_seqlen": int(np.diff(cu_np).max()) if rows else 0}
+
+
+class TokenDataset(ShardDataset):
+    """Stream windows of ``seq_len + 1`` tokens from a token dataset (``pack(..., format="tokens")``).
+
+    Each sample holds ``input_ids`` (the first ``seq_len`` tokens), ``labels`` (the next token of
+    each) and ``position_ids`` (restarting at 0 at each document start); batches from
+    :meth:`loader` add ``cu_seqlens`` and ``max_seqlen`` for variable-length attention.
+
+    Args:
+        url: a token dataset's folder or its ``_manifest.json`` (any fsspec URL).
+        seq_len: tokens per sample.
+        mask_across_documents: set ``labels`` to -100 where the target starts the next document.
+        shuffle, seed, shuffle_window, drop_last, rank, world_size, verify_checksums, storage and the
+            storage keywords: as for :class:`ShardDataset` (``drop_last`` defaults to True here, so
+            that no rank repeats windows; ``shuffle_window`` counts windows).
+    """
+
+    def __init__(
+        self,
+        url: str | os.PathLike[str],
+        seq_len: int,
+        *,
+        shuffle: bool = True,
+        seed: int = 0,
+        shuffle_window: int | None = None,
+        drop_last: bool = True,
+        mask_across_documents: bool = False,
+        rank: int | None = None,
+        world_size: int | None = None,
+        verify_checksums: bool = False,
+        storage: StorageSettings | None = None,
+        storage_options: dict[str, Any] | None = DEFAULT,
+        cache_dir: str | os.PathLike[str] | None = DEFAULT,
+        cache_limit: int | str | None = DEFAULT,
+        prefetch: int | str = DEFAULT,
+        retries: int = DEFAULT,
+        timeout: float | None = DEFAULT,
+    ):
+        if isinstance(seq_len, bool) or not isinstance(seq_len, (int, np.integer)) or seq_len < 1:
+            raise ValueError(f"seq_len must be a number of tokens (1 or more), not {seq_len!r}")
+        super().__init__(url, shuffle=shuffle, seed=seed, shuffle_window=0, decode=None, drop_last=drop_last,
+                         collate_fn=token_collate, rank=rank, world_size=world_size,
+                         verify_checksums=verify_checksums, storage=storage, storage_options=storage_options,
+                         cache_dir=cache_dir, cache_limit=cache_limit, prefetch=prefetch, retries=retries,
+                         timeout=timeout)
+        tokens = self.manifest
+        if tokens.shard_format != "tokens":
+            raise UsageError(f"{self.store.url} holds {tokens.shard_format} shards, not tokens; read it with "
+                             "ShardDataset, or pack text with format='tokens'")
+        self.__dict__["_seq_len"] = int(seq_len)
+        per_shard = shard_tokens(tokens)
+        windows = np.maximum(per_shard - 1, 0) // self.seq_len
+        if not windows.any():
+            raise UsageError(f"{self.store.url}: seq_len {self.seq_len} is larger than every shard (the largest "
+                             f"holds {int(per_shard.max())} tokens); use a seq_len below that, or pack larger shards")
+        self.__dict__["token_manifest"] = tokens
+        plan_view = copy.copy(tokens)  # checked already; the plan's samples are windows
+        plan_view.samples = windows
+        self.__dict__["manifest"] = plan_view
+        self.window = resolve_window(shuffle_window, windows, tokens.nbytes, remote=not self.store.local)
+        self.mask_across_documents = bool(mask_across_documents)
+        self.reset(0)
+
+    @property
+    def seq_len(self) -> int:
+        """Tokens per sample (fixed when the dataset is made: the plan's samples are its windows)."""
+        return self.__dict__["_seq_len"]
+
+    @property
+    def tail_tokens(self) -> int:
+        """Tokens that are no label in an epoch: each shard's first token, and what cannot fill its last
+        window (fewer than ``seq_len`` per shard)."""
+        return int(self.token_manifest.tokens["total"] - self.manifest.num_samples * self.seq_len)
+
+    @property
+    def tokens_per_sample(self) -> int:
+        """Labels per sample (``seq_len``): the unit of a token-weighted mix."""
+        return self.seq_len
+
+    def samples_at(self, ids: np.ndarray, offsets: np.ndarray) -> dict[str, Any]:
+        """A batch of the windows ``offsets`` of shards ``ids`` (plan samples), with ``cu_seqlens`` and
+        ``max_seqlen``: how a mix of sources reads this one."""
+        batch: dict[str, Any] = self.windows(self._open_shards(), np.asarray(ids), np.asarray(offsets))
+        batch.update(varlen_fields(batch["position_ids"].numpy()))
+        return batch
+
+    @property
+    def raw(self) -> bool:
+        return False
+
+    @property
+    def default_collate(self) -> bool:
+        """Batches are made here, in tensors a worker's transport sends cheaply (as :func:`collate`'s are)."""
+        return True
+
+    def _open_shards(self) -> OpenShards:
+        verify, shards = self.__dict__.get("_shards", (None, None))
+        if shards is None or verify != self.verify_checksums:
+            fetcher = ShardFetcher(self.store, self.token_manifest, self.disk_cache,
+                                   verify_local=self.verify_checksums)
+            shards = TokenShards(self.store, self.token_manifest, self.manifest.samples, fetcher)
+            self.__dict__["_shards"] = (self.verify_checksums, shards)
+        shards.fit_window(self.window if self.shuffle else 1)
+        return shards
+
+    def _batches(self, chunks: Iterable[Chunk], shards: OpenShards, sender: Any, seed_epoch: int | None,
+                 check: Any) -> Iterator[Any]:
+        for _, ids, offsets in chunks:
+            if self.batch_size is None:
+                yield {k: v[0] for k, v in self.windows(shards, ids, offsets).items()}
+                continue
+            if sender is not None:
+                with sender.batch() as ship:  # tensors are allocated in the sender's arena inside this block
+                    batch = self.windows(shards, ids, offsets)
+                    batch.update(varlen_fields(batch["position_ids"].numpy()))
+                    shipment = ship(batch)
+                yield shipment
+                continue
+            batch = self.windows(shards, ids, offsets)
+            batch.update(varlen_fields(batch["position_ids"].numpy()))
+            if check is not None:
+                check, first = None, check
+                first(batch)
+            yield batch
+
+    def windows(self, shards: OpenShards, ids: np.ndarray, offsets: np.ndarray) -> dict[str, torch.Tensor]:
+        """The windows ``offsets`` of shards ``ids`` as ``input_ids``, ``labels`` and ``position_ids`` rows."""
+        length, rows = self.seq_len, len(ids)
+        out = {name: _empty((rows, length), torch.int64) for name in ("input_ids", "labels", "position_ids")}
+        inputs, labels, positions = (t.numpy() for t in out.values())
+        # positions: each row's cumulative maximum of the document starts inside it (see window_positions)
+        base = np.full((rows, length + 1), _LOWEST, np.int64)
+        inner: list[np.ndarray] = []
+        for i, (shard, window) in enumerate(zip(ids.tolist(), offsets.tolist())):
+            reader = shards.get(shard)
+            start = window * length
+            tokens = reader.tokens[start : start + length + 1]
+            inputs[i] = tokens[:-1]
+            labels[i] = tokens[1:]
+            doc = reader.offsets
+            first = int(doc.searchsorted(start, side="right")) - 1
+            last = int(doc.searchsorted(start + length + 1, side="left"))
+            base[i, 0] = doc[first] - start
+            inner.append(doc[first + 1 : last] - start)
+        counts = np.fromiter(map(len, inner), np.int64, rows)
+        if counts.any():
+            cols = np.concatenate(inner)
+            base[np.repeat(np.arange(rows), counts), cols] = cols
+        where = np.arange(length + 1) - np.maximum.accumulate(base, axis=1)
+        positions[:] = where[:, :-1]
+        if self.mask_across_documents:
+            labels[where[:, 1:] == 0] = IGNORE_INDEX
+        return out
+
+
+__all__ = ["IGNORE_INDEX", "TokenDataset", "token_collate", "varlen_fields", "window_positions"]

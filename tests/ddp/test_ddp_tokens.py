@@ -1,0 +1,60 @@
+"""A real ``torchrun --nproc-per-node=2`` run trains on a token dataset, stops mid-epoch, and resumes
+on three ranks: every token is a label exactly once over the two runs (minus the stated tails)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.ddp.test_ddp import free_port
+from tests.token_corpus import pack_positions
+
+SCRIPT = Path(__file__).with_name("token_trainer.py")
+
+
+def torchrun(nproc: int, dataset: str, out: Path, *args: str) -> dict:
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
+        env.pop(name, None)
+    command = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={nproc}", "--nnodes=1",
+               "--master-addr=127.0.0.1", f"--master-port={free_port()}", str(SCRIPT), dataset, str(out), *args]
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=240, env=env,
+                              cwd=Path(__file__).parents[2])
+    except subprocess.TimeoutExpired as exc:
+        pytest.fail(f"torchrun timed out after 240 s\n{exc.stdout}\n{exc.stderr}")
+    assert done.returncode == 0, f"torchrun failed ({done.returncode})\n{done.stdout}\n{done.stderr[-6000:]}"
+    return json.loads((out / f"result-{args[args.index('--mode') + 1]}.json").read_text())
+
+
+def test_torchrun_trains_stops_and_resumes_on_another_world_size(tmp_path):
+    lengths = [7, 30, 3, 12, 50, 9, 21, 4, 16, 28, 5, 40]  # 225 tokens
+    url, offsets = pack_positions(tmp_path, lengths, shard_size="120B")
+    out = tmp_path / "out"
+    out.mkdir()
+    first = torchrun(2, url, out, "--mode", "stop", "--stop-after", "3")
+    assert [r["batches"] for r in first["ranks"]] == [3, 3]
+    assert first["ranks"][0]["state"] == first["ranks"][1]["state"]  # every rank saves the same state
+    second = torchrun(3, url, out, "--mode", "resume")
+    assert len({r["batches"] for r in second["ranks"]}) == 1  # equal batches per rank: no hang in DDP
+    assert all(r["finite"] for run in (first, second) for r in run["ranks"])  # the model trained
+    labels = Counter(t for run in (first, second) for r in run["ranks"] for t in r["labels"])
+    assert max(labels.values()) == 1  # no token is a label twice
+    from shardstream import TokenDataset
+    from shardstream.manifest.token_stats import shard_tokens
+
+    ends = np.cumsum(shard_tokens(TokenDataset(url, 4).token_manifest))
+    possible = set()
+    for a, b in zip(np.concatenate([[0], ends[:-1]]).tolist(), ends.tolist()):
+        possible |= set(range(a + 1, a + 1 + (b - a - 1) // 4 * 4))
+    assert set(labels) <= possible
+    windows = len(possible) // 4
+    # drop_last leaves out fewer windows than ranks at each split (2, then 3)
+    assert windows - len(labels) // 4 < 2 + 3
