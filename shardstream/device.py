@@ -23,9 +23,12 @@ import collections
 import logging
 import warnings
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
+from time import perf_counter_ns
 from typing import Any
 
 import torch
+
+from .loader.stats import Callback, DeviceStats, LoaderStats, StepClock, report
 
 log = logging.getLogger("shardstream")
 
@@ -167,19 +170,55 @@ class DeviceLoader:
         self._stream = torch.cuda.Stream(self.device) if self.cuda else None
         self._in_flight = 0  # batches taken from ``loader`` that the training loop has not received
         self._warned_state = False
+        self._steps = StepClock()
 
     def __len__(self) -> int:
         return len(self.loader)  # TypeError when the wrapped iterable has no length, as for any iterable
 
     def __iter__(self) -> Iterator[Any]:
-        return self._iter_cuda() if self.cuda else self._iter_plain()
+        steps = self._steps
+        steps.begin()
+        batches = self._iter_cuda() if self.cuda else self._iter_plain()
+        try:
+            for batch in batches:
+                steps.handed()
+                yield batch
+                steps.asked()
+        finally:
+            batches.close()  # its own clean-up (copies in flight) before anyone asks for the state
+
+    def stats(self) -> DeviceStats:
+        """The wrapped :class:`ShardLoader`'s stats, the host-to-device copies, and how much of the training
+        loop's step time went to waiting for a batch (``data_wait_fraction``, with a one-line ``verdict``)."""
+        inner = self.loader.stats() if callable(getattr(self.loader, "stats", None)) else None
+        s = self._steps
+        return DeviceStats(loader=inner if isinstance(inner, LoaderStats) else None, steps=s.steps,
+                           wait_s=s.wait_ns / 1e9, compute_s=s.compute_ns / 1e9, copy_s=s.copy_ns / 1e9,
+                           h2d_bytes=s.h2d_bytes, history=[(w / 1e9, c / 1e9) for w, c in s.history])
+
+    def report_stats(self, every: int = 100, callback: Callback | None = None) -> None:
+        """Every ``every`` batches, pass ``stats().scalars()`` to ``callback`` (``wandb.log``, Lightning's
+        ``log_dict``), or without one log a line at INFO with the verdict; ``every=0`` stops."""
+        if every < 0:
+            raise ValueError(f"every must be 0 (off) or more, not {every}")
+        self._steps.every, self._steps.report = every, (lambda: report(self.stats(), callback))
 
     # -- without CUDA streams ----------------------------------------------------------
     def _iter_plain(self) -> Iterator[Any]:
         device, non_blocking = self.device, self.non_blocking and self.device.type != "cpu"
         self._in_flight = 0
+        steps = self._steps
+
+        def move(t: torch.Tensor) -> torch.Tensor:
+            if t.device != device:
+                steps.h2d_bytes += t.nbytes
+            return t.to(device, non_blocking=non_blocking)
+
         for batch in self.loader:
-            yield self._convert(map_tensors(lambda t: t.to(device, non_blocking=non_blocking), batch))
+            started = perf_counter_ns()
+            moved = self._convert(map_tensors(move, batch))
+            steps.copy_ns += perf_counter_ns() - started
+            yield moved
 
     # -- CUDA --------------------------------------------------------------------------
     def _iter_cuda(self) -> Iterator[Any]:
@@ -211,13 +250,14 @@ class DeviceLoader:
                 self._in_flight = len(queue)
                 done.append(item)
                 while done and done[0].event.query():
-                    done.popleft()
+                    self._copied(done.popleft())
                 yield self._hand_over(item)  # not kept here: the training loop decides when it goes
             if failure is not None and not isinstance(failure, StopIteration):
                 raise failure
         finally:
             for item in (*done, *queue):
                 item.event.synchronize()  # no host memory is let go while a copy may still read it
+                self._copied(item)
             self._in_flight = len(queue)  # after a break: copied ahead, never handed out, so not consumed
 
     def _hand_over(self, item: _InFlight) -> Any:
@@ -230,6 +270,10 @@ class DeviceLoader:
         batch, item.batch, item.outputs = item.batch, None, []
         return batch
 
+    def _copied(self, item: _InFlight) -> None:
+        """Count a finished copy's time (CUDA events on the side stream)."""
+        self._steps.copy_ns += int(item.start.elapsed_time(item.event) * 1e6)
+
     def _send(self, batch: Any) -> _InFlight:
         """Pin, copy and convert ``batch`` on the side stream; returns it with its event."""
         stream = self._stream
@@ -241,18 +285,22 @@ class DeviceLoader:
         def copy(t: torch.Tensor) -> torch.Tensor:
             if t.device == device:
                 t.record_stream(stream)  # read on the side stream, made on another
-            elif non_blocking and t.device.type == "cpu":
+            else:
+                self._steps.h2d_bytes += t.nbytes
+            if t.device != device and non_blocking and t.device.type == "cpu":
                 if self.pin and not t.is_pinned():
                     t = t.pin_memory()
                 hosts.append(t)
             return t.to(device, non_blocking=non_blocking)
 
         with torch.cuda.stream(stream):
+            start = torch.cuda.Event(enable_timing=True)
+            start.record(stream)
             moved = self._convert(map_tensors(copy, batch))
-            event = torch.cuda.Event()
+            event = torch.cuda.Event(enable_timing=True)
             event.record(stream)
         outputs = [t for t in _tensors(moved) if t.is_cuda]
-        return _InFlight(moved, outputs, hosts, event)
+        return _InFlight(moved, outputs, hosts, event, start)
 
     # -- resume ------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
@@ -275,10 +323,10 @@ class DeviceLoader:
 
 
 class _InFlight:
-    __slots__ = ("batch", "outputs", "hosts", "event")
+    __slots__ = ("batch", "outputs", "hosts", "event", "start")
 
-    def __init__(self, batch: Any, outputs: list[torch.Tensor], hosts: list[torch.Tensor], event: Any):
-        self.batch, self.outputs, self.hosts, self.event = batch, outputs, hosts, event
+    def __init__(self, batch: Any, outputs: list[torch.Tensor], hosts: list[torch.Tensor], event: Any, start: Any):
+        self.batch, self.outputs, self.hosts, self.event, self.start = batch, outputs, hosts, event, start
 
 
 _warned_cpu_fallback = False

@@ -259,6 +259,9 @@ class FakeEvent:
     def synchronize(self) -> None:
         self.synchronized = self.done = True
 
+    def elapsed_time(self, end: FakeEvent) -> float:
+        return 0.5  # milliseconds
+
 
 class FakeStream:
     def __init__(self):
@@ -276,7 +279,7 @@ def fake_cuda(monkeypatch):
     consumer = FakeStream()
     events: list[FakeEvent] = []
 
-    def event():
+    def event(enable_timing: bool = False):  # two per batch: its copy's start, then its end
         events.append(FakeEvent())
         return events[-1]
 
@@ -307,7 +310,7 @@ def test_cuda_path_copies_prefetch_batches_ahead_and_waits_for_each_batch_s_own_
         got.append(i)
         assert batch["x"].device.type == "meta"
         assert pulled == list(range(min(i + 3, 5)))  # this batch and two more already sent
-        assert fake_cuda.consumer.waited[-1] is fake_cuda.events[i]  # exactly this batch's copy
+        assert fake_cuda.consumer.waited[-1] is fake_cuda.events[2 * i + 1]  # exactly this batch's copy
         assert loader._in_flight == min(2, 4 - i)
     assert got == [0, 1, 2, 3, 4] and len(fake_cuda.consumer.waited) == 5
 
@@ -327,12 +330,12 @@ def test_cuda_path_keeps_host_tensors_until_their_copy_is_done(fake_cuda):
     next(it)
     gc.collect()
     assert all(h() is not None for h in hosts)  # no copy has finished: every source is still referenced
-    fake_cuda.events[0].done = True
+    fake_cuda.events[1].done = True
     next(it)
     gc.collect()
     assert hosts[0]() is None and hosts[1]() is not None  # let go once its own copy is done, not before
     it.close()
-    assert all(e.synchronized for e in fake_cuda.events[1:])  # an early stop waits for the copies in flight
+    assert all(e.synchronized for e in fake_cuda.events[3::2])  # an early stop waits for the copies in flight
 
 
 def test_cuda_path_state_counts_batches_copied_ahead_as_not_consumed(fake_cuda, image_url):
@@ -382,3 +385,51 @@ def test_cuda_path_raises_an_error_after_the_batches_before_it(fake_cuda):
         for b in fake_cuda.make(source(), prefetch=3):
             got.append(b.shape)
     assert len(got) == 2
+
+
+# -- stats: the training loop's wait for data against its step, and the copies ------------------
+
+def test_device_stats_count_every_step_and_carry_the_loader_s(image_url):
+    device = DeviceLoader(ShardDataset(image_url, seed=3).loader(batch_size=4, num_workers=0), "cpu")
+    assert device.stats().verdict() == "no batches yet"
+    batches = list(device)
+    s = device.stats()
+    assert s.steps == len(batches) == len(s.history) == 4
+    assert s.loader is not None and s.loader.samples == 16 and s.loader.decode_s > 0
+    assert s.h2d_bytes == 0  # already where it goes
+    assert 0 <= s.data_wait_fraction <= 1 and s.wait_s > 0 and s.compute_s >= 0
+    d = s.as_dict()
+    assert d["steps"] == 4 and d["samples"] == 16 and d["verdict"] == s.verdict()
+    assert "history" not in d and "verdict" not in s.scalars() and s.scalars()["h2d_bytes"] == 0.0
+
+
+def test_device_stats_count_the_bytes_copied_and_report_every_n_steps():
+    batches = [{"x": torch.zeros(4, 8, dtype=torch.float32), "y": torch.ones(4, dtype=torch.int64)}] * 5
+    device = DeviceLoader(batches, "cpu", pin=False)
+    device.device = torch.device("meta")  # a device other than the batches': every tensor crosses
+    got: list[dict[str, float]] = []
+    device.report_stats(every=2, callback=got.append)
+    list(device)
+    s = device.stats()
+    assert s.h2d_bytes == 5 * (4 * 8 * 4 + 4 * 8) and s.loader is None
+    assert [d["steps"] for d in got] == [2.0, 4.0]
+    assert s.verdict().split(":")[0] in ("input-bound", "compute-bound")
+
+
+def test_device_stats_data_wait_fraction_and_verdict_from_known_times():
+    from shardstream.loader.stats import DeviceStats, LoaderStats
+
+    inner = LoaderStats(batches=10, decode_s=8.0, read_s=1.0)
+    s = DeviceStats(loader=inner, steps=10, wait_s=3.0, compute_s=1.0, copy_s=0.1, h2d_bytes=0, history=[])
+    assert s.data_wait_fraction == 0.75
+    assert s.verdict().startswith("input-bound: 75% of step time waiting for data; decode dominates; try more workers")
+    quiet = DeviceStats(loader=inner, steps=10, wait_s=0.01, compute_s=1.0, copy_s=0.1, h2d_bytes=0, history=[])
+    assert quiet.verdict() == "compute-bound: 1% of step time waiting for data; the input pipeline keeps up"
+
+
+def test_cuda_path_times_each_copy_with_its_events(fake_cuda):
+    loader = fake_cuda.make([{"x": torch.zeros(3)} for _ in range(4)], prefetch=2)
+    list(loader)
+    s = loader.stats()
+    assert s.steps == 4 and s.copy_s == pytest.approx(4 * 0.5e-3)  # every copy counted once, when done
+    assert s.h2d_bytes == 4 * 3 * 4

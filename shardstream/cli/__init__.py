@@ -3,12 +3,13 @@ cat); ``check`` (verify, index). ``common`` holds the group, the storage flags, 
 one-line errors and the terminal-safe printing (``safe``) they all share.
 """
 
+from .bench import bench
 from .check import index_, verify
 from .common import cli, storage_option
 from .pack import pack
 from .show import cat, info, ls_
 
-__all__ = ["cat", "cli", "index_", "info", "ls_", "main", "pack", "storage_option", "verify"]
+__all__ = ["bench", "cat", "cli", "index_", "info", "ls_", "main", "pack", "storage_option", "verify"]
 
 
 def main() -> None:

@@ -17,6 +17,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable, Iterable
+from time import perf_counter_ns
 from typing import Any
 
 import numpy as np
@@ -27,6 +28,7 @@ from ..errors import ShardstreamError, TransformError, UsageError
 from ..manifest import Manifest
 from ..storage import Store
 from .collate import MappedBytes
+from .counters import StageCounters
 from .decode import Decoder
 from .readers import OpenShards
 
@@ -105,6 +107,8 @@ class SampleReader:
         self.on_error = "raise"
         self.raw = True
         self.count = SkipCount()
+        self.stats = StageCounters()  # stage times and counts of every process (shardstream.loader.stats)
+        self._decode_ns = self._transform_ns = 0  # this batch's so far (see _account)
         self.candidates: Callable[[], Iterable[tuple[int, int]]] | None = None
         self.last_good: Any = None
         self.last_row: Any = None  # Arrow batch mode: the last good row, as a one-row table
@@ -138,7 +142,11 @@ class SampleReader:
         """One sample, decoded and transformed (raw views when batches keep bytes)."""
         if self.raw and batched:
             return shards.get(shard).views(offset)  # collated (copied once) before anyone else sees it
-        sample = self.decoder(shards.get(shard).sample(offset))
+        stored = shards.get(shard).sample(offset)
+        started = perf_counter_ns()
+        sample = self.decoder(stored)
+        decoded = perf_counter_ns()
+        self._decode_ns += decoded - started
         if self.transform is None:
             return sample
         try:
@@ -150,9 +158,12 @@ class SampleReader:
                 f"the transform raised {type(exc).__name__} on sample {offset}{f' ({key!r})' if key else ''} "
                 f"of {where}: {exc}; an error in the transform's code is not skipped by on_error='skip': "
                 "fix the transform (or catch the error in it)") from exc
+        finally:
+            self._transform_ns += perf_counter_ns() - decoded
 
     def load(self, shards: OpenShards, ids: np.ndarray, offsets: np.ndarray, batched: bool) -> list[Any]:
         """The samples at (``ids``, ``offsets``); a failure raises naming shard and sample, or is skipped."""
+        started = perf_counter_ns()
         out: list[Any] = []
         failed: Failures = {}
         for shard, offset in zip(ids.tolist(), offsets.tolist()):
@@ -170,11 +181,13 @@ class SampleReader:
             self.last_good = sample
         if failed:
             self._skipped(failed)
+        self._account(shards, started, len(out))
         return out
 
     def load_mapped(self, shards: OpenShards, ids: np.ndarray, offsets: np.ndarray) -> dict[str, Any] | None:
         """Raw bytes of a local tar batch as locations in the shard files (see MappedBytes);
         None if this batch cannot be put so (a field some samples lack, a shard that fails)."""
+        started = perf_counter_ns()
         try:
             readers = [shards.get(int(s)) for s in ids]
         except Exception:
@@ -192,11 +205,13 @@ class SampleReader:
             spans = np.array([e[name] for e in entries], dtype=np.int64).reshape(-1, 2)
             batch[name] = MappedBytes(paths, local.astype(np.int32), spans[:, 0], spans[:, 1],
                                       [getattr(shards.get(int(s)), "identity", None) for s in used])
+        self._account(shards, started, len(ids))
         return batch
 
     def load_columns(self, shards: OpenShards, ids: np.ndarray, offsets: np.ndarray) -> dict[str, Any]:
         """Arrow batch mode: rows gathered with ``take`` per shard, columns to tensors, no per-row Python.
         Rows of a shard that fails are raised, or (skip) replaced by the last good row before them."""
+        started = perf_counter_ns()
         table = None
         if (ids == ids[0]).all() and (np.diff(offsets) == 1).all():  # unshuffled: a zero-copy slice
             with contextlib.suppress(Exception):  # a shard that fails: the general path raises or skips it
@@ -205,7 +220,26 @@ class SampleReader:
             table = self._gather(shards, ids, offsets)
         if self.on_error == "skip":
             self.last_row = table.slice(len(offsets) - 1, 1)
-        return {name: column_to_batch(table.column(name)) for name in table.column_names}
+        batch = {name: column_to_batch(table.column(name)) for name in table.column_names}
+        self._account(shards, started, len(offsets))
+        return batch
+
+    def _account(self, shards: OpenShards, started: int, samples: int) -> None:
+        """Add a batch's counts and stage times: what decode and transform did not take was reading,
+        except the time spent waiting for shards being downloaded."""
+        waited, shards.waited_ns = getattr(shards, "waited_ns", 0), 0
+        decode, transform, self._decode_ns, self._transform_ns = self._decode_ns, self._transform_ns, 0, 0
+        read = perf_counter_ns() - started - decode - transform - waited
+        self.stats.add(samples=samples, wait_ns=waited, read_ns=max(read, 0), decode_ns=decode,
+                       transform_ns=transform)
+
+    def collate(self, collate_fn: Callable[[list[Any]], Any], samples: list[Any]) -> Any:
+        """``collate_fn(samples)``, timed."""
+        started = perf_counter_ns()
+        try:
+            return collate_fn(samples)
+        finally:
+            self.stats.add(collate_ns=perf_counter_ns() - started)
 
     def _gather(self, shards: OpenShards, ids: np.ndarray, offsets: np.ndarray) -> Any:
         import pyarrow as pa
@@ -246,6 +280,7 @@ class SampleReader:
             if isinstance(exc, ShardstreamError):
                 raise type(exc)(f"{where}: {detail}") from exc
             raise ShardstreamError(f"{where}: {detail}") from exc
+        self.stats.skipped(shard, offset)
         if shard not in failed:
             failed[shard] = [0, f"the shard does not load: {text}" if _fails(shards, shard) else f"the first, {detail}"]
         failed[shard][0] += count

@@ -26,6 +26,7 @@ from ..manifest import open_dataset
 from ..storage import Prefetcher, ShardFetcher
 from ..storage.settings import DEFAULT, StorageSettings
 from .collate import collate
+from .counters import CountedShards
 from .decode import Decoder, DecodeSpec, FieldSpec
 from .ranks import resolve_rank
 from .readers import Chunk, OpenShards, looking_ahead, release_stale_maps
@@ -262,7 +263,7 @@ class ShardDataset(Resumable, IterableDataset):
         prefetcher = None
         if not self.store.local:  # fetch the next shards of this worker's plan while it reads these
             prefetcher = Prefetcher(shards.load, lambda i: int(self.manifest.nbytes[i]), self.storage.prefetch_bytes)
-            shards.take = prefetcher.take
+            shards.take = shards.timed(prefetcher.take)
         if prefetcher is not None or self.manifest.shard_format != "tar":  # decompressed shards: let go of passed ones
             chunks = looking_ahead(chunks, -(-2 * self.window // (chunk * num_workers)) + 1, prefetcher, shards)
         try:
@@ -317,10 +318,10 @@ class ShardDataset(Resumable, IterableDataset):
                     continue
                 if sender is not None:
                     with sender.batch() as ship:  # collate allocates in the sender's arena inside this block
-                        shipment = ship(checked(self.collate_fn(samples)))
+                        shipment = ship(checked(self._samples.collate(self.collate_fn, samples)))
                     yield shipment  # outside the block: its allocator must not stay active while suspended
                     continue
-                batch = self.collate_fn(samples)
+                batch = self._samples.collate(self.collate_fn, samples)
             yield checked(batch)
 
     def _sender(self, info: Any, setup: LoaderSetup) -> Any:
@@ -337,7 +338,7 @@ class ShardDataset(Resumable, IterableDataset):
         verify, shards = self.__dict__.get("_shards", (None, None))
         if shards is None or verify != self.verify_checksums:
             fetcher = ShardFetcher(self.store, self.manifest, self.disk_cache, verify_local=self.verify_checksums)
-            shards = OpenShards(self.store, self.manifest, fetcher=fetcher)
+            shards = CountedShards(self.store, self.manifest, fetcher=fetcher, stats=self._samples.stats)
             self.__dict__["_shards"] = (self.verify_checksums, shards)
         shards.fit_window(self.window if self.shuffle else 1)  # as many open as one window reads
         return shards

@@ -37,6 +37,7 @@ from ..dataset import setup as _readers
 from ..dataset.collate import split
 from ..errors import ShardstreamError
 from . import guards
+from .stats import Callback, LoaderStats, StatsRecorder
 from .transport import Receiver, Ring
 
 log = logging.getLogger("shardstream")
@@ -166,6 +167,7 @@ class ShardLoader(DataLoader):
         self._batches = 0
         self._last: tuple[dict[str, Any], int, int] | None = None  # the pass that finished: start, batches, generation
         self._shm_measured = num_workers == 0 or shm_check == "off"
+        self._stats = StatsRecorder(dataset)
 
     def _check_shm(self, batch_bytes: int, num_workers: int, kwargs: dict[str, Any], ring: bool,
                    ring_slots: int, basis: str) -> None:
@@ -209,8 +211,10 @@ class ShardLoader(DataLoader):
         ds = self.dataset
         ds._refresh_rank()  # rank and world size as they are when the pass starts
         start, generation = ds._pass_state(), ds.generation
-        expected = -(-ds.remaining() // self.samples_per_batch)
+        left = ds.remaining()
+        expected = -(-left // self.samples_per_batch)
         self._start, self._generation, self._batches = start, generation, 0
+        self._stats.begin()
         skipped = self.dataset.skipped
         per_chunk = self._setup.batches_per_chunk
         receiver = self._receiver
@@ -231,7 +235,9 @@ class ShardLoader(DataLoader):
                 last = self._batches >= expected
                 if last:  # before handing out the last batch: a consumer that knows len() (Lightning) stops here
                     self._finish(start, generation, skipped)
+                self._stats.delivered(min(self.samples_per_batch, left - (self._batches - 1) * self.samples_per_batch))
                 yield batch
+                self._stats.resumed()
                 if last:  # the plan has no more; a worker starting this late would read the next epoch
                     return
         self._finish(start, generation, skipped)
@@ -264,6 +270,16 @@ class ShardLoader(DataLoader):
     def skipped(self) -> int:
         """Samples its dataset replaced under ``on_error="skip"``, in every worker (``dataset.skipped``)."""
         return self.dataset.skipped
+
+    def stats(self) -> LoaderStats:
+        """Batches and samples delivered, bytes read, stage times and skips, over all workers since this
+        loader was made (see :mod:`shardstream.loader.stats`); ``.verdict()`` says what to fix."""
+        return self._stats.stats()
+
+    def report_stats(self, every: int = 100, callback: Callback | None = None) -> None:
+        """Every ``every`` batches, pass ``stats().scalars()`` to ``callback`` (a logger's: W&B's ``wandb.log``,
+        Lightning's ``log_dict``), or without one log a line at INFO; ``every=0`` stops."""
+        self._stats.report_every(every, callback)
 
     @staticmethod
     def _new_table(num_workers: int, slots: int) -> torch.Tensor:

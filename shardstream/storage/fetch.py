@@ -16,6 +16,7 @@ import fcntl
 import hashlib
 import os
 import re
+import time
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
@@ -55,6 +56,7 @@ class ShardFetcher:
         self.cache = cache if cache is not None or store.local else DiskCache()
         self.verify = verify
         self.verify_local = verify_local
+        self.on_download: Callable[[int, int], None] | None = None  # (bytes, nanoseconds) of each download
 
     def digest(self, shard: int) -> str:
         """The manifest's sha256 of ``shard`` (lower case), or ``""`` when it has none."""
@@ -97,7 +99,11 @@ class ShardFetcher:
                 return "its sha256 differs from the manifest's"
             return None
 
-        return self.store.read_bytes(self.manifest.paths[shard], nbytes=expected, check=check, advice=_ADVICE)
+        started = time.perf_counter_ns()
+        data = self.store.read_bytes(self.manifest.paths[shard], nbytes=expected, check=check, advice=_ADVICE)
+        if self.on_download is not None:
+            self.on_download(len(data), time.perf_counter_ns() - started)
+        return data
 
     def _checked_local(self, shard: int) -> Any:
         """A local shard, mapped, whose sha256 matched the manifest's on this host since it last changed."""
