@@ -24,6 +24,7 @@ __all__ = [
     "LengthBucketing",
     "Manifest",
     "ManifestError",
+    "MixedDataset",
     "PackResult",
     "ShardDataset",
     "ShardLoader",
@@ -44,6 +45,7 @@ __all__ = [
 _LAZY = {  # name -> module: these import torch (seconds); packing and the command line never need it
     "ShardDataset": "dataset",
     "TokenDataset": "dataset",
+    "MixedDataset": "dataset",
     "LengthBucketing": "dataset",
     "ShardLoader": "loader",
     "DeviceLoader": "device",

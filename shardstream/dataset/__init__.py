@@ -6,6 +6,8 @@ once), decodes (``decode``), transforms and collates them (``collate``: batches 
 tensors; ``samples``: the three ways to a batch), reseeding the worker's generators per batch
 (``seeding``). ``TokenDataset`` (``tokens``) reads token shards as windows of tokens, and
 ``LengthBucketing`` (``lengths``) batches variable-length samples within a token budget.
+``MixedDataset`` (``mixed``; batches put together in ``mix_batches``) reads several datasets as
+one by weight, on the order :mod:`shardstream.plan.mix` gives.
 A dataset's position in the epoch and the resume state made from it live in ``state``;
 ``ranks`` says which rank it is. Everything here runs where the batches are made: in the
 workers, or in the main process without workers.
@@ -14,6 +16,7 @@ workers, or in the main process without workers.
 from .collate import FieldCollate, MappedBytes, RaggedBytes, pad_sequences
 from .decode import DecodeError, Decoder
 from .lengths import LengthBucketing
+from .mixed import MixedDataset
 from .ranks import resolve_rank
 from .setup import LoaderSetup
 from .shard_dataset import ShardDataset
@@ -26,6 +29,7 @@ __all__ = [
     "LengthBucketing",
     "LoaderSetup",
     "MappedBytes",
+    "MixedDataset",
     "RaggedBytes",
     "ShardDataset",
     "TokenDataset",

@@ -33,7 +33,7 @@ from .readers import Chunk, OpenShards, looking_ahead, release_stale_maps
 from .samples import SampleReader
 from .seeding import seed_batch
 from .setup import LoaderSetup, reader_is, refuse_change, refuse_foreign_reader, refuse_reconfiguration
-from .state import Resumable, SharedPosition, next_epoch, order_key, progress_state, resolve_window, to_state
+from .state import Position, Resumable, SharedPosition, next_epoch, order_key, progress_state, resolve_window, to_state
 
 
 class ShardDataset(Resumable, IterableDataset):
@@ -232,11 +232,7 @@ class ShardDataset(Resumable, IterableDataset):
         self.decoder.copied_later = batched and self.transform is None and self.default_collate
         info = get_worker_info()
         num_workers, worker_id = (info.num_workers, info.id) if info is not None else (1, 0)
-        current = self._current_setup()
-        own = current is not None and reader_is(current, info is not None)
-        if current is not None and not own:
-            refuse_foreign_reader(info is not None)
-        p, skip = (self._position.get(), 0) if own else self._foreign_position(info)
+        p, skip, own = self._pass_start(info)
         span = p.span(self.drop_last)
         order = plan.EpochOrder.create(self.manifest.samples, self.seed, p.epoch, self.shuffle, self.window)
         order = order.restrict(*plan.span_bounds(p.segment, span))  # keep only this rank's shards
@@ -271,24 +267,40 @@ class ShardDataset(Resumable, IterableDataset):
             reseed = info is not None and setup.seed_workers and user_code  # augmentations per batch, reproducibly
             check = setup.check_first_batch if info is not None else None
             items = self._batches(chunks, shards, sender, p.epoch if reseed else None, check)
-            if own:
-                yield from items
-            else:  # another DataLoader (a StatefulDataLoader): keep this process's progress for state_dict()
-                key, done = order_key(self), skip
-                for item in items:
-                    done += 1
-                    self.__dict__["_progress"] = progress_state(p, key, span, chunk, done, num_workers, worker_id)
-                    yield item
-                following = next_epoch(p, self.manifest.num_samples)
-                self.__dict__["_progress"] = to_state(following, key)
-                if info is None:  # a finished pass moves on to the next epoch
-                    self.reset(p.epoch + 1)
-                else:
-                    self.__dict__["_local"] = (self._position.generation, following, 0)
+            yield from self._tracked(items, p, skip, own, span, chunk, info)
         finally:
             if prefetcher is not None:
                 prefetcher.close()
                 shards.take = None
+
+    def _pass_start(self, info: Any) -> tuple[Position, int, bool]:
+        """Where this pass starts, chunks of this worker to skip, and whether the configuring loader reads."""
+        current = self._current_setup()
+        own = current is not None and reader_is(current, info is not None)
+        if current is not None and not own:
+            refuse_foreign_reader(info is not None)
+        p, skip = (self._position.get(), 0) if own else self._foreign_position(info)
+        return p, skip, own
+
+    def _tracked(self, items: Iterable[Any], p: Position, skip: int, own: bool, span: tuple[int, int], chunk: int,
+                 info: Any) -> Iterator[Any]:
+        """``items``; read by another DataLoader (a StatefulDataLoader), keeping this process's progress
+        for ``state_dict()`` and moving a finished pass on to the next epoch."""
+        if own:
+            yield from items
+            return
+        num_workers, worker_id = (info.num_workers, info.id) if info is not None else (1, 0)
+        key, done = order_key(self), skip
+        for item in items:
+            done += 1
+            self.__dict__["_progress"] = progress_state(p, key, span, chunk, done, num_workers, worker_id)
+            yield item
+        following = next_epoch(p, self.manifest.num_samples)
+        self.__dict__["_progress"] = to_state(following, key)
+        if info is None:
+            self.reset(p.epoch + 1)
+        else:
+            self.__dict__["_local"] = (self._position.generation, following, 0)
 
     def _batches(self, chunks: Iterable[Chunk], shards: OpenShards, sender: Any, seed_epoch: int | None,
                  check: Callable[[Any], None] | None) -> Iterator[Any]:

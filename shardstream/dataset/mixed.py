@@ -1,0 +1,356 @@
+"""``MixedDataset``: several datasets read as one, each by its weight, exactly and resumably.
+
+The mix's epoch is ``samples_per_epoch`` positions; :mod:`shardstream.plan.mix` says which source
+each position reads (exact quotas, every prefix in proportion) and which item of that source's
+endless stream of passes it is. From there the mix is a dataset like any other: ranks get equal
+spans of its order, workers get batch-size chunks, and ``state_dict()`` is the same few integers,
+so it resumes with another world size or number of workers. Each source keeps its own decode,
+transform, fields, shuffle and storage; the mix owns the split over ranks and workers. Every
+sample (and batch) carries ``__source__``, the index of the source it came from.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import itertools
+import json
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from time import perf_counter_ns
+from typing import Any
+
+import numpy as np
+from torch.utils.data import get_worker_info
+
+from .. import plan
+from ..errors import UsageError
+from ..plan.mix import MixSchedule, quotas, stream_items
+from .collate import collate
+from .counters import StageCounters
+from .mix_batches import _name, check_fields, merge_mapped, merge_tokens, tag
+from .seeding import seed_batch
+from .setup import LoaderSetup
+from .shard_dataset import ShardDataset
+from .state import SharedPosition
+from .tokens import TokenDataset
+
+_PASSES_KEPT = 2  # a chunk reaches at most two passes of a source (the end of one, the start of the next)
+
+
+@dataclass
+class MixManifest:
+    """What a loader asks of a dataset's manifest, for a mix: samples per epoch, bytes, fields, and a
+    fingerprint of everything that fixes the order (resume states are checked against it)."""
+
+    num_samples: int
+    total_bytes: int
+    fields: list[Any]
+    fingerprint: str
+    shard_format: str = "mixed"
+    paths: list[str] = field(default_factory=list)
+
+
+class MixCounters:
+    """The stage counters of every source, and the mix's own collate time, as one table."""
+
+    def __init__(self, sources: Sequence[ShardDataset]):
+        self.sources = tuple(sources)
+        self.own = StageCounters()
+
+    def add(self, **counts: int) -> None:
+        self.own.add(**counts)
+
+    def totals(self) -> dict[str, int]:
+        parts = [s._samples.stats.totals() for s in self.sources if hasattr(s._samples, "stats")]
+        out = self.own.totals()
+        for part in parts:
+            for name, value in part.items():
+                if name not in ("skip_shard", "skip_sample"):
+                    out[name] += value
+        out["skip_shard"] = out["skip_sample"] = -1  # a mix's skipped samples are each source's own
+        return out
+
+
+class _MixSamples:
+    """Where a loader finds a dataset's counters and skip count (``ShardDataset._samples``)."""
+
+    def __init__(self, sources: Sequence[ShardDataset]):
+        self.sources = tuple(sources)
+        self.stats = MixCounters(sources)
+
+    @property
+    def skipped(self) -> int:
+        return sum(s.skipped for s in self.sources)
+
+    @skipped.setter
+    def skipped(self, value: int) -> None:
+        for s in self.sources:
+            s.skipped = 0
+        if value:
+            raise ValueError("a mix's skipped count can only be reset to 0")
+
+
+def _weights(sources: Sequence[ShardDataset], weights: Sequence[float] | None) -> np.ndarray:
+    sizes = np.array([s.manifest.num_samples for s in sources], dtype=np.float64)
+    if weights is None:
+        return sizes / sizes.sum()
+    if isinstance(weights, dict) or len(weights) != len(sources):
+        found = len(weights) if hasattr(weights, "__len__") else type(weights).__name__
+        raise ValueError(f"MixedDataset got {found} weights for {len(sources)} sources; give one weight per source")
+    w = np.asarray([float(x) for x in weights], dtype=np.float64)
+    for i, x in enumerate(w):
+        if not np.isfinite(x) or x < 0:
+            raise ValueError(f"weight {weights[i]!r} of source {i} ({_name(sources[i])}) is not a number of 0 or "
+                             "more; weights are relative, e.g. [0.7, 0.2, 0.1]")
+    if w.sum() <= 0:
+        raise ValueError("every weight of the mix is 0: at least one source needs a positive weight")
+    return w / w.sum()
+
+
+class MixedDataset(ShardDataset):
+    """Read several datasets as one stream, each source in its exact proportion.
+
+    Args:
+        sources: :class:`ShardDataset` objects (all of them :class:`TokenDataset` of one ``seq_len``
+            for a token mix). Each keeps its decode, transform, fields, shuffle and storage
+            settings; their rank, world size and ``drop_last`` are the mix's.
+        weights: relative weights, normalised (default: the sources' sizes, a shuffled interleave
+            of all of them). For token sources they weigh tokens too (every sample is ``seq_len``).
+        samples_per_epoch: positions per epoch (default: the sum of the sources' sizes). Source
+            ``i`` gives exactly ``floor`` or ``ceil`` of ``w_i * samples_per_epoch`` per epoch,
+            reading its own passes endlessly: an upsampled source repeats, a downsampled one goes
+            on in the next epoch where it stopped.
+        seed: varies every source's passes (with each source's own seed); seed 0 reads pass ``k``
+            of a source in the order that source alone would read its epoch ``k``.
+        drop_last, rank, world_size: as for :class:`ShardDataset`.
+        collate_fn: makes a batch from sample dicts (default: :func:`shardstream.dataset.collate.collate`).
+    """
+
+    def __init__(self, sources: Sequence[ShardDataset], weights: Sequence[float] | None = None, *,
+                 samples_per_epoch: int | None = None, seed: int = 0, drop_last: bool = False,
+                 collate_fn: Callable[[list[Any]], Any] | None = None, rank: int | None = None,
+                 world_size: int | None = None):
+        sources = tuple(sources) if not isinstance(sources, ShardDataset) else (sources,)
+        if not sources:
+            raise ValueError("MixedDataset needs at least one source")
+        for i, s in enumerate(sources):
+            if not isinstance(s, ShardDataset) or isinstance(s, MixedDataset):
+                raise TypeError(f"source {i} of the mix is a {type(s).__name__}; give ShardDataset or TokenDataset "
+                                "objects (a mix of mixes: list their sources with the product of the weights)")
+        tokens = [isinstance(s, TokenDataset) for s in sources]
+        if any(tokens) and not all(tokens):
+            raise UsageError(f"source {tokens.index(not tokens[0])} of the mix is {'not ' if tokens[0] else ''}a "
+                             "TokenDataset while source 0 is" + ("" if tokens[0] else " not") +
+                             "; a batch cannot hold token windows and other samples: mix them separately")
+        if all(tokens) and len({s.seq_len for s in sources}) > 1:
+            lengths = [s.seq_len for s in sources]
+            raise UsageError(f"the token sources of the mix have seq_len {lengths}; give every source the same "
+                             "seq_len (a batch stacks their windows)")
+        w = _weights(sources, weights)
+        total = sum(s.manifest.num_samples for s in sources) if samples_per_epoch is None else samples_per_epoch
+        if isinstance(total, bool) or not isinstance(total, (int, np.integer)) or total < 1:
+            raise ValueError(f"samples_per_epoch must be a number of samples (1 or more), not {samples_per_epoch!r}")
+        q = quotas(w, int(total))
+        schedule = MixSchedule.create(q)
+        key = {"sources": [_source_key(s) for s in sources], "quota": q.tolist()}
+        fingerprint = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()
+        per_sample = [s.manifest.total_bytes / max(s.manifest.num_samples, 1) for s in sources]
+        names: dict[str, Any] = {}
+        for s in sources:
+            for f in s.manifest.fields:
+                names.setdefault(f["name"] if isinstance(f, dict) else str(f), f)
+        manifest = MixManifest(int(total), int(sum(b * n for b, n in zip(per_sample, q))), list(names.values()),
+                               fingerprint)
+        self.__dict__.update({"sources": sources, "manifest": manifest, "store": None, "storage": None,
+                              "disk_cache": None, "weights": w, "quota": q, "schedule": schedule,
+                              "tokens": all(tokens), "_fingerprint": fingerprint})
+        self.shuffle, self.seed, self.drop_last, self.window = True, int(seed), bool(drop_last), 1
+        self.decoder = self.transform = None
+        self.batch_size = None
+        self.collate_fn = collate_fn or collate
+        self.on_error, self.verify_checksums, self.seed_workers = "raise", False, True
+        self._samples = _MixSamples(sources)
+        self._setup: LoaderSetup | None = None
+        self._loader = None
+        self._explicit_rank = (rank, world_size)
+        self.rank, self.world_size = 0, 1
+        self.epoch = 0
+        self._position = SharedPosition()
+        self.reset(0)
+
+    # -- what a loader needs to know ----------------------------------------------------------
+    @property
+    def raw(self) -> bool:
+        return False
+
+    @property
+    def mapped(self) -> bool:
+        """Every source's raw batches travel as locations in local shard files, so the mix's do too."""
+        return not self.tokens and self.default_collate and all(s.mapped for s in self.sources)
+
+    @property
+    def columnar(self) -> bool:
+        return False
+
+    @property
+    def default_collate(self) -> bool:
+        return self.tokens or self.collate_fn is collate
+
+    @property
+    def prefetch(self) -> int:
+        return 0
+
+    @property
+    def counts(self) -> np.ndarray:
+        """Samples per source per epoch (the quotas)."""
+        return self.quota
+
+    @property
+    def sizes(self) -> list[int]:
+        """Samples in each source (in a pass of it)."""
+        return [s.manifest.num_samples for s in self.sources]
+
+    def worker_parts(self) -> dict[str, Any]:
+        parts: dict[str, Any] = {}
+        for i, s in enumerate(self.sources):
+            parts.update({f"{label} of source {i}": part for label, part in s.worker_parts().items()})
+        if not self.default_collate:
+            parts["the mix's collate_fn"] = self.collate_fn
+        return parts
+
+    # -- reading ------------------------------------------------------------------------------
+    def __iter__(self) -> Iterator[Any]:
+        setup = self.setup
+        info = get_worker_info()
+        num_workers, worker_id = (info.num_workers, info.id) if info is not None else (1, 0)
+        p, skip, own = self._pass_start(info)
+        span = p.span(self.drop_last)
+        batched = self.batch_size is not None
+        chunk = (self.batch_size or 1) * setup.batches_per_chunk
+        sender = self._sender(info, setup)
+        reader = MixReader(self, p.epoch, batched)
+        user_code = any(part is not None for part in self.worker_parts().values())
+        reseed = info is not None and setup.seed_workers and user_code
+        check = setup.check_first_batch if info is not None else None
+
+        def emit(make: Callable[[], Any]) -> Any:
+            nonlocal check
+            if sender is None:
+                batch = make()
+                if check is not None:
+                    check, first = None, check
+                    first(batch)
+                return batch
+            with sender.batch() as ship:  # batches are allocated in the sender's arena inside this block
+                batch = make()
+                if check is not None:
+                    check, first = None, check
+                    first(batch)
+                shipment = ship(batch)
+            return shipment
+
+        def items() -> Iterator[Any]:
+            for lo, hi in itertools.islice(plan.worker_chunks(span, chunk, num_workers, worker_id, p.consumed),
+                                           skip, None):
+                positions = plan.segment_positions(p.segment, np.arange(lo, hi))
+                if reseed:
+                    seed_batch(self.seed, p.epoch, int(positions[0]))
+                if not batched:
+                    yield from reader.samples(positions)
+                elif self.mapped and (found := reader.mapped(positions)) is not None:
+                    yield found
+                else:
+                    yield emit(functools.partial(reader.batch, positions))
+
+        yield from self._tracked(items(), p, skip, own, span, chunk, info)
+
+
+def _source_key(s: ShardDataset) -> dict[str, Any]:
+    """What fixes a source's passes: its manifest, seed, shuffle, window (and seq_len)."""
+    from .state import order_key
+
+    k = order_key(s)
+    return {"fingerprint": k.fingerprint, "seed": k.seed, "shuffle": k.shuffle, "window": k.window,
+            "samples": k.num_samples, "seq_len": getattr(s, "seq_len", None)}
+
+
+class MixReader:
+    """One pass of a mix in one process: positions -> the sources' samples, in the mix's order."""
+
+    def __init__(self, mix: MixedDataset, epoch: int, batched: bool):
+        self.mix, self.epoch, self.batched = mix, int(epoch), batched
+        self.orders: dict[tuple[int, int], plan.EpochOrder] = {}
+        self.shards = [None if mix.tokens else s._open_shards() for s in mix.sources]
+        for s, shards in zip(mix.sources, self.shards):
+            if shards is not None:
+                shards.forget_failures()
+                s._samples.begin(s.decoder, s.transform, s.on_error, s.raw)
+        self.fields: dict[int, set[str]] = {}
+
+    def _order(self, i: int, passed: int) -> plan.EpochOrder:
+        found = self.orders.get((i, passed))
+        if found is None:
+            s = self.mix.sources[i]
+            seed = s.seed + (self.mix.seed << 32)
+            found = plan.EpochOrder.create(s.manifest.samples, seed, passed, s.shuffle, s.window)
+            stale = [key for key in self.orders if key[0] == i and key[1] <= passed - _PASSES_KEPT]
+            for key in stale:
+                del self.orders[key]
+            self.orders[(i, passed)] = found
+        return found
+
+    def locate(self, positions: np.ndarray) -> Iterator[tuple[int, np.ndarray, np.ndarray, np.ndarray]]:
+        """(source, rows of ``positions`` it holds, their shards, their offsets), per source."""
+        src, index = self.mix.schedule.locate(positions)
+        for i in np.unique(src).tolist():
+            rows = np.flatnonzero(src == i)
+            s = self.mix.sources[i]
+            passes, items = stream_items(self.epoch, int(self.mix.quota[i]), s.manifest.num_samples, index[rows])
+            ids, offsets = np.empty(len(rows), np.int64), np.empty(len(rows), np.int64)
+            for passed in np.unique(passes).tolist():
+                m = passes == passed
+                ids[m], offsets[m] = self._order(i, passed).samples(items[m])
+            yield i, rows, ids, offsets
+
+    def _load(self, i: int, ids: np.ndarray, offsets: np.ndarray) -> list[Any]:
+        s = self.mix.sources[i]
+        if self.mix.tokens:
+            batch = s.samples_at(ids, offsets)
+            return [{k: batch[k][r] for k in ("input_ids", "labels", "position_ids")} for r in range(len(ids))]
+        return s._samples.load(self.shards[i], ids, offsets, self.batched)
+
+    def samples(self, positions: np.ndarray) -> list[Any]:
+        """The samples at ``positions``, in order, each with ``__source__``."""
+        out: list[Any] = [None] * len(positions)
+        for i, rows, ids, offsets in self.locate(positions):
+            for r, sample in zip(rows.tolist(), self._load(i, ids, offsets)):
+                out[r] = tag(sample, i, self.mix.sources[i])
+        return out
+
+    def batch(self, positions: np.ndarray) -> Any:
+        """A collated batch of the samples at ``positions`` (``__source__`` a tensor of source indices)."""
+        if self.mix.tokens:
+            parts = [(rows, self.mix.sources[i].samples_at(ids, offsets), i) for i, rows, ids, offsets
+                     in self.locate(positions)]
+            return merge_tokens(parts, len(positions))
+        samples = self.samples(positions)
+        if self.mix.default_collate:
+            check_fields(samples, self.fields, self.mix.sources)
+        started = perf_counter_ns()
+        batch = self.mix.collate_fn(samples)
+        self.mix._samples.stats.add(collate_ns=perf_counter_ns() - started)
+        return batch
+
+    def mapped(self, positions: np.ndarray) -> dict[str, Any] | None:
+        """Raw bytes of local tar sources as locations in their files (None: take the general path)."""
+        parts = []
+        for i, rows, ids, offsets in self.locate(positions):
+            found = self.mix.sources[i]._samples.load_mapped(self.shards[i], ids, offsets)
+            if found is None:
+                return None
+            parts.append((rows, found, i))
+        return merge_mapped(parts, len(positions), self.mix.sources)
+
+
+__all__ = ["MixReader", "MixedDataset"]
