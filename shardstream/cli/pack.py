@@ -26,6 +26,8 @@ from .common import cli, safe, storage_option, storage_options_for
 @click.option("--shuffle/--no-shuffle", default=True, show_default=True,
               help="Write samples in a seeded random order (keys unchanged), so no shard holds one class.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the pack's sample order.")
+@click.option("--split-by", type=click.Choice(["cls"]), default=None,
+              help="One dataset per class under DEST, for MixedDataset.by_label (class-balanced sampling).")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
 @click.option("--tokenizer", default=None, help="tokens: a Hugging Face tokenizer.json.")
 @click.option("--text-field", default="text", show_default=True, help="tokens: the JSONL field or column of text.")
@@ -36,8 +38,8 @@ from .common import cli, safe, storage_option, storage_options_for
 @storage_option
 def pack(source: str, dest: str, fmt: str | None, shard_size: str, samples_per_shard: int | None,
          compression: str | None, workers: int | None, layout: str, overwrite: bool, fsync: bool, shuffle: bool,
-         seed: int, quiet: bool, tokenizer: str | None, text_field: str, no_eos: bool, eos_id: int | None,
-         dtype: str | None, storage_options: tuple[str, ...]) -> None:
+         seed: int, split_by: str | None, quiet: bool, tokenizer: str | None, text_field: str, no_eos: bool,
+         eos_id: int | None, dtype: str | None, storage_options: tuple[str, ...]) -> None:
     """Pack SOURCE (a folder tree or table files) into a dataset at DEST."""
     from ..packing import pack as run_pack
 
@@ -48,7 +50,7 @@ def pack(source: str, dest: str, fmt: str | None, shard_size: str, samples_per_s
         source, dest, format=fmt, shard_size=shard_size, samples_per_shard=samples_per_shard,
         compression=compression, workers=workers, layout=layout, overwrite=overwrite,
         storage_options=storage_options_for(storage_options, dest), progress=not quiet, fsync=fsync,
-        shuffle=shuffle, seed=seed, **(tokens if fmt == "tokens" else {}),
+        shuffle=shuffle, seed=seed, split_by=split_by, **(tokens if fmt == "tokens" else {}),
     )
     if fmt == "tokens":
         from ..packing.tokens import summary

@@ -15,7 +15,8 @@ import functools
 import hashlib
 import itertools
 import json
-from collections.abc import Callable, Iterator, Sequence
+import os
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from time import perf_counter_ns
 from typing import Any
@@ -25,10 +26,12 @@ from torch.utils.data import get_worker_info
 
 from .. import plan
 from ..errors import UsageError
+from ..manifest.labels import read_labels
 from ..plan.mix import MixSchedule, quotas, stream_items
 from .collate import collate
 from .counters import StageCounters
-from .mix_batches import _name, check_fields, merge_mapped, merge_tokens, tag
+from .mix_batches import check_fields, merge_mapped, merge_tokens, tag
+from .mix_weights import label_weights, source_weights
 from .seeding import seed_batch
 from .setup import LoaderSetup
 from .shard_dataset import ShardDataset
@@ -91,23 +94,6 @@ class _MixSamples:
             raise ValueError("a mix's skipped count can only be reset to 0")
 
 
-def _weights(sources: Sequence[ShardDataset], weights: Sequence[float] | None) -> np.ndarray:
-    sizes = np.array([s.manifest.num_samples for s in sources], dtype=np.float64)
-    if weights is None:
-        return sizes / sizes.sum()
-    if isinstance(weights, dict) or len(weights) != len(sources):
-        found = len(weights) if hasattr(weights, "__len__") else type(weights).__name__
-        raise ValueError(f"MixedDataset got {found} weights for {len(sources)} sources; give one weight per source")
-    w = np.asarray([float(x) for x in weights], dtype=np.float64)
-    for i, x in enumerate(w):
-        if not np.isfinite(x) or x < 0:
-            raise ValueError(f"weight {weights[i]!r} of source {i} ({_name(sources[i])}) is not a number of 0 or "
-                             "more; weights are relative, e.g. [0.7, 0.2, 0.1]")
-    if w.sum() <= 0:
-        raise ValueError("every weight of the mix is 0: at least one source needs a positive weight")
-    return w / w.sum()
-
-
 class MixedDataset(ShardDataset):
     """Read several datasets as one stream, each source in its exact proportion.
 
@@ -147,7 +133,7 @@ class MixedDataset(ShardDataset):
             lengths = [s.seq_len for s in sources]
             raise UsageError(f"the token sources of the mix have seq_len {lengths}; give every source the same "
                              "seq_len (a batch stacks their windows)")
-        w = _weights(sources, weights)
+        w = source_weights(sources, weights)
         total = sum(s.manifest.num_samples for s in sources) if samples_per_epoch is None else samples_per_epoch
         if isinstance(total, bool) or not isinstance(total, (int, np.integer)) or total < 1:
             raise ValueError(f"samples_per_epoch must be a number of samples (1 or more), not {samples_per_epoch!r}")
@@ -178,6 +164,39 @@ class MixedDataset(ShardDataset):
         self.epoch = 0
         self._position = SharedPosition()
         self.reset(0)
+
+    @classmethod
+    def by_label(cls, labels: str | os.PathLike[str] | Mapping[Any, str | ShardDataset],
+                 weights: str | Mapping[Any, float] | None = "balanced", *, samples_per_epoch: int | None = None,
+                 seed: int = 0, drop_last: bool = False, rank: int | None = None, world_size: int | None = None,
+                 collate_fn: Callable[[list[Any]], Any] | None = None, **dataset_kwargs: Any) -> MixedDataset:
+        """Class-balanced (or any per-label weighted) sampling of one dataset split by label.
+
+        Args:
+            labels: a split pack (``pack --split-by cls``: one dataset per class and ``_labels.json``),
+                or a ``{label: url or ShardDataset}`` mapping.
+            weights: ``"balanced"`` (every label equally often), ``"sqrt"`` (in proportion to the
+                square root of each label's size), ``None`` (its size: the dataset as it is), or a
+                ``{label: weight}`` mapping naming every label (0 leaves one out).
+            samples_per_epoch: default: the samples of all labels together, so an epoch is as long as
+                the dataset; rare labels repeat (each sample before any a third time) and common
+                ones go on in the next epoch where they stopped.
+            dataset_kwargs: for each label's :class:`ShardDataset` (``decode``, ``transform``, ...).
+        """
+        if isinstance(labels, (str, os.PathLike)):
+            options = dataset_kwargs.get("storage_options")
+            store, index = read_labels(os.fspath(labels), options if isinstance(options, dict) else None)
+            named: dict[Any, Any] = {e.name: f"{store.url}/{e.path}" for e in index.labels}
+        else:
+            named = dict(labels)
+        if not named:
+            raise ValueError("by_label needs at least one label")
+        sources = [v if isinstance(v, ShardDataset) else ShardDataset(v, **dataset_kwargs) for v in named.values()]
+        w = label_weights(list(named), sources, weights)
+        mix = cls(sources, w, samples_per_epoch=samples_per_epoch, seed=seed, drop_last=drop_last, rank=rank,
+                  world_size=world_size, collate_fn=collate_fn)
+        mix.__dict__["labels"] = list(named)
+        return mix
 
     # -- what a loader needs to know ----------------------------------------------------------
     @property

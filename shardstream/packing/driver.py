@@ -86,6 +86,8 @@ def pack(
     fsync: bool = True,
     shuffle: bool = True,
     seed: int = 0,
+    split_by: str | None = None,
+    _source: FolderSource | None = None,
     **token_options: Any,
 ) -> PackResult:
     """Pack ``source`` (a folder tree, or table files) into a dataset at ``dest``.
@@ -103,7 +105,16 @@ def pack(
     ``format="tokens"`` tokenizes a text corpus into token shards: ``token_options`` (``tokenizer``,
     ``text_field``, ``eos``, ``eos_id``, ``vocab_size``, ``dtype``, ``per_file``) go to
     :func:`shardstream.packing.tokens.pack_tokens`.
+    ``split_by="cls"`` packs an ImageFolder tree as one dataset per class under ``dest`` plus a label
+    index (see :func:`shardstream.packing.split.pack_split`), for class-balanced mixes.
     """
+    if split_by is not None:
+        from .split import pack_split
+
+        return pack_split(pack, source, dest, split_by=split_by, format=format, shard_size=shard_size,  # type: ignore[return-value]
+                          samples_per_shard=samples_per_shard, compression=compression, workers=workers,
+                          layout=layout, overwrite=overwrite, storage_options=storage_options, progress=progress,
+                          fsync=fsync, shuffle=shuffle, seed=seed)
     if format == "tokens" or token_options:  # text or token files to token shards: see packing.tokens
         if format != "tokens":
             raise ShardstreamError(f"{', '.join(sorted(token_options))} apply to format='tokens' only")
@@ -119,7 +130,7 @@ def pack(
     if workers is not None and (isinstance(workers, bool) or int(workers) < 1):
         raise ShardstreamError(f"workers must be at least 1, not {workers!r}")
     workers = default_workers() if workers is None else int(workers)
-    src = open_source(source, layout)
+    src = open_source(source, layout) if _source is None else _source  # (listed already: a split pack's class)
     if isinstance(src, FolderSource) and shuffle:
         src.samples = [src.samples[i] for i in sample_permutation(len(src.samples), seed).tolist()]
     order_seed = int(seed) if shuffle else None

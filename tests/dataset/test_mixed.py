@@ -250,3 +250,50 @@ def test_len_of_a_rank_and_drop_last(urls):
     ds = make(urls, samples_per_epoch=10, rank=2, world_size=3, drop_last=True)
     assert len(keys_of(ds.loader(2, 0))) == 3
     assert np.array_equal(ds.counts, ds.quota)
+
+
+# -- class-balanced sampling -------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def split_pack(tmp_path_factory) -> str:
+    from shardstream import pack
+    from tests.sample_datasets import make_files
+
+    root = tmp_path_factory.mktemp("labels")
+    counts = {"ant": 3, "cat": 24, "zebra": 9}  # 36 samples, skewed 1:8:3
+    files = {f"{c}/{i:02d}.jpg": f"{c}{i}".encode() for c, n in counts.items() for i in range(n)}
+    src = make_files(root / "src", files)
+    pack(src, root / "split", split_by="cls", samples_per_shard=4, progress=False)
+    return str(root / "split")
+
+
+def test_by_label_balances_every_batch(split_pack):
+    ds = MixedDataset.by_label(split_pack, decode=None)
+    assert ds.labels == ["ant", "cat", "zebra"] and len(ds) == 36 and ds.quota.tolist() == [12, 12, 12]
+    seen = Counter()
+    for batch in ds.loader(6, 2):
+        per_batch = Counter(int(bytes(c)) for c in batch["cls"])
+        assert all(v == 2 for v in per_batch.values()) and len(per_batch) == 3  # every batch stratified
+        seen.update(batch["__key__"])
+    ants = {k: n for k, n in seen.items() if k.startswith("ant/")}
+    assert sorted(ants.values()) == [4, 4, 4]  # 3 ant images, 12 draws: each exactly 4 times
+    cats = [k for k in seen if k.startswith("cat/")]
+    assert len(cats) == 12 and max(seen[k] for k in cats) == 1  # 12 of 24 cats, none twice: the rest next epoch
+
+
+def test_by_label_weights(split_pack):
+    assert MixedDataset.by_label(split_pack, None).quota.tolist() == [3, 24, 9]  # as the dataset is
+    assert MixedDataset.by_label(split_pack, {"ant": 0, "cat": 1, "zebra": 1}).quota.tolist() == [0, 18, 18]
+    assert MixedDataset.by_label(split_pack, "sqrt", samples_per_epoch=100).quota.sum() == 100
+    with pytest.raises(ValueError, match="lack label 'zebra'"):
+        MixedDataset.by_label(split_pack, {"ant": 1, "cat": 1})
+    with pytest.raises(ValueError, match="name label 'dog'"):
+        MixedDataset.by_label(split_pack, {"ant": 1, "cat": 1, "zebra": 1, "dog": 1})
+    with pytest.raises(ValueError, match="weights must be"):
+        MixedDataset.by_label(split_pack, "even")
+
+
+def test_by_label_takes_a_mapping(urls):
+    ds = MixedDataset.by_label({"x": urls["a"], "y": ShardDataset(urls["b"])}, samples_per_epoch=10)
+    assert ds.labels == ["x", "y"] and ds.quota.tolist() == [5, 5]

@@ -1,0 +1,107 @@
+"""``pack(..., split_by="cls")``: one dataset per class, and a label index written last.
+
+A class-balanced (or any per-label weighted) mix needs each label as a source of its own; splitting
+at pack time costs nothing extra and lets the reader open the labels without reading a sample.
+Each class's dataset keeps the whole tree's class list and its global ``cls`` value, so its samples
+are the same as in a pack of the whole tree. The index (``_labels.json``) appears only once every
+class's dataset is complete: an interrupted split is no split pack.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import DatasetExistsError, SourceError
+from ..manifest.labels import LABELS_NAME, LabelEntry, LabelIndex, write_labels
+from ..sizes import format_size
+from ..sources import FolderSource, open_source
+from ..storage import Store
+
+SPLIT_FIELDS = ("cls",)
+_UNSAFE = str.maketrans({c: "_" for c in '/\\:*?"<>|'})
+
+
+@dataclass
+class SplitResult:
+    """What a split pack produced: one :class:`~shardstream.packing.driver.PackResult` per label."""
+
+    url: str
+    index: LabelIndex
+    parts: list[Any] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def samples(self) -> int:
+        return sum(p.samples for p in self.parts)
+
+    @property
+    def shards(self) -> int:
+        return sum(p.shards for p in self.parts)
+
+    @property
+    def nbytes(self) -> int:
+        return sum(p.nbytes for p in self.parts)
+
+    def summary(self) -> str:
+        sizes = sorted(e.samples for e in self.index.labels)
+        return (f"packed {self.samples:,} samples into {len(self.parts):,} datasets by {self.index.split_by} "
+                f"({sizes[0]:,} to {sizes[-1]:,} samples per label), {self.shards:,} shards, "
+                f"{format_size(self.nbytes)} in {self.seconds:.2f} s -> {self.url}")
+
+
+def folder_name(label: str, value: int) -> str:
+    """A label's sub-folder: its name where that is a safe folder name, else ``label-<value>``."""
+    name = label.translate(_UNSAFE).strip()
+    return name if name and not name.startswith(".") else f"label-{value}"
+
+
+def pack_split(pack: Callable[..., Any], source: str | os.PathLike[str], dest: str | os.PathLike[str], *,
+               split_by: str,
+               layout: str = "auto", overwrite: bool = False, storage_options: dict[str, Any] | None = None,
+               fsync: bool = True, **pack_options: Any) -> SplitResult:
+    """Pack ``source`` (an ImageFolder tree) as one dataset per class under ``dest``, then the index.
+
+    ``pack`` (:func:`~shardstream.packing.driver.pack`, which calls this) packs each class with
+    ``pack_options``.
+    """
+    started = time.perf_counter()
+    source, dest = os.fspath(source), os.fspath(dest)
+    if split_by not in SPLIT_FIELDS:
+        raise SourceError(f"cannot split by {split_by!r}: pack splits by {', '.join(SPLIT_FIELDS)} (the class of an "
+                          "ImageFolder tree); for other labels pack one dataset per label and give "
+                          "MixedDataset.by_label a {label: url} mapping")
+    src = open_source(source, layout)
+    if not isinstance(src, FolderSource) or src.classes is None:
+        raise SourceError(f"{source} is no ImageFolder tree (root/<class>/<image>): --split-by cls needs classes")
+    root = Store(dest, storage_options)
+    if root.exists(LABELS_NAME):
+        if not overwrite:
+            raise DatasetExistsError(f"{root.url} already holds a split pack ({LABELS_NAME}); pass --overwrite "
+                                     "(overwrite=True) to replace it, or choose another destination")
+        root.remove(LABELS_NAME)  # retracted first: nobody reads a half-replaced split
+    counts = [0] * len(src.classes)
+    for s in src.samples:
+        counts[s.label] += 1  # type: ignore[index]
+    names: dict[str, int] = {}
+    entries, parts = [], []
+    for value, label in enumerate(src.classes):
+        if counts[value] == 0:
+            continue
+        name = folder_name(label, value)
+        if name in names:
+            name = f"{name}-{value}"
+        names[name] = value
+        subset = FolderSource(src.root, src.layout, [s for s in src.samples if s.label == value], src.classes)
+        parts.append(pack(source, f"{root.url}/{name}", layout=layout, overwrite=overwrite,
+                          storage_options=storage_options, fsync=fsync, _source=subset, **pack_options))
+        entries.append(LabelEntry(label, value, name, counts[value]))
+    index = LabelIndex(split_by, tuple(entries))
+    write_labels(root, index, fsync)
+    return SplitResult(root.url, index, parts, time.perf_counter() - started)
+
+
+__all__ = ["SPLIT_FIELDS", "SplitResult", "folder_name", "pack_split"]
