@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from time import perf_counter_ns
 from typing import Any
 
 import numpy as np
@@ -66,35 +67,45 @@ def check_fields(samples: Sequence[dict[str, Any]], seen: dict[int, dict[str, st
                                  f"source {first} ({_name(sources[first])}) a {names[name]}; {fix}")
 
 
-def merge_mapped(parts: Sequence[tuple[np.ndarray, dict[str, Any], int]], n: int, sources: Sequence[Any]
-                 ) -> dict[str, Any] | None:
-    """One batch of locations from each source's (rows, mapped batch, source index); None where the
-    sources' fields differ (the general path then names the difference)."""
-    names = [k for k in parts[0][1] if k != "__key__"]
-    if any(sorted(k for k in batch if k != "__key__") != sorted(names) for _, batch, _ in parts):
-        return None
+def gather_mapped(parts: Sequence[tuple[np.ndarray, Any, Any, np.ndarray, np.ndarray, int]], n: int,
+                  path_of: Callable[[int, int], str]) -> dict[str, Any] | None:
+    """One batch of locations in the shard files of several sources, from each source's (rows, dataset,
+    open shards, shard ids, offsets, source index), in one pass; None where a shard fails or the fields
+    differ (the general path then raises, skips or names the difference). ``__source__`` is a numpy
+    array here: a batch of locations crosses from a worker pickled whole, and a tensor would take a
+    shared-memory segment of its own (half the cost of the batch)."""
     keys: list[Any] = [None] * n
+    entries: list[Any] = [None] * n
     source = np.empty(n, dtype=np.int64)
-    for rows, batch, i in parts:
-        for r, key in zip(rows.tolist(), batch["__key__"]):
-            keys[r] = key
+    shard_of = np.empty(n, dtype=np.int32)
+    paths: list[str] = []
+    identities: list[Any] = []
+    for rows, ds, shards, ids, offsets, i in parts:
+        started = perf_counter_ns()
+        known: dict[int, int] = {}
+        try:
+            for r, shard, offset in zip(rows.tolist(), ids.tolist(), offsets.tolist()):
+                reader = shards.get(shard)
+                k = known.get(shard)
+                if k is None:
+                    k = known[shard] = len(paths)
+                    paths.append(path_of(i, shard))
+                    identities.append(getattr(reader, "identity", None))
+                keys[r], entries[r] = reader.locate(offset)
+                shard_of[r] = k
+        except Exception:
+            return None
         source[rows] = i
-    out: dict[str, Any] = {"__key__": keys}
+        ds._samples._account(shards, started, len(rows))
+    names = entries[0].keys()
+    if any(e.keys() != names for e in entries[1:]):
+        return None
+    batch: dict[str, Any] = {"__key__": keys}
     for name in names:
-        paths: list[str] = []
-        identities: list[Any] = []
-        shards = np.empty(n, dtype=np.int32)
-        starts = np.empty(n, dtype=np.int64)
-        sizes = np.empty(n, dtype=np.int64)
-        for rows, batch, _ in parts:
-            values: MappedBytes = batch[name]
-            shards[rows] = values.shards + len(paths)
-            starts[rows], sizes[rows] = values.starts, values.sizes
-            paths += values.paths
-            identities += values.identities if values.identities is not None else [None] * len(values.paths)
-        out[name] = MappedBytes(paths, shards, starts, sizes, identities)
-    out[SOURCE] = torch.from_numpy(source)
-    return out
+        spans = np.array([e[name] for e in entries], dtype=np.int64).reshape(-1, 2)
+        batch[name] = MappedBytes(paths, shard_of, spans[:, 0], spans[:, 1], identities)
+    batch[SOURCE] = source
+    return batch
 
 
 def merge_tokens(parts: Sequence[tuple[np.ndarray, dict[str, Any], int]], n: int) -> dict[str, Any]:
@@ -113,4 +124,4 @@ def merge_tokens(parts: Sequence[tuple[np.ndarray, dict[str, Any], int]], n: int
     return out
 
 
-__all__ = ["SOURCE", "check_fields", "merge_mapped", "merge_tokens", "tag"]
+__all__ = ["SOURCE", "check_fields", "gather_mapped", "merge_tokens", "tag"]

@@ -30,7 +30,7 @@ from ..manifest.labels import read_labels
 from ..plan.mix import MixSchedule, quotas, stream_items
 from .collate import collate
 from .counters import StageCounters
-from .mix_batches import check_fields, merge_mapped, merge_tokens, tag
+from .mix_batches import check_fields, gather_mapped, merge_tokens, tag
 from .mix_weights import label_weights, source_weights
 from .seeding import seed_batch
 from .setup import LoaderSetup
@@ -305,7 +305,17 @@ class MixReader:
             if shards is not None:
                 shards.forget_failures()
                 s._samples.begin(s.decoder, s.transform, s.on_error, s.raw)
-        self.fields: dict[int, set[str]] = {}
+        self.fields: dict[int, dict[str, str]] = {}
+        self.live = np.flatnonzero(mix.quota).tolist()
+        self.paths: dict[tuple[int, int], str] = {}
+
+    def path_of(self, i: int, shard: int) -> str:
+        """The file of shard ``shard`` of source ``i`` (mapped batches name it)."""
+        found = self.paths.get((i, shard))
+        if found is None:
+            s = self.mix.sources[i]
+            found = self.paths[(i, shard)] = s.store.path(s.manifest.paths[shard])
+        return found
 
     def _order(self, i: int, passed: int) -> plan.EpochOrder:
         found = self.orders.get((i, passed))
@@ -322,12 +332,18 @@ class MixReader:
     def locate(self, positions: np.ndarray) -> Iterator[tuple[int, np.ndarray, np.ndarray, np.ndarray]]:
         """(source, rows of ``positions`` it holds, their shards, their offsets), per source."""
         src, index = self.mix.schedule.locate(positions)
-        for i in np.unique(src).tolist():
+        for i in self.live:
             rows = np.flatnonzero(src == i)
+            if not len(rows):
+                continue
             s = self.mix.sources[i]
             passes, items = stream_items(self.epoch, int(self.mix.quota[i]), s.manifest.num_samples, index[rows])
+            first, last = int(passes.min()), int(passes.max())  # (padding wraps to the epoch's start)
+            if first == last:  # one pass: the usual case
+                yield i, rows, *self._order(i, first).samples(items)
+                continue
             ids, offsets = np.empty(len(rows), np.int64), np.empty(len(rows), np.int64)
-            for passed in np.unique(passes).tolist():
+            for passed in range(first, last + 1):
                 m = passes == passed
                 ids[m], offsets[m] = self._order(i, passed).samples(items[m])
             yield i, rows, ids, offsets
@@ -363,13 +379,9 @@ class MixReader:
 
     def mapped(self, positions: np.ndarray) -> dict[str, Any] | None:
         """Raw bytes of local tar sources as locations in their files (None: take the general path)."""
-        parts = []
-        for i, rows, ids, offsets in self.locate(positions):
-            found = self.mix.sources[i]._samples.load_mapped(self.shards[i], ids, offsets)
-            if found is None:
-                return None
-            parts.append((rows, found, i))
-        return merge_mapped(parts, len(positions), self.mix.sources)
+        parts = [(rows, self.mix.sources[i], self.shards[i], ids, offsets, i)
+                 for i, rows, ids, offsets in self.locate(positions)]
+        return gather_mapped(parts, len(positions), self.path_of)
 
 
 __all__ = ["MixReader", "MixedDataset"]
