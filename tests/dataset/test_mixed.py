@@ -297,3 +297,15 @@ def test_by_label_weights(split_pack):
 def test_by_label_takes_a_mapping(urls):
     ds = MixedDataset.by_label({"x": urls["a"], "y": ShardDataset(urls["b"])}, samples_per_epoch=10)
     assert ds.labels == ["x", "y"] and ds.quota.tolist() == [5, 5]
+
+
+def test_a_device_loader_over_a_mix_keeps_the_sources_and_the_resume_state(urls):
+    from shardstream.device import DeviceLoader
+
+    ds = make(urls, decode="torch", samples_per_epoch=12)
+    loader = ds.loader(4, 1)
+    device = DeviceLoader(loader, "cpu")
+    batches = list(device)
+    assert len(batches) == 3 and all(b["__source__"].dtype == torch.int64 for b in batches)
+    assert [k for b in batches for k in b["__key__"]] == planned(urls, decode="torch", samples_per_epoch=12)
+    assert device.state_dict()["epoch"] == 1  # a whole epoch read: the next one starts
