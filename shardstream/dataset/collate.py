@@ -155,9 +155,24 @@ def _stack_images(values: list[torch.Tensor]) -> torch.Tensor | None:
     if not all(h.is_contiguous() for h in hwc):
         return None
     out = _empty((len(values), *hwc[0].shape), first.dtype)
-    for i, h in enumerate(hwc):
-        out[i].copy_(h)
+    _copy_rows(out, hwc)
     return out.permute(0, 3, 1, 2)  # N×C×H×W, channels-last in memory
+
+
+def _copy_rows(out: torch.Tensor, rows: list[torch.Tensor]) -> None:
+    """``out[i] = rows[i]``, as plain single-threaded memory copies where numpy can view the dtype.
+
+    torch's ``copy_`` splits each image over its intra-op threads; outside DataLoader workers (which
+    run one thread) those threads contend with the loader's own on a busy machine, and a batch of
+    images took 16x longer to collate in the main process (num_workers=0) on 2 cores.
+    """
+    try:
+        target = out.numpy()
+        for i, row in enumerate(rows):
+            target[i] = row.numpy()
+    except TypeError:  # a dtype numpy cannot view (bfloat16): torch's own copy
+        for i, row in enumerate(rows):
+            out[i].copy_(row)
 
 
 def _numbers(values: list[Any], dtype: torch.dtype) -> torch.Tensor:
@@ -178,7 +193,8 @@ def _stack(values: list[Any]) -> Any:
         if images is not None:
             return images
         out = _empty((len(values), *first.shape), first.dtype)
-        return torch.stack(values, out=out)
+        _copy_rows(out, values)
+        return out
     if isinstance(first, bool):
         return _numbers(values, torch.bool) if all(isinstance(v, bool) for v in values) else None
     if isinstance(first, (int, np.integer)) and all(isinstance(v, (int, np.integer)) for v in values):
