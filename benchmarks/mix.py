@@ -70,8 +70,9 @@ def convert(tool: str, train: Path, classes: list[str], out: Path) -> None:
         from litdata import optimize
 
         for i, files in enumerate(sources):
-            optimize(fn=_litdata_sample, inputs=[(p, c, i) for p, c in files], output_dir=str(out / "litdata" / f"s{i}"),
-                     chunk_bytes="64MB", num_workers=WORKERS, reorder_files=False, verbose=False)
+            optimize(fn=_litdata_sample, inputs=[(p, c, i) for p, c in files],
+                     output_dir=str(out / "litdata" / f"s{i}"), chunk_bytes="64MB", num_workers=WORKERS,
+                     reorder_files=False, verbose=False)
     elif tool == "mosaic":
         from streaming import MDSWriter
 

@@ -22,6 +22,13 @@ After each run the output is checked (sample count, size) outside the timed regi
    the same in both but for ``fsync``: the cost of making the dataset durable (every shard synced
    before its rename, the folder before and after the manifest), as the ratio of their best times.
 
+``--engine ray`` runs instead (each also reports its time after start-up, Ray's included):
+
+5. pack-ray: ``shardstream.pack(..., engine="ray")`` on a local Ray of ``--workers`` CPUs, against
+6. pack-fsync: the local process pool, the same pack, and
+7. raydata: Ray Data's own ``read_binary_files -> map -> write_webdataset`` (JPEG bytes kept, not
+   decoded: ``read_images`` would decode and re-encode every image), the baseline a Ray user would write.
+
 This is a benchmark, not a test: timings are reported, never asserted. The exit status is
 non-zero only when a contestant fails or writes output that does not look right.
 """
@@ -46,6 +53,7 @@ from typing import Any
 from _data import DEFAULT_DATA_DIR, FULL_COUNT, ImageSet, ensure_image_folder, warm_page_cache
 
 TOOLS = ("shardstream", "webdataset", "tar", "pack-fsync", "pack-nofsync")
+RAY_TOOLS = ("pack-ray", "raydata", "pack-fsync")  # --engine ray: the Ray engine against the local pool and Ray Data
 SPEEDUP_TARGETS = {"webdataset": 3.0, "tar": 0.5}  # shardstream speed / other speed
 IMAGE_DESC = "256x256 RGB, 10 classes"
 MAX_TAR_OVERHEAD_PER_SAMPLE = 4096  # headers and padding: a sane tar of N files is at most this much bigger
@@ -76,11 +84,58 @@ print(f"LOOP_SECONDS={time.perf_counter() - loop_started:.6f}")
 # The pack API with and without fsync, for the durability cost. argv: SRC DEST WORKERS on|off SHARD_SIZE
 PACK_PROGRAM = """\
 import sys
+import time
 
 import shardstream as ss
 
+loop_started = time.perf_counter()
 ss.pack(sys.argv[1], sys.argv[2], workers=int(sys.argv[3]), overwrite=True, progress=False,
         fsync=sys.argv[4] == "on", shard_size=sys.argv[5])
+print(f"LOOP_SECONDS={time.perf_counter() - loop_started:.6f}")
+"""
+
+# The same pack as Ray tasks on a local Ray of WORKERS CPUs (started first; the loop time excludes it).
+# argv: SRC DEST WORKERS SHARD_SIZE
+RAY_PROGRAM = """\
+import sys
+import time
+
+import ray
+
+import shardstream as ss
+
+ray.init(num_cpus=int(sys.argv[3]), include_dashboard=False, log_to_driver=False, _node_ip_address="127.0.0.1")
+started = time.perf_counter()
+ray.get([ray.remote(lambda: __import__("shardstream.packing.folder")).remote() for _ in range(int(sys.argv[3]))])
+print(f"WARMUP_SECONDS={time.perf_counter() - started:.6f}")  # worker processes started, shardstream imported
+loop_started = time.perf_counter()
+ss.pack(sys.argv[1], sys.argv[2], overwrite=True, progress=False, shard_size=sys.argv[4], engine="ray")
+print(f"LOOP_SECONDS={time.perf_counter() - loop_started:.6f}")
+"""
+
+# What a Ray Data user would write: the files as bytes (not decoded) to WebDataset tars. argv: SRC DEST WORKERS
+RAYDATA_PROGRAM = """\
+import os
+import sys
+import time
+
+import ray
+
+ray.init(num_cpus=int(sys.argv[3]), include_dashboard=False, log_to_driver=False, _node_ip_address="127.0.0.1")
+ray.data.DataContext.get_current().enable_progress_bars = False
+loop_started = time.perf_counter()
+src = sys.argv[1]
+classes = sorted(e.name for e in os.scandir(src) if e.is_dir())
+
+def sample(row):
+    rel = os.path.relpath(row["path"], src)
+    name = os.path.dirname(rel)
+    return {"__key__": os.path.splitext(rel)[0], "jpg": row["bytes"], "cls": str(classes.index(name)).encode()}
+
+# an identity encoder: the values are bytes already (the default one, even with encoder=False, asserts that
+# a "jpg" value is a PIL image to encode)
+ray.data.read_binary_files(src, include_paths=True).map(sample).write_webdataset(sys.argv[2], encoder=lambda s: s)
+print(f"LOOP_SECONDS={time.perf_counter() - loop_started:.6f}")
 """
 
 
@@ -106,6 +161,7 @@ class Result:
     description: str
     times: list[float] = field(default_factory=list)
     loop_times: list[float] = field(default_factory=list)  # after the tool's imports, where it reports them
+    extra: dict[str, float] = field(default_factory=dict)  # what else a tool reports (Ray's warm-up)
     output: Output | None = None
     problems: list[str] = field(default_factory=list)
 
@@ -179,6 +235,18 @@ def contestants(workers: int, shard_size: str = "256MB") -> dict[str, Contestant
             inspect_tars,
             "tar cf (one archive, I/O bound)",
         ),
+        "pack-ray": Contestant(
+            "pack-ray",
+            lambda src, out: [sys.executable, "-c", RAY_PROGRAM, str(src), str(out), str(workers), shard_size],
+            inspect_shardstream,
+            f"shardstream.pack(engine='ray', shard_size={shard_size!r}) on a local Ray of {workers} CPUs",
+        ),
+        "raydata": Contestant(
+            "raydata",
+            lambda src, out: [sys.executable, "-c", RAYDATA_PROGRAM, str(src), str(out), str(workers)],
+            inspect_tars,
+            f"Ray Data read_binary_files -> map -> write_webdataset, {workers} CPUs",
+        ),
         **{
             f"pack-{mode}": Contestant(
                 f"pack-{mode}",
@@ -231,6 +299,8 @@ def run_once(contestant: Contestant, result: Result, images: ImageSet, out: Path
     for line in proc.stdout.splitlines():
         if line.startswith("LOOP_SECONDS="):
             result.loop_times.append(float(line.split("=", 1)[1]))
+        if line.startswith("WARMUP_SECONDS="):
+            result.extra["warmup"] = min(result.extra.get("warmup", 1e9), float(line.split("=", 1)[1]))
     check_output(result, output, images)
     print(f"  {contestant.name:<12} {seconds:8.2f} s  {output.samples:,} samples, {output.nbytes / 1e6:,.1f} MB",
           flush=True)
@@ -352,6 +422,17 @@ def ratio_lines(results: list[Result]) -> list[str]:
             verdict = "meets" if value >= target else "misses"
             lines.append(f"shardstream speed / {other} speed: {value:.2f}x ({verdict} the target >= {target:g}x)")
     by_tool = {r.tool: r for r in results}
+    ray_pack, pool, raydata = by_tool.get("pack-ray"), by_tool.get("pack-fsync"), by_tool.get("raydata")
+    if ray_pack is not None and ray_pack.ok and ray_pack.loop_times:
+        if pool is not None and pool.ok and pool.loop_times:
+            ratio = min(ray_pack.loop_times) / min(pool.loop_times)
+            verdict = "meets" if ratio <= 1.5 else "misses"
+            lines.append(f"Ray engine time / local pool time, after start-up (best): {ratio:.2f}x ({verdict} the "
+                         f"target <= 1.5x; Ray's start-up, not counted, took {ray_pack.extra.get('warmup', 0):.2f} s "
+                         "for its worker processes)")
+        if raydata is not None and raydata.ok and raydata.loop_times:
+            lines.append(f"Ray Data's pack time / the Ray engine's, after start-up (best): "
+                         f"{min(raydata.loop_times) / min(ray_pack.loop_times):.2f}x")
     ours = by_tool.get("shardstream")
     for r in results:
         if r.loop_times and ours is not None and ours.ok:
@@ -427,12 +508,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--repeat", type=int, default=3, help="timed runs per tool [default: 3]")
     parser.add_argument("--workers", type=int, default=2, help="shardstream --workers [default: 2]")
     parser.add_argument("--shard-size", default="256MB", help="shardstream --shard-size [default: 256MB]")
-    parser.add_argument("--tools", default=",".join(TOOLS), help=f"comma-separated subset of {','.join(TOOLS)}")
+    parser.add_argument("--tools", default=None, help=f"comma-separated subset of {','.join(TOOLS + RAY_TOOLS[:2])}")
+    parser.add_argument("--engine", choices=["local", "ray"], default="local",
+                        help="ray: the Ray engine, Ray Data and the local pool (tools " + ",".join(RAY_TOOLS) + ")")
     parser.add_argument("--json", type=Path, default=None, help="also write the results as JSON to this file")
     args = parser.parse_args(argv)
-    unknown = set(args.tools.split(",")) - set(TOOLS)
+    unknown = set(args.tools.split(",") if args.tools else ()) - set(TOOLS + RAY_TOOLS)
     if unknown:
-        parser.error(f"unknown tools {sorted(unknown)}; choose from {', '.join(TOOLS)}")
+        parser.error(f"unknown tools {sorted(unknown)}; choose from {', '.join(TOOLS + RAY_TOOLS[:2])}")
     if args.repeat < 1 or args.count < 1 or args.workers < 1:
         parser.error("--repeat, --count and --workers must be at least 1")
     return args
@@ -440,7 +523,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    chosen = [c for name, c in contestants(args.workers, args.shard_size).items() if name in args.tools.split(",")]
+    tools = args.tools.split(",") if args.tools else list(RAY_TOOLS if args.engine == "ray" else TOOLS)
+    chosen = [c for name, c in contestants(args.workers, args.shard_size).items() if name in tools]
     info = machine()
     print(f"machine: {info['nproc']} cores ({info['cpu']}), Python {info['python']}", flush=True)
 

@@ -18,8 +18,13 @@ from .common import cli, safe, storage_option, storage_options_for
 @click.option("--compression", type=click.Choice(["none", "zstd", "gzip", "lz4"]), default=None,
               help="tar: whole-shard zstd/gzip [none]; arrow: buffer compression [zstd].")
 @click.option("--workers", type=int, default=None, help="Parallel writers [default: CPU cores].")
-@click.option("--layout", type=click.Choice(["auto", "imagefolder", "files", "table"]), default="auto",
-              show_default=True, help="How to read SOURCE.")
+@click.option("--layout", type=click.Choice(["auto", "imagefolder", "files", "table", "hdf5", "lmdb", "numpy", "hf",
+                                            "shards"]), default="auto", show_default=True, help="How to read SOURCE.")
+@click.option("--fields", default=None, help="HDF5 datasets or .npy files to pack, comma-separated [all].")
+@click.option("--field-name", default=None, help="LMDB: the field that holds each value [bin].")
+@click.option("--engine", type=click.Choice(["local", "ray"]), default="local", show_default=True,
+              help="Run the shard jobs on this machine's cores, or as Ray tasks (the ray extra).")
+@click.option("--ray-address", default=None, help="ray: the cluster to join [RAY_ADDRESS, else a local one].")
 @click.option("--overwrite", is_flag=True, help="Replace a dataset already at DEST.")
 @click.option("--fsync/--no-fsync", default=True, show_default=True,
               help="Flush shards and manifest to disk before publishing (survives a power loss).")
@@ -37,10 +42,12 @@ from .common import cli, safe, storage_option, storage_options_for
               help="tokens: the dtype of flat .bin token files (nanoGPT).")
 @storage_option
 def pack(source: str, dest: str, fmt: str | None, shard_size: str, samples_per_shard: int | None,
-         compression: str | None, workers: int | None, layout: str, overwrite: bool, fsync: bool, shuffle: bool,
+         compression: str | None, workers: int | None, layout: str, fields: str | None, field_name: str | None,
+         engine: str, ray_address: str | None, overwrite: bool, fsync: bool, shuffle: bool,
          seed: int, split_by: str | None, quiet: bool, tokenizer: str | None, text_field: str, no_eos: bool,
          eos_id: int | None, dtype: str | None, storage_options: tuple[str, ...]) -> None:
-    """Pack SOURCE (a folder tree or table files) into a dataset at DEST."""
+    """Pack SOURCE (a folder tree, table files, an HDF5 file, an LMDB environment, .npy files, a Hugging Face
+    save_to_disk folder, or shards to reshard) into a dataset at DEST."""
     from ..packing import pack as run_pack
 
     tokens = {"tokenizer": tokenizer, "text_field": text_field, "eos": not no_eos, "eos_id": eos_id, "dtype": dtype}
@@ -50,7 +57,9 @@ def pack(source: str, dest: str, fmt: str | None, shard_size: str, samples_per_s
         source, dest, format=fmt, shard_size=shard_size, samples_per_shard=samples_per_shard,
         compression=compression, workers=workers, layout=layout, overwrite=overwrite,
         storage_options=storage_options_for(storage_options, dest), progress=not quiet, fsync=fsync,
-        shuffle=shuffle, seed=seed, split_by=split_by, **(tokens if fmt == "tokens" else {}),
+        shuffle=shuffle, seed=seed, split_by=split_by, field_name=field_name, engine=engine, ray_address=ray_address,
+        fields=[f.strip() for f in fields.split(",") if f.strip()] if fields else None,
+        **(tokens if fmt == "tokens" else {}),
     )
     if fmt == "tokens":
         from ..packing.tokens import summary

@@ -111,3 +111,14 @@ def publish(store: Store, manifest: Manifest, token: str | None = None, fsync: b
         sync_folder(store)
     write_manifest(store, manifest, fsync)
     store.remove(IN_PROGRESS)
+
+
+def check_written(store: Store, names: list[str], sizes: list[int]) -> None:
+    """Before the manifest: every shard written by another machine is at its name, as large as the task
+    that wrote it said (its checksum is the task's own, over the bytes it wrote)."""
+    for name, size in zip(names, sizes):
+        found = store.size(name) if store.exists(name) else None
+        if found != size:
+            what = "is missing" if found is None else f"holds {found} bytes, its task wrote {size}"
+            raise ShardstreamError(f"{store.url_of(name)} {what}; another process changed the destination "
+                                   "during the pack: pack again")

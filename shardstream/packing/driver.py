@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -12,8 +13,8 @@ from ..manifest import Manifest, creation_info, shard_name
 from ..sizes import format_size
 from ..sources import FolderSource, TableSource, open_source, sample_permutation
 from ..storage import Store
-from .destination import commit_shard, prepare_destination, publish
-from .engine import default_workers, progress_bar, run_local
+from .destination import check_written, commit_shard, prepare_destination, publish
+from .engine import default_workers, progress_bar, run_jobs
 from .folder import ShardResult, check_sample_names, plan_shards, read_file, write_shard
 from .rules import DEFAULT_SHARD_SIZE, check_shard_limits, resolve_format, warn_small_shards
 from .writer import ShardWriter
@@ -87,6 +88,12 @@ def pack(
     shuffle: bool = True,
     seed: int = 0,
     split_by: str | None = None,
+    fn: Callable[[Any], Any] | None = None,
+    fields: Sequence[str] | None = None,
+    field_name: str | None = None,
+    decode_value: Callable[[bytes, bytes], Any] | None = None,
+    engine: str = "local",
+    ray_address: str | None = None,
     _source: FolderSource | None = None,
     **token_options: Any,
 ) -> PackResult:
@@ -105,16 +112,31 @@ def pack(
     ``format="tokens"`` tokenizes a text corpus into token shards: ``token_options`` (``tokenizer``,
     ``text_field``, ``eos``, ``eos_id``, ``vocab_size``, ``dtype``, ``per_file``) go to
     :func:`shardstream.packing.tokens.pack_tokens`.
+    ``engine="ray"`` runs the shard jobs of a folder pack as Ray tasks (the cluster at ``ray_address``,
+    else ``RAY_ADDRESS``, else a local instance), with the same output bytes as ``engine="local"``
+    (:mod:`shardstream.packing.ray_engine`).
     ``split_by="cls"`` packs an ImageFolder tree as one dataset per class under ``dest`` plus a label
     index (see :func:`shardstream.packing.split.pack_split`), for class-balanced mixes.
+    ``fn`` packs from a function: ``source`` is then a list of inputs and ``fn(input)`` returns or
+    yields sample dicts, written in input order (:mod:`shardstream.packing.function`). HDF5, LMDB,
+    NumPy, Hugging Face ``save_to_disk`` folders and existing shards are packed too: ``fields`` picks
+    HDF5 datasets or ``.npy`` files, ``field_name`` names an LMDB value's field (default ``bin``), and
+    ``decode_value(key, value)`` turns an LMDB value into a sample dict.
     """
+    common = {"shard_size": shard_size, "samples_per_shard": samples_per_shard, "compression": compression,
+              "workers": workers, "overwrite": overwrite, "storage_options": storage_options,
+              "progress": progress, "fsync": fsync}
+    if fn is not None:  # a function over a list of inputs: see packing.function
+        from .function import pack_function
+
+        return PackResult(*pack_function(source, dest, fn, format=format, **common))  # type: ignore[arg-type]
     if split_by is not None:
         from .split import pack_split
 
         return pack_split(pack, source, dest, split_by=split_by, format=format, shard_size=shard_size,  # type: ignore[return-value]
                           samples_per_shard=samples_per_shard, compression=compression, workers=workers,
                           layout=layout, overwrite=overwrite, storage_options=storage_options, progress=progress,
-                          fsync=fsync, shuffle=shuffle, seed=seed)
+                          fsync=fsync, shuffle=shuffle, seed=seed, engine=engine, ray_address=ray_address)
     if format == "tokens" or token_options:  # text or token files to token shards: see packing.tokens
         if format != "tokens":
             raise ShardstreamError(f"{', '.join(sorted(token_options))} apply to format='tokens' only")
@@ -130,10 +152,16 @@ def pack(
     if workers is not None and (isinstance(workers, bool) or int(workers) < 1):
         raise ShardstreamError(f"workers must be at least 1, not {workers!r}")
     workers = default_workers() if workers is None else int(workers)
-    src = open_source(source, layout) if _source is None else _source  # (listed already: a split pack's class)
+    options = {k: v for k, v in (("fields", fields), ("field_name", field_name), ("decode_value", decode_value))
+               if v is not None}
+    src = open_source(source, layout, **options) if _source is None else _source  # (a split pack's class: listed)
+    if hasattr(src, "sample_jobs"):  # HDF5, LMDB, NumPy, tar shards: samples read in workers (packing.function)
+        from .function import pack_source
+
+        return PackResult(*pack_source(src, dest, format=format, shuffle=shuffle, seed=seed, **common))
     if isinstance(src, FolderSource) and shuffle:
         src.samples = [src.samples[i] for i in sample_permutation(len(src.samples), seed).tolist()]
-    order_seed = int(seed) if shuffle else None
+    order_seed = int(seed) if shuffle and not getattr(src, "keeps_order", False) else None  # resharded: as is
     shard_format, comp = resolve_format(format or ("arrow" if isinstance(src, TableSource) else "tar"), compression)
     if isinstance(src, FolderSource):
         check_sample_names(src.samples, shard_format)
@@ -142,9 +170,12 @@ def pack(
     token = prepare_destination(store, overwrite, fsync)
     info = creation_info(source=os.path.abspath(source), layout=getattr(src, "layout", "table"))
 
+    if engine != "local" and not (isinstance(src, FolderSource) and shard_format != "arrow"):
+        raise ShardstreamError(f"engine={engine!r} packs folder trees into tar shards; pack {source} with "
+                               "engine='local'")
     if isinstance(src, FolderSource) and shard_format != "arrow":
         manifest = _pack_folder_tar(src, store, shard_format, comp, limit, per_shard, workers, progress, info,
-                                    token, fsync)
+                                    token, fsync, engine, ray_address)
         warn_small_shards(manifest, limit)
     elif isinstance(src, TableSource) and shard_format == "arrow":
         manifest = _pack_table_arrow(src, store, comp, limit, per_shard, workers, progress, info, fsync,
@@ -172,6 +203,7 @@ def _manifest(shard_format: str, results: list[ShardResult], **kw: Any) -> Manif
 def _pack_folder_tar(
     src: FolderSource, store: Store, shard_format: str, comp: str | None, limit: int,
     per_shard: int | None, workers: int, progress: bool, info: dict[str, Any], token: str, fsync: bool,
+    engine: str = "local", ray_address: str | None = None,
 ) -> Manifest:
     plan = plan_shards(src.samples, limit, per_shard)
     # Local shards wait under names carrying this run's token until this process renames them into place.
@@ -186,7 +218,10 @@ def _pack_folder_tar(
         bar.update(job_bytes[i])
 
     with progress_bar(progress, src.total_bytes) as bar:
-        results = run_local(write_shard, jobs, workers, store.local, done)
+        results = run_jobs(engine, write_shard, jobs, workers, store.local, done, ray_address=ray_address,
+                           describe=lambda i: plan[i][0].files[0][1])
+    if engine != "local":  # written elsewhere: each shard is where it should be, as large as its task said
+        check_written(store, names, [r.nbytes for r in results])
     counts: dict[str, int] = {}
     for r in results:
         for name, n in r.field_counts.items():
@@ -211,7 +246,7 @@ def _pack_table_arrow(
         schema = pack_table_arrow(src, store, comp, limit, per_shard, workers, done, fsync, order_seed)
     return _manifest(
         "arrow", results, fields=arrow_format.describe_schema(schema),
-        arrow_schema=arrow_format.schema_to_text(schema), created=info,
+        arrow_schema=arrow_format.schema_to_text(schema), created=info, classes=getattr(src, "classes", None),
     )
 
 

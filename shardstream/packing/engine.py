@@ -103,3 +103,24 @@ def run_local(job: Callable[..., R], jobs: Sequence[tuple[Any, ...]], workers: i
             pool.shutdown(wait=True, cancel_futures=True)
             raise
     return results
+
+
+# Engines other than this module's local pool, by name: a dotted path imported only when a pack uses it
+# (its module gives the install hint for its library).
+ENGINES: dict[str, str] = {"ray": "shardstream.packing.ray_engine:run_ray"}
+
+
+def run_jobs(engine: str, job: Callable[..., R], jobs: Sequence[tuple[Any, ...]], workers: int, processes: bool,
+             on_done: Callable[[int], None], *, ray_address: str | None = None,
+             describe: Callable[[int], str] | None = None) -> list[R]:
+    """``job(*args)`` for each of ``jobs`` on ``engine`` (``"local"``: a pool of ``workers``; ``"ray"``: Ray
+    tasks, on the cluster at ``ray_address``), results in plan order, ``on_done(i)`` after each."""
+    import importlib
+
+    if engine == "local":
+        return run_local(job, jobs, workers, processes, on_done)
+    if engine not in ENGINES:
+        raise ValueError(f"unknown engine {engine!r}; use one of local, {', '.join(ENGINES)}")
+    module, _, name = ENGINES[engine].partition(":")
+    run = getattr(importlib.import_module(module), name)
+    return run(job, jobs, on_done, address=ray_address, describe=describe)

@@ -8,6 +8,7 @@ its samples in a deterministic order; ``open_source`` works out which kind a pat
 from __future__ import annotations
 
 import importlib
+import inspect
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -17,7 +18,9 @@ from ..errors import SourceError
 from .folder import IMAGE_SUFFIXES, FileSample, FolderSource, walk
 from .table import TABLE_SUFFIXES, TableSource, sample_permutation
 
-LAYOUTS = ("auto", "imagefolder", "files", "table")
+LAYOUTS = ("auto", "imagefolder", "files", "table", "hdf5", "lmdb", "numpy", "hf", "shards")
+SAMPLE_KINDS = ("hdf5", "lmdb", "numpy", "hf", "shards")  # listed by their own modules, which take options
+_TAR_SUFFIXES = (".tar", ".tar.gz", ".tgz", ".tar.zst")
 
 
 @dataclass(frozen=True)
@@ -45,11 +48,49 @@ REGISTRY: dict[str, SourceKind] = {
     "files": SourceKind("shardstream.sources.folder:file_tree"),
     "table": SourceKind("shardstream.sources.table:TableSource", ("pyarrow",), "pip install pyarrow"),
     "text": SourceKind("shardstream.sources.text:open_text_source"),  # token shards: text or token files
+    "hdf5": SourceKind("shardstream.sources.hdf5:open_hdf5_source", ("h5py",), "pip install 'shardstream[hdf5]'"),
+    "lmdb": SourceKind("shardstream.sources.lmdbs:open_lmdb_source", ("lmdb",), "pip install 'shardstream[lmdb]'"),
+    "numpy": SourceKind("shardstream.sources.numpy_arrays:open_numpy_source"),
+    "hf": SourceKind("shardstream.sources.hf:open_hf_source", ("pyarrow",), "pip install pyarrow"),
+    "shards": SourceKind("shardstream.sources.shards:open_shards_source"),  # WebDataset tars, shardstream datasets
 }
 
 
-def open_source(path: str, layout: str = "auto") -> FolderSource | TableSource:
-    """Find out what ``path`` holds and list it; a :class:`SourceError` if it cannot be packed."""
+def detect_kind(path: str) -> str | None:
+    """Which of :data:`SAMPLE_KINDS` the file or folder ``path`` holds, by its names alone; None if none."""
+    lower = path.lower().rstrip("/")
+    if os.path.isfile(path):
+        if lower.endswith((".h5", ".hdf5", ".he5")):
+            return "hdf5"
+        if lower.endswith(".npy"):
+            return "numpy"
+        if lower.endswith(".mdb"):
+            return "lmdb"
+        return "shards" if lower.endswith(_TAR_SUFFIXES) else None
+    try:
+        names = [n for n in os.listdir(path) if not n.startswith(".")]
+    except OSError:
+        return None
+    if "_manifest.json" in names:
+        return "shards"
+    if "data.mdb" in names:
+        return "lmdb"
+    if "dataset_dict.json" in names or {"state.json", "dataset_info.json"} <= set(names):
+        return "hf"
+    files = [n for n in names if os.path.isfile(os.path.join(path, n))]
+    if files and len(files) == len(names):
+        if all(n.lower().endswith(".npy") for n in files):
+            return "numpy"
+        if all(n.lower().endswith(_TAR_SUFFIXES) for n in files):
+            return "shards"
+    return None
+
+
+def open_source(path: str, layout: str = "auto", **options: Any) -> Any:
+    """Find out what ``path`` holds and list it; a :class:`SourceError` if it cannot be packed.
+
+    ``options`` go to the HDF5, LMDB, NumPy, Hugging Face and shard sources (``fields``, ``field_name``,
+    ``decode_value``: see their modules); folders and tables take none."""
     if layout not in LAYOUTS:
         raise SourceError(f"unknown layout {layout!r}; use one of {', '.join(LAYOUTS)}")
     if "://" in path and not path.startswith("file://"):
@@ -58,6 +99,15 @@ def open_source(path: str, layout: str = "auto") -> FolderSource | TableSource:
     if not os.path.exists(path):
         kind = "broken symbolic link" if os.path.islink(path) else "no such file or folder"
         raise SourceError(f"source {path} does not exist ({kind})")
+    kind = layout if layout in SAMPLE_KINDS else detect_kind(path) if layout == "auto" else None
+    if kind is not None:
+        lister = REGISTRY[kind].load(kind)
+        unknown = sorted(set(options) - set(inspect.signature(lister).parameters))
+        if unknown:
+            raise SourceError(f"{', '.join(unknown)} do not apply to {path}, a {kind} source")
+        return lister(path, **options)
+    if options:
+        raise SourceError(f"{', '.join(sorted(options))} apply to HDF5, LMDB and NumPy sources, not to {path}")
     if os.path.isfile(path):
         suffix = os.path.splitext(path)[1].lower()
         if suffix not in TABLE_SUFFIXES or layout in ("imagefolder", "files"):
@@ -105,5 +155,6 @@ def _refuse_strays(path: str, files: list[tuple[str, str, int]]) -> None:
         )
 
 
-__all__ = ["LAYOUTS", "REGISTRY", "FileSample", "FolderSource", "SourceKind", "TableSource", "open_source",
+__all__ = ["LAYOUTS", "REGISTRY", "SAMPLE_KINDS", "detect_kind",
+           "FileSample", "FolderSource", "SourceKind", "TableSource", "open_source",
            "sample_permutation"]

@@ -1,0 +1,118 @@
+"""The Ray engine: a shard plan's jobs as Ray tasks, on a laptop or a cluster, results in plan order.
+
+The driver plans the shards exactly as the local engine does; each job becomes one task that reads
+its part of the source and writes its shard straight to the destination (a staged name renamed by
+the driver for local folders, one PUT of the whole object for object stores), so no shard bytes
+travel through the driver or Ray's object store and a retried task leaves nothing half-written.
+A shard's name comes from its index in the plan, never from a task attempt: the output is the same
+bytes as a local pack. Ray retries a task whose worker died (SIGKILL, a lost node) up to
+``retries`` times; an exception raised by the job itself is an error in the data and ends the pack
+with that error, before any manifest is written.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+from ..errors import ShardstreamError
+
+R = TypeVar("R")
+INSTALL = "pip install 'shardstream[ray]'"
+DEFAULT_RETRIES = 3
+
+
+def _ray() -> Any:
+    try:
+        import ray
+    except ImportError:
+        raise ShardstreamError(f"engine='ray' needs Ray; install it with: {INSTALL}") from None
+    return ray
+
+
+def connect(address: str | None = None, num_cpus: int | None = None) -> str:
+    """Join the Ray cluster at ``address`` (else ``RAY_ADDRESS``), or start a local one; the address used.
+
+    A process that already called ``ray.init`` keeps its cluster.
+    """
+    ray = _ray()
+    if ray.is_initialized():
+        return "the cluster this process joined"
+    address = address or os.environ.get("RAY_ADDRESS") or None
+    if address:
+        _probe(address)
+    try:
+        if address:
+            ray.init(address=address, log_to_driver=False)
+            return address
+        ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=False, _node_ip_address="127.0.0.1")
+    except Exception as exc:  # ConnectionError, TimeoutError, RuntimeError, ... by Ray version
+        where = f"the Ray cluster at {address}" if address else "a local Ray instance"
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ShardstreamError(f"cannot reach {where} ({first}); start one with 'ray start --head' and pass its "
+                               "address (ray_address= or --ray-address, or RAY_ADDRESS), or leave the address out "
+                               "for a local instance") from exc
+    return "local"
+
+
+def _probe(address: str) -> None:
+    """Fail fast on a cluster that does not answer: Ray itself waits minutes for its GCS."""
+    import socket
+
+    host, sep, port = address.split("://", 1)[-1].rpartition(":")
+    if not sep or not port.isdigit():
+        return  # "auto", or a form Ray resolves itself
+    try:
+        socket.create_connection((host.strip("[]") or "127.0.0.1", int(port)), timeout=5).close()
+    except OSError as exc:
+        raise ShardstreamError(f"cannot reach the Ray cluster at {address} ({exc.strerror or exc}); start one with "
+                               "'ray start --head' and pass its address (ray_address= or --ray-address, or "
+                               "RAY_ADDRESS), or leave the address out for a local instance") from None
+
+
+def run_ray(job: Callable[..., R], jobs: Sequence[tuple[Any, ...]], on_done: Callable[[int], None], *,
+            address: str | None = None, retries: int = DEFAULT_RETRIES, num_cpus: int | None = None,
+            describe: Callable[[int], str] | None = None) -> list[R]:
+    """``job(*args)`` for each of ``jobs`` as Ray tasks, results in plan order; ``on_done(i)`` as each ends.
+
+    ``describe(i)`` names job ``i``'s input (its first source file) in errors.
+    """
+    ray = _ray()
+    connect(address, num_cpus)
+    task = ray.remote(num_cpus=1, max_retries=retries, retry_exceptions=False)(job)
+    refs = [task.remote(*args) for args in jobs]
+    index = {ref: i for i, ref in enumerate(refs)}
+    results: list[Any] = [None] * len(refs)
+    pending = list(refs)
+    try:
+        while pending:
+            ready, pending = ray.wait(pending, num_returns=1)
+            for ref in ready:
+                i = index[ref]
+                results[i] = _result(ray, ref, i, retries, describe)
+                on_done(i)
+    except BaseException:
+        for ref in pending:
+            ray.cancel(ref, force=True)
+        raise
+    return results
+
+
+def _result(ray: Any, ref: Any, i: int, retries: int, describe: Callable[[int], str] | None) -> Any:
+    what = f"shard {i}" + (f" ({describe(i)})" if describe is not None else "")
+    try:
+        return ray.get(ref)
+    except ray.exceptions.RayTaskError as exc:  # the job raised: the data's error, as the local engine gives it
+        cause = exc.cause if isinstance(getattr(exc, "cause", None), BaseException) else None
+        if isinstance(cause, ShardstreamError):
+            raise cause from None
+        detail = f"{type(cause).__name__}: {cause}" if cause is not None else str(exc).splitlines()[0]
+        raise ShardstreamError(f"{what} failed on Ray: {detail}") from None
+    except (ray.exceptions.WorkerCrashedError, ray.exceptions.NodeDiedError, ray.exceptions.RayError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ShardstreamError(f"{what}: its Ray worker died {retries + 1} times ({first}); check the workers' "
+                               "memory and logs, then pack again (completed shards are written again)") from None
+
+
+__all__ = ["DEFAULT_RETRIES", "INSTALL", "connect", "run_ray"]

@@ -1,0 +1,130 @@
+"""The Ray engine on a real local Ray instance: plan order, retried SIGKILLed workers, errors, identity."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("ray")
+import ray  # noqa: E402
+
+from shardstream.errors import ShardstreamError, SourceError  # noqa: E402
+from shardstream.packing import engine  # noqa: E402
+from shardstream.packing.folder import plan_shards  # noqa: E402
+from shardstream.sources import open_source  # noqa: E402
+from tests.packing import ray_jobs  # noqa: E402
+from tests.sample_datasets import make_files  # noqa: E402
+
+REPO = str(Path(__file__).resolve().parents[2])
+
+
+@pytest.fixture(scope="module")
+def local_ray():
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, _node_ip_address="127.0.0.1",
+             runtime_env={"env_vars": {"PYTHONPATH": REPO}})
+    yield
+    ray.shutdown()
+
+
+def test_results_come_back_in_plan_order(local_ray):
+    done: list[int] = []
+    got = engine.run_jobs("ray", ray_jobs.square, [(i,) for i in range(12)], 2, True, done.append)
+    assert got == [i * i for i in range(12)] and sorted(done) == list(range(12))
+
+
+def shard_jobs(tmp_path: Path, dest: Path) -> list[tuple]:
+    files = {f"k{i:03d}.txt": f"value {i}".encode() * 40 for i in range(30)}
+    src = open_source(str(make_files(tmp_path / "src", files)))
+    plan = plan_shards(src.samples, 1 << 30, 10)
+    return [(str(dest), None, i, f"shard-{i:06d}.tar", None, samples, None, False) for i, samples in enumerate(plan)]
+
+
+def test_a_worker_killed_mid_task_is_retried_and_the_shards_are_identical(local_ray, tmp_path):
+    local = tmp_path / "local"
+    local_results = engine.run_jobs("local", ray_jobs.write_shard, shard_jobs(tmp_path, local), 1, True, lambda i: None)
+    killed = tmp_path / "ray"
+    marker = tmp_path / "killed.pid"
+    jobs = [(str(marker), 1, *args) for args in shard_jobs(tmp_path, killed)]
+    results = engine.run_jobs("ray", ray_jobs.killed_once, jobs, 2, True, lambda i: None)
+    assert marker.exists()  # the worker did die once, after writing shard 1
+    assert [r.sha256 for r in results] == [r.sha256 for r in local_results]
+    for i in range(3):
+        name = f"shard-{i:06d}.tar"
+        assert (killed / name).read_bytes() == (local / name).read_bytes()
+
+
+def test_a_worker_that_always_dies_ends_with_one_line_naming_the_input(local_ray, tmp_path):
+    marker = tmp_path / "deaths"
+    with pytest.raises(ShardstreamError, match=r"^shard 0 \(photos/a.jpg\): its Ray worker died 2 times") as info:
+        from shardstream.packing.ray_engine import run_ray
+
+        run_ray(ray_jobs.always_killed, [(str(marker),)], lambda i: None, retries=1,
+                describe=lambda i: "photos/a.jpg")
+    assert "\n" not in str(info.value)
+    assert len(marker.read_text().split()) == 2  # first try and one retry
+
+
+def test_an_error_in_the_data_is_raised_as_is(local_ray):
+    with pytest.raises(SourceError, match=r"^x.jpg: not a JPEG"):
+        engine.run_jobs("ray", ray_jobs.bad_file, [("x.jpg",)], 2, True, lambda i: None)
+    with pytest.raises(ShardstreamError, match=r"^shard 0 failed on Ray: TypeError: cannot handle 3$"):
+        engine.run_jobs("ray", ray_jobs.type_error, [(3,)], 2, True, lambda i: None)
+
+
+def test_an_unknown_engine_and_an_unreachable_cluster():
+    with pytest.raises(ValueError, match="unknown engine 'spark'"):
+        engine.run_jobs("spark", ray_jobs.square, [(1,)], 1, True, lambda i: None)
+    code = ("from shardstream.packing.ray_engine import connect\n"
+            "try:\n    connect('127.0.0.1:9')\nexcept Exception as e:\n    print(type(e).__name__, e)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.stdout.startswith("ShardstreamError cannot reach the Ray cluster at 127.0.0.1:9 (")
+    assert "ray start --head" in done.stdout
+
+
+def manifest_without_creation(dest: Path) -> dict:
+    import json
+
+    doc = json.loads((dest / "_manifest.json").read_text())
+    doc.pop("created", None)
+    return doc
+
+
+@pytest.mark.parametrize("compression", [None, "zstd"])
+def test_a_ray_pack_is_byte_identical_to_a_local_one(local_ray, tmp_path, compression):
+    from shardstream import pack
+
+    files = {f"{c}/{i:02d}.jpg": f"{c}{i}".encode() * (50 + i) for c in ("cat", "dog") for i in range(25)}
+    src = make_files(tmp_path / "src", files)
+    local = pack(src, tmp_path / "local", samples_per_shard=7, compression=compression, progress=False)
+    remote = pack(src, tmp_path / "ray", samples_per_shard=7, compression=compression, progress=False, engine="ray")
+    assert local.manifest.num_shards == 8 and remote.fingerprint == local.fingerprint
+    assert manifest_without_creation(tmp_path / "ray") == manifest_without_creation(tmp_path / "local")
+    for name in local.manifest.paths:
+        assert (tmp_path / "ray" / name).read_bytes() == (tmp_path / "local" / name).read_bytes()
+    names = {d: sorted(p.name for p in (tmp_path / d).iterdir()) for d in ("ray", "local")}
+    assert names["ray"] == names["local"]  # nothing staged or temporary left
+
+
+def test_ray_packs_folders_only_and_says_so(local_ray, tmp_path):
+    from shardstream import pack
+
+    table = tmp_path / "t.csv"
+    table.write_text("a,b\n1,2\n")
+    with pytest.raises(ShardstreamError, match="engine='ray' packs folder trees into tar shards"):
+        pack(table, tmp_path / "out", engine="ray", progress=False)
+    assert not (tmp_path / "out" / "_manifest.json").exists()
+
+
+def test_the_command_line_packs_on_a_local_ray(tmp_path):
+    files = {f"k{i:02d}.txt": f"v{i}".encode() for i in range(9)}
+    src = make_files(tmp_path / "src", files)
+    env = {**__import__("os").environ, "PYTHONPATH": REPO}
+    env.pop("RAY_ADDRESS", None)
+    done = subprocess.run([sys.executable, "-m", "shardstream", "pack", str(src), str(tmp_path / "out"), "--engine",
+                           "ray", "--samples-per-shard", "4", "-q"], capture_output=True, text=True, env=env,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "packed 9 samples into 3 tar shards" in done.stdout

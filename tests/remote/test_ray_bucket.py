@@ -1,0 +1,60 @@
+"""Packing on Ray straight into an S3 bucket (moto): the same objects as a local pack, no manifest on failure."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("ray")
+import ray  # noqa: E402
+
+import shardstream  # noqa: E402
+
+from .data import image_folder  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def local_ray(remote_environment):
+    """A local Ray whose workers see this session's dummy credentials (they inherit the environment)."""
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, _node_ip_address="127.0.0.1",
+             runtime_env={"env_vars": {"PYTHONPATH": str(Path(__file__).resolve().parents[2])}})
+    yield
+    ray.shutdown()
+
+
+def test_a_ray_pack_into_a_bucket_equals_a_local_pack(local_ray, s3_bucket, tmp_path):
+    image_folder(tmp_path / "src")
+    options = s3_bucket.storage_options
+    local = shardstream.pack(tmp_path / "src", s3_bucket.url("local"), storage_options=options, samples_per_shard=4,
+                             progress=False)
+    remote = shardstream.pack(tmp_path / "src", s3_bucket.url("ray"), storage_options=options, samples_per_shard=4,
+                              progress=False, engine="ray")
+    assert remote.fingerprint == local.fingerprint and remote.manifest.num_shards == 4
+    for name in local.manifest.paths:
+        assert s3_bucket.read(f"ray/{name}") == s3_bucket.read(f"local/{name}")
+    docs = [json.loads(s3_bucket.read(f"{p}/_manifest.json")) for p in ("local", "ray")]
+    for doc in docs:
+        doc.pop("created")
+    assert docs[0] == docs[1]
+    keys = s3_bucket.keys()
+    assert sorted(k.split("/", 1)[1] for k in keys if k.startswith("ray/")) == sorted(
+        ["_manifest.json", *local.manifest.paths])  # no temporary or 0-byte objects left
+
+
+@pytest.mark.parametrize(("job", "message"), [
+    ("fails_on_shard_1", r"^cannot read .*\.jpg: Input/output error$"),
+    ("dies_on_shard_1", r"^shard 1 \(.*\.jpg\): its Ray worker died 4 times"),
+])
+def test_a_shard_that_keeps_failing_leaves_no_manifest(local_ray, s3_bucket, tmp_path, monkeypatch, job, message):
+    from shardstream.packing import driver
+    from tests.packing import ray_jobs
+
+    image_folder(tmp_path / "src")
+    monkeypatch.setattr(driver, "write_shard", getattr(ray_jobs, job))  # Ray workers import it by name
+    with pytest.raises(shardstream.ShardstreamError, match=message):
+        shardstream.pack(tmp_path / "src", s3_bucket.url("ray"), storage_options=s3_bucket.storage_options,
+                         samples_per_shard=4, progress=False, engine="ray")
+    keys = s3_bucket.keys()
+    assert not any(k.endswith("_manifest.json") for k in keys)
