@@ -114,7 +114,8 @@ def pack(
     :func:`shardstream.packing.tokens.pack_tokens`.
     ``engine="ray"`` runs the shard jobs of a folder pack as Ray tasks (the cluster at ``ray_address``,
     else ``RAY_ADDRESS``, else a local instance), with the same output bytes as ``engine="local"``
-    (:mod:`shardstream.packing.ray_engine`).
+    (:mod:`shardstream.packing.ray_engine`); for ``fn=`` and the sources read sample by sample, Ray
+    tasks make the samples and this process writes the shards in order.
     ``split_by="cls"`` packs an ImageFolder tree as one dataset per class under ``dest`` plus a label
     index (see :func:`shardstream.packing.split.pack_split`), for class-balanced mixes.
     ``fn`` packs from a function: ``source`` is then a list of inputs and ``fn(input)`` returns or
@@ -125,7 +126,7 @@ def pack(
     """
     common = {"shard_size": shard_size, "samples_per_shard": samples_per_shard, "compression": compression,
               "workers": workers, "overwrite": overwrite, "storage_options": storage_options,
-              "progress": progress, "fsync": fsync}
+              "progress": progress, "fsync": fsync, "engine": engine, "ray_address": ray_address}
     if fn is not None:  # a function over a list of inputs: see packing.function
         from .function import pack_function
 
@@ -171,8 +172,8 @@ def pack(
     info = creation_info(source=os.path.abspath(source), layout=getattr(src, "layout", "table"))
 
     if engine != "local" and not (isinstance(src, FolderSource) and shard_format != "arrow"):
-        raise ShardstreamError(f"engine={engine!r} packs folder trees into tar shards; pack {source} with "
-                               "engine='local'")
+        raise ShardstreamError(f"engine={engine!r} packs folder trees into tar shards, fn= inputs and the sources "
+                               f"read sample by sample; pack {source} with engine='local'")
     if isinstance(src, FolderSource) and shard_format != "arrow":
         manifest = _pack_folder_tar(src, store, shard_format, comp, limit, per_shard, workers, progress, info,
                                     token, fsync, engine, ray_address)

@@ -120,9 +120,19 @@ def _picklable(fn: SampleFn) -> bool:
 
 
 def map_ordered(fn: SampleFn, items: Sequence[Any], workers: int, encode: bool = False,
-                ahead: int | None = None) -> Iterator[tuple[int, tuple[bool, Any]]]:
-    """``(i, _call(fn, items[i]))`` for every item, in order; ``workers`` processes run up to ``ahead``
-    items beyond the one being consumed (default: two per worker)."""
+                ahead: int | None = None, engine: str = "local", ray_address: str | None = None
+                ) -> Iterator[tuple[int, tuple[bool, Any]]]:
+    """``(i, _call(fn, items[i]))`` for every item, in order; ``workers`` processes (or, with
+    ``engine="ray"``, Ray tasks) run up to ``ahead`` items beyond the one being consumed (default: two
+    per worker)."""
+    if engine == "ray":
+        from .ray_engine import map_ray
+
+        yield from map_ray(functools.partial(_call, fn, encode=encode), items, address=ray_address, ahead=ahead,
+                           describe=lambda i: describe_input(items[i]))
+        return
+    if engine != "local":
+        raise ValueError(f"unknown engine {engine!r}; use local or ray")
     if workers <= 1 or len(items) <= 1:
         for i, item in enumerate(items):
             yield i, _call(fn, item, encode)
@@ -165,6 +175,7 @@ def write_samples(
     compression: str | None = None, workers: int | None = None, overwrite: bool = False,
     storage_options: dict[str, Any] | None = None, progress: bool = True, fsync: bool = True,
     info: dict[str, Any] | None = None, total: int | None = None, classes: list[str] | None = None,
+    engine: str = "local", ray_address: str | None = None,
 ) -> tuple[str, Manifest]:
     """Map ``fn`` over ``items`` in parallel and write the samples in order; publish the manifest last.
     ``what(i)`` names input ``i`` in an error. Returns (the dataset's URL, its manifest)."""
@@ -176,7 +187,7 @@ def write_samples(
     encode = writer.shard_format != "arrow"
     try:
         with progress_bar(progress, total, unit=" samples") as bar:
-            for i, (ok, out) in map_ordered(fn, items, workers, encode):
+            for i, (ok, out) in map_ordered(fn, items, workers, encode, engine=engine, ray_address=ray_address):
                 if not ok:
                     ours, message = out
                     raise (SourceError(message) if ours else ShardstreamError(

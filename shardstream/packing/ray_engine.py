@@ -13,7 +13,8 @@ with that error, before any manifest is written.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
 from ..errors import ShardstreamError
@@ -90,7 +91,7 @@ def run_ray(job: Callable[..., R], jobs: Sequence[tuple[Any, ...]], on_done: Cal
             ready, pending = ray.wait(pending, num_returns=1)
             for ref in ready:
                 i = index[ref]
-                results[i] = _result(ray, ref, i, retries, describe)
+                results[i] = _result(ray, ref, f"shard {i}" + (f" ({describe(i)})" if describe else ""), retries)
                 on_done(i)
     except BaseException:
         for ref in pending:
@@ -99,8 +100,33 @@ def run_ray(job: Callable[..., R], jobs: Sequence[tuple[Any, ...]], on_done: Cal
     return results
 
 
-def _result(ray: Any, ref: Any, i: int, retries: int, describe: Callable[[int], str] | None) -> Any:
-    what = f"shard {i}" + (f" ({describe(i)})" if describe is not None else "")
+def map_ray(fn: Callable[[Any], R], items: Sequence[Any], *, address: str | None = None, ahead: int | None = None,
+            retries: int = DEFAULT_RETRIES, describe: Callable[[int], str] | None = None) -> Iterator[tuple[int, R]]:
+    """``(i, fn(items[i]))`` in order, each call a Ray task, up to ``ahead`` beyond the one being consumed
+    (default: two per CPU of the cluster). For sources read sample by sample: the results come back to
+    this process, which writes the shards in order."""
+    ray = _ray()
+    connect(address)
+    task = ray.remote(num_cpus=1, max_retries=retries, retry_exceptions=False)(_apply)
+    shipped = ray.put(fn)  # sent once (Ray pickles it by value: lambdas and closures too)
+    ahead = max(ahead or 2 * int(ray.cluster_resources().get("CPU", 1)), 1)
+    pending: deque[Any] = deque()
+    try:
+        for i in range(len(items)):
+            while len(pending) <= ahead and i + len(pending) < len(items):
+                pending.append(task.remote(shipped, items[i + len(pending)]))
+            what = f"input {i}" + (f" ({describe(i)})" if describe else "")
+            yield i, _result(ray, pending.popleft(), what, retries)
+    finally:
+        for ref in pending:
+            ray.cancel(ref, force=True)
+
+
+def _apply(fn: Callable[[Any], R], item: Any) -> R:
+    return fn(item)
+
+
+def _result(ray: Any, ref: Any, what: str, retries: int) -> Any:
     try:
         return ray.get(ref)
     except ray.exceptions.RayTaskError as exc:  # the job raised: the data's error, as the local engine gives it
@@ -115,4 +141,4 @@ def _result(ray: Any, ref: Any, i: int, retries: int, describe: Callable[[int], 
                                "memory and logs, then pack again (completed shards are written again)") from None
 
 
-__all__ = ["DEFAULT_RETRIES", "INSTALL", "connect", "run_ray"]
+__all__ = ["DEFAULT_RETRIES", "INSTALL", "connect", "map_ray", "run_ray"]

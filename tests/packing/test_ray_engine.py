@@ -128,3 +128,47 @@ def test_the_command_line_packs_on_a_local_ray(tmp_path):
                           timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "packed 9 samples into 3 tar shards" in done.stdout
+
+
+def shard_bytes(dest: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(dest.glob("shard-*"))}
+
+
+def test_a_function_pack_on_ray_equals_the_local_one(local_ray, tmp_path):
+    from shardstream import pack
+
+    def make(i: int) -> list[dict]:  # a closure-free lambda would do too: Ray pickles functions by value
+        return [{"__key__": f"in{i:03d}_{j}", "txt": f"input {i} part {j}"} for j in range(i % 3)]
+
+    inputs = list(range(40))
+    pack(inputs, tmp_path / "local", fn=make, samples_per_shard=9, progress=False)
+    pack(inputs, tmp_path / "ray", fn=make, samples_per_shard=9, progress=False, engine="ray")
+    assert shard_bytes(tmp_path / "ray") == shard_bytes(tmp_path / "local") and len(shard_bytes(tmp_path / "ray")) == 5
+
+
+def test_an_hdf5_file_packs_on_ray_as_it_does_locally(local_ray, tmp_path):
+    h5py = pytest.importorskip("h5py")
+    import numpy as np
+
+    from shardstream import pack
+
+    path = tmp_path / "data.h5"
+    with h5py.File(path, "w") as f:
+        f["images"] = np.arange(50 * 4 * 4 * 3, dtype=np.uint8).reshape(50, 4, 4, 3)
+        f["labels"] = np.arange(50) % 7
+    pack(path, tmp_path / "local", samples_per_shard=16, progress=False)
+    pack(path, tmp_path / "ray", samples_per_shard=16, progress=False, engine="ray")
+    assert shard_bytes(tmp_path / "ray") == shard_bytes(tmp_path / "local") and len(shard_bytes(tmp_path / "ray")) == 4
+
+
+def test_a_failing_input_on_ray_names_it_and_publishes_nothing(local_ray, tmp_path):
+    from shardstream import pack
+
+    def make(i: int) -> dict:
+        if i == 7:
+            raise ValueError("bad record")
+        return {"__key__": f"k{i}", "txt": str(i)}
+
+    with pytest.raises(ShardstreamError, match=r"fn .*make on input 7 \(7\) failed: ValueError: bad record"):
+        pack(list(range(12)), tmp_path / "out", fn=make, progress=False, engine="ray")
+    assert not (tmp_path / "out" / "_manifest.json").exists()
