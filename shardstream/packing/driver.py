@@ -12,6 +12,7 @@ from ..errors import ShardstreamError
 from ..manifest import Manifest, creation_info, shard_name
 from ..sizes import format_size
 from ..sources import FolderSource, TableSource, open_source, sample_permutation
+from ..sources.remote import is_remote
 from ..storage import Store
 from .destination import check_written, commit_shard, prepare_destination, publish
 from .engine import default_workers, progress_bar, run_jobs
@@ -64,6 +65,10 @@ class PackResult:
 
 
 def _check_not_inside(source: str, store: Store) -> None:
+    if is_remote(source):
+        if store.url == source.rstrip("/") or store.url.startswith(source.rstrip("/") + "/"):
+            raise ShardstreamError(f"destination {store.url} is inside the source {source}; choose one outside it")
+        return
     if not store.local:
         return
     src, dst = os.path.realpath(source), os.path.realpath(store.root)
@@ -94,6 +99,7 @@ def pack(
     decode_value: Callable[[bytes, bytes], Any] | None = None,
     engine: str = "local",
     ray_address: str | None = None,
+    source_options: dict[str, Any] | None = None,
     _source: FolderSource | None = None,
     **token_options: Any,
 ) -> PackResult:
@@ -155,6 +161,8 @@ def pack(
     workers = default_workers() if workers is None else int(workers)
     options = {k: v for k, v in (("fields", fields), ("field_name", field_name), ("decode_value", decode_value))
                if v is not None}
+    if is_remote(source):  # a folder tree in a bucket: listed here, read by the workers
+        options["storage_options"] = storage_options if source_options is None else source_options
     src = open_source(source, layout, **options) if _source is None else _source  # (a split pack's class: listed)
     if hasattr(src, "sample_jobs"):  # HDF5, LMDB, NumPy, tar shards: samples read in workers (packing.function)
         from .function import pack_source
@@ -169,7 +177,8 @@ def pack(
     store = Store(dest, storage_options)
     _check_not_inside(source, store)
     token = prepare_destination(store, overwrite, fsync)
-    info = creation_info(source=os.path.abspath(source), layout=getattr(src, "layout", "table"))
+    info = creation_info(source=source if is_remote(source) else os.path.abspath(source),
+                         layout=getattr(src, "layout", "table"))
 
     if engine != "local" and not (isinstance(src, FolderSource) and shard_format != "arrow"):
         raise ShardstreamError(f"engine={engine!r} packs folder trees into tar shards, fn= inputs and the sources "
@@ -210,7 +219,8 @@ def _pack_folder_tar(
     # Local shards wait under names carrying this run's token until this process renames them into place.
     staged = token if store.local else None
     names = [shard_name(i, shard_format) for i in range(len(plan))]
-    jobs = [(store.url, store.storage_options, i, names[i], comp, s, staged, fsync) for i, s in enumerate(plan)]
+    jobs = [(store.url, store.storage_options, i, names[i], comp, s, staged, fsync, src.storage_options)
+            for i, s in enumerate(plan)]
     job_bytes = [sum(size for s in samples for _, _, size in s.files) for samples in plan]
 
     def done(i: int) -> None:
@@ -278,7 +288,7 @@ def _pack_with_writer(
                 for s in src.samples:
                     sample: dict[str, Any] = {"__key__": s.key}
                     for ext, path, size in s.files:
-                        sample[ext] = read_file(path, size)
+                        sample[ext] = read_file(path, size, src.storage_options)
                         bar.update(size)
                     if s.label is not None:
                         sample["cls"] = s.label

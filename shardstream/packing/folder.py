@@ -15,6 +15,7 @@ from ..errors import ShardstreamError, SourceError
 from ..formats import tar as tar_format
 from ..manifest.files import sync_file
 from ..sources import FileSample
+from ..sources.remote import is_remote, read_remote
 from ..storage import Store, describe_os_error
 from .destination import check_claim, staged_name
 from .fields import field_problem, key_problem
@@ -60,8 +61,11 @@ def plan_shards(samples: list[FileSample], shard_size: int, per_shard: int | Non
     return shards
 
 
-def read_file(path: str, size: int) -> bytes:
-    """The bytes of ``path``, which must still be ``size`` bytes long (the plan depends on it)."""
+def read_file(path: str, size: int, storage_options: dict[str, Any] | None = None) -> bytes:
+    """The bytes of ``path`` (a local file, or a URL that ``storage_options`` reach), which must still be
+    ``size`` bytes long (the plan depends on it)."""
+    if is_remote(path):
+        return read_remote(path, size, storage_options)
     try:
         fd = os.open(path, os.O_RDONLY)
         try:
@@ -100,6 +104,7 @@ def check_sample_names(samples: list[FileSample], fmt: str) -> None:
 def write_shard(
     dest: str, storage_options: dict[str, Any] | None, index: int, name: str,
     compression: str | None, samples: list[FileSample], token: str | None = None, fsync: bool = True,
+    source_options: dict[str, Any] | None = None,
 ) -> ShardResult:
     """Write one tar shard from files (runs in a worker process).
 
@@ -117,7 +122,8 @@ def write_shard(
             tar_size += len(tar_format.END_OF_ARCHIVE)
         writer = tar_format.TarShardWriter(sink, compression, tar_size=tar_size)
         for sample in samples:
-            fields: list[tuple[str, bytes]] = [(ext, read_file(path, size)) for ext, path, size in sample.files]
+            fields: list[tuple[str, bytes]] = [(ext, read_file(path, size, source_options))
+                                               for ext, path, size in sample.files]
             if sample.label is not None:
                 fields.append(("cls", str(sample.label).encode()))
                 fields.sort(key=lambda f: f[0])

@@ -19,6 +19,7 @@ from ..errors import DatasetExistsError, SourceError
 from ..manifest.labels import LABELS_NAME, LabelEntry, LabelIndex, write_labels
 from ..sizes import format_size
 from ..sources import FolderSource, open_source
+from ..sources.remote import is_remote
 from ..storage import Store
 
 SPLIT_FIELDS = ("cls",)
@@ -74,7 +75,7 @@ def pack_split(pack: Callable[..., Any], source: str | os.PathLike[str], dest: s
         raise SourceError(f"cannot split by {split_by!r}: pack splits by {', '.join(SPLIT_FIELDS)} (the class of an "
                           "ImageFolder tree); for other labels pack one dataset per label and give "
                           "MixedDataset.by_label a {label: url} mapping")
-    src = open_source(source, layout)
+    src = open_source(source, layout, **({"storage_options": storage_options} if is_remote(source) else {}))
     if not isinstance(src, FolderSource) or src.classes is None:
         raise SourceError(f"{source} is no ImageFolder tree (root/<class>/<image>): --split-by cls needs classes")
     root = Store(dest, storage_options)
@@ -95,7 +96,8 @@ def pack_split(pack: Callable[..., Any], source: str | os.PathLike[str], dest: s
         if name in names:
             name = f"{name}-{value}"
         names[name] = value
-        subset = FolderSource(src.root, src.layout, [s for s in src.samples if s.label == value], src.classes)
+        subset = FolderSource(src.root, src.layout, [s for s in src.samples if s.label == value], src.classes, 0,
+                              src.storage_options)
         parts.append(pack(source, f"{root.url}/{name}", layout=layout, overwrite=overwrite,
                           storage_options=storage_options, fsync=fsync, _source=subset, **pack_options))
         entries.append(LabelEntry(label, value, name, counts[value]))

@@ -16,6 +16,7 @@ from typing import Any
 
 from ..errors import SourceError
 from .folder import IMAGE_SUFFIXES, FileSample, FolderSource, walk
+from .remote import is_remote, walk_remote
 from .table import TABLE_SUFFIXES, TableSource, sample_permutation
 
 LAYOUTS = ("auto", "imagefolder", "files", "table", "hdf5", "lmdb", "numpy", "hf", "shards")
@@ -86,15 +87,16 @@ def detect_kind(path: str) -> str | None:
     return None
 
 
-def open_source(path: str, layout: str = "auto", **options: Any) -> Any:
+def open_source(path: str, layout: str = "auto", storage_options: dict[str, Any] | None = None,
+                **options: Any) -> Any:
     """Find out what ``path`` holds and list it; a :class:`SourceError` if it cannot be packed.
 
     ``options`` go to the HDF5, LMDB, NumPy, Hugging Face and shard sources (``fields``, ``field_name``,
     ``decode_value``: see their modules); folders and tables take none."""
     if layout not in LAYOUTS:
         raise SourceError(f"unknown layout {layout!r}; use one of {', '.join(LAYOUTS)}")
-    if "://" in path and not path.startswith("file://"):
-        raise SourceError(f"{path}: pack reads sources from local folders and files; copy it here first")
+    if is_remote(path):
+        return _open_remote(path, layout, storage_options, options)
     path = path[len("file://"):] if path.startswith("file://") else path
     if not os.path.exists(path):
         kind = "broken symbolic link" if os.path.islink(path) else "no such file or folder"
@@ -136,6 +138,26 @@ def open_source(path: str, layout: str = "auto", **options: Any) -> Any:
         if layout == "files":
             _refuse_strays(path, files)
     return REGISTRY[layout].load(layout)(path, files, hidden)
+
+
+def _open_remote(url: str, layout: str, storage_options: dict[str, Any] | None, options: dict[str, Any]
+                 ) -> FolderSource:
+    """A folder tree in object storage (``storage_options`` reach it), listed through fsspec."""
+    if layout not in ("auto", "imagefolder", "files") or options:
+        raise SourceError(f"{url}: sources in object storage are folder trees (layout auto, imagefolder or files); "
+                          "copy other sources to a local folder first")
+    files, hidden = walk_remote(url, storage_options)
+    if not files:
+        raise SourceError(f"source {url} holds no objects to pack (it is empty or does not exist)")
+    suffixes = {os.path.splitext(rel)[1].lower() for rel, _, _ in files}
+    if layout == "auto":
+        in_class_dirs = all(rel.count("/") == 1 for rel, _, _ in files)
+        layout = "imagefolder" if in_class_dirs and suffixes <= IMAGE_SUFFIXES else "files"
+        if layout == "files":
+            _refuse_strays(url, files)
+    source = REGISTRY[layout].load(layout)(url, files, hidden)
+    source.storage_options = dict(storage_options or {})
+    return source
 
 
 def _fits_image_folder(rel: str) -> bool:

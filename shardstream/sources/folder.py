@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from typing import Any
 
 from ..errors import SourceError
 from ..storage import describe_os_error
@@ -34,6 +35,7 @@ class FolderSource:
     samples: list[FileSample]
     classes: list[str] | None
     skipped_hidden: int = 0
+    storage_options: dict[str, Any] | None = None  # a folder in object storage: how workers reach its files
 
     @property
     def total_bytes(self) -> int:
@@ -116,7 +118,10 @@ def image_folder(path: str, files: list[tuple[str, str, int]], hidden: int) -> F
             f"{os.path.join(path, bad)} is not in a class folder: an ImageFolder tree is "
             "root/<class>/<file>; use --layout files for other trees"
         )
-    classes = sorted(e.name for e in os.scandir(path) if e.is_dir() and not e.name.startswith("."))
+    if "://" in path:  # a bucket has no empty folders: its classes are the folders that hold files
+        classes = sorted({rel.split("/", 1)[0] for rel, _, _ in files})
+    else:
+        classes = sorted(e.name for e in os.scandir(path) if e.is_dir() and not e.name.startswith("."))
     samples = group(files)
     index = {c: i for i, c in enumerate(classes)}
     imageless = [s for s in samples if not any(f".{ext}" in IMAGE_SUFFIXES for ext, _, _ in s.files)]

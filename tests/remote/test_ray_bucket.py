@@ -58,3 +58,38 @@ def test_a_shard_that_keeps_failing_leaves_no_manifest(local_ray, s3_bucket, tmp
                          samples_per_shard=4, progress=False, engine="ray")
     keys = s3_bucket.keys()
     assert not any(k.endswith("_manifest.json") for k in keys)
+
+
+def upload_tree(bucket, prefix: str, files: dict[str, bytes]) -> None:
+    for rel, data in files.items():
+        bucket.write(f"{prefix}/{rel}", data)
+
+
+@pytest.mark.parametrize("engine", ["local", "ray"])
+def test_a_folder_in_a_bucket_packs_into_a_bucket_as_the_same_folder_does_locally(local_ray, s3_bucket, tmp_path,
+                                                                                  engine):
+    files = image_folder(tmp_path / "src")
+    upload_tree(s3_bucket, "src", {f"{key}.jpg": data for key, data in files.items()})
+    s3_bucket.write("src/.hidden/x.jpg", b"not packed")
+    options = s3_bucket.storage_options
+    local = shardstream.pack(tmp_path / "src", tmp_path / "local", samples_per_shard=4, progress=False)
+    result = shardstream.pack(s3_bucket.url("src"), s3_bucket.url("out"), storage_options=options,
+                              samples_per_shard=4, progress=False, engine=engine)
+    assert result.fingerprint == local.fingerprint and result.skipped_hidden == 1
+    assert result.manifest.classes == local.manifest.classes
+    for name in local.manifest.paths:
+        assert s3_bucket.read(f"out/{name}") == (tmp_path / "local" / name).read_bytes()
+    doc = json.loads(s3_bucket.read("out/_manifest.json"))
+    assert doc["created"]["source"] == s3_bucket.url("src")
+
+
+def test_bucket_sources_refuse_what_they_cannot_pack(s3_bucket, tmp_path):
+    options = s3_bucket.storage_options
+    with pytest.raises(shardstream.ShardstreamError, match="holds no objects to pack"):
+        shardstream.pack(s3_bucket.url("nothing"), tmp_path / "out", storage_options=options, progress=False)
+    s3_bucket.write("t/a.jpg", b"x")
+    with pytest.raises(shardstream.ShardstreamError, match="inside the source"):
+        shardstream.pack(s3_bucket.url("t"), s3_bucket.url("t/out"), storage_options=options, progress=False)
+    with pytest.raises(shardstream.ShardstreamError, match="sources in object storage are folder trees"):
+        shardstream.pack(s3_bucket.url("t"), tmp_path / "out", storage_options=options, progress=False,
+                         layout="table")
