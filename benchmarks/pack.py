@@ -423,6 +423,10 @@ def ratio_lines(results: list[Result]) -> list[str]:
             lines.append(f"shardstream speed / {other} speed: {value:.2f}x ({verdict} the target >= {target:g}x)")
     by_tool = {r.tool: r for r in results}
     ray_pack, pool, raydata = by_tool.get("pack-ray"), by_tool.get("pack-fsync"), by_tool.get("raydata")
+    for r in (pool, ray_pack, raydata):
+        if r is not None and r.ok and r.loop_times and ray_pack is not None:
+            lines.append(f"{r.tool} after start-up: best {min(r.loop_times):.2f} s, "
+                         f"median {statistics.median(r.loop_times):.2f} s")
     if ray_pack is not None and ray_pack.ok and ray_pack.loop_times:
         if pool is not None and pool.ok and pool.loop_times:
             ratio = min(ray_pack.loop_times) / min(pool.loop_times)
