@@ -12,7 +12,7 @@ BIN    := $(VENV)/bin
 TORCH       ?= torch==2.13.0
 TORCH_INDEX ?=
 
-.PHONY: demo test bench clean
+.PHONY: demo test docker-test bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -42,6 +42,12 @@ demo: $(VENV)/.installed
 test: $(VENV)/.installed-test
 	$(BIN)/ruff check shardstream tests benchmarks examples
 	$(BIN)/python -m pytest -q
+
+# The container tests with a real engine (podman or docker, see README "Containers"): a base image made
+# with mmdebstrap, the wheels, the images, then runs inside them and the compose stack end to end.
+#   apt-get install podman runc podman-compose mmdebstrap   (once, as root)
+docker-test: $(VENV)/.installed-test
+	$(BIN)/python -m pytest -q -m container -rs tests/docker
 
 clean:
 	rm -rf $(VENV) demo .pytest_cache .ruff_cache

@@ -1,0 +1,1 @@
+"""Containers: the docker/ files checked offline, and (with an engine) built and run."""
