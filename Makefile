@@ -40,7 +40,7 @@ demo: $(VENV)/.installed
 	$(BIN)/python examples/read_back.py demo/images-shards demo/table-shards
 
 test: $(VENV)/.installed-test
-	$(BIN)/ruff check shardstream tests benchmarks examples
+	$(BIN)/ruff check shardstream tests benchmarks examples docker
 	$(BIN)/python -m pytest -q
 
 # The container tests with a real engine (podman or docker, see README "Containers"): a base image made

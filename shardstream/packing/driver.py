@@ -180,16 +180,18 @@ def pack(
     info = creation_info(source=source if is_remote(source) else os.path.abspath(source),
                          layout=getattr(src, "layout", "table"))
 
-    if engine != "local" and not (isinstance(src, FolderSource) and shard_format != "arrow"):
-        raise ShardstreamError(f"engine={engine!r} packs folder trees into tar shards, fn= inputs and the sources "
-                               f"read sample by sample; pack {source} with engine='local'")
+    if engine != "local" and not (isinstance(src, FolderSource) and shard_format != "arrow"
+                                  or isinstance(src, TableSource) and shard_format == "arrow"):
+        raise ShardstreamError(f"engine={engine!r} packs folder trees into tar shards, tables into Arrow shards, "
+                               f"fn= inputs and the sources read sample by sample; pack {source} into "
+                               f"{shard_format} shards with engine='local'")
     if isinstance(src, FolderSource) and shard_format != "arrow":
         manifest = _pack_folder_tar(src, store, shard_format, comp, limit, per_shard, workers, progress, info,
                                     token, fsync, engine, ray_address)
         warn_small_shards(manifest, limit)
     elif isinstance(src, TableSource) and shard_format == "arrow":
         manifest = _pack_table_arrow(src, store, comp, limit, per_shard, workers, progress, info, fsync,
-                                     order_seed)
+                                     order_seed, engine, ray_address)
         warn_small_shards(manifest, limit)
     else:  # ShardWriter.finish warns of small shards itself
         manifest, token = _pack_with_writer(src, store, shard_format, comp, limit, per_shard, progress, info, fsync,
@@ -244,6 +246,7 @@ def _pack_folder_tar(
 def _pack_table_arrow(
     src: TableSource, store: Store, comp: str | None, limit: int, per_shard: int | None,
     workers: int, progress: bool, info: dict[str, Any], fsync: bool, order_seed: int | None = None,
+    engine: str = "local", ray_address: str | None = None,
 ) -> Manifest:
     from ..formats import arrow as arrow_format
     from .table import pack_table_arrow
@@ -254,7 +257,10 @@ def _pack_table_arrow(
             results.append(result)
             bar.update(result.samples)
 
-        schema = pack_table_arrow(src, store, comp, limit, per_shard, workers, done, fsync, order_seed)
+        schema = pack_table_arrow(src, store, comp, limit, per_shard, workers, done, fsync, order_seed, engine,
+                                  ray_address)
+    if engine != "local":
+        check_written(store, [r.path for r in results], [r.nbytes for r in results])
     return _manifest(
         "arrow", results, fields=arrow_format.describe_schema(schema),
         arrow_schema=arrow_format.schema_to_text(schema), created=info, classes=getattr(src, "classes", None),

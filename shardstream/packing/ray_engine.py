@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future
 from typing import Any, TypeVar
 
 from ..errors import ShardstreamError
@@ -122,6 +123,45 @@ def map_ray(fn: Callable[[Any], R], items: Sequence[Any], *, address: str | None
             ray.cancel(ref, force=True)
 
 
+class RayPool:
+    """``submit(fn, *args)`` as Ray tasks, returning futures like a ``ThreadPoolExecutor``'s (a drop-in for
+    packs that submit their own jobs, such as tables' Arrow shards); a future raises what its job raised."""
+
+    def __init__(self, address: str | None = None, retries: int = DEFAULT_RETRIES):
+        self.ray = _ray()
+        connect(address)
+        self.retries = retries
+        self._tasks: dict[Any, Any] = {}
+        self._refs: list[Any] = []
+
+    def submit(self, fn: Callable[..., R], *args: Any) -> Future[R]:
+        task = self._tasks.get(fn)
+        if task is None:
+            task = self._tasks[fn] = self.ray.remote(num_cpus=1, max_retries=self.retries,
+                                                     retry_exceptions=False)(fn)
+        ref = task.remote(*args)
+        self._refs.append(ref)
+        out: Future[R] = Future()
+        n = len(self._refs) - 1
+
+        def settle(done: Future[Any]) -> None:
+            try:
+                out.set_result(_result(self.ray, ref, f"shard {n}", self.retries))
+            except BaseException as exc:  # noqa: BLE001 - handed to whoever waits on the future
+                out.set_exception(exc)
+
+        ref.future().add_done_callback(settle)
+        return out
+
+    def __enter__(self) -> RayPool:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if exc[0] is not None:
+            for ref in self._refs:
+                self.ray.cancel(ref, force=True)
+
+
 def _apply(fn: Callable[[Any], R], item: Any) -> R:
     return fn(item)
 
@@ -141,4 +181,4 @@ def _result(ray: Any, ref: Any, what: str, retries: int) -> Any:
                                "memory and logs, then pack again (completed shards are written again)") from None
 
 
-__all__ = ["DEFAULT_RETRIES", "INSTALL", "connect", "map_ray", "run_ray"]
+__all__ = ["DEFAULT_RETRIES", "INSTALL", "RayPool", "connect", "map_ray", "run_ray"]

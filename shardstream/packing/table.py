@@ -68,12 +68,19 @@ def _write_arrow_shard(store: Store, index: int, batches: list[pa.RecordBatch], 
 def pack_table_arrow(
     source: TableSource, store: Store, compression: str | None, shard_size: int, per_shard: int | None,
     workers: int, on_shard: Callable[[ShardResult], None], fsync: bool = True, seed: int | None = None,
+    engine: str = "local", ray_address: str | None = None,
 ) -> pa.Schema:
     """Write Arrow shards from the table; returns its schema. ``on_shard`` sees each result in order.
-    With ``seed``, the rows are written in a random order drawn from it."""
+    With ``seed``, the rows are written in a random order drawn from it. With ``engine="ray"`` the shards
+    are encoded and written by Ray tasks (this process reads the table and sends them its rows)."""
     schema = source.dataset().schema
     pending: deque[Future[ShardResult]] = deque()
-    with ThreadPoolExecutor(max_workers=max(workers, 1)) as pool:
+    pool: Any = ThreadPoolExecutor(max_workers=max(workers, 1))
+    if engine == "ray":
+        from .ray_engine import RayPool
+
+        pool = RayPool(ray_address)
+    with pool:
         try:
             batches_in = (b for b, _ in table_batches(source, seed)) if seed is not None else record_batches(source)
             for index, batches in enumerate(_cut(batches_in, shard_size, per_shard)):

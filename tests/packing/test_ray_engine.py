@@ -108,13 +108,27 @@ def test_a_ray_pack_is_byte_identical_to_a_local_one(local_ray, tmp_path, compre
     assert names["ray"] == names["local"]  # nothing staged or temporary left
 
 
-def test_ray_packs_folders_only_and_says_so(local_ray, tmp_path):
+def test_a_table_packs_on_ray_as_it_does_locally(local_ray, tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from shardstream import pack
+
+    table = pa.table({"x": list(range(300)), "name": [f"row {i}" for i in range(300)]})
+    pq.write_table(table, tmp_path / "t.parquet", row_group_size=50)
+    pack(tmp_path / "t.parquet", tmp_path / "local", samples_per_shard=64, progress=False)
+    pack(tmp_path / "t.parquet", tmp_path / "ray", samples_per_shard=64, progress=False, engine="ray")
+    assert manifest_without_creation(tmp_path / "ray") == manifest_without_creation(tmp_path / "local")
+    assert shard_bytes(tmp_path / "ray") == shard_bytes(tmp_path / "local") and len(shard_bytes(tmp_path / "ray")) == 5
+
+
+def test_what_ray_does_not_pack_is_refused(local_ray, tmp_path):
     from shardstream import pack
 
     table = tmp_path / "t.csv"
     table.write_text("a,b\n1,2\n")
-    with pytest.raises(ShardstreamError, match="engine='ray' packs folder trees into tar shards"):
-        pack(table, tmp_path / "out", engine="ray", progress=False)
+    with pytest.raises(ShardstreamError, match="engine='ray' packs folder trees into tar shards, tables into Arrow"):
+        pack(table, tmp_path / "out", engine="ray", progress=False, format="tar")
     assert not (tmp_path / "out" / "_manifest.json").exists()
 
 
