@@ -16,7 +16,7 @@ from typing import Any
 
 from ..errors import SourceError
 from .folder import IMAGE_SUFFIXES, FileSample, FolderSource, walk
-from .remote import is_remote, walk_remote
+from .remote import arrow_filesystem, is_remote, walk_remote
 from .table import TABLE_SUFFIXES, TableSource, sample_permutation
 
 LAYOUTS = ("auto", "imagefolder", "files", "table", "hdf5", "lmdb", "numpy", "hf", "shards")
@@ -141,15 +141,23 @@ def open_source(path: str, layout: str = "auto", storage_options: dict[str, Any]
 
 
 def _open_remote(url: str, layout: str, storage_options: dict[str, Any] | None, options: dict[str, Any]
-                 ) -> FolderSource:
-    """A folder tree in object storage (``storage_options`` reach it), listed through fsspec."""
-    if layout not in ("auto", "imagefolder", "files") or options:
-        raise SourceError(f"{url}: sources in object storage are folder trees (layout auto, imagefolder or files); "
-                          "copy other sources to a local folder first")
+                 ) -> FolderSource | TableSource:
+    """A folder tree or tables in object storage (``storage_options`` reach them), listed through fsspec."""
+    if layout not in ("auto", "imagefolder", "files", "table") or options:
+        raise SourceError(f"{url}: sources in object storage are folder trees and tables (layout auto, imagefolder, "
+                          "files or table); copy other sources to a local folder first")
     files, hidden = walk_remote(url, storage_options)
     if not files:
         raise SourceError(f"source {url} holds no objects to pack (it is empty or does not exist)")
     suffixes = {os.path.splitext(rel)[1].lower() for rel, _, _ in files}
+    formats = {TABLE_SUFFIXES.get(s) for s in suffixes}
+    if layout == "table" or (layout == "auto" and suffixes <= TABLE_SUFFIXES.keys()):
+        if len(formats) != 1 or None in formats:
+            raise SourceError(f"source {url} must hold table files of one kind for layout 'table' "
+                              f"(found {', '.join(sorted(s or '(none)' for s in suffixes))})")
+        filesystem, _ = arrow_filesystem(url, storage_options)
+        paths = [u.split("://", 1)[1] for _, u, _ in files]
+        return REGISTRY["table"].load("table")(url, formats.pop(), paths, filesystem)
     if layout == "auto":
         in_class_dirs = all(rel.count("/") == 1 for rel, _, _ in files)
         layout = "imagefolder" if in_class_dirs and suffixes <= IMAGE_SUFFIXES else "files"

@@ -29,6 +29,9 @@ def walk_remote(url: str, storage_options: dict[str, Any] | None = None) -> tupl
         raise SourceError(f"cannot list {url}: {type(exc).__name__}: {exc}; check the URL and the credentials") from exc
     prefix = store.root.rstrip("/") + "/"
     protocol = url.split("://", 1)[0]
+    if store.root in found and found[store.root].get("type") == "file":  # the URL names one object
+        info = found[store.root]
+        return [(store.root.rsplit("/", 1)[-1], url, int(info.get("size") or 0))], 0
     out, hidden = [], 0
     for name, info in sorted(found.items()):
         if info.get("type") != "file" or not name.startswith(prefix):
@@ -39,6 +42,14 @@ def walk_remote(url: str, storage_options: dict[str, Any] | None = None) -> tupl
             continue
         out.append((rel, f"{protocol}://{name}", int(info.get("size") or 0)))
     return out, hidden
+
+
+def arrow_filesystem(url: str, storage_options: dict[str, Any] | None = None) -> tuple[Any, str]:
+    """A pyarrow file system over fsspec's for ``url``, and the path it knows ``url`` by."""
+    from pyarrow.fs import FSSpecHandler, PyFileSystem
+
+    store = Store(url, storage_options)
+    return PyFileSystem(FSSpecHandler(store.fs)), store.root
 
 
 def read_remote(url: str, size: int, storage_options: dict[str, Any] | None = None) -> bytes:
@@ -58,4 +69,4 @@ def read_remote(url: str, size: int, storage_options: dict[str, Any] | None = No
     return data
 
 
-__all__ = ["is_remote", "read_remote", "walk_remote"]
+__all__ = ["arrow_filesystem", "is_remote", "read_remote", "walk_remote"]

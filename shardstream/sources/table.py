@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -26,6 +26,7 @@ class TableSource:
     root: str
     format: str  # pyarrow.dataset format name
     files: list[str] = field(default_factory=list)
+    filesystem: Any = None  # a pyarrow file system for files in object storage (None: local files)
 
     def dataset(self):
         """A ``pyarrow.dataset`` over the files, with the union of their columns.
@@ -39,7 +40,7 @@ class TableSource:
         schema = None
         for path in self.files:
             try:
-                file_schema = pads.dataset(path, format=self.format).schema
+                file_schema = pads.dataset(path, format=self.format, filesystem=self.filesystem).schema
             except (pa.ArrowException, OSError, ValueError) as exc:
                 raise SourceError(f"cannot read table {path}: {one_line(exc)}") from exc
             try:
@@ -49,7 +50,7 @@ class TableSource:
                 raise SourceError(
                     f"table {path} has columns whose types differ from the files before it: {one_line(exc)}"
                 ) from exc
-        return pads.dataset(self.files, format=self.format, schema=schema)
+        return pads.dataset(self.files, format=self.format, schema=schema, filesystem=self.filesystem)
 
 
 def one_line(exc: BaseException) -> str:

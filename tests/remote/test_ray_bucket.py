@@ -93,3 +93,17 @@ def test_bucket_sources_refuse_what_they_cannot_pack(s3_bucket, tmp_path):
     with pytest.raises(shardstream.ShardstreamError, match="sources in object storage are folder trees"):
         shardstream.pack(s3_bucket.url("t"), tmp_path / "out", storage_options=options, progress=False,
                          layout="table")
+
+
+@pytest.mark.parametrize("engine", ["local", "ray"])
+def test_tables_in_a_bucket_pack_as_they_do_locally(local_ray, s3_bucket, tmp_path, engine):
+    from .data import parquet_table
+
+    (tmp_path / "local-src").mkdir()
+    for part in range(2):
+        parquet_table(tmp_path / "local-src" / f"p{part}.parquet", rows=30, seed=part)
+        s3_bucket.write(f"tables/p{part}.parquet", (tmp_path / "local-src" / f"p{part}.parquet").read_bytes())
+    local = shardstream.pack(tmp_path / "local-src", tmp_path / "local", samples_per_shard=16, progress=False)
+    remote = shardstream.pack(s3_bucket.url("tables"), tmp_path / "from-bucket", samples_per_shard=16,
+                              storage_options=s3_bucket.storage_options, progress=False, engine=engine)
+    assert remote.fingerprint == local.fingerprint and remote.samples == 60
