@@ -10,10 +10,10 @@ on them in the run (nothing is downloaded), in ``--data-dir`` (made once, reused
 - ``pack``: ``ss.pack(..., format="tokens", tokenizer=tokenizer.json)`` tokens/s against the bare path:
   the same tokenizer's ``encode_batch`` over the same texts (1,024 at a time) plus one numpy write of all
   ids, the upper bound. Target: at least 0.8x.
-- ``read``: one epoch of ``TokenDataset(seq_len).loader(8, num_workers=2)`` (input_ids, labels,
+- ``read``: one epoch of ``TokenDataset(seq_len).loader(8, num_workers=W)`` for each ``--workers`` W (input_ids, labels,
   position_ids, cu_seqlens per batch) tokens/s against nanoGPT's ``get_batch``: random windows of a
   flat ``np.memmap`` of the same tokens, stacked into int64 tensors, as many tokens. Target: at least 0.8x.
-- ``first``: seconds from ``TokenDataset(...)`` to the first batch of its loader (2 workers).
+- ``first``: seconds from ``TokenDataset(...)`` to the first batch of its loader.
 - ``litdata`` (``--tools`` with litdata, in ``.venv-bench``): ``litdata.optimize`` of the same tokens
   and ``StreamingDataset(item_loader=TokensLoader(block_size=seq_len + 1))`` through its
   ``StreamingDataLoader(batch_size=8, num_workers=2)``, tokens/s. Target: shardstream at least 2x.
@@ -109,12 +109,12 @@ def nanogpt_read(flat: Path, seq_len: int, tokens: int) -> int:
     return done
 
 
-def ss_read(url: Path, seq_len: int) -> tuple[int, float, float]:
+def ss_read(url: Path, seq_len: int, workers: int) -> tuple[int, float, float]:
     """Tokens of one epoch, seconds to the first batch, and tokens/s after it."""
     import shardstream as ss
 
     started = time.perf_counter()
-    loader = ss.TokenDataset(str(url), seq_len, seed=1).loader(8, num_workers=2)
+    loader = ss.TokenDataset(str(url), seq_len, seed=1).loader(8, num_workers=workers)
     done, first, after = 0, None, 0.0
     for batch in loader:
         if first is None:
@@ -168,6 +168,7 @@ def main() -> None:
     parser.add_argument("--seq-len", type=int, default=1024)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--tools", default="shardstream", help="shardstream[,litdata]")
+    parser.add_argument("--workers", default="0,2", help="DataLoader workers of the read, one pass each [0,2]")
     parser.add_argument("--data-dir", type=Path, default=Path("bench-data") / "tokens")
     args = parser.parse_args()
     import torch  # noqa: F401 - imported before any timing, as a training script has it
@@ -188,18 +189,20 @@ def main() -> None:
         n, seconds = timed(ss_pack, corpus, tokenizer, shards)
         keep("shardstream pack", n / seconds)
     total = int(os.path.getsize(flat) // 2)
-    first_batch = float("inf")
     lit = None
     if "litdata" in args.tools:
         try:
             lit = litdata_convert(flat, root, args.seq_len)
         except Exception as exc:  # reported, the others still run
             print(f"litdata: cannot convert: {type(exc).__name__}: {exc}", file=sys.stderr)
+    counts = [int(w) for w in args.workers.split(",")]
+    first_batch = {w: float("inf") for w in counts}
     for _ in range(args.repeat):
-        (n, first, steady), seconds = timed(ss_read, shards, args.seq_len)
-        keep("shardstream read", n / seconds)
-        keep("shardstream steady", steady)
-        first_batch = min(first_batch, first)
+        for w in counts:
+            (n, first, steady), seconds = timed(ss_read, shards, args.seq_len, w)
+            keep(f"read {w}", n / seconds)
+            keep(f"steady {w}", steady)
+            first_batch[w] = min(first_batch[w], first)
         n, seconds = timed(nanogpt_read, flat, args.seq_len, n)
         keep("nanoGPT read", n / seconds)
         if lit is not None:
@@ -212,16 +215,16 @@ def main() -> None:
           f"best of {args.repeat}, {os.cpu_count()} cores")
     print(f"pack   shardstream {best['shardstream pack']:>14,.0f} tokens/s   bare encode_batch+write "
           f"{best['bare pack']:>14,.0f}   ratio {best['shardstream pack'] / best['bare pack']:.2f} (target >= 0.80)")
-    print(f"read   shardstream {best['shardstream steady']:>14,.0f} tokens/s   nanoGPT memmap get_batch "
-          f"{best['nanoGPT read']:>12,.0f}   ratio {best['shardstream steady'] / best['nanoGPT read']:.2f} "
-          "(target >= 0.80; after the first batch)")
-    print(f"epoch  shardstream {best['shardstream read']:>14,.0f} tokens/s   (the whole epoch, with the start of "
-          f"its 2 workers)   ratio {best['shardstream read'] / best['nanoGPT read']:.2f}")
-    if "litdata read" in best:
-        print(f"epoch  shardstream {best['shardstream read']:>14,.0f} tokens/s   litdata TokensLoader epoch "
-              f"{best['litdata read']:>16,.0f}   ratio {best['shardstream read'] / best['litdata read']:.2f} "
-              "(target >= 2)")
-    print(f"first  batch after {first_batch:.2f} s (TokenDataset made, loader with 2 workers started)")
+    nano = best["nanoGPT read"]
+    for w in counts:
+        print(f"read   shardstream {best[f'steady {w}']:>14,.0f} tokens/s, {w} workers   nanoGPT memmap get_batch "
+              f"{nano:>12,.0f}   ratio {best[f'steady {w}'] / nano:.2f} (target >= 0.80; after the first batch)")
+        print(f"epoch  shardstream {best[f'read {w}']:>14,.0f} tokens/s, {w} workers (the whole epoch, with the "
+              f"start of its workers)   ratio {best[f'read {w}'] / nano:.2f}; first batch after {first_batch[w]:.2f} s")
+        if "litdata read" in best:
+            print(f"epoch  shardstream {best[f'read {w}']:>14,.0f} tokens/s, {w} workers   litdata TokensLoader "
+                  f"(2 workers) {best['litdata read']:>12,.0f}   ratio {best[f'read {w}'] / best['litdata read']:.2f} "
+                  "(target >= 2)")
 
 
 if __name__ == "__main__":

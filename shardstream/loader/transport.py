@@ -77,6 +77,7 @@ class Ring:
 
     def __init__(self, released: torch.Tensor, worker: int, slots: int):
         self.released, self.worker, self.slots = released, worker, slots
+        self._released = released.numpy()  # read through numpy: indexing a tensor costs microseconds
         self.arenas: list[_Arena | None] = [None] * slots
         self.holds = [-1] * slots  # sequence number of the batch each slot holds
         self.seq = 0
@@ -88,7 +89,7 @@ class Ring:
         return _Arena(self._next_id, nbytes)
 
     def _free(self, slot: int) -> bool:
-        return self.holds[slot] < 0 or int(self.released[self.worker, slot]) >= self.holds[slot]
+        return self.holds[slot] < 0 or int(self._released[self.worker, slot]) >= self.holds[slot]
 
     @contextlib.contextmanager
     def batch(self) -> Iterator[Callable[[Any], Shipment]]:
@@ -159,6 +160,7 @@ class Receiver:
 
     def __init__(self, released: torch.Tensor):
         self.released = released
+        self._released = released.numpy()
         self.arenas: dict[tuple[int, int], np.ndarray] = {}
 
     def reset(self, released: torch.Tensor) -> None:
@@ -166,6 +168,7 @@ class Receiver:
         of theirs the user still holds must not free a slot of the new workers when it goes)."""
         self.arenas.clear()
         self.released = released
+        self._released = released.numpy()
 
     def receive(self, item: Any) -> Any:
         if not isinstance(item, Shipment):
@@ -178,17 +181,20 @@ class Receiver:
         owner = _Owner()
         batch = self._views(item.batch, item.worker, owner)
         if owner.views:
-            weakref.finalize(owner, _let_go, self.released, item.worker, item.slot, item.seq)
+            weakref.finalize(owner, _let_go, self._released, item.worker, item.slot, item.seq)
         else:
-            _let_go(self.released, item.worker, item.slot, item.seq)
+            _let_go(self._released, item.worker, item.slot, item.seq)
         return batch
 
     def _views(self, value: Any, worker: int, owner: _Owner) -> Any:
         if isinstance(value, ArenaRef):
-            itemsize = torch.empty((), dtype=value.dtype).element_size()
+            itemsize = _itemsize(value.dtype)
             span = 0 if 0 in value.shape else 1 + sum((n - 1) * s for n, s in zip(value.shape, value.stride))
             raw = self.arenas[(worker, value.arena)][value.offset : value.offset + span * itemsize]
             base = owner.adopt(raw)
+            as_numpy = _NUMPY.get(value.dtype)
+            if as_numpy is not None and value.stride == _contiguous(value.shape):  # the usual case: no torch views
+                return torch.from_numpy(base.view(as_numpy).reshape(value.shape))
             return torch.from_numpy(base).view(value.dtype).as_strided(value.shape, value.stride)
         if isinstance(value, RaggedBytes):
             data, offsets = self._views(value.data, worker, owner), self._views(value.offsets, worker, owner)
@@ -225,6 +231,28 @@ class _OwnedArray(np.ndarray):
         self.owner = getattr(obj, "owner", None)
 
 
-def _let_go(released: torch.Tensor, worker: int, slot: int, seq: int) -> None:
-    if int(released[worker, slot]) < seq:
+def _let_go(released: np.ndarray, worker: int, slot: int, seq: int) -> None:
+    if released[worker, slot] < seq:
         released[worker, slot] = seq
+
+
+# The dtypes numpy has, for views made without torch's own (slower) view and as_strided calls.
+_NUMPY = {torch.uint8: np.uint8, torch.int8: np.int8, torch.int16: np.int16, torch.int32: np.int32,
+          torch.int64: np.int64, torch.float16: np.float16, torch.float32: np.float32, torch.float64: np.float64,
+          torch.bool: np.bool_}
+_ITEMSIZE: dict[torch.dtype, int] = {}
+
+
+def _itemsize(dtype: torch.dtype) -> int:
+    found = _ITEMSIZE.get(dtype)
+    if found is None:
+        found = _ITEMSIZE[dtype] = torch.empty((), dtype=dtype).element_size()
+    return found
+
+
+def _contiguous(shape: tuple[int, ...]) -> tuple[int, ...]:
+    strides, step = [], 1
+    for n in reversed(shape):
+        strides.append(step)
+        step *= max(n, 1)
+    return tuple(reversed(strides))
