@@ -61,9 +61,4 @@ def pack(source: str, dest: str, fmt: str | None, shard_size: str, samples_per_s
         fields=[f.strip() for f in fields.split(",") if f.strip()] if fields else None,
         **(tokens if fmt == "tokens" else {}),
     )
-    if fmt == "tokens":
-        from ..packing.tokens import summary
-
-        click.echo(safe(summary(result.url, result.manifest, result.seconds)))
-        return
     click.echo(safe(result.summary()))

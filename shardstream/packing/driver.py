@@ -49,6 +49,10 @@ class PackResult:
         return self.manifest.total_bytes
 
     def summary(self) -> str:
+        if self.manifest.shard_format == "tokens":  # documents and tokens, not samples
+            from .tokens import summary
+
+            return summary(self.url, self.manifest, self.seconds)
         rate = self.nbytes / self.seconds / 1e6 if self.seconds > 0 else float("inf")
         line = (
             f"packed {self.samples:,} samples into {self.shards:,} {self.manifest.shard_format} "

@@ -60,6 +60,7 @@ def test_shards_hold_the_tokenizers_ids_and_eos_the_same_for_any_worker_count(co
     assert t == {"dtype": "uint16", "vocab_size": tok.get_vocab_size(), "eos_id": eos, "tokenizer": "tokenizer.json",
                  "total": sum(map(len, expected))}
     assert one.manifest.num_samples == 600 and verify(one.url).ok
+    assert one.summary().startswith(f"packed 600 documents, {t['total']:,} uint16 tokens into ")
     reread = load(one.url)
     assert reread.tokens == t and reread.fingerprint == one.fingerprint
 
