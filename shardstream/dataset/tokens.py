@@ -29,6 +29,7 @@ from .readers import Chunk, OpenShards, window_span
 from .shard_dataset import ShardDataset
 from .state import resolve_window
 
+_CHUNK_BYTES = 4 << 20
 IGNORE_INDEX = -100  # labels the loss skips (torch.nn.CrossEntropyLoss's default ignore_index)
 _LOWEST = np.iinfo(np.int64).min
 
@@ -179,13 +180,21 @@ class TokenDataset(ShardDataset):
         batch.update(varlen_fields(batch["position_ids"].numpy()))
         return batch
 
-    def loader(self, batch_size: int, num_workers: int | None = None, **dataloader_kwargs: Any) -> Any:
-        """A :class:`~shardstream.loader.ShardLoader` over the windows. By default a local dataset is read in
-        the training process (``num_workers=0``): a batch is a few memory-mapped slices (about 0.25 ms for
-        8 x 1024 tokens), less than sending it from a worker costs; remote datasets get workers."""
-        if num_workers is None and self.store.local:
-            num_workers = 0
-        return super().loader(batch_size, num_workers, **dataloader_kwargs)
+    def batches_per_chunk(self, batch_size: int) -> int:
+        """Batches a worker makes and sends at once (about 4 MB of tensors): a batch of windows is cheap
+        to make and dear to hand over, so workers send several and the loader cuts them apart."""
+        per_batch = batch_size * self.seq_len * 8 * 3  # input_ids, labels, position_ids: int64
+        return int(min(max(_CHUNK_BYTES // per_batch, 1), 16))
+
+    def split_chunk(self, chunk: dict[str, Any], size: int) -> list[dict[str, Any]]:
+        """A chunk of windows cut into batches of ``size`` rows (views), each with its own ``cu_seqlens``."""
+        rows = len(chunk["input_ids"])
+        out = []
+        for start in range(0, rows, size):
+            part = {k: chunk[k][start : start + size] for k in ("input_ids", "labels", "position_ids")}
+            part.update(varlen_fields(part["position_ids"].numpy()))
+            out.append(part)
+        return out
 
     @property
     def raw(self) -> bool:

@@ -69,7 +69,12 @@ def _batches_per_chunk(dataset: ShardDataset, batch_size: int, num_workers: int)
     """Raw-bytes batches are cheap to make and dear to send (a fixed cost per transfer), so
     workers send about 8 MB at a time and the loader cuts it back into batches; decoded
     batches are large already."""
-    if num_workers == 0 or not dataset.raw or dataset.mapped or not dataset.default_collate:
+    if num_workers == 0:
+        return 1
+    own = getattr(dataset, "batches_per_chunk", None)  # a dataset that knows its batches (token windows)
+    if callable(own):
+        return int(own(batch_size))
+    if not dataset.raw or dataset.mapped or not dataset.default_collate:
         return 1  # mapped batches are a few kilobytes of locations: nothing to amortise
     m = dataset.manifest
     per_sample = max(m.total_bytes / max(m.num_samples, 1), 1)
@@ -163,6 +168,7 @@ class ShardLoader(DataLoader):
         # torch refuses a sampler for an IterableDataset, in __init__ and by __setattr__ after it
         object.__setattr__(self, "sampler", EpochSampler(dataset))
         self.samples_per_batch = batch_size
+        self._split = getattr(dataset, "split_chunk", None) or split  # cuts what workers send into batches
         self._start: dict[str, Any] | None = None
         self._batches = 0
         self._last: tuple[dict[str, Any], int, int] | None = None  # the pass that finished: start, batches, generation
@@ -230,7 +236,7 @@ class ShardLoader(DataLoader):
                 self._check_shm(guards.batch_nbytes(chunk), self.num_workers,
                                 {"prefetch_factor": self.prefetch_factor, "pin_memory": self.pin_memory},
                                 receiver is not None, self.ring_slots, "measured on the first batch")
-            for batch in split(chunk, self.samples_per_batch) if per_chunk > 1 else (chunk,):
+            for batch in self._split(chunk, self.samples_per_batch) if per_chunk > 1 else (chunk,):
                 self._batches += 1
                 last = self._batches >= expected
                 if last:  # before handing out the last batch: a consumer that knows len() (Lightning) stops here
