@@ -117,9 +117,14 @@ def _exists(store: Store, name: str) -> bool:
 def write_manifest(store: Store, manifest: Manifest, fsync: bool = True) -> None:
     """Publish the dataset: the manifest is written last, atomically, and (with ``fsync``) durably:
     its bytes are on disk before its rename, and the rename is on disk when this returns."""
-    with store.open_write(MANIFEST_NAME) as f:
-        f.write(manifest.to_json())
+    write_durably(store, MANIFEST_NAME, manifest.to_json(), fsync)
+
+
+def write_durably(store: Store, name: str, data: bytes, fsync: bool = True) -> None:
+    """``data`` at ``name``, atomically; with ``fsync`` its bytes, then its rename, on disk before this returns."""
+    with store.open_write(name) as f:
+        f.write(data)
         if fsync:
-            sync_file(store, f, MANIFEST_NAME)
+            sync_file(store, f, name)
     if fsync:
         sync_folder(store)

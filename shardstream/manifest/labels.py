@@ -14,7 +14,7 @@ from typing import Any
 
 from ..errors import ManifestError
 from ..storage import RetryPolicy, Store
-from .files import sync_file, sync_folder
+from .files import write_durably
 
 LABELS_NAME = "_labels.json"
 LABELS_VERSION = 1
@@ -47,12 +47,7 @@ class LabelIndex:
 
 def write_labels(store: Store, index: LabelIndex, fsync: bool = True) -> None:
     """Publish the label index (last, atomically, durably with ``fsync``)."""
-    with store.open_write(LABELS_NAME) as f:
-        f.write(index.to_json())
-        if fsync:
-            sync_file(store, f, LABELS_NAME)
-    if fsync:
-        sync_folder(store)
+    write_durably(store, LABELS_NAME, index.to_json(), fsync)
 
 
 def read_labels(url: str, storage_options: dict[str, Any] | None = None,

@@ -90,7 +90,10 @@ def test_bucket_sources_refuse_what_they_cannot_pack(s3_bucket, tmp_path):
     s3_bucket.write("t/a.jpg", b"x")
     with pytest.raises(shardstream.ShardstreamError, match="inside the source"):
         shardstream.pack(s3_bucket.url("t"), s3_bucket.url("t/out"), storage_options=options, progress=False)
-    with pytest.raises(shardstream.ShardstreamError, match="sources in object storage are folder trees"):
+    with pytest.raises(shardstream.ShardstreamError, match="sources in object storage are folder trees and tables"):
+        shardstream.pack(s3_bucket.url("t"), tmp_path / "out", storage_options=options, progress=False,
+                         layout="hdf5")
+    with pytest.raises(shardstream.ShardstreamError, match="must hold table files of one kind .*found .jpg"):
         shardstream.pack(s3_bucket.url("t"), tmp_path / "out", storage_options=options, progress=False,
                          layout="table")
 
