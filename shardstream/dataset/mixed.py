@@ -31,6 +31,7 @@ from ..plan.mix import MixSchedule, quotas, stream_items
 from .collate import collate
 from .counters import StageCounters
 from .mix_batches import check_fields, gather_mapped, merge_tokens, tag
+from .mix_prefetch import SourcePrefetch
 from .mix_weights import label_weights, source_weights
 from .seeding import seed_batch
 from .setup import LoaderSetup
@@ -269,20 +270,29 @@ class MixedDataset(ShardDataset):
                 shipment = ship(batch)
             return shipment
 
-        def items() -> Iterator[Any]:
+        def located() -> Iterator[tuple[np.ndarray, list[Any]]]:
             for lo, hi in itertools.islice(plan.worker_chunks(span, chunk, num_workers, worker_id, p.consumed),
                                            skip, None):
                 positions = plan.segment_positions(p.segment, np.arange(lo, hi))
+                yield positions, list(reader.locate(positions))
+
+        prefetch = SourcePrefetch(self.sources, reader.shards)
+
+        def items() -> Iterator[Any]:
+            for positions, parts in prefetch.ahead(located()):
                 if reseed:
                     seed_batch(self.seed, p.epoch, int(positions[0]))
                 if not batched:
-                    yield from reader.samples(positions)
-                elif self.mapped and (found := reader.mapped(positions)) is not None:
+                    yield from reader.samples(len(positions), parts)
+                elif self.mapped and (found := reader.mapped(len(positions), parts)) is not None:
                     yield found
                 else:
-                    yield emit(functools.partial(reader.batch, positions))
+                    yield emit(functools.partial(reader.batch, len(positions), parts))
 
-        yield from self._tracked(items(), p, skip, own, span, chunk, info)
+        try:
+            yield from self._tracked(items(), p, skip, own, span, chunk, info)
+        finally:
+            prefetch.close()
 
 
 def _source_key(s: ShardDataset) -> dict[str, Any]:
@@ -355,21 +365,20 @@ class MixReader:
             return [{k: batch[k][r] for k in ("input_ids", "labels", "position_ids")} for r in range(len(ids))]
         return s._samples.load(self.shards[i], ids, offsets, self.batched)
 
-    def samples(self, positions: np.ndarray) -> list[Any]:
-        """The samples at ``positions``, in order, each with ``__source__``."""
-        out: list[Any] = [None] * len(positions)
-        for i, rows, ids, offsets in self.locate(positions):
+    def samples(self, n: int, located: list[Any]) -> list[Any]:
+        """The ``n`` samples that ``located`` (:meth:`locate`'s parts) places, in order, each with ``__source__``."""
+        out: list[Any] = [None] * n
+        for i, rows, ids, offsets in located:
             for r, sample in zip(rows.tolist(), self._load(i, ids, offsets)):
                 out[r] = tag(sample, i, self.mix.sources[i])
         return out
 
-    def batch(self, positions: np.ndarray) -> Any:
-        """A collated batch of the samples at ``positions`` (``__source__`` a tensor of source indices)."""
+    def batch(self, n: int, located: list[Any]) -> Any:
+        """A collated batch of the ``n`` located samples (``__source__`` a tensor of source indices)."""
         if self.mix.tokens:
-            parts = [(rows, self.mix.sources[i].samples_at(ids, offsets), i) for i, rows, ids, offsets
-                     in self.locate(positions)]
-            return merge_tokens(parts, len(positions))
-        samples = self.samples(positions)
+            parts = [(rows, self.mix.sources[i].samples_at(ids, offsets), i) for i, rows, ids, offsets in located]
+            return merge_tokens(parts, n)
+        samples = self.samples(n, located)
         if self.mix.default_collate:
             check_fields(samples, self.fields, self.mix.sources)
         started = perf_counter_ns()
@@ -377,11 +386,10 @@ class MixReader:
         self.mix._samples.stats.add(collate_ns=perf_counter_ns() - started)
         return batch
 
-    def mapped(self, positions: np.ndarray) -> dict[str, Any] | None:
+    def mapped(self, n: int, located: list[Any]) -> dict[str, Any] | None:
         """Raw bytes of local tar sources as locations in their files (None: take the general path)."""
-        parts = [(rows, self.mix.sources[i], self.shards[i], ids, offsets, i)
-                 for i, rows, ids, offsets in self.locate(positions)]
-        return gather_mapped(parts, len(positions), self.path_of)
+        parts = [(rows, self.mix.sources[i], self.shards[i], ids, offsets, i) for i, rows, ids, offsets in located]
+        return gather_mapped(parts, n, self.path_of)
 
 
 __all__ = ["MixReader", "MixedDataset"]
