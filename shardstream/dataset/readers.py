@@ -315,7 +315,7 @@ class MappedBytes(Sequence):
 
     def __iter__(self) -> Iterator[bytes]:
         """Every value as bytes, in order (one pass, without the per-index checks of ``batch[i]``)."""
-        maps = [self._map(k) for k in range(len(self.paths))]
+        maps = {k: self._map(k) for k in set(self.shards.tolist())}  # the files this batch (or slice) reads
         for i, (k, start, size) in enumerate(zip(self.shards.tolist(), self.starts.tolist(), self.sizes.tolist())):
             if start < 0 or size < 0 or start + size > len(maps[k]):
                 self.view(i)  # raises, naming the file and the value

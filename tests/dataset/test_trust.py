@@ -345,3 +345,16 @@ def test_the_default_window_over_remote_shards_is_bounded_by_bytes():
     small = np.full(1000, 1 << 20, dtype=np.int64)  # 1 MB shards: the byte cap allows the full width
     assert resolve_window(None, counts, small, remote=True) == local
     assert resolve_window(17, counts, nbytes, remote=True) == 17  # an explicit window is the user's
+
+
+def test_iterating_a_slice_reads_only_its_own_files(tmp_path):
+    first, second = tmp_path / "a.bin", tmp_path / "b.bin"
+    first.write_bytes(b"hello world")
+    second.write_bytes(b"other file")
+    values = MappedBytes([str(first), str(second)], np.array([0, 0, 1], np.int32), np.array([0, 6, 0]),
+                         np.array([5, 5, 5]))
+    part = values.slice(0, 2)
+    second.unlink()  # a file only the rest of the batch reads
+    assert list(part) == [b"hello", b"world"]
+    with pytest.raises(Exception, match="b.bin"):
+        list(values)
