@@ -28,6 +28,7 @@ from shardstream.errors import CorruptShardError, ShardstreamError
 from shardstream.formats import arrow as A
 from shardstream.formats import iter_shard_samples
 from shardstream.formats import tar as T
+from shardstream.formats import tar_writer as W
 
 _FUZZ = settings(deadline=None, derandomize=True, database=None, suppress_health_check=list(HealthCheck))
 
@@ -106,7 +107,7 @@ def _pax(records: bytes, kind: bytes = b"x") -> bytes:
 
 def _record(key: bytes, value: bytes, delta: int = 0) -> bytes:
     """A PAX record, its length off by ``delta``."""
-    length, rest = T._pax_record(key.decode(), value).split(b" ", 1)
+    length, rest = W._pax_record(key.decode(), value).split(b" ", 1)
     return b"%d %s" % (int(length) + delta, rest)
 
 

@@ -19,6 +19,7 @@ import zstandard
 from shardstream.errors import CorruptShardError
 from shardstream.formats import count_samples, iter_shard_samples
 from shardstream.formats import tar as T
+from shardstream.formats import tar_writer as W
 from shardstream.formats.compression import decompress
 
 
@@ -69,7 +70,7 @@ def _read_whole(shard: bytes) -> list[str]:
 # The 2 KB repro: a.txt (no data), then b.txt whose size "-0000002000" (-1024) points back at a.txt.
 NEGATIVE = T.member_header("a.txt", 0) + _header("b.txt", b"-0000002000\0") + T.END_OF_ARCHIVE
 # The PAX repro: a.txt, then a PAX header "size=-2048" for b.txt, which points back at a.txt again.
-_RECORDS = T._pax_record("size", b"-2048")
+_RECORDS = W._pax_record("size", b"-2048")
 PAX_NEGATIVE = (T.member_header("a.txt", 0) + _header("PaxHeader", b"%011o\0" % len(_RECORDS), b"x")
                 + _RECORDS.ljust(512, b"\0") + T.member_header("b.txt", 0) + T.END_OF_ARCHIVE)
 
@@ -131,8 +132,8 @@ def test_bad_pax_records(records, says):
 
 
 def test_pax_records_must_end_where_the_header_says():
-    records = T._pax_record("path", b"p.txt")
-    shard = _header("PaxHeader", b"%011o\0" % len(records), b"x") + (records + T._pax_record("path", b"evil.txt"))
+    records = W._pax_record("path", b"p.txt")
+    shard = _header("PaxHeader", b"%011o\0" % len(records), b"x") + (records + W._pax_record("path", b"evil.txt"))
     shard = shard.ljust(1024, b"\0") + T.member_header("b.txt", 0) + T.END_OF_ARCHIVE  # tarfile reads the padding
     with pytest.raises(CorruptShardError, match="bytes after the records"):
         list(T.iter_members(shard, "s.tar"))
@@ -150,19 +151,19 @@ FILE = T.member_header("f.txt", 3) + b"abc".ljust(512, b"\0")
 
 
 @pytest.mark.parametrize(("shard", "says"), [
-    (_pax(T._pax_record("path", b"a.txt")) + _pax(T._pax_record("path", b"b.txt")) + FILE, "repeats"),
+    (_pax(W._pax_record("path", b"a.txt")) + _pax(W._pax_record("path", b"b.txt")) + FILE, "repeats"),
     (_long_name(b"a.txt\0") + _long_name(b"b.txt\0") + FILE, "repeats"),
-    (_long_name(b"a.txt\0") + _pax(T._pax_record("path", b"b.txt")) + FILE, "sets 'path'"),
-    (_pax(T._pax_record("GNU.sparse.size", b"10")) + FILE, "GNU.sparse.size"),
-    (_pax(T._pax_record("path", b"x.txt"), b"g") + FILE, "sets 'path'"),
-    (_pax(T._pax_record("path", b"a.txt")), "followed by no member"),
+    (_long_name(b"a.txt\0") + _pax(W._pax_record("path", b"b.txt")) + FILE, "sets 'path'"),
+    (_pax(W._pax_record("GNU.sparse.size", b"10")) + FILE, "GNU.sparse.size"),
+    (_pax(W._pax_record("path", b"x.txt"), b"g") + FILE, "sets 'path'"),
+    (_pax(W._pax_record("path", b"a.txt")), "followed by no member"),
     (_long_name(b"a.txt\0"), "followed by no member"),
     (_header("sparse.txt", b"%011o\0" % 0, b"S"), "sparse"),
     (_header("folder/", b"%011o\0" % 512, b"5") + bytes(512), "has 512 bytes of data"),
     (_header("old-folder/", b"%011o\0" % 512, b"\0") + bytes(512), "has 512 bytes of data"),
     (_long_name(b"a.txt\0") + _header("d/", b"%011o\0" % 0, b"\0"), "folder to some readers only"),
     (_long_name(b"file.txt\0") + _header("d", b"%011o\0" % 0, b"5"), "folder to some readers only"),
-    (_pax(T._pax_record("path", b"a.txt/")) + FILE, "folder's name"),
+    (_pax(W._pax_record("path", b"a.txt/")) + FILE, "folder's name"),
     (_header("f.txt/", b"%011o\0" % 0), "folder's name"),
 ])
 def test_what_readers_disagree_on_is_refused(shard, says):
@@ -171,7 +172,7 @@ def test_what_readers_disagree_on_is_refused(shard, says):
 
 
 def test_a_global_pax_header_without_path_or_size_is_read_like_git_archive_writes_it():
-    shard = _pax(T._pax_record("comment", b"0123abcd"), b"g") + FILE + T.END_OF_ARCHIVE
+    shard = _pax(W._pax_record("comment", b"0123abcd"), b"g") + FILE + T.END_OF_ARCHIVE
     assert [(n, shard[o : o + s]) for n, o, s in T.iter_members(shard, "s.tar")] == [("f.txt", b"abc")]
 
 
