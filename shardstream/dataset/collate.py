@@ -23,7 +23,8 @@ import torch
 from torch.utils.data import get_worker_info
 
 from ..errors import ShardstreamError
-from .readers import MappedBytes as MappedBytes  # its home is readers; re-exported, batches use it
+from .decode import PendingJpeg
+from .mapped import MappedBytes as MappedBytes  # its home is mapped; re-exported, batches use it
 
 Allocator = Callable[[tuple[int, ...], torch.dtype], "torch.Tensor | None"]
 _ALLOCATOR: ContextVar[Allocator | None] = ContextVar("shardstream_batch_allocator", default=None)
@@ -175,6 +176,19 @@ def _copy_rows(out: torch.Tensor, rows: list[torch.Tensor]) -> None:
             out[i].copy_(row)
 
 
+def _decoded_jpegs(values: list[Any]) -> Any:
+    """JPEGs decoded straight into the batch (N x C x H x W, channels-last in memory, as other images);
+    of different sizes, or mixed with decoded images: each decoded, then stacked as usual."""
+    shape = values[0].shape
+    if not all(type(v) is PendingJpeg and v.shape == shape for v in values):
+        return _stack([v.decode() if type(v) is PendingJpeg else v for v in values])
+    out = _empty((len(values), *shape), torch.uint8)
+    target = out.numpy()
+    for i, value in enumerate(values):
+        value.decode_into(target[i])
+    return out.permute(0, 3, 1, 2)
+
+
 def _numbers(values: list[Any], dtype: torch.dtype) -> torch.Tensor:
     out = _empty((len(values),), dtype)
     out.copy_(torch.tensor(values, dtype=dtype))
@@ -183,6 +197,8 @@ def _numbers(values: list[Any], dtype: torch.dtype) -> torch.Tensor:
 
 def _stack(values: list[Any]) -> Any:
     first = values[0]
+    if type(first) is PendingJpeg:
+        return _decoded_jpegs(values)
     if isinstance(first, np.ndarray):
         values = [torch.from_numpy(v) for v in values]
         first = values[0]
@@ -222,7 +238,8 @@ def collate(samples: list[dict[str, Any]]) -> dict[str, Any]:
             continue
         stacked = None if any(v is None for v in values) else _stack(values)
         if stacked is None:  # a list: shard memory (memoryview) cannot leave the worker; bytes can
-            values = [bytes(v) if isinstance(v, memoryview) else v for v in values]
+            values = [bytes(v) if isinstance(v, memoryview) else v.decode() if type(v) is PendingJpeg else v
+                      for v in values]
         batch[name] = stacked if stacked is not None else values
     if raw:
         batch.update(zip(raw, ragged_fields(list(raw.values()))))

@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import io
 import json
+import time
 import warnings
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -86,6 +87,57 @@ def _image_array(data: bytes, ext: str, writable: bool = True):
         return np.array(rgb) if writable else np.asarray(rgb)
 
 
+class PendingJpeg:
+    """A JPEG whose decoding waits for its batch, which it is decoded straight into (simplejpeg's
+    ``buffer=``): no image buffer of its own, no copy into the batch. ``shape``: (H, W, 3), from
+    its header; ``where`` names it in errors."""
+
+    __slots__ = ("data", "shape", "where")
+    decode_ns = 0  # this process's time decoding pending JPEGs (counted as decoding by the stage timers)
+
+    def __init__(self, data: bytes, shape: tuple[int, int, int]):
+        self.data, self.shape, self.where = data, shape, "a JPEG"
+
+    @staticmethod
+    def of(data: bytes) -> PendingJpeg | None:
+        """A pending JPEG, or None when its header does not read (the usual decode then says why)."""
+        try:
+            height, width = _simplejpeg.decode_jpeg_header(data)[:2]
+        except ValueError:
+            return None
+        return PendingJpeg(data, (height, width, 3))
+
+    def decode_into(self, out: Any) -> None:
+        """Decode into ``out``, a C-contiguous H x W x 3 uint8 array (a row of the batch)."""
+        started = time.perf_counter_ns()
+        try:
+            try:
+                done = _simplejpeg.decode_jpeg(self.data, colorspace="RGB", buffer=out)
+                ok = done.shape == self.shape
+            except ValueError:  # an odd JPEG (CMYK, say): Pillow
+                done = _image_array(self.data, "pil-only", writable=False)
+                ok = done.shape == self.shape
+                if ok:
+                    out[...] = done
+            if not ok:
+                raise ValueError(f"it decodes to {done.shape[1]}x{done.shape[0]}, its header says "
+                                 f"{self.shape[1]}x{self.shape[0]}")
+        except Exception as exc:
+            raise DecodeError(f"{self.where} does not decode ({type(exc).__name__}: {exc}); the shard holds a "
+                              "damaged image: re-pack it from good files, or read with on_error='skip'") from exc
+        finally:
+            PendingJpeg.decode_ns += time.perf_counter_ns() - started
+
+    def decode(self) -> Any:
+        """Decoded on its own, as ``decode_image`` would (a C x H x W tensor)."""
+        import numpy as np
+        import torch
+
+        out = np.empty(self.shape, np.uint8)
+        self.decode_into(out)
+        return torch.from_numpy(out).permute(2, 0, 1)
+
+
 def decode_image(data: bytes, ext: str, mode: str, writable: bool = True) -> Any:
     """An image as a PIL image, a numpy HWC uint8 RGB array, or a torch CHW uint8 RGB tensor.
 
@@ -109,10 +161,15 @@ def decode_image(data: bytes, ext: str, mode: str, writable: bool = True) -> Any
     return torch.from_numpy(array).permute(2, 0, 1)
 
 
-def decode_value(data: bytes, ext: str, mode: str | None, writable: bool = True) -> Any:
-    """One field's value from its bytes, by extension; ``mode=None`` keeps bytes."""
+def decode_value(data: bytes, ext: str, mode: str | None, writable: bool = True, defer: bool = False) -> Any:
+    """One field's value from its bytes, by extension; ``mode=None`` keeps bytes. ``defer``: a JPEG
+    as a tensor may be a :class:`PendingJpeg`, for a batch to decode straight into its memory."""
     if mode is None:
         return data
+    if defer and mode == "torch" and ext in ("jpg", "jpeg") and _simplejpeg is not None:
+        pending = PendingJpeg.of(data)
+        if pending is not None:
+            return pending
     if ext in IMAGE_EXTENSIONS:
         return decode_image(data, ext, mode, writable)
     if ext in ("cls", "cls2", "index", "id"):
@@ -148,6 +205,7 @@ class Decoder:
         # a decode mapping may name a field by its output name: its stored alternatives use that entry
         self._alias = {s: out for out, alts in (self.select or {}).items() for s in alts if s != out}
         self.copied_later = False  # set when results are only copied into a batch: read-only is fine
+        self.defer = False  # set when the default collate makes the batch: JPEGs decoded into it (PendingJpeg)
         self.whole: Callable[[dict[str, Any]], dict[str, Any]] | None = None
         self.fields: dict[str, Any] = {}
         self.default: str | None = "torch"
@@ -219,7 +277,7 @@ class Decoder:
                 elif how is not None and name in self.types:
                     out[name] = _TYPED[self.types[name]](bytes(value))
                 else:
-                    out[name] = decode_value(value, extension(name), how, writable=not self.copied_later)
+                    out[name] = decode_value(value, extension(name), how, not self.copied_later, self.defer)
             except Exception as exc:  # decoders raise many types; the caller adds shard and sample
                 by = "the decoder given for it raised " if callable(how) else ""
                 raise DecodeError(f"field {name!r} does not decode ({by}{type(exc).__name__}: {exc})") from exc

@@ -11,7 +11,7 @@ import torch
 
 from ..errors import UsageError
 from .collate import _empty
-from .readers import MappedBytes
+from .mapped import MappedBytes
 from .tokens import varlen_fields
 
 SOURCE = "__source__"

@@ -29,7 +29,7 @@ from ..manifest import Manifest
 from ..storage import Store
 from .collate import MappedBytes
 from .counters import StageCounters
-from .decode import Decoder
+from .decode import Decoder, PendingJpeg
 from .readers import OpenShards
 
 log = logging.getLogger("shardstream")
@@ -125,10 +125,14 @@ class SampleReader:
         self.count.total = value
 
     def begin(self, decoder: Decoder, transform: Callable[[dict[str, Any]], Any] | None, on_error: str,
-              raw: bool, candidates: Callable[[], Iterable[tuple[int, int]]] | None = None) -> None:
+              raw: bool, candidates: Callable[[], Iterable[tuple[int, int]]] | None = None,
+              collated: bool = False) -> None:
         """Start a pass with the dataset's settings as they are now; ``candidates`` gives the rank's
-        (shard, offset) pairs in order, to find a stand-in when samples fail before any good one."""
+        (shard, offset) pairs in order, to find a stand-in when samples fail before any good one.
+        ``collated``: the default collate makes every batch of undecoded samples, so JPEGs can be
+        decoded straight into it (unless a failure must be skipped sample by sample)."""
         self.decoder, self.transform, self.on_error = decoder, transform, on_error
+        decoder.defer = collated and on_error == "raise"
         self.raw = raw  # undecoded bytes, no transform: views of the shard's memory into the batch
         self.candidates = candidates
         self.last_good = self.last_row = None
@@ -146,6 +150,11 @@ class SampleReader:
         started = perf_counter_ns()
         sample = self.decoder(stored)
         decoded = perf_counter_ns()
+        if self.decoder.defer:  # JPEGs decoded by the collate: name them for its errors
+            for name, value in sample.items():
+                if type(value) is PendingJpeg:
+                    value.where = (f"field {name!r} of sample {offset} ({stored.get('__key__')!r}) of "
+                                   f"{self.store.url_of(self.manifest.paths[shard])}")
         self._decode_ns += decoded - started
         if self.transform is None:
             return sample
@@ -164,6 +173,7 @@ class SampleReader:
     def load(self, shards: OpenShards, ids: np.ndarray, offsets: np.ndarray, batched: bool) -> list[Any]:
         """The samples at (``ids``, ``offsets``); a failure raises naming shard and sample, or is skipped."""
         started = perf_counter_ns()
+        shards.prepare(ids, offsets)
         out: list[Any] = []
         failed: Failures = {}
         for shard, offset in zip(ids.tolist(), offsets.tolist()):
@@ -234,12 +244,13 @@ class SampleReader:
                        transform_ns=transform)
 
     def collate(self, collate_fn: Callable[[list[Any]], Any], samples: list[Any]) -> Any:
-        """``collate_fn(samples)``, timed."""
-        started = perf_counter_ns()
+        """``collate_fn(samples)``, timed (JPEGs it decodes into the batch count as decoding)."""
+        started, decoded = perf_counter_ns(), PendingJpeg.decode_ns
         try:
             return collate_fn(samples)
         finally:
-            self.stats.add(collate_ns=perf_counter_ns() - started)
+            decoding = PendingJpeg.decode_ns - decoded
+            self.stats.add(collate_ns=perf_counter_ns() - started - decoding, decode_ns=decoding)
 
     def _gather(self, shards: OpenShards, ids: np.ndarray, offsets: np.ndarray) -> Any:
         import pyarrow as pa

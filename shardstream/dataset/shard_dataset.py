@@ -29,7 +29,7 @@ from .collate import collate
 from .counters import CountedShards
 from .decode import Decoder, DecodeSpec, FieldSpec
 from .ranks import resolve_rank
-from .readers import Chunk, OpenShards, looking_ahead, release_stale_maps
+from .readers import Chunk, OpenShards, RangedReads, looking_ahead, release_stale_maps
 from .samples import SampleReader
 from .seeding import seed_batch
 from .setup import LoaderSetup, reader_is, refuse_change, refuse_foreign_reader, refuse_reconfiguration
@@ -247,7 +247,8 @@ class ShardDataset(Resumable, IterableDataset):
                 idx = np.arange(start, min(start + 64, span[1]))
                 yield from zip(*order.samples(plan.segment_positions(p.segment, idx)))
 
-        self._samples.begin(self.decoder, self.transform, self.on_error, self.raw, candidates)
+        self._samples.begin(self.decoder, self.transform, self.on_error, self.raw, candidates,
+                            self.decoder.copied_later)
 
         def planned() -> Iterator[Chunk]:
             for lo, hi in itertools.islice(plan.worker_chunks(span, chunk, num_workers, worker_id, p.consumed),
@@ -260,6 +261,7 @@ class ShardDataset(Resumable, IterableDataset):
         if not self.store.local:  # fetch the next shards of this worker's plan while it reads these
             prefetcher = Prefetcher(shards.load, lambda i: int(self.manifest.nbytes[i]), self.storage.prefetch_bytes)
             shards.take = shards.timed(prefetcher.take)
+            shards.ranged = RangedReads(self.manifest, shards.fetcher, prefetcher.coming)  # the first samples
         if prefetcher is not None or self.manifest.shard_format != "tar":  # decompressed shards: let go of passed ones
             chunks = looking_ahead(chunks, -(-2 * self.window // (chunk * num_workers)) + 1, prefetcher, shards)
         try:
@@ -271,7 +273,7 @@ class ShardDataset(Resumable, IterableDataset):
         finally:
             if prefetcher is not None:
                 prefetcher.close()
-                shards.take = None
+                shards.take = shards.ranged = None
 
     def _pass_start(self, info: Any) -> tuple[Position, int, bool]:
         """Where this pass starts, chunks of this worker to skip, and whether the configuring loader reads."""

@@ -62,6 +62,7 @@ class Manifest:
     arrow_schema: str | None = None
     created: dict[str, Any] = field(default_factory=dict)
     tokens: dict[str, Any] | None = None  # token shards: dtype, vocab_size, eos_id, tokenizer, total
+    index_sha256: list[str] | None = None  # per shard: its sample index's (``<shard>.idx``) sha256, "" for none
     source: InitVar[str | None] = None
 
     def __post_init__(self, source: str | None) -> None:
@@ -113,7 +114,8 @@ class Manifest:
             "created": self.created,
             **({"tokens": self.tokens} if self.tokens is not None else {}),
             "shards": {"path": self.paths, "samples": self.samples.tolist(), "bytes": self.nbytes.tolist(),
-                       "sha256": self.sha256},
+                       "sha256": self.sha256,
+                       **({"index_sha256": self.index_sha256} if self.index_sha256 is not None else {})},
         }
         return (json.dumps(doc, ensure_ascii=False, separators=(",", ":")) + "\n").encode("utf-8")
 
@@ -149,9 +151,11 @@ class Manifest:
                           ("tokens", dict)):
             if doc.get(key) is not None and not isinstance(doc[key], kind):
                 raise check.fail(f"{key!r} is {_kind(doc[key])}, not {_kind(kind())}")
+        if "index_sha256" in shards and not isinstance(shards["index_sha256"], list):
+            raise check.fail(f"the shard column 'index_sha256' is {_kind(shards['index_sha256'])}, not a list")
         manifest = cls(doc["shard_format"], shards["path"], shards["samples"], shards["bytes"], shards["sha256"],
                        doc.get("fields") or [], doc.get("classes"), doc.get("arrow_schema"),
-                       doc.get("created") or {}, doc.get("tokens"), source=source)
+                       doc.get("created") or {}, doc.get("tokens"), shards.get("index_sha256"), source=source)
         for total, actual in (("num_shards", manifest.num_shards), ("num_samples", manifest.num_samples),
                               ("total_bytes", manifest.total_bytes)):
             if total in doc and (type(doc[total]) is not int or doc[total] != actual):
@@ -235,6 +239,10 @@ class _Checker:
         m.samples = self.counts(m.samples, "samples")
         m.nbytes = self.counts(m.nbytes, "bytes")
         m.sha256 = self.checksums(list(m.sha256))
+        if m.index_sha256 is not None:
+            if not isinstance(m.index_sha256, (list, tuple)) or len(m.index_sha256) != len(m.paths):
+                raise self.fail(f"the shard column 'index_sha256' is not a list of {len(m.paths)} checksums")
+            m.index_sha256 = self.checksums(list(m.index_sha256))
         m.fields = self.check_fields(m.fields, m.shard_format)
         if m.classes is not None:
             m.classes = self.texts(m.classes, "classes")

@@ -23,7 +23,7 @@ from ..storage import Store, describe_os_error
 __all__ = ["IN_PROGRESS", "check_claim", "claim_destination", "commit_shard", "prepare_destination", "publish",
            "staged_name"]
 
-_SHARD_FILE = re.compile(r"^shard-\d{6}\.(tar|tar\.zst|tar\.gz|arrow|tokens)$")
+_SHARD_FILE = re.compile(r"^shard-\d{6}\.(tar|tar\.zst|tar\.gz|arrow|tokens)(\.idx)?$")  # shards, sample indexes
 _TEMP_FILE = re.compile(r"^\..*\.[0-9a-f]{8,32}\.tmp$")  # the store's temporary names and staged shards
 
 

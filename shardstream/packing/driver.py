@@ -212,6 +212,7 @@ def _manifest(shard_format: str, results: list[ShardResult], **kw: Any) -> Manif
         samples=[r.samples for r in results],
         nbytes=[r.nbytes for r in results],
         sha256=[r.sha256 for r in results],
+        **({"index_sha256": [r.index_sha256 for r in results]} if any(r.index_sha256 for r in results) else {}),
         **kw,
     )
 

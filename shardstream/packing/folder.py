@@ -6,6 +6,7 @@ The plan computes each sample's tar size from file sizes alone, so shard boundar
 
 from __future__ import annotations
 
+import hashlib
 import os
 from collections import Counter
 from dataclasses import dataclass, field
@@ -13,7 +14,8 @@ from typing import Any
 
 from ..errors import ShardstreamError, SourceError
 from ..formats import tar as tar_format
-from ..manifest.files import sync_file
+from ..formats.tar_index import IndexBuilder, index_name
+from ..manifest.files import sync_file, write_durably
 from ..sources import FileSample
 from ..sources.remote import is_remote, read_remote
 from ..storage import Store, describe_os_error
@@ -33,6 +35,7 @@ class ShardResult:
     sha256: str
     tar_bytes: int = 0
     field_counts: Counter[str] = field(default_factory=Counter)
+    index_sha256: str = ""  # of the shard's sample index, when one was written
 
 
 def sample_fields(sample: FileSample) -> list[tuple[str, int]]:
@@ -120,7 +123,9 @@ def write_shard(
         if compression == "zstd":  # the frame header records it: readers can size (and bound) the output
             tar_size = sum(tar_format.sample_size(s.key, sample_fields(s)) for s in samples)
             tar_size += len(tar_format.END_OF_ARCHIVE)
-        writer = tar_format.TarShardWriter(sink, compression, tar_size=tar_size)
+        # object storage: a sample index for ranged reads of single samples (see formats/tar_index.py)
+        writer = tar_format.TarShardWriter(sink, compression, tar_size=tar_size,
+                                           index=compression is None and not store.local)
         for sample in samples:
             fields: list[tuple[str, bytes]] = [(ext, read_file(path, size, source_options))
                                                for ext, path, size in sample.files]
@@ -138,4 +143,13 @@ def write_shard(
         except ShardstreamError:
             store.remove(target)
             raise
-    return ShardResult(index, name, len(samples), nbytes, digest, writer.tar_bytes, counts)
+    index_digest = write_index(store, name, writer.index, fsync) if writer.index is not None else ""
+    return ShardResult(index, name, len(samples), nbytes, digest, writer.tar_bytes, counts, index_digest)
+
+
+def write_index(store: Store, name: str, index: IndexBuilder, fsync: bool = True) -> str:
+    """Write shard ``name``'s sample index next to it (atomically, durably with ``fsync``); its sha256,
+    for the manifest."""
+    data = index.to_bytes()
+    write_durably(store, index_name(name), data, fsync)
+    return hashlib.sha256(data).hexdigest()

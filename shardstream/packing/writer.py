@@ -14,6 +14,7 @@ from ..manifest.files import sync_file
 from ..storage import Store
 from .destination import prepare_destination, publish
 from .fields import check_key, check_name, encode_field, merge_types
+from .folder import write_index
 from .rules import DEFAULT_SHARD_SIZE, check_shard_limits, resolve_format, shard_is_full, warn_small_shards
 
 _ARROW_BATCH_BYTES = 8 << 20
@@ -39,6 +40,8 @@ class ShardWriter:
     without an error), never when the block raises: no half-written dataset is visible.
     Keys of tar shards are relative paths that stay inside the folder ``tar -xf`` extracts
     to. With ``fsync`` (default) shards and manifest are on disk before they appear.
+    ``index``: write each uncompressed tar shard's sample index (``<shard>.idx``), which lets
+    readers fetch single samples by ranged reads; default: for object storage only.
     """
 
     def __init__(
@@ -53,6 +56,7 @@ class ShardWriter:
         classes: list[str] | None = None,
         schema: Any = None,
         fsync: bool = True,
+        index: bool | None = None,
     ):
         self.shard_format, self.compression = resolve_format(format, compression)
         self.shard_size, self.samples_per_shard = check_shard_limits(shard_size, samples_per_shard)
@@ -64,6 +68,9 @@ class ShardWriter:
         self.samples: list[int] = []
         self.nbytes: list[int] = []
         self.sha256: list[str] = []
+        self.index = (not self.store.local if index is None else index) and self.shard_format == "tar" \
+            and self.compression is None
+        self.index_sha256: list[str] = []
         self.field_counts: Counter[str] = Counter()
         self.field_types: dict[str, str] = {}  # tar: what each field's values were (see fields.value_type)
         self.count = 0
@@ -86,7 +93,7 @@ class ShardWriter:
         if self.shard_format == "arrow":
             self._shard = None  # opened with the first batch, once the schema is known
         else:
-            self._shard = tar_format.TarShardWriter(sink, self.compression)
+            self._shard = tar_format.TarShardWriter(sink, self.compression, index=self.index)
         self.paths.append(name)
         self._shard_samples = 0
         self._shard_bytes = 0
@@ -129,6 +136,8 @@ class ShardWriter:
         if self.fsync:
             sync_file(self.store, self._sink, self.paths[-1])
         self._cm.__exit__(None, None, None)
+        if self.index:
+            self.index_sha256.append(write_index(self.store, self.paths[-1], self._shard.index, self.fsync))
         self.samples.append(self._shard_samples)
         self.nbytes.append(nbytes)
         self.sha256.append(digest)
@@ -199,6 +208,7 @@ class ShardWriter:
             classes=self.classes,
             arrow_schema=schema,
             created=creation_info(writer="ShardWriter"),
+            **({"index_sha256": self.index_sha256} if self.index else {}),
         )
         warn_small_shards(self.manifest, self.shard_size)
         self._closed = True

@@ -105,6 +105,29 @@ class ShardFetcher:
             self.on_download(len(data), time.perf_counter_ns() - started)
         return data
 
+    def cached(self, shard: int) -> bool:
+        """Whether a remote shard is in the local cache already (reading it whole costs no download)."""
+        return self.cache is not None and not self.store.local and os.path.exists(self.cache.path(self.key(shard)))
+
+    def read_checked(self, name: str, digest: str) -> bytes:
+        """A small object next to the shards (a shard's sample index), read whole and checked against
+        ``digest`` (hex sha256, from the manifest); fetched again while it comes back damaged."""
+        def check(data: bytes) -> str | None:
+            return None if hashlib.sha256(data).hexdigest() == digest else "its sha256 differs from the manifest's"
+
+        return bytes(self.store.read_bytes(name, check=check, advice=_ADVICE))
+
+    def read_spans(self, shards: list[int], starts: list[int], ends: list[int], digests: list[bytes]) -> list[bytes]:
+        """Byte ranges ``starts[i]:ends[i]`` of shard ``shards[i]``, all at once (concurrent ranged GETs),
+        each checked against its sha256 ``digests[i]`` (raw bytes, from the shard's verified index)."""
+        def check(i: int, data: bytes) -> str | None:
+            if len(data) != ends[i] - starts[i]:
+                return f"{len(data)} bytes of a {ends[i] - starts[i]}-byte sample arrived"
+            return None if hashlib.sha256(data).digest() == digests[i] else "a sample differs from its sha256"
+
+        names = [self.manifest.paths[shard] for shard in shards]
+        return self.store.read_ranges(names, starts, ends, check, _ADVICE)
+
     def _checked_local(self, shard: int) -> Any:
         """A local shard, mapped, whose sha256 matched the manifest's on this host since it last changed."""
         name = self.manifest.paths[shard]

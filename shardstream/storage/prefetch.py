@@ -87,6 +87,12 @@ class Prefetcher(Generic[T]):
                     self._held -= self._size(item)
                 self._start_more()
 
+    def coming(self, item: int) -> bool:
+        """Whether ``item`` is on its way: loading, or waiting its turn within the budget (not loaded yet)."""
+        with self._lock:
+            future = self._started.get(item)
+            return self.budget > 0 and (item in self._wanted or future is not None and not future.done())
+
     def queued(self) -> tuple[list[int], list[int]]:
         """(items started: loading or loaded and not taken yet; items wanted that wait for room in
         the budget), each in order of need."""

@@ -13,8 +13,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from shardstream.dataset import ShardDataset, readers
-from shardstream.dataset.readers import MappedBytes, OpenShards, file_identity
+from shardstream.dataset import ShardDataset, mapped
+from shardstream.dataset.mapped import MappedBytes, file_identity
+from shardstream.dataset.readers import OpenShards
 from shardstream.errors import CorruptShardError, ShardstreamError
 from shardstream.packing.writer import ShardWriter
 from tests.sample_datasets import key_of, write_dataset
@@ -96,7 +97,7 @@ def test_maps_of_deleted_and_replaced_shards_are_let_go(tmp_path):
     assert batch["bin"][0] == b"A" * 10
     del batch
     gc.collect()
-    (old,) = [p for p in readers._MAPS if p.startswith(str(url))]
+    (old,) = [p for p in mapped._MAPS if p.startswith(str(url))]
     write(url, b"B" * 10, overwrite=True)  # the mapped file is replaced: deleted, its space held by the map
     assert any(p.startswith(old) for p in mapped_paths())
     ShardDataset(str(url), decode=None)  # a new dataset lets go of what was replaced

@@ -218,13 +218,17 @@ def test_memory_store_publishes_on_clean_exit_only():
         for i in range(3):
             w.write({"txt": str(i)})
         raise Boom
-    assert Store(url).list_files() == [IN_PROGRESS, "shard-000000.tar"]
+    assert Store(url).list_files() == [IN_PROGRESS, "shard-000000.tar", "shard-000000.tar.idx"]  # + its index
     with ShardWriter(url, samples_per_shard=2) as w:
         for i in range(3):
             w.write({"txt": str(i)})
-    assert Store(url).list_files() == ["_manifest.json", "shard-000000.tar", "shard-000001.tar"]
+    assert Store(url).list_files() == ["_manifest.json", "shard-000000.tar", "shard-000000.tar.idx",
+                                       "shard-000001.tar", "shard-000001.tar.idx"]
     samples, _ = read_all(url)
     assert [s["txt"] for s in samples] == [b"0", b"1", b"2"]
+    with ShardWriter(url, samples_per_shard=5, overwrite=True, index=False) as w:  # leftover indexes go too
+        w.write({"txt": "x"})
+    assert Store(url).list_files() == ["_manifest.json", "shard-000000.tar"]
 
 
 def test_finish_does_not_publish_and_close_does(tmp_path):

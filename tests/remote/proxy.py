@@ -315,7 +315,7 @@ class _Handler(socketserver.StreamRequestHandler):
         method, target, version, headers, body = request
         decoded = urllib.parse.unquote(target)
         ranged = next((v for k, v in headers if k.lower() == "range"), None)
-        delay, rule = proxy._match(method, decoded, body)
+        delay, rule = proxy._match(method, decoded, body, ranged)
         if delay:
             proxy._sleep(delay)
         kind = rule.kind if rule is not None else None
@@ -501,7 +501,8 @@ class FaultProxy:
             self._log.clear()
 
     # -- used by the handler ----------------------------------------------------------------------------
-    def _match(self, method: str, target: str, body: bytes) -> tuple[float, Rule | None]:
+    def _match(self, method: str, target: str, body: bytes, ranged: str | None = None
+               ) -> tuple[float, Rule | None]:
         delay, chosen, fired = 0.0, None, []
         with self._lock:
             for rule in self._rules:
@@ -514,7 +515,7 @@ class FaultProxy:
                     fired.append(rule)
         for rule in fired:  # outside the lock: a callback may inject or remove faults
             if rule.callback is not None:
-                rule.callback(Seen(method, target, None, rule.kind))
+                rule.callback(Seen(method, target, None, rule.kind, ranged))
         return delay, chosen
 
     def _record(self, seen: Seen) -> None:
