@@ -96,12 +96,12 @@ def context_lines(results: list[Result]) -> list[str]:
     for mode, ref in (("pillow", loop), ("fast", fast_loop)):
         if ref is None:
             continue
-        limit = ref.best * cores()
+        limit, ideal = max(ref.values("parallel_rate")), ref.best * cores()
         for tool in TOOLS:
             r = find(results, tool, mode)
             if r is not None:
-                lines.append(f"{tool} {mode}: {r.best / limit:.0%} of its decode limit ({cores()} x "
-                             f"{ref.best:,.0f}/s = {limit:,.0f}/s)")
+                lines.append(f"{tool} {mode}: {r.best / limit:.0%} of its decode limit ({cores()} loops at once: "
+                             f"{limit:,.0f}/s; {r.best / ideal:.0%} of {cores()} x one loop's {ref.best:,.0f}/s)")
     wds_fast, ss_fast = find(results, "webdataset", "fast"), find(results, "shardstream", "fast")
     if wds_fast and ss_fast:
         lines.append(f"shardstream fast / webdataset fast (both simplejpeg): {ss_fast.best / wds_fast.best:.2f}x")
