@@ -28,6 +28,9 @@ from .common import cli, safe, storage_option, storage_options_for
 @click.option("--overwrite", is_flag=True, help="Replace a dataset already at DEST.")
 @click.option("--fsync/--no-fsync", default=True, show_default=True,
               help="Flush shards and manifest to disk before publishing (survives a power loss).")
+@click.option("--index/--no-index", "sample_index", default=None,
+              help="Write each tar shard's sample index (<shard>.idx) for ranged reads of an epoch's first "
+                   "samples from object storage [when DEST is object storage; --index to pack for an upload].")
 @click.option("--shuffle/--no-shuffle", default=True, show_default=True,
               help="Write samples in a seeded random order (keys unchanged), so no shard holds one class.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the pack's sample order.")
@@ -43,7 +46,7 @@ from .common import cli, safe, storage_option, storage_options_for
 @storage_option
 def pack(source: str, dest: str, fmt: str | None, shard_size: str, samples_per_shard: int | None,
          compression: str | None, workers: int | None, layout: str, fields: str | None, field_name: str | None,
-         engine: str, ray_address: str | None, overwrite: bool, fsync: bool, shuffle: bool,
+         engine: str, ray_address: str | None, overwrite: bool, fsync: bool, sample_index: bool | None, shuffle: bool,
          seed: int, split_by: str | None, quiet: bool, tokenizer: str | None, text_field: str, no_eos: bool,
          eos_id: int | None, dtype: str | None, storage_options: tuple[str, ...]) -> None:
     """Pack SOURCE (a folder tree, table files, an HDF5 file, an LMDB environment, .npy files, a Hugging Face
@@ -57,7 +60,8 @@ def pack(source: str, dest: str, fmt: str | None, shard_size: str, samples_per_s
         source, dest, format=fmt, shard_size=shard_size, samples_per_shard=samples_per_shard,
         compression=compression, workers=workers, layout=layout, overwrite=overwrite,
         storage_options=storage_options_for(storage_options, dest), progress=not quiet, fsync=fsync,
-        shuffle=shuffle, seed=seed, split_by=split_by, field_name=field_name, engine=engine, ray_address=ray_address,
+        index=sample_index, shuffle=shuffle, seed=seed, split_by=split_by, field_name=field_name, engine=engine,
+        ray_address=ray_address,
         fields=[f.strip() for f in fields.split(",") if f.strip()] if fields else None,
         **(tokens if fmt == "tokens" else {}),
     )

@@ -95,6 +95,8 @@ def commit_shard(store: Store, token: str, name: str) -> None:
     check_claim(store, token)
     try:
         os.replace(store.path(staged_name(name, token)), store.path(name))
+        if os.path.exists(store.path(staged_name(name + ".idx", token))):  # its sample index, if written
+            os.replace(store.path(staged_name(name + ".idx", token)), store.path(name + ".idx"))
     except OSError as exc:
         raise StorageError(f"cannot write {store.url_of(name)}: {describe_os_error(exc)}") from exc
 

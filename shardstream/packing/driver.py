@@ -104,6 +104,7 @@ def pack(
     engine: str = "local",
     ray_address: str | None = None,
     source_options: dict[str, Any] | None = None,
+    index: bool | None = None,
     _source: FolderSource | None = None,
     **token_options: Any,
 ) -> PackResult:
@@ -133,6 +134,9 @@ def pack(
     NumPy, Hugging Face ``save_to_disk`` folders and existing shards are packed too: ``fields`` picks
     HDF5 datasets or ``.npy`` files, ``field_name`` names an LMDB value's field (default ``bin``), and
     ``decode_value(key, value)`` turns an LMDB value into a sample dict.
+    ``index``: write each uncompressed tar shard's sample index (``<shard>.idx``), with which readers
+    fetch an epoch's first samples by ranged reads; default: when ``dest`` is object storage (pass
+    ``True`` to pack locally for an upload).
     """
     common = {"shard_size": shard_size, "samples_per_shard": samples_per_shard, "compression": compression,
               "workers": workers, "overwrite": overwrite, "storage_options": storage_options,
@@ -147,7 +151,8 @@ def pack(
         return pack_split(pack, source, dest, split_by=split_by, format=format, shard_size=shard_size,  # type: ignore[return-value]
                           samples_per_shard=samples_per_shard, compression=compression, workers=workers,
                           layout=layout, overwrite=overwrite, storage_options=storage_options, progress=progress,
-                          fsync=fsync, shuffle=shuffle, seed=seed, engine=engine, ray_address=ray_address)
+                          fsync=fsync, shuffle=shuffle, seed=seed, engine=engine, ray_address=ray_address,
+                          index=index)
     if format == "tokens" or token_options:  # text or token files to token shards: see packing.tokens
         if format != "tokens":
             raise ShardstreamError(f"{', '.join(sorted(token_options))} apply to format='tokens' only")
@@ -191,7 +196,7 @@ def pack(
                                f"{shard_format} shards with engine='local'")
     if isinstance(src, FolderSource) and shard_format != "arrow":
         manifest = _pack_folder_tar(src, store, shard_format, comp, limit, per_shard, workers, progress, info,
-                                    token, fsync, engine, ray_address)
+                                    token, fsync, engine, ray_address, index)
         warn_small_shards(manifest, limit)
     elif isinstance(src, TableSource) and shard_format == "arrow":
         manifest = _pack_table_arrow(src, store, comp, limit, per_shard, workers, progress, info, fsync,
@@ -199,7 +204,7 @@ def pack(
         warn_small_shards(manifest, limit)
     else:  # ShardWriter.finish warns of small shards itself
         manifest, token = _pack_with_writer(src, store, shard_format, comp, limit, per_shard, progress, info, fsync,
-                                            order_seed)
+                                            order_seed, index)
     publish(store, manifest, token, fsync)
     skipped = src.skipped_hidden if isinstance(src, FolderSource) else 0
     return PackResult(store.url, manifest, time.perf_counter() - started, skipped)
@@ -220,13 +225,14 @@ def _manifest(shard_format: str, results: list[ShardResult], **kw: Any) -> Manif
 def _pack_folder_tar(
     src: FolderSource, store: Store, shard_format: str, comp: str | None, limit: int,
     per_shard: int | None, workers: int, progress: bool, info: dict[str, Any], token: str, fsync: bool,
-    engine: str = "local", ray_address: str | None = None,
+    engine: str = "local", ray_address: str | None = None, index: bool | None = None,
 ) -> Manifest:
     plan = plan_shards(src.samples, limit, per_shard)
     # Local shards wait under names carrying this run's token until this process renames them into place.
     staged = token if store.local else None
     names = [shard_name(i, shard_format) for i in range(len(plan))]
-    jobs = [(store.url, store.storage_options, i, names[i], comp, s, staged, fsync, src.storage_options)
+    index = (not store.local if index is None else index) and comp is None
+    jobs = [(store.url, store.storage_options, i, names[i], comp, s, staged, fsync, src.storage_options, index)
             for i, s in enumerate(plan)]
     job_bytes = [sum(size for s in samples for _, _, size in s.files) for samples in plan]
 
@@ -275,6 +281,7 @@ def _pack_table_arrow(
 def _pack_with_writer(
     src: FolderSource | TableSource, store: Store, shard_format: str, comp: str | None, limit: int,
     per_shard: int | None, progress: bool, info: dict[str, Any], fsync: bool, order_seed: int | None = None,
+    index: bool | None = None,
 ) -> tuple[Manifest, str]:
     """Sequential packing through :class:`ShardWriter`: folders to Arrow, tables to tar. Returns the
     manifest (not published) and the writer's claim token."""
@@ -289,7 +296,8 @@ def _pack_with_writer(
         columns = [("__key__", pa.string())] + [(n, pa.binary()) for n in names]
         schema = pa.schema(columns + ([("cls", pa.int64())] if src.classes is not None else []))
     writer = ShardWriter(store.url, fmt, limit, per_shard, comp or "none", store.storage_options,
-                         overwrite=True, classes=getattr(src, "classes", None), schema=schema, fsync=fsync)
+                         overwrite=True, classes=getattr(src, "classes", None), schema=schema, fsync=fsync,
+                         index=index)
     try:
         if isinstance(src, TableSource):
             with progress_bar(progress, None, unit=" rows") as bar:

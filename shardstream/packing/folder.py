@@ -107,7 +107,7 @@ def check_sample_names(samples: list[FileSample], fmt: str) -> None:
 def write_shard(
     dest: str, storage_options: dict[str, Any] | None, index: int, name: str,
     compression: str | None, samples: list[FileSample], token: str | None = None, fsync: bool = True,
-    source_options: dict[str, Any] | None = None,
+    source_options: dict[str, Any] | None = None, sample_index: bool = False,
 ) -> ShardResult:
     """Write one tar shard from files (runs in a worker process).
 
@@ -123,9 +123,7 @@ def write_shard(
         if compression == "zstd":  # the frame header records it: readers can size (and bound) the output
             tar_size = sum(tar_format.sample_size(s.key, sample_fields(s)) for s in samples)
             tar_size += len(tar_format.END_OF_ARCHIVE)
-        # object storage: a sample index for ranged reads of single samples (see formats/tar_index.py)
-        writer = tar_format.TarShardWriter(sink, compression, tar_size=tar_size,
-                                           index=compression is None and not store.local)
+        writer = tar_format.TarShardWriter(sink, compression, tar_size=tar_size, index=sample_index)
         for sample in samples:
             fields: list[tuple[str, bytes]] = [(ext, read_file(path, size, source_options))
                                                for ext, path, size in sample.files]
@@ -137,19 +135,23 @@ def write_shard(
         nbytes, digest = writer.close()
         if fsync:
             sync_file(store, sink, target)
+    index_digest = ""
+    if writer.index is not None:  # staged like its shard (renamed into place with it)
+        index_digest = write_index(store, name, writer.index, fsync, token)
     if token is not None:
         try:
             check_claim(store, token)
         except ShardstreamError:
             store.remove(target)
+            if writer.index is not None:
+                store.remove(staged_name(index_name(name), token))
             raise
-    index_digest = write_index(store, name, writer.index, fsync) if writer.index is not None else ""
     return ShardResult(index, name, len(samples), nbytes, digest, writer.tar_bytes, counts, index_digest)
 
 
-def write_index(store: Store, name: str, index: IndexBuilder, fsync: bool = True) -> str:
-    """Write shard ``name``'s sample index next to it (atomically, durably with ``fsync``); its sha256,
-    for the manifest."""
+def write_index(store: Store, name: str, index: IndexBuilder, fsync: bool = True, token: str | None = None) -> str:
+    """Write shard ``name``'s sample index next to it (atomically, durably with ``fsync``; under its staged
+    name with ``token``); its sha256, for the manifest."""
     data = index.to_bytes()
-    write_durably(store, index_name(name), data, fsync)
+    write_durably(store, index_name(name) if token is None else staged_name(index_name(name), token), data, fsync)
     return hashlib.sha256(data).hexdigest()

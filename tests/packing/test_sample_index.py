@@ -1,0 +1,63 @@
+"""pack(index=...): sample indexes next to tar shards, staged and published with them."""
+
+from __future__ import annotations
+
+import hashlib
+
+import pytest
+from click.testing import CliRunner
+
+import shardstream
+from shardstream.cli import cli
+from shardstream.formats.tar_index import parse_index
+from shardstream.manifest import dataset_store, load_manifest
+
+
+@pytest.fixture
+def folder(tmp_path):
+    src = tmp_path / "src"
+    for i in range(9):
+        (src / f"c{i % 2}").mkdir(parents=True, exist_ok=True)
+        (src / f"c{i % 2}" / f"{i:02d}.txt").write_text("x" * (100 * i + 1))
+    return src
+
+
+def _check(url: str) -> None:
+    store = dataset_store(url)
+    manifest = load_manifest(store)
+    assert manifest.index_sha256 is not None and len(manifest.index_sha256) == manifest.num_shards
+    for i, path in enumerate(manifest.paths):
+        raw = bytes(store.read_bytes(path + ".idx"))
+        assert hashlib.sha256(raw).hexdigest() == manifest.index_sha256[i]
+        parse_index(raw, path, int(manifest.samples[i]), int(manifest.nbytes[i]))
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_local_pack_with_index_publishes_checked_indexes_and_no_staged_files(folder, tmp_path, workers):
+    dest = tmp_path / "ds"
+    shardstream.pack(folder, dest, samples_per_shard=4, workers=workers, index=True, progress=False)
+    _check(str(dest))
+    names = sorted(p.name for p in dest.iterdir())
+    assert names == ["_manifest.json"] + [f"shard-00000{i}.tar{x}" for i in range(3) for x in ("", ".idx")]
+
+
+def test_local_packs_have_no_index_by_default_and_compressed_shards_none_at_all(folder, tmp_path):
+    plain = shardstream.pack(folder, tmp_path / "a", samples_per_shard=4, progress=False).manifest
+    zst = shardstream.pack(folder, tmp_path / "b", samples_per_shard=4, compression="zstd", index=True,
+                           progress=False).manifest
+    assert plain.index_sha256 is None and zst.index_sha256 is None
+    assert not list((tmp_path / "a").glob("*.idx")) and not list((tmp_path / "b").glob("*.idx"))
+
+
+def test_a_repack_without_index_clears_the_old_indexes(folder, tmp_path):
+    dest = tmp_path / "ds"
+    shardstream.pack(folder, dest, samples_per_shard=4, index=True, progress=False)
+    shardstream.pack(folder, dest, samples_per_shard=4, overwrite=True, progress=False)
+    assert not list(dest.glob("*.idx"))
+
+
+def test_the_cli_packs_with_index(folder, tmp_path):
+    result = CliRunner().invoke(cli, ["pack", str(folder), str(tmp_path / "ds"), "--samples-per-shard", "4",
+                                       "--index", "--quiet"])
+    assert result.exit_code == 0, result.output
+    _check(str(tmp_path / "ds"))
