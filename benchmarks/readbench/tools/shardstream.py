@@ -28,8 +28,11 @@ SHUFFLE = "shard permutation + index shuffle in windows of ~4 shards"
 
 
 def pack_argv(source: Path, out: Path) -> list[str]:
-    """The ``shardstream pack`` command that converts ``source`` (an image folder or a Parquet file) into ``out``."""
-    return [*shardstream_command(), "pack", str(source), str(out), "--shard-size", SHARD_SIZE, "--overwrite", "-q"]
+    """The ``shardstream pack`` command that converts ``source`` (an image folder or a Parquet file) into ``out``;
+    tar shards with their sample indexes (``--index``), as a pack for an upload to object storage has them."""
+    index = ["--index"] if source.suffix != ".parquet" else []
+    return [*shardstream_command(), "pack", str(source), str(out), "--shard-size", SHARD_SIZE, "--overwrite", "-q",
+            *index]
 
 
 def loader(data: Path, mode: str, remote: RemoteSource | None = None) -> Any:
