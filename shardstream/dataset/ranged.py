@@ -5,9 +5,10 @@ before it would make the first batch wait for hundreds of megabytes. When a data
 storage has sample indexes (``<shard>.idx``, written at pack time, their sha256 in the
 manifest), a batch whose shards have not arrived fetches just its samples, concurrently, each
 checked against its sha256 in the verified index, and parsed as strictly as a whole shard.
-The whole shards keep downloading behind (the prefetcher), and once one has arrived its
-samples come from it. Ranged reads stop after :data:`RANGED_BYTES` per pass and process, so
-they only bridge the start. The order of samples is the plan's either way.
+The whole shards keep downloading behind (the prefetcher). Ranged reads stop once a whole shard
+has arrived, or after :data:`RANGED_SAMPLES` samples per pass and process: they bridge the start
+only (a request per sample costs more than whole shards later on, and some servers, moto among
+them, copy the whole object for every ranged GET). The order of samples is the plan's either way.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from ..formats.tar_index import SampleIndex, index_name, parse_index
 from ..manifest import Manifest
 from ..storage import ShardFetcher
 
-RANGED_BYTES = 64 << 20  # per pass and process: about one shard, the start of an epoch
+RANGED_SAMPLES = 256  # per pass and process: the first few batches of an epoch
 
 
 class PartialShard:
@@ -44,34 +45,36 @@ class RangedReads:
     """Fetches the samples of a batch whose shards are not there yet, by ranged reads (see the module)."""
 
     def __init__(self, manifest: Manifest, fetcher: ShardFetcher, coming: Callable[[int], bool],
-                 budget: int = RANGED_BYTES):
+                 budget: int = RANGED_SAMPLES):
         digests = getattr(manifest, "index_sha256", None)
         self.manifest, self.fetcher, self.coming = manifest, fetcher, coming
         self.digests = digests if manifest.shard_format == "tar" and digests is not None else None
         self.budget = budget
-        self.spent = 0
+        self.spent = 0  # samples fetched so
+        self.bridged = False  # a whole shard arrived: ranged reads are done for this pass
         self._indexes: dict[int, SampleIndex | None] = {}
 
     @property
     def active(self) -> bool:
-        return self.digests is not None and self.spent < self.budget
+        return self.digests is not None and self.spent < self.budget and not self.bridged
 
-    def index(self, shard: int) -> SampleIndex | None:
-        """The shard's verified sample index, or None (none written, or it fails: the whole shard then says why)."""
-        if shard not in self._indexes:
-            digest = self.digests[shard] if self.digests is not None else ""
-            found = None
-            if digest:
-                m = self.manifest
-                name = index_name(m.paths[shard])
-                try:
-                    data = self.fetcher.read_checked(name, digest)
-                    found = parse_index(data, self.fetcher.store.url_of(name), int(m.samples[shard]),
-                                        int(m.nbytes[shard]))
-                except Exception:  # noqa: BLE001 - the whole shard is read instead, and checked
-                    found = None
-            self._indexes[shard] = found
-        return self._indexes[shard]
+    def load_indexes(self, shards: list[int]) -> None:
+        """The verified sample indexes of ``shards`` (fetched at once; one that fails or has none: None, and
+        the whole shard is read instead, and says what is wrong)."""
+        todo = [s for s in dict.fromkeys(shards) if s not in self._indexes and self.digests[s]]
+        self._indexes.update((s, None) for s in shards if s not in self._indexes and not self.digests[s])
+        if not todo:
+            return
+        m = self.manifest
+        names = [index_name(m.paths[s]) for s in todo]
+        sizes = [16 + 40 * int(m.samples[s]) + 8 for s in todo]  # exact: see formats.tar_index
+        try:
+            found = self.fetcher.read_checked_many(names, sizes, [self.digests[s] for s in todo])
+            for s, name, data in zip(todo, names, found):
+                self._indexes[s] = parse_index(data, self.fetcher.store.url_of(name), int(m.samples[s]),
+                                               int(m.nbytes[s]))
+        except Exception:  # noqa: BLE001 - the whole shards are read instead, and checked
+            self._indexes.update((s, self._indexes.get(s)) for s in todo)
 
     def fetch(self, ids: np.ndarray, offsets: np.ndarray, is_open: Callable[[int], bool],
               whole: Callable[[int], Any]) -> dict[int, PartialShard]:
@@ -82,8 +85,13 @@ class RangedReads:
         bridge: dict[int, bool] = {}  # shard -> on its way (not open, not loaded, not in the local cache)
         for s in set(ids.tolist()):
             bridge[s] = not is_open(s) and self.coming(s) and not self.fetcher.cached(s)
-        wanted = [(s, o) for s, o in zip(ids.tolist(), offsets.tolist()) if bridge[s]]
-        spans = [(s, o, self.index(s)) for s, o in dict.fromkeys(wanted)]
+            if is_open(s):
+                self.bridged = True
+        if self.bridged:
+            return {}
+        wanted = list(dict.fromkeys((s, o) for s, o in zip(ids.tolist(), offsets.tolist()) if bridge[s]))
+        self.load_indexes([s for s, _ in wanted])
+        spans = [(s, o, self._indexes.get(s)) for s, o in wanted]
         spans = [(s, o, index) for s, o, index in spans if index is not None]
         if not spans:
             return {}
@@ -94,7 +102,7 @@ class RangedReads:
             parts = self.fetcher.read_spans([s for s, _, _ in spans], starts, ends, digests)
         except Exception:  # noqa: BLE001 - the whole shards are read instead, and say what is wrong
             return {}
-        self.spent += sum(ends) - sum(starts)
+        self.spent += len(spans)
         partial: dict[int, PartialShard] = {}
         for (shard, offset, _), data in zip(spans, parts):
             name = self.fetcher.store.url_of(self.manifest.paths[shard])
