@@ -7,12 +7,14 @@ manifest), a batch whose shards have not arrived fetches just its samples, concu
 checked against its sha256 in the verified index, and parsed as strictly as a whole shard.
 The whole shards keep downloading behind (the prefetcher). Ranged reads stop once a whole shard
 has arrived, or after :data:`RANGED_SAMPLES` samples per pass and process: they bridge the start
-only (a request per sample costs more than whole shards later on, and some servers, moto among
-them, copy the whole object for every ranged GET). The order of samples is the plan's either way.
+only (a request per sample costs more than whole shards later on). Some servers (moto among them) read
+the whole object for every ranged GET: a first ranged GET slower than :data:`PROBE_SECONDS` turns ranged
+reads off for the pass. The order of samples is the plan's either way.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -24,6 +26,9 @@ from ..manifest import Manifest
 from ..storage import ShardFetcher
 
 RANGED_SAMPLES = 256  # per pass and process: the first few batches of an epoch
+# A first ranged GET slower than this (moto: 60 ms, a full object read each; SeaweedFS: 6 ms; S3: 10-30 ms)
+# means whole shards come sooner than a batch of single samples: no ranged reads for the rest of the pass.
+PROBE_SECONDS = 0.05
 
 
 class PartialShard:
@@ -51,7 +56,8 @@ class RangedReads:
         self.digests = digests if manifest.shard_format == "tar" and digests is not None else None
         self.budget = budget
         self.spent = 0  # samples fetched so
-        self.bridged = False  # a whole shard arrived: ranged reads are done for this pass
+        self.bridged = False  # a whole shard arrived (or ranged GETs are slow): ranged reads are done for this pass
+        self.probed = False
         self._indexes: dict[int, SampleIndex | None] = {}
 
     @property
@@ -98,8 +104,18 @@ class RangedReads:
         starts = [int(index.offsets[o]) for _, o, index in spans]
         ends = [int(index.offsets[o + 1]) for _, o, index in spans]
         digests = [index.digests[32 * o : 32 * o + 32] for _, o, index in spans]
+        shards = [s for s, _, _ in spans]
         try:
-            parts = self.fetcher.read_spans([s for s, _, _ in spans], starts, ends, digests)
+            parts: list[bytes] = []
+            if not self.probed:  # one request first: a server slow at ranged GETs is left alone this pass
+                started = time.perf_counter()
+                parts = self.fetcher.read_spans(shards[:1], starts[:1], ends[:1], digests[:1])
+                self.probed = True
+                if time.perf_counter() - started > PROBE_SECONDS:
+                    self.bridged = True
+                    return {}
+            parts += self.fetcher.read_spans(shards[len(parts):], starts[len(parts):], ends[len(parts):],
+                                             digests[len(parts):])
         except Exception:  # noqa: BLE001 - the whole shards are read instead, and say what is wrong
             return {}
         self.spent += len(spans)

@@ -10,7 +10,7 @@ import tarfile
 import threading
 
 import shardstream
-from shardstream.dataset import ShardDataset
+from shardstream.dataset import ShardDataset, ranged
 from shardstream.formats.tar_index import parse_index
 
 from .data import image_folder
@@ -50,7 +50,9 @@ def _whole(range_header: str | None, sizes: dict[str, int], target: str) -> bool
     return first == 0 and last + 1 == sizes[found.group(1)]
 
 
-def test_the_first_batch_comes_by_ranged_reads_while_whole_shards_are_held(s3_bucket, proxied, tmp_path):
+def test_the_first_batch_comes_by_ranged_reads_while_whole_shards_are_held(s3_bucket, proxied, tmp_path,
+                                                                          monkeypatch):
+    monkeypatch.setattr(ranged, "PROBE_SECONDS", 30.0)  # a busy machine's slow GET must not turn ranged reads off
     manifest = _pack(s3_bucket, tmp_path)
     sizes = dict(zip(manifest.paths, manifest.nbytes.tolist()))
     bucket = proxied(s3_bucket)
@@ -75,9 +77,25 @@ def test_the_first_batch_comes_by_ranged_reads_while_whole_shards_are_held(s3_bu
     batches = [first, *it]
     got = [(k, bytes(v)) for b in batches for k, v in zip(b["__key__"], b["jpg"])]
     assert got == expected  # the plan's order and the packed bytes, whichever way each sample came
-    ranged = [s for s in bucket.proxy.log if s.method == "GET" and s.range and not _whole(s.range, sizes, s.target)
-              and s.target.endswith(".tar")]
-    assert len(ranged) >= 4  # the first batch's samples, one ranged GET each
+    singles = [s for s in bucket.proxy.log if s.method == "GET" and s.range and not _whole(s.range, sizes, s.target)
+               and s.target.endswith(".tar")]
+    assert len(singles) >= 4  # the first batch's samples, one ranged GET each
+
+
+def test_a_server_slow_at_ranged_gets_gets_one_and_then_whole_shards(s3_bucket, proxied, tmp_path):
+    manifest = _pack(s3_bucket, tmp_path)
+    sizes = dict(zip(manifest.paths, manifest.nbytes.tolist()))
+    bucket = proxied(s3_bucket)
+    bucket.proxy.inject("delay", seconds=2 * ranged.PROBE_SECONDS + 0.1, method="GET", path=r"\.tar$")
+    remote = ShardDataset(bucket.url("ds"), decode=None, seed=3, storage_options=bucket.storage_options,
+                          cache_dir=str(tmp_path / "cache"))
+    local = ShardDataset(str(tmp_path / "local"), decode=None, seed=3)
+    expected = [k for b in local.loader(4, 0) for k in b["__key__"]]
+    assert [k for b in remote.loader(4, 0) for k in b["__key__"]] == expected
+    samples = [s for s in bucket.proxy.log if s.method == "GET" and s.target.endswith(".tar")
+               and not _whole(s.range, sizes, s.target)]
+    assert len(samples) == 1  # the probe alone
+    assert bucket.proxy.count("GET", r"\.tar$") == 1 + manifest.num_shards  # and every whole shard once
 
 
 def test_a_damaged_sample_is_never_returned(s3_bucket, tmp_path):
