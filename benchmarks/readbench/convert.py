@@ -25,7 +25,7 @@ from .config import SCRIPT, child_env
 from .tools import WRITERS
 from .tools.shardstream import pack_argv
 
-READ_DATA_VERSION = 2  # bump when a conversion changes, so old conversions are redone
+READ_DATA_VERSION = 3  # bump when a conversion changes, so old conversions are redone
 
 
 @dataclass

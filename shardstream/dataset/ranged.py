@@ -73,9 +73,8 @@ class RangedReads:
             return
         m = self.manifest
         names = [index_name(m.paths[s]) for s in todo]
-        sizes = [16 + 40 * int(m.samples[s]) + 8 for s in todo]  # exact: see formats.tar_index
         try:
-            found = self.fetcher.read_checked_many(names, sizes, [self.digests[s] for s in todo])
+            found = self.fetcher.read_checked_many(names, [self.digests[s] for s in todo])
             for s, name, data in zip(todo, names, found):
                 self._indexes[s] = parse_index(data, self.fetcher.store.url_of(name), int(m.samples[s]),
                                                int(m.nbytes[s]))

@@ -10,6 +10,7 @@ or a checked download).
 
 from __future__ import annotations
 
+import hashlib
 from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
@@ -20,6 +21,7 @@ from ..errors import CorruptShardError
 from ..formats import TAR_COMPRESSION
 from ..formats import tar as tar_format
 from ..formats.compression import decompress
+from ..formats.tar_index import SampleIndex, index_name, parse_index
 from ..manifest import Manifest
 from ..storage import Prefetcher, ShardFetcher, Store
 from .mapped import FileIdentity, MappedBytes, file_identity, release_stale_maps  # noqa: F401 - their names here
@@ -30,13 +32,15 @@ class TarShard:
     """Random access to the samples of one tar shard. ``identity``: the version of the local file
     ``data`` maps (:func:`file_identity`); ``owned``: bytes it holds in memory (decompressed)."""
 
-    def __init__(self, data, name: str, expected_samples: int, identity: FileIdentity | None = None):
+    def __init__(self, data, name: str, expected_samples: int, identity: FileIdentity | None = None,
+                 index: SampleIndex | None = None):
         self.name = name
         self.data = data
         self.identity = identity
         self.owned = len(data) if isinstance(data, (bytes, bytearray)) else 0
         self.view = memoryview(data)
-        self.keys, self.fields = tar_format.index_samples(data, name)
+        # the shard's sample index (checked against the manifest) says what its headers would, without parsing them
+        self.keys, self.fields = index.samples(name) if index is not None else tar_format.index_samples(data, name)
         if len(self.keys) != expected_samples:
             raise CorruptShardError(
                 f"{name}: {len(self.keys)} samples, the manifest says {expected_samples}; "
@@ -223,7 +227,23 @@ class OpenShards:
         if m.shard_format == "arrow":
             return ArrowShard(data, name, expected)
         plain = decompress(data, TAR_COMPRESSION[m.shard_format], name)
-        return TarShard(plain, name, expected, identity if plain is data else None)
+        index = self._sample_index(shard, len(data)) if plain is data else None
+        return TarShard(plain, name, expected, identity if plain is data else None, index)
+
+    def _sample_index(self, shard: int, size: int) -> SampleIndex | None:
+        """A local shard's sample index, checked against the manifest's sha256 (None: none, or one that does
+        not check: the tar's own headers are parsed instead)."""
+        digests = getattr(self.manifest, "index_sha256", None)
+        if not self.store.local or not digests or not digests[shard]:
+            return None
+        m, name = self.manifest, index_name(self.manifest.paths[shard])
+        try:
+            data = bytes(self.store.read_bytes(name))
+            if hashlib.sha256(data).hexdigest() != digests[shard]:
+                return None
+            return parse_index(data, self.store.url_of(name), int(m.samples[shard]), size)
+        except Exception:  # noqa: BLE001 - the headers say what the shard holds, or what is wrong with it
+            return None
 
 
 Chunk = tuple[int, np.ndarray, np.ndarray]  # a batch's first position in the epoch's order, its shards and offsets

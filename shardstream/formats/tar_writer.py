@@ -109,14 +109,17 @@ class TarShardWriter:
     def add(self, key: str, fields: Sequence[tuple[str, bytes | bytearray | memoryview]]) -> None:
         """Append one sample: one member ``KEY.EXT`` per (extension, data) pair, in order."""
         pieces: list = []
+        members = []
         for ext, data in fields:
             n = memoryview(data).nbytes
-            header = member_header(f"{key}.{ext}", n)
+            name = f"{key}.{ext}"
+            header = member_header(name, n)
             pad = _pad(n)
             pieces += (header, data, _ZEROS[:pad]) if pad else (header, data)
+            members.append((name, len(header), n))
             self.tar_bytes += len(header) + n + pad
         if self.index is not None:
-            self.index.add(pieces)
+            self.index.add(pieces, members)
         if self._compressor is None and all(type(p) is bytes for p in pieces):
             self._out.write_pieces(pieces)  # gathered into one writev, no copies
         else:

@@ -103,7 +103,8 @@ class EpochSampler(_InfiniteConstantSampler):
 class ShardLoader(DataLoader):
     """A DataLoader over a :class:`ShardDataset` that can save and restore its position.
 
-    Defaults, each overridable: ``num_workers`` = min(4 x GPUs, CPU cores - 1), at least 1;
+    Defaults, each overridable: ``num_workers`` = min(4 x GPUs, CPU cores - 1), at least 1 (raw local
+    tar batches: 1);
     ``pin_memory`` when CUDA is available; ``persistent_workers`` and ``prefetch_factor=2``
     with workers; a ``generator`` seeded from the dataset's seed (so creating an iterator
     does not draw from the global torch RNG). ``seed_workers`` (default: the dataset's,
@@ -111,7 +112,9 @@ class ShardLoader(DataLoader):
     (seed, epoch, position of its first sample); see :mod:`shardstream.seeding`.
     ``shm_check``: ``"raise"`` (default), ``"warn"`` or ``"off"`` when ``/dev/shm`` looks
     too small for the batches in flight. ``drop_last`` is the dataset's, and ``in_order=False``
-    is refused (either would break the planned order and the resume state).
+    is refused (either would break the planned order and the resume state). Raw local tar batches
+    (``decode=None``, no transform, the default collate) carry only the values' locations, which one
+    worker makes faster than the main process reads them: their default is one worker.
     """
 
     def __init__(self, dataset: ShardDataset, batch_size: int, num_workers: int | None = None, *,
@@ -132,7 +135,8 @@ class ShardLoader(DataLoader):
         if not kwargs.get("in_order", True):
             raise ValueError("ShardLoader needs in_order=True: batches out of order break the planned order and its "
                              "resume state; for more throughput raise num_workers or prefetch_factor instead")
-        num_workers = default_num_workers() if num_workers is None else num_workers
+        if num_workers is None:  # batches of locations (raw local tars): one worker outpaces the main process
+            num_workers = min(default_num_workers(), 1) if getattr(dataset, "mapped", False) else default_num_workers()
         kwargs.setdefault("pin_memory", torch.cuda.is_available())
         kwargs.setdefault("collate_fn", _from_worker)  # batches are collated in the dataset already
         kwargs.setdefault("generator", torch.Generator().manual_seed(dataset.seed))

@@ -32,6 +32,7 @@ PART_SIZE = 64 << 20  # bytes per ranged GET when a large object is read whole (
 _CONNECTING = threading.Lock()  # one client per store, however many threads want one at once
 
 Check = Callable[[bytes], "str | None"]  # what is wrong with bytes read (``None``: nothing)
+PartCheck = Callable[[int, bytes], "str | None"]  # the same for the i-th of several reads
 
 
 def _new_lock_after_fork() -> None:
@@ -233,30 +234,39 @@ class Store:
         except DamagedRead as exc:
             raise exc.exhausted(1) from None
 
-    def read_ranges(self, names: list[str], starts: list[int], ends: list[int],
-                    check: Callable[[int, bytes], str | None] | None = None, advice: str = "") -> list[bytes]:
+    def read_many(self, names: list[str], check: PartCheck | None = None, advice: str = "") -> list[bytes]:
+        """Small objects read whole, all in one call (concurrent GETs on object storage); ``check(i, data)``
+        as in :meth:`read_ranges`."""
+        if self.local or not names:
+            ends = [os.path.getsize(self.path(n)) for n in names]
+            return self.read_ranges(names, [0] * len(names), ends, check, advice)
+        paths = [self.path(n) for n in names]
+        return self._remote("cannot read", names[0], "cat", paths, on_error="raise",
+                            finish=lambda found: self._checked_parts(names, [found[p] for p in paths], check, advice))
+
+    def read_ranges(self, names: list[str], starts: list[int], ends: list[int], check: PartCheck | None = None,
+                    advice: str = "") -> list[bytes]:
         """Bytes ``starts[i]:ends[i]`` of each ``names[i]``: all in one call (concurrent ranged GETs on object
         storage), ``check(i, data)`` as in :meth:`read_bytes`, within the same retry budget."""
-        def checked(parts: list[Any]) -> list[bytes]:
-            for i, part in enumerate(parts):
-                problem = None if check is None else check(i, part)
-                if problem is not None:
-                    raise DamagedRead(self.url_of(names[i]), problem, advice)
-            return parts
-
-        if not names:
-            return []
-        if not self.local:
+        if not self.local and names:
             return self._remote("cannot read", names[0], "cat_ranges", [self.path(n) for n in names], starts, ends,
-                                on_error="raise", nbytes=sum(ends) - sum(starts), finish=checked)
+                                on_error="raise", nbytes=sum(ends) - sum(starts),
+                                finish=lambda parts: self._checked_parts(names, parts, check, advice))
         parts = []
         for name, start, end in zip(names, starts, ends):
             with storage_errors("cannot read", self.url_of(name)), open(self.path(name), "rb") as f:
                 parts.append(os.pread(f.fileno(), end - start, start))
         try:
-            return checked(parts)
+            return self._checked_parts(names, parts, check, advice)
         except DamagedRead as exc:
             raise exc.exhausted(1) from None
+
+    def _checked_parts(self, names: list[str], parts: list[Any], check: PartCheck | None, advice: str) -> list[bytes]:
+        for i, part in enumerate(parts):
+            problem = None if check is None else check(i, part)
+            if problem is not None:
+                raise DamagedRead(self.url_of(names[i]), problem, advice)
+        return parts
 
     def map_local(self, name: str) -> tuple[bytes | mmap.mmap, os.stat_result]:
         """A local file's bytes, memory-mapped, and the status of exactly the file mapped."""

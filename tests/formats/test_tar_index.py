@@ -51,27 +51,65 @@ def test_a_changed_sample_fails_its_check():
         index.check(3, tar[start:end], "s.tar")  # another sample's bytes
 
 
-def _rewrite(raw: bytes, offsets) -> bytes:
-    n = len(offsets) - 1
-    return MAGIC + struct.pack("<Q", n) + np.asarray(offsets, dtype="<u8").tobytes() + raw[-32 * n:]
+def _encode(offsets, digests, first, data_offsets, sizes, names) -> bytes:
+    blob = b"".join(n.encode() + b"\0" for n in names)
+    u8 = lambda v: np.asarray(v, dtype="<u8").tobytes()  # noqa: E731
+    return (MAGIC + struct.pack("<QQQ", len(offsets) - 1, len(sizes), len(blob)) + u8(offsets) + digests + u8(first)
+            + u8(data_offsets) + u8(sizes) + blob)
+
+
+def _parts(raw, tar):
+    ix = parse_index(raw, "s.tar", 5, len(tar))
+    return dict(offsets=ix.offsets.tolist(), digests=ix.digests, first=ix.first.tolist(),
+                data_offsets=ix.data_offsets.tolist(), sizes=ix.sizes.tolist(), names=list(ix.names))
+
+
+def _with(p, **changes):
+    return _encode(**{**p, **changes})
 
 
 @pytest.mark.parametrize("change, says", [
-    (lambda raw, o: b"XXXXXXXX" + raw[8:], "not a shardstream sample index"),
-    (lambda raw, o: raw[:5], "not a shardstream sample index"),
-    (lambda raw, o: raw[:-1], "bytes, a sample index"),
-    (lambda raw, o: raw + b"\0", "bytes, a sample index"),
-    (lambda raw, o: _rewrite(raw, [512] + o[1:]), "not increasing"),
-    (lambda raw, o: _rewrite(raw, o[:2] + [o[1]] + o[3:]), "not increasing"),
-    (lambda raw, o: _rewrite(raw, o[:2] + [o[2] + 1] + o[3:]), "not increasing"),
-    (lambda raw, o: _rewrite(raw, o[:-1] + [o[-1] + 512]), "not increasing"),
-    (lambda raw, o: _rewrite(raw, o[:2] + [2**64 - 512] + o[3:]), "not increasing"),
+    (lambda raw, p: b"XXXXXXXX" + raw[8:], "not a shardstream sample index"),
+    (lambda raw, p: raw[:5], "not a shardstream sample index"),
+    (lambda raw, p: raw[:-1], "not the size its counts give"),
+    (lambda raw, p: raw + b"\0", "not the size its counts give"),
+    (lambda raw, p: _with(p, offsets=[512] + p["offsets"][1:]), "not increasing"),
+    (lambda raw, p: _with(p, offsets=p["offsets"][:2] + [p["offsets"][1]] + p["offsets"][3:]), "not increasing"),
+    (lambda raw, p: _with(p, offsets=p["offsets"][:2] + [p["offsets"][2] + 1] + p["offsets"][3:]), "not increasing"),
+    (lambda raw, p: _with(p, offsets=p["offsets"][:-1] + [p["offsets"][-1] + 512]), "not increasing"),
+    (lambda raw, p: _with(p, offsets=p["offsets"][:2] + [2**64 - 512] + p["offsets"][3:]), "not increasing"),
+    (lambda raw, p: _with(p, first=[0, 2, 2, 6, 8, 10]), "member numbers"),
+    (lambda raw, p: _with(p, first=[1] + p["first"][1:]), "member numbers"),
+    (lambda raw, p: _with(p, data_offsets=[0] + p["data_offsets"][1:]), "outside its sample"),
+    (lambda raw, p: _with(p, sizes=p["sizes"][:1] + [10**6] + p["sizes"][2:]), "outside its sample"),
+    (lambda raw, p: _with(p, sizes=p["sizes"][:1] + [2**64 - 1] + p["sizes"][2:]), "outside its sample"),
+    (lambda raw, p: _with(p, names=p["names"][:-1] + ["a\0b"]), "names 11 members, not 10"),
 ])
 def test_hostile_indexes_are_refused(change, says):
     tar, raw = _shard(SAMPLES)
-    offsets = parse_index(raw, "s.tar", 5, len(tar)).offsets.tolist()
     with pytest.raises(CorruptShardError, match=rf"^s\.tar\.idx: .*{says}.*re-pack"):
-        parse_index(change(raw, offsets), "s.tar.idx", 5, len(tar))
+        parse_index(change(raw, _parts(raw, tar)), "s.tar.idx", 5, len(tar))
+
+
+@pytest.mark.parametrize("names, says", [
+    (["0000.cls", "0001.jpg"], "do not form one sample"),
+    (["0000.cls", "0000.cls"], "has a field twice"),
+    (["0000.cls", "0000."], "do not form one sample"),
+    (["0000.cls", "noext"], "do not form one sample"),
+])
+def test_index_members_must_form_samples(names, says):
+    tar, raw = _shard(SAMPLES)
+    p = _parts(raw, tar)
+    index = parse_index(_with(p, names=names + p["names"][2:]), "s.tar.idx", 5, len(tar))
+    with pytest.raises(CorruptShardError, match=says):
+        index.samples("s.tar.idx")
+
+
+def test_the_index_gives_the_samples_the_tar_headers_give():
+    samples = [("a/b.c/0001", [("cls", b"1"), ("json", b"{}" * 300), ("jpg", b"x" * 5000)]),
+               ("x" * 150, [("txt", b"long name: a PAX header")]), *SAMPLES]
+    tar, raw = _shard(samples)
+    assert parse_index(raw, "s.tar", len(samples), len(tar)).samples("s.tar") == T.index_samples(tar, "s.tar")
 
 
 def test_the_sample_count_must_be_the_manifests():

@@ -439,7 +439,8 @@ def test_defaults_and_overrides(url):
     from shardstream.loader import default_num_workers
 
     loader = make(url).loader(batch_size=4)
-    assert loader.num_workers == default_num_workers()
+    assert loader.num_workers == min(default_num_workers(), 1)  # raw local batches: locations, one worker
+    assert make(url, decode="torch").loader(batch_size=4).num_workers == default_num_workers()
     assert loader.pin_memory == torch.cuda.is_available()
     assert loader.persistent_workers and loader.prefetch_factor == 2
     assert loader.generator is not None and loader.dataset.seed_workers
