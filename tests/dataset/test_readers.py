@@ -178,3 +178,56 @@ def test_corrupt_tar_header_names_the_shard(tmp_path):
         f.write(data)
     with pytest.raises(CorruptShardError, match=r"shard-000001\.tar: bad tar header"):
         open_cache(url).get(1)
+
+
+# -- shards opened from their sample index -------------------------------------------------
+
+
+def _indexed_pair(tmp_path):
+    import shardstream
+
+    src = tmp_path / "src"
+    for i in range(10):
+        (src / f"c{i % 2}").mkdir(parents=True, exist_ok=True)
+        (src / f"c{i % 2}" / f"{i:02d}.txt").write_text("v" * (50 * i + 1))
+    shardstream.pack(src, tmp_path / "plain", samples_per_shard=4, progress=False)
+    shardstream.pack(src, tmp_path / "indexed", samples_per_shard=4, index=True, progress=False)
+    return str(tmp_path / "plain"), str(tmp_path / "indexed")
+
+
+def _read(url):
+    from shardstream.dataset import ShardDataset
+
+    return [(k, bytes(v)) for b in ShardDataset(url, decode=None, seed=5).loader(3, 0)
+            for k, v in zip(b["__key__"], b["txt"])]
+
+
+def test_a_local_shard_opens_from_its_index_without_parsing_headers(tmp_path, monkeypatch):
+    from shardstream.formats import tar as tar_format
+
+    plain, indexed = _indexed_pair(tmp_path)
+    expected = _read(plain)
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the tar headers were parsed")
+
+    monkeypatch.setattr(tar_format, "index_samples", refuse)
+    assert _read(indexed) == expected
+
+
+def test_an_index_that_does_not_check_is_ignored_for_the_headers(tmp_path, monkeypatch):
+    from pathlib import Path
+
+    from shardstream.formats import tar as tar_format
+
+    plain, indexed = _indexed_pair(tmp_path)
+    expected = _read(plain)
+    idx = Path(indexed) / "shard-000001.tar.idx"
+    data = bytearray(idx.read_bytes())
+    data[-3] ^= 1  # a member name changed: its sha256 no longer matches the manifest's
+    idx.write_bytes(bytes(data))
+    parsed = []
+    real = tar_format.index_samples
+    monkeypatch.setattr(tar_format, "index_samples", lambda buf, name="shard": parsed.append(name) or real(buf, name))
+    assert _read(indexed) == expected
+    assert parsed == [str(Path(indexed) / "shard-000001.tar")]  # that shard alone: the others opened from their index
