@@ -23,7 +23,7 @@ import numpy as np
 from ..formats import tar as tar_format
 from ..formats.tar_index import SampleIndex, index_name, parse_index
 from ..manifest import Manifest
-from ..storage import ShardFetcher
+from ..storage import Prefetcher, ShardFetcher
 
 RANGED_SAMPLES = 256  # per pass and process: the first few batches of an epoch
 # A first ranged GET slower than this (moto: 60 ms, a full object read each; SeaweedFS: 6 ms; S3: 10-30 ms)
@@ -49,11 +49,13 @@ class PartialShard:
 class RangedReads:
     """Fetches the samples of a batch whose shards are not there yet, by ranged reads (see the module)."""
 
-    def __init__(self, manifest: Manifest, fetcher: ShardFetcher, coming: Callable[[int], bool],
+    def __init__(self, manifest: Manifest, fetcher: ShardFetcher, prefetcher: Prefetcher[Any],
                  budget: int = RANGED_SAMPLES):
         digests = getattr(manifest, "index_sha256", None)
-        self.manifest, self.fetcher, self.coming = manifest, fetcher, coming
+        self.manifest, self.fetcher, self.prefetcher, self.coming = manifest, fetcher, prefetcher, prefetcher.coming
         self.digests = digests if manifest.shard_format == "tar" and digests is not None else None
+        if self.digests is not None:  # the first batch's requests go before the whole shards' (see fetch)
+            prefetcher.pause()
         self.budget = budget
         self.spent = 0  # samples fetched so
         self.bridged = False  # a whole shard arrived (or ranged GETs are slow): ranged reads are done for this pass
@@ -84,7 +86,15 @@ class RangedReads:
     def fetch(self, ids: np.ndarray, offsets: np.ndarray, is_open: Callable[[int], bool],
               whole: Callable[[int], Any]) -> dict[int, PartialShard]:
         """Partial shards holding the batch's samples whose whole shards are on their way (downloading, or
-        queued for the prefetcher), neither open nor cached."""
+        queued for the prefetcher), neither open nor cached. The prefetcher waits for the first call to end:
+        whole shards downloading beside them would make the first batch's small requests wait."""
+        try:
+            return self._fetch(ids, offsets, is_open, whole)
+        finally:
+            self.prefetcher.resume()
+
+    def _fetch(self, ids: np.ndarray, offsets: np.ndarray, is_open: Callable[[int], bool],
+               whole: Callable[[int], Any]) -> dict[int, PartialShard]:
         if not self.active:
             return {}
         bridge: dict[int, bool] = {}  # shard -> on its way (not open, not loaded, not in the local cache)

@@ -261,7 +261,7 @@ class ShardDataset(Resumable, IterableDataset):
         if not self.store.local:  # fetch the next shards of this worker's plan while it reads these
             prefetcher = Prefetcher(shards.load, lambda i: int(self.manifest.nbytes[i]), self.storage.prefetch_bytes)
             shards.take = shards.timed(prefetcher.take)
-            shards.ranged = RangedReads(self.manifest, shards.fetcher, prefetcher.coming)  # the first samples
+            shards.ranged = RangedReads(self.manifest, shards.fetcher, prefetcher)  # the first samples
         if prefetcher is not None or self.manifest.shard_format != "tar":  # decompressed shards: let go of passed ones
             chunks = looking_ahead(chunks, -(-2 * self.window // (chunk * num_workers)) + 1, prefetcher, shards)
         try:

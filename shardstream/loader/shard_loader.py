@@ -76,6 +76,8 @@ def _batches_per_chunk(dataset: ShardDataset, batch_size: int, num_workers: int)
         return int(own(batch_size))
     if not dataset.raw or dataset.mapped or not dataset.default_collate:
         return 1  # mapped batches are a few kilobytes of locations: nothing to amortise
+    if not getattr(getattr(dataset, "store", None), "local", True):
+        return 1  # downloads set the pace, and a pass's first batch waits for its whole chunk (ranged reads)
     m = dataset.manifest
     per_sample = max(m.total_bytes / max(m.num_samples, 1), 1)
     return int(min(max(_CHUNK_BYTES // (batch_size * per_sample), 1), 16))

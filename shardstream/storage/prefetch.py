@@ -48,6 +48,18 @@ class Prefetcher(Generic[T]):
         for t in self._threads:
             t.start()
         self._closed = False
+        self._paused = False  # wanted items wait for resume() (a reader's own first requests go first)
+
+    def pause(self) -> None:
+        """Start nothing more until :meth:`resume` (loads under way go on)."""
+        with self._lock:
+            self._paused = True
+
+    def resume(self) -> None:
+        """Start loading what is wanted again."""
+        with self._lock:
+            self._paused = False
+            self._start_more()
 
     def want(self, items: Iterable[int]) -> None:
         """Items needed soon, in order of need; those already wanted or started are ignored."""
@@ -126,7 +138,7 @@ class Prefetcher(Generic[T]):
                 t.join(max(deadline - time.monotonic(), 0.0))
 
     def _start_more(self) -> None:  # with the lock held
-        while self._wanted and not self._closed:
+        while self._wanted and not self._closed and not self._paused:
             item = next(iter(self._wanted))
             size = self._size(item)
             if self.budget == 0 or (self._started and self._held + size > self.budget):
