@@ -87,12 +87,36 @@ def check_shard(store: Store, manifest: Manifest, i: int, decode: bool = False) 
         if manifest.shard_format == "tokens":
             return _token_problem(manifest, data, where, i)
         count = count_samples(manifest.shard_format, data, where)
+        if count == manifest.samples[i] and manifest.index_sha256 and manifest.index_sha256[i]:
+            problem = _index_problem(store, manifest, data, i)
+            if problem is not None:
+                return problem
         if count == manifest.samples[i] and decode:
             return _undecodable(manifest, data, where)
     except ShardstreamError as exc:
         return str(exc)
     if count != manifest.samples[i]:
         return f"{where}: {count} samples, the manifest says {manifest.samples[i]}"
+    return None
+
+
+def _index_problem(store: Store, manifest: Manifest, data: Any, i: int) -> str | None:
+    """What is wrong with tar shard ``i``'s sample index (its checksum, or a sample or member it places
+    other than the tar's headers do), or None."""
+    from ..formats import tar as tar_format
+    from ..formats.tar_index import index_name, parse_index
+
+    name = index_name(manifest.paths[i])
+    where = store.url_of(name)
+    raw = bytes(store.read_bytes(name))
+    if hashlib.sha256(raw).hexdigest() != manifest.index_sha256[i]:
+        return f"{where}: checksum mismatch with the manifest's index_sha256; re-pack the dataset"
+    index = parse_index(raw, where, int(manifest.samples[i]), len(data))
+    if index.samples(where) != tar_format.index_samples(data, store.url_of(manifest.paths[i])):
+        return f"{where}: it places samples or members other than the shard's headers do; re-pack the dataset"
+    for j in range(len(index)):
+        start, end = index.span(j)
+        index.check(j, memoryview(data)[start:end], where)
     return None
 
 

@@ -297,3 +297,47 @@ def test_an_empty_checksum_means_none_and_is_not_damage(tmp_path):
     doc["shards"]["sha256"] = [""] * len(doc["shards"]["sha256"])
     (dest / "_manifest.json").write_text(json.dumps(doc))
     assert verify(str(dest)).ok
+
+
+# -- sample indexes ---------------------------------------------------------------------------
+
+
+def _indexed(tmp_path: Path) -> Path:
+    make_files(tmp_path / "src", {f"s{i:02d}.txt": b"t" * (100 * i + 1) for i in range(12)})
+    pack(tmp_path / "src", tmp_path / "ds", samples_per_shard=5, index=True, shuffle=False, progress=False)
+    return tmp_path / "ds"
+
+
+def _republish(ds: Path, shard: int, raw: bytes) -> None:
+    """Write ``raw`` as shard ``shard``'s index and record its checksum in the manifest (a consistent lie)."""
+    (ds / f"shard-{shard:06d}.tar.idx").write_bytes(raw)
+    doc = json.loads((ds / "_manifest.json").read_text())
+    doc["shards"]["index_sha256"][shard] = hashlib.sha256(raw).hexdigest()
+    (ds / "_manifest.json").write_text(json.dumps(doc))
+
+
+def test_an_indexed_dataset_verifies_and_a_changed_index_does_not(tmp_path):
+    ds = _indexed(tmp_path)
+    assert verify(str(ds)).ok
+    idx = ds / "shard-000001.tar.idx"
+    idx.write_bytes(idx.read_bytes()[:-1] + b"x")
+    (problem,) = verify(str(ds)).problems
+    assert "shard-000001.tar.idx: checksum mismatch with the manifest's index_sha256" in problem
+
+
+def test_an_index_that_disagrees_with_the_tar_is_reported(tmp_path):
+    from shardstream.formats.tar_index import IndexBuilder
+
+    ds = _indexed(tmp_path)
+    with tarfile.open(ds / "shard-000000.tar") as t:
+        members = t.getmembers()
+    builder = IndexBuilder()  # the shard's own layout and sample bytes, the first two names swapped
+    data = (ds / "shard-000000.tar").read_bytes()
+    names = [m.name for m in members]
+    names[0], names[1] = names[1], names[0]
+    for name, m in zip(names, members):
+        start = m.offset_data - 512
+        builder.add([data[start : m.offset_data + m.size + (-m.size % 512)]], [(name, 512, m.size)])
+    _republish(ds, 0, builder.to_bytes())
+    (problem,) = verify(str(ds)).problems
+    assert "shard-000000.tar.idx: it places samples or members other than the shard's headers do" in problem
