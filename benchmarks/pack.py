@@ -11,8 +11,12 @@ two on 2 cores); later runs reuse it. Smaller ``--count`` sets go to ``bench-dat
 
 Every contestant runs as its own subprocess (so each pays its own start-up) against a page
 cache warmed by one untimed read of every source file, writing into ``<set>/pack-out/``,
-which is removed (and ``sync``-ed) before each run. Runs are interleaved, rotating which tool goes first.
+which is removed (and ``sync``-ed) before each run. One untimed round writes Python's bytecode caches
+(under ``<set>/pycache``, with ``PYTHONDONTWRITEBYTECODE`` lifted: an installed package has its caches).
+Runs are interleaved, rotating which tool goes first; each round waits (up to ``--quiet-wait`` s) until
+other processes use under 0.2 cores, and the cores they used during each run are reported.
 After each run the output is checked (sample count, size) outside the timed region.
+``--baseline NAME=DIR`` adds ``shardstream pack`` run from another copy of the package (before/after).
 
 1. shardstream: ``shardstream pack SRC DEST --workers 2 --overwrite -q`` (256 MB tar shards).
 2. webdataset: the script a user would write: walk the tree in sorted order and write
@@ -51,11 +55,14 @@ from pathlib import Path
 from typing import Any
 
 from _data import DEFAULT_DATA_DIR, FULL_COUNT, ImageSet, ensure_image_folder, warm_page_cache
+from readbench.procfs import busy_seconds, own_seconds
 
 TOOLS = ("shardstream", "webdataset", "tar", "pack-fsync", "pack-nofsync")
 RAY_TOOLS = ("pack-ray", "raydata", "pack-fsync")  # --engine ray: the Ray engine against the local pool and Ray Data
-SPEEDUP_TARGETS = {"webdataset": 3.0, "tar": 0.5}  # shardstream speed / other speed
+SPEEDUP_TARGETS = {"webdataset": 3.0, "tar": 0.8}  # shardstream speed / other speed (issue 17: >= 0.8x tar cf)
 IMAGE_DESC = "256x256 RGB, 10 classes"
+QUIET_CORES = 0.2  # before each round, wait (up to --quiet-wait) until other processes use fewer cores than this
+NOISY_CORES = 0.1  # a timed run during which other processes used more is counted as noisy
 MAX_TAR_OVERHEAD_PER_SAMPLE = 4096  # headers and padding: a sane tar of N files is at most this much bigger
 
 # What a webdataset user would write to pack an ImageFolder tree. argv: SRC PATTERN
@@ -161,6 +168,7 @@ class Result:
     description: str
     times: list[float] = field(default_factory=list)
     loop_times: list[float] = field(default_factory=list)  # after the tool's imports, where it reports them
+    other_load: list[float] = field(default_factory=list)  # cores other processes used during each timed run
     extra: dict[str, float] = field(default_factory=dict)  # what else a tool reports (Ray's warm-up)
     output: Output | None = None
     problems: list[str] = field(default_factory=list)
@@ -213,16 +221,31 @@ def inspect_tars(out: Path) -> Output:
     return Output(count_tar_samples(tars), sum(p.stat().st_size for p in tars))
 
 
-def contestants(workers: int, shard_size: str = "256MB") -> dict[str, Contestant]:
+# ``shardstream`` from another copy of the package (``--baseline``): before/after in one run. argv: PATH, then the CLI's
+BASELINE_PROGRAM = "import sys; sys.path.insert(0, sys.argv.pop(1)); from shardstream.cli import main; main()"
+
+
+def baseline_contestant(name: str, package: Path, pack_args: list[str]) -> Contestant:
+    return Contestant(
+        name,
+        lambda src, out: [sys.executable, "-c", BASELINE_PROGRAM, str(package), "pack", str(src), str(out), *pack_args],
+        inspect_shardstream,
+        f"the same command from the package copy at {package} (before/after in one run)",
+    )
+
+
+def contestants(workers: int, shard_size: str = "256MB", baselines: dict[str, Path] | None = None
+                ) -> dict[str, Contestant]:
     ss = shardstream_command()
+    pack_args = ["--workers", str(workers), "--shard-size", shard_size, "--overwrite", "-q"]
     return {
         "shardstream": Contestant(
             "shardstream",
-            lambda src, out: [*ss, "pack", str(src), str(out), "--workers", str(workers), "--shard-size", shard_size,
-                              "--overwrite", "-q"],
+            lambda src, out: [*ss, "pack", str(src), str(out), *pack_args],
             inspect_shardstream,
             f"shardstream pack --workers {workers} ({shard_size} tar shards)",
         ),
+        **{name: baseline_contestant(name, path, pack_args) for name, path in (baselines or {}).items()},
         "webdataset": Contestant(
             "webdataset",
             lambda src, out: [sys.executable, "-c", WEBDATASET_PROGRAM, str(src), str(out / "shard-%06d.tar")],
@@ -280,15 +303,28 @@ def check_output(result: Result, output: Output, images: ImageSet) -> None:
     result.output = output
 
 
-def run_once(contestant: Contestant, result: Result, images: ImageSet, out: Path) -> None:
+def contestant_env(cache: Path) -> dict[str, str]:
+    """The contestants' environment: Python's bytecode cache on (under ``cache``), as in an installed package.
+    With ``PYTHONDONTWRITEBYTECODE`` (set on some machines) every run would compile shardstream's modules anew
+    (about 0.1 s here), which no installed copy does; torch and webdataset, installed, have their caches."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    env["PYTHONPYCACHEPREFIX"] = str(cache)
+    return env
+
+
+def run_once(contestant: Contestant, result: Result, images: ImageSet, out: Path, timed: bool = True) -> None:
     fresh_dir(out)
     argv = contestant.command(images.train, out)
+    busy, own = busy_seconds(), own_seconds()
     started = time.perf_counter()
-    proc = subprocess.run(argv, capture_output=True, text=True)
+    proc = subprocess.run(argv, capture_output=True, text=True, env=contestant_env(out.parent.parent / "pycache"))
     seconds = time.perf_counter() - started
+    other = max(busy_seconds() - busy - (own_seconds() - own), 0.0) / seconds  # the contestant's tree excluded
     if proc.returncode != 0:
         tail = (proc.stderr or proc.stdout).strip().splitlines()[-5:]
         result.problems.append(f"exit status {proc.returncode}: " + " | ".join(tail))
+        return
+    if not timed:
         return
     try:
         output = contestant.inspect(out)
@@ -296,21 +332,40 @@ def run_once(contestant: Contestant, result: Result, images: ImageSet, out: Path
         result.problems.append(f"cannot check its output: {exc}")
         return
     result.times.append(seconds)
+    result.other_load.append(other)
     for line in proc.stdout.splitlines():
         if line.startswith("LOOP_SECONDS="):
             result.loop_times.append(float(line.split("=", 1)[1]))
         if line.startswith("WARMUP_SECONDS="):
             result.extra["warmup"] = min(result.extra.get("warmup", 1e9), float(line.split("=", 1)[1]))
     check_output(result, output, images)
-    print(f"  {contestant.name:<12} {seconds:8.2f} s  {output.samples:,} samples, {output.nbytes / 1e6:,.1f} MB",
-          flush=True)
+    print(f"  {contestant.name:<12} {seconds:8.2f} s  {output.samples:,} samples, {output.nbytes / 1e6:,.1f} MB"
+          f"  (other processes: {other:.2f} cores)", flush=True)
 
 
-def run_all(chosen: list[Contestant], images: ImageSet, out_root: Path, repeat: int) -> list[Result]:
+def wait_for_quiet(max_wait: float) -> float:
+    """Wait (at most ``max_wait`` s) until other processes use under ``QUIET_CORES``; the load last seen."""
+    deadline = time.perf_counter() + max_wait
+    while True:
+        busy, own = busy_seconds(), own_seconds()
+        time.sleep(0.5)
+        load = max(busy_seconds() - busy - (own_seconds() - own), 0.0) / 0.5
+        if load < QUIET_CORES or time.perf_counter() >= deadline:
+            return load
+        time.sleep(2.0)
+
+
+def run_all(chosen: list[Contestant], images: ImageSet, out_root: Path, repeat: int,
+            quiet_wait: float = 0.0) -> list[Result]:
     results = {c.name: Result(c.name, c.description) for c in chosen}
     try:
+        print("warm-up run (untimed: bytecode caches written)", flush=True)
+        for contestant in chosen:
+            run_once(contestant, results[contestant.name], images, out_root / contestant.name, timed=False)
         for attempt in range(1, repeat + 1):
-            print(f"run {attempt}/{repeat}", flush=True)
+            load = wait_for_quiet(quiet_wait) if quiet_wait > 0 else 0.0
+            print(f"run {attempt}/{repeat}" + (f" (other processes still use {load:.1f} cores after waiting "
+                                                f"{quiet_wait:.0f} s)" if load >= QUIET_CORES else ""), flush=True)
             # Interleaved, and each round starts with the next tool, so drift and "who goes first" hit all alike.
             shift = (attempt - 1) % len(chosen)
             for contestant in chosen[shift:] + chosen[:shift]:
@@ -411,6 +466,20 @@ def fsync_cost(results: list[Result]) -> float | None:
 
 def ratio_lines(results: list[Result]) -> list[str]:
     lines = []
+    loads = [x for r in results for x in r.other_load]
+    if loads:
+        noisy = sum(x > NOISY_CORES for x in loads)
+        lines.append(f"other processes during the timed runs: median {statistics.median(loads):.2f} cores, "
+                     f"max {max(loads):.2f}; {noisy} of {len(loads)} runs above {NOISY_CORES} cores (a loaded "
+                     "machine slows shardstream's two worker processes more than tar's one)")
+        quiet = {r.tool: [t for t, x in zip(r.times, r.other_load) if x <= NOISY_CORES] for r in results if r.ok}
+        for other in ("tar", "before"):
+            if quiet.get("shardstream") and quiet.get(other):
+                lines.append(f"quiet runs only (other processes under {NOISY_CORES} cores): shardstream best "
+                             f"{min(quiet['shardstream']):.2f} s of {len(quiet['shardstream'])}, {other} best "
+                             f"{min(quiet[other]):.2f} s of {len(quiet[other])}: shardstream speed / {other} speed "
+                             f"{min(quiet[other]) / min(quiet['shardstream']):.2f}x")
+    by_name = {r.tool: r for r in results}
     cost = fsync_cost(results)
     if cost is not None:
         lines.append(f"fsync cost: pack with fsync / without = {cost:.3f}x (best times, same program and run)")
@@ -420,7 +489,16 @@ def ratio_lines(results: list[Result]) -> list[str]:
             lines.append(f"shardstream speed / {other} speed: n/a (a run failed)")
         else:
             verdict = "meets" if value >= target else "misses"
-            lines.append(f"shardstream speed / {other} speed: {value:.2f}x ({verdict} the target >= {target:g}x)")
+            median = by_name[other].median / by_name["shardstream"].median
+            lines.append(f"shardstream speed / {other} speed: {value:.2f}x best, {median:.2f}x median "
+                         f"({verdict} the target >= {target:g}x)")
+    for base in results:
+        if base.description.startswith("the same command from the package copy") and base.ok:
+            for other in ("tar", "shardstream"):
+                if other in by_name and by_name[other].ok:
+                    lines.append(f"{base.tool} (--baseline) speed / {other} speed: "
+                                 f"{by_name[other].best / base.best:.2f}x best, "
+                                 f"{by_name[other].median / base.median:.2f}x median")
     by_tool = {r.tool: r for r in results}
     ray_pack, pool, raydata = by_tool.get("pack-ray"), by_tool.get("pack-fsync"), by_tool.get("raydata")
     for r in (pool, ray_pack, raydata):
@@ -485,6 +563,7 @@ def to_json(images: ImageSet, results: list[Result], warmup: tuple[int, float], 
                 "tool": r.tool, "description": r.description, "ok": r.ok, "problems": r.problems,
                 "times": [round(t, 4) for t in r.times],
                 "loop_times": [round(t, 4) for t in r.loop_times],
+                "other_process_cores": [round(x, 3) for x in r.other_load],
                 "best_seconds": round(r.best, 4) if r.times else None,
                 "median_seconds": round(r.median, 4) if r.times else None,
                 "mb_per_s": round(speed(images, r) / 1e6, 1) if r.ok else None,
@@ -516,7 +595,20 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--engine", choices=["local", "ray"], default="local",
                         help="ray: the Ray engine, Ray Data and the local pool (tools " + ",".join(RAY_TOOLS) + ")")
     parser.add_argument("--json", type=Path, default=None, help="also write the results as JSON to this file")
+    parser.add_argument("--quiet-wait", type=float, default=60.0,
+                        help=f"before each round wait up to this many seconds for other processes to use under "
+                             f"{QUIET_CORES} cores [default: 60; 0: do not wait]")
+    parser.add_argument("--baseline", action="append", default=[], metavar="[NAME=]DIR",
+                        help="also time `shardstream pack` from this copy of the package (a folder holding "
+                             "shardstream/, e.g. from `git archive REV shardstream | tar x -C DIR`), as NAME "
+                             "[baseline]: before/after in one run; repeatable")
     args = parser.parse_args(argv)
+    args.baselines = {}
+    for value in args.baseline:
+        name, _, path = value.rpartition("=")
+        args.baselines[name or "baseline"] = Path(path)
+        if not (Path(path) / "shardstream" / "cli").is_dir():
+            parser.error(f"--baseline {value}: no shardstream/cli package in {path}")
     unknown = set(args.tools.split(",") if args.tools else ()) - set(TOOLS + RAY_TOOLS)
     if unknown:
         parser.error(f"unknown tools {sorted(unknown)}; choose from {', '.join(TOOLS + RAY_TOOLS[:2])}")
@@ -528,7 +620,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     tools = args.tools.split(",") if args.tools else list(RAY_TOOLS if args.engine == "ray" else TOOLS)
-    chosen = [c for name, c in contestants(args.workers, args.shard_size).items() if name in tools]
+    tools += [name for name in args.baselines if name not in tools]
+    chosen = [c for name, c in contestants(args.workers, args.shard_size, args.baselines).items() if name in tools]
     info = machine()
     print(f"machine: {info['nproc']} cores ({info['cpu']}), Python {info['python']}", flush=True)
 
@@ -541,7 +634,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"warm-up: read all {warmup[0] / 1e6:,.1f} MB once, untimed ({warmup[1]:.1f} s); the page cache is not "
           "dropped (that needs root), so every contestant runs against a warm page cache", flush=True)
 
-    results = run_all(chosen, images, images.root / "pack-out", args.repeat)
+    results = run_all(chosen, images, images.root / "pack-out", args.repeat, args.quiet_wait)
 
     print()
     print_table(images, results)

@@ -17,10 +17,10 @@ import os
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ..dataset import ShardDataset
-from ..device import DeviceLoader
+if TYPE_CHECKING:  # torch: imported when a point is measured, not with the command line
+    from ..dataset import ShardDataset
 from ..errors import UsageError
 
 DECODE = {"none": None, "pil": "pil", "torch": "torch", "fast": "torch"}
@@ -58,6 +58,8 @@ class Settings:
     step_ms: float = 0.0  # a simulated training step per batch
 
     def dataset(self, url: str, cache_dir: str | None = None) -> ShardDataset:
+        from ..dataset import ShardDataset
+
         kwargs: dict[str, Any] = {"decode": DECODE[self.decode], "shuffle": True, "seed": 0}
         if self.storage_options is not None:
             kwargs["storage_options"] = self.storage_options
@@ -161,6 +163,8 @@ def _endless(loader: Any) -> Iterator[Any]:
 def measure(url: str, workers: int, settings: Settings, phase: str = "local", cache_dir: str | None = None,
             tick: Progress = lambda n: None) -> Point:
     """One point: a fresh dataset and loader with ``workers`` workers, read until the limit."""
+    from ..device import DeviceLoader
+
     ds = settings.dataset(url, cache_dir)
     loader = ds.loader(batch_size=settings.batch_size, num_workers=workers)
     consumer = DeviceLoader(loader, settings.device) if settings.device else None
@@ -222,6 +226,8 @@ def replay(url: str, settings: Settings, batches: int = 32) -> Point:
     def again() -> Iterator[Any]:
         while True:
             yield from held
+
+    from ..device import DeviceLoader
 
     consumer = DeviceLoader(again(), settings.device) if settings.device else None
     point = Point(0, "ideal")

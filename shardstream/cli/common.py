@@ -8,6 +8,7 @@ never a traceback.
 from __future__ import annotations
 
 import contextlib
+import importlib
 import json
 import logging
 import os
@@ -90,7 +91,28 @@ def _unexpected(exc: Exception) -> str:
             "(shardstream --traceback ... shows the traceback)")
 
 
+# command -> the module of this package that defines it, imported when the command runs (or --help lists them)
+COMMANDS = {"pack": "pack", "info": "show", "ls": "show", "cat": "show", "verify": "check", "index": "check",
+            "doctor": "doctor", "bench": "bench"}
+
+
+def load_commands(module: str) -> Any:
+    """Import the command module ``module`` of this package. Where it defines a command of its own name, the
+    package's attribute of that name stays the command (``shardstream.cli.pack``), as it always was."""
+    loaded = importlib.import_module(f"{__package__}.{module}")
+    setattr(sys.modules[__package__], module, getattr(loaded, module, loaded))
+    return loaded
+
+
 class _Cli(click.Group):
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*COMMANDS, *self.commands})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in self.commands and cmd_name in COMMANDS:
+            load_commands(COMMANDS[cmd_name])
+        return super().get_command(ctx, cmd_name)
+
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)

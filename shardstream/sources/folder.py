@@ -91,23 +91,33 @@ def split_name(relpath: str) -> tuple[str, str]:
 
 
 def group(files: list[tuple[str, str, int]]) -> list[FileSample]:
-    samples: dict[str, dict[str, tuple[str, int]]] = {}
+    """Files into samples, sorted by key, each one's fields sorted (one pass and one sort)."""
+    keyed: list[tuple[str, str, str, int]] = []
     for relpath, path, size in files:
-        key, ext = split_name(relpath)
-        if ext.endswith(".") or not ext:
+        slash = relpath.rfind("/") + 1  # split_name, inline: this runs once per file of the tree
+        dot = relpath.find(".", slash)
+        key, ext = (relpath, NO_EXTENSION_FIELD) if dot == -1 else (relpath[:dot], relpath[dot + 1 :])
+        if not ext or ext[-1] == ".":
             raise SourceError(f"cannot pack {path}: its name ends with '.'; rename it")
-        ext = ext.lower()  # fields as webdataset names them: ImageNet's .JPEG is batch["jpeg"]
-        fields = samples.setdefault(key, {})
-        if ext in fields:
+        # fields as webdataset names them: ImageNet's .JPEG is batch["jpeg"]
+        keyed.append((key, ext.lower(), path, size))
+    keyed.sort(key=lambda k: (k[0], k[1]))  # stable: two files of one field stay in listing order
+    samples: list[FileSample] = []
+    fields: list[tuple[str, str, int]] = []
+    last_key = last_path = None
+    for key, ext, path, size in keyed:
+        if key != last_key:
+            fields = [(ext, path, size)]
+            samples.append(FileSample(key, fields))
+        elif ext == fields[-1][0]:
             raise SourceError(
-                f"{fields[ext][0]} and {path} both give field {ext!r} of sample {key!r} (field names are "
+                f"{last_path} and {path} both give field {ext!r} of sample {key!r} (field names are "
                 f"lower case; a file without extension is stored as '{NO_EXTENSION_FIELD}'); rename one of them"
             )
-        fields[ext] = (path, size)
-    return [
-        FileSample(key, [(ext, p, n) for ext, (p, n) in sorted(fields.items())])
-        for key, fields in sorted(samples.items())
-    ]
+        else:
+            fields.append((ext, path, size))
+        last_key, last_path = key, path
+    return samples
 
 
 def image_folder(path: str, files: list[tuple[str, str, int]], hidden: int) -> FolderSource:
@@ -124,14 +134,16 @@ def image_folder(path: str, files: list[tuple[str, str, int]], hidden: int) -> F
         classes = sorted(e.name for e in os.scandir(path) if e.is_dir() and not e.name.startswith("."))
     samples = group(files)
     index = {c: i for i, c in enumerate(classes)}
-    imageless = [s for s in samples if not any(f".{ext}" in IMAGE_SUFFIXES for ext, _, _ in s.files)]
-    if imageless and len(imageless) < len(samples):  # class folders of images with strays among them
-        raise SourceError(f"{imageless[0].files[0][1]}: sample {imageless[0].key!r} has no image file, unlike the "
-                          "other samples of this ImageFolder; remove the file, or pack with --layout files")
+    if not {f".{ext}" for s in samples for ext, _, _ in s.files} <= IMAGE_SUFFIXES:  # not images alone: each sample
+        imageless = [s for s in samples if not any(f".{ext}" in IMAGE_SUFFIXES for ext, _, _ in s.files)]
+        if imageless and len(imageless) < len(samples):  # class folders of images with strays among them
+            raise SourceError(f"{imageless[0].files[0][1]}: sample {imageless[0].key!r} has no image file, unlike "
+                              "the other samples of this ImageFolder; remove the file, or pack with --layout files")
+        for s in samples:
+            if any(ext == "cls" for ext, _, _ in s.files):
+                raise SourceError(f"{s.files[0][1]}: sample {s.key!r} already has a 'cls' file; use --layout files")
     for s in samples:
-        if any(ext == "cls" for ext, _, _ in s.files):
-            raise SourceError(f"{s.files[0][1]}: sample {s.key!r} already has a 'cls' file; use --layout files")
-        s.label = index[s.key.split("/", 1)[0]]
+        s.label = index[s.key[: s.key.index("/")]]
     return FolderSource(path, "imagefolder", samples, classes, hidden)
 
 
