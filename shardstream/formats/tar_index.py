@@ -21,14 +21,16 @@ from __future__ import annotations
 import hashlib
 import struct
 from dataclasses import dataclass
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from ..errors import CorruptShardError
 
 MAGIC = b"SSTARIX1"
 SUFFIX = ".idx"
 _HEAD = len(MAGIC) + 24
+
+if TYPE_CHECKING:
+    import numpy as np
 _FIX = "re-pack the dataset (or re-create its index files)"
 
 
@@ -70,6 +72,8 @@ class IndexBuilder:
         self.first.append(len(self.sizes))
 
     def to_bytes(self) -> bytes:
+        import numpy as np  # here, not at import: a pack without indexes never needs it
+
         names = b"".join(n + b"\0" for n in self.names)
         u8 = lambda values: np.asarray(values, dtype="<u8").tobytes()  # noqa: E731
         return b"".join((MAGIC, struct.pack("<QQQ", len(self.digests), len(self.sizes), len(names)),
@@ -130,6 +134,8 @@ class SampleIndex:
 def parse_index(data: bytes, name: str, samples: int, tar_size: int) -> SampleIndex:
     """Check and parse ``data``, the index of a tar of ``tar_size`` bytes holding ``samples`` samples
     (both from the manifest); :class:`CorruptShardError` naming ``name`` for anything else."""
+
+    import numpy as np
 
     def bad(what: str) -> CorruptShardError:
         return CorruptShardError(f"{name}: {what}; {_FIX}")

@@ -25,6 +25,7 @@ from .clitools import invoke, ok, one_line_error
 from .data import CLASSES, class_of, image_folder, parquet_table, wds_tars
 
 SHARDS = ["shard-000000.tar", "shard-000001.tar", "shard-000002.tar", "shard-000003.tar"]
+WITH_INDEXES = [name for shard in SHARDS for name in (shard, shard + ".idx")]  # packs to a bucket index samples
 COUNTS = [4, 4, 4, 2]  # 14 images, 4 per shard
 
 
@@ -51,7 +52,7 @@ def upload_rule(bucket, key: str) -> dict:
 def test_pack_publishes_shards_and_manifest_and_nothing_else(bucket, tmp_path):
     files, result = pack_images(bucket, tmp_path)
     assert (result.samples, result.shards, result.url) == (14, 4, bucket.url("ds"))
-    assert bucket.keys("ds") == ["ds/_manifest.json"] + [f"ds/{s}" for s in SHARDS]  # no marker, no temporaries
+    assert bucket.keys("ds") == ["ds/_manifest.json"] + [f"ds/{s}" for s in WITH_INDEXES]  # no marker, no temporaries
     m = shardstream.load_manifest(dataset_store(bucket.url("ds"), bucket.storage_options))
     assert m.paths == SHARDS and m.samples.tolist() == COUNTS and m.classes == list(CLASSES)
     keys = []
@@ -328,7 +329,8 @@ def test_overwrite_on_a_bucket(bucket, tmp_path):
     assert bucket.read("ds/_manifest.json") == before  # untouched
     ok("pack", tmp_path / "newer", url, "--samples-per-shard", "8", "--overwrite", "-q", *o)
     # the old shards 2 and 3 are gone, not left beside the new dataset
-    assert bucket.keys("ds") == ["ds/_manifest.json", "ds/shard-000000.tar", "ds/shard-000001.tar"]
+    assert bucket.keys("ds") == ["ds/_manifest.json", "ds/shard-000000.tar", "ds/shard-000000.tar.idx",
+                                 "ds/shard-000001.tar", "ds/shard-000001.tar.idx"]
     ds = shardstream.ShardDataset(url, storage_options=bucket.storage_options, decode=None, shuffle=False)
     assert {s["__key__"]: bytes(s["jpg"]) for s in ds} == newer
 
@@ -366,7 +368,7 @@ def test_a_pack_whose_upload_fails_publishes_nothing_and_a_rerun_completes(bucke
     clean = shardstream.pack(tmp_path / "src", bucket.url("clean"), storage_options=bucket.storage_options,
                              samples_per_shard=4, workers=1, progress=False)
     assert result.manifest.sha256 == clean.manifest.sha256  # the same shards as a pack that never failed
-    assert bucket.keys("ds") == ["ds/_manifest.json"] + [f"ds/{s}" for s in SHARDS]
+    assert bucket.keys("ds") == ["ds/_manifest.json"] + [f"ds/{s}" for s in WITH_INDEXES]
     ds = shardstream.ShardDataset(url, storage_options=bucket.storage_options, decode=None, shuffle=False)
     assert {s["__key__"]: bytes(s["jpg"]) for s in ds} == files
 
