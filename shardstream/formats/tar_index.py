@@ -61,6 +61,10 @@ class IndexBuilder:
         h = hashlib.sha256()
         for piece in pieces:
             h.update(piece)
+        self.add_hashed(h.digest(), members)
+
+    def add_hashed(self, digest: bytes, members: list[tuple[str, int, int]]) -> None:
+        """One sample whose bytes were hashed by the caller (``digest``: their sha256)."""
         at = self.offsets[-1]
         for name, header, size in members:
             self.data_offsets.append(at + header)
@@ -68,7 +72,7 @@ class IndexBuilder:
             self.names.append(name.encode("utf-8", "surrogateescape"))
             at += header + size + (-size % 512)
         self.offsets.append(at)
-        self.digests.append(h.digest())
+        self.digests.append(digest)
         self.first.append(len(self.sizes))
 
     def to_bytes(self) -> bytes:

@@ -146,9 +146,9 @@ def write_shard(
             tar_size = sum(tar_format.sample_size(s.key, sample_fields(s)) for s in samples)
             tar_size += len(tar_format.END_OF_ARCHIVE)
         writer = tar_format.TarShardWriter(sink, compression, tar_size=tar_size, index=sample_index)
-        if compression is None and not sample_index and isinstance(sink, io.FileIO):  # same bytes, one buffer
+        if compression is None and isinstance(sink, io.FileIO):  # the same bytes (and index), through one buffer
             nbytes, digest, counts = write_files(sink.fileno(), samples, lambda p, n: read_file(p, n, source_options),
-                                                 writeback=fsync and store.local)
+                                                 writeback=fsync and store.local, index=writer.index)
             writer.tar_bytes = nbytes
         else:
             for sample in samples:

@@ -22,6 +22,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..formats.tar import END_OF_ARCHIVE, member_header
+from ..formats.tar_index import IndexBuilder
 from ..sources import FileSample
 from ..sources.remote import is_remote
 
@@ -84,10 +85,11 @@ class _Folders:
 
 
 def write_files(fd: int, samples: Sequence[FileSample], read: Callable[[str, int], bytes],
-                writeback: bool = False) -> tuple[int, str, Counter[str]]:
+                writeback: bool = False, index: IndexBuilder | None = None) -> tuple[int, str, Counter[str]]:
     """Write ``samples`` as a tar shard to the open file ``fd``: (bytes written, their sha256 hex, members
     per field). Members are ``KEY.EXT`` per file and ``KEY.cls`` for a label, in field order, as
-    :func:`.folder.write_shard` lays them out; ``read(path, size)`` reads a file this function does not."""
+    :func:`.folder.write_shard` lays them out; ``read(path, size)`` reads a file this function does not.
+    With ``index``, each sample goes into it too (hashed while it is in the buffer)."""
     view = memoryview(bytearray(BUFFER_BYTES))
     digest = hashlib.sha256()
     counts: Counter[str] = Counter()
@@ -129,10 +131,13 @@ def write_files(fd: int, samples: Sequence[FileSample], read: Callable[[str, int
             if sample.label is not None:
                 label = str(sample.label).encode()
                 members = sorted([*members, ("cls", None, len(label))], key=lambda m: m[0])
+            sample_hash = hashlib.sha256() if index is not None else None
+            laid_out: list[tuple[str, int, int]] = []
             for ext, path, size in members:
                 counts[ext] += 1
                 header = member_header(f"{sample.key}.{ext}", size)
                 pad = -size % 512
+                laid_out.append((f"{sample.key}.{ext}", len(header), size))
                 if path is not None and not is_remote(path):  # straight into the buffer, asking one byte more
                     if pos + len(header) + size + 1 + pad > BUFFER_BYTES:
                         flush()
@@ -140,13 +145,18 @@ def write_files(fd: int, samples: Sequence[FileSample], read: Callable[[str, int
                     if start + size + 1 + pad <= BUFFER_BYTES:
                         view[pos:start] = header
                         if folders.read_into(path, view[start : start + size + 1]) == size:
-                            pos = start + size
-                            view[pos : pos + pad] = _ZEROS[:pad]
-                            pos += pad
+                            view[start + size : start + size + pad] = _ZEROS[:pad]
+                            if sample_hash is not None:
+                                sample_hash.update(view[pos : start + size + pad])
+                            pos = start + size + pad
                             continue
-                put(header)
-                put(label if path is None else read(path, size))  # type: ignore[arg-type]
-                put(_ZEROS[:pad])
+                data = label if path is None else read(path, size)
+                for piece in (header, data, _ZEROS[:pad]):
+                    put(piece)  # type: ignore[arg-type]
+                    if sample_hash is not None:
+                        sample_hash.update(piece)  # type: ignore[arg-type]
+            if index is not None:
+                index.add_hashed(sample_hash.digest(), laid_out)  # type: ignore[union-attr]
     finally:
         folders.close()
     put(END_OF_ARCHIVE)

@@ -61,3 +61,27 @@ def test_the_cli_packs_with_index(folder, tmp_path):
                                        "--index", "--quiet"])
     assert result.exit_code == 0, result.output
     _check(str(tmp_path / "ds"))
+
+
+def test_the_fast_folder_path_writes_the_index_the_tar_writer_would(folder, tmp_path):
+    import io
+    import tarfile
+
+    from shardstream.formats import tar as tar_format
+
+    dest = tmp_path / "ds"
+    shardstream.pack(folder, dest, samples_per_shard=4, index=True, progress=False)
+    for shard in sorted(dest.glob("*.tar")):
+        sink = io.BytesIO()
+        writer = tar_format.TarShardWriter(sink, index=True)
+        with tarfile.open(shard) as t:
+            members = t.getmembers()
+            samples: dict[str, list] = {}
+            for m in members:
+                key, ext = m.name.split(".", 1)
+                samples.setdefault(key, []).append((ext, t.extractfile(m).read()))
+        for key, fields in samples.items():
+            writer.add(key, fields)
+        writer.close()
+        assert sink.getvalue() == shard.read_bytes()
+        assert writer.index.to_bytes() == (dest / (shard.name + ".idx")).read_bytes()
