@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import multiprocessing
 import os
-import threading
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -33,12 +35,23 @@ def test_results_come_in_plan_order_from_other_processes():
     assert not engine._INHERITED
 
 
+_UNPICKLABLE = """
+import threading
+from shardstream.packing import engine
+from tests.packing.test_engine import pid_and
+assert threading.active_count() == 1  # else the pool spawns, and pickles
+results = engine.run_local(pid_and, [(threading.Lock(), i) for i in range(4)], 2, True, lambda i: None)
+assert [r[1] for r in results] == [0, 1, 4, 9] and not engine._INHERITED
+print("ok")
+"""
+
+
 @pytest.mark.skipif(not FORKS, reason="no fork on this system")
 def test_forked_workers_get_arguments_that_cannot_be_pickled():
-    assert threading.active_count() == 1  # else the pool spawns, and pickles
-    results = engine.run_local(pid_and, [(threading.Lock(), i) for i in range(4)], 2, True, lambda i: None)
-    assert [r[1] for r in results] == [0, 1, 4, 9]
-    assert not engine._INHERITED
+    # in a fresh process: earlier tests of a session leave threads (fsspec's loop, prefetchers) behind
+    done = subprocess.run([sys.executable, "-c", _UNPICKLABLE], capture_output=True, text=True, timeout=120,
+                          cwd=Path(__file__).parents[2])
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]
 
 
 def test_a_failing_job_stops_the_run_with_its_error_and_lets_go_of_the_jobs():
