@@ -25,6 +25,7 @@ forks its workers only while its process has one thread).
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 import uuid
 from collections.abc import Callable, Iterator
@@ -61,7 +62,11 @@ def remote_environment(tmp_path_factory) -> Iterator[Path]:
             mp.setenv(name, value)
         mp.setenv("TMPDIR", str(temp))
         mp.setattr(tempfile, "tempdir", str(temp))
+        # Ray's socket paths must stay under 108 bytes: a short folder of its own, not the session's
+        ray_temp = tempfile.mkdtemp(prefix="ss-ray-", dir="/tmp")
+        mp.setenv("RAY_TMPDIR", ray_temp)
         yield temp
+    shutil.rmtree(ray_temp, ignore_errors=True)
 
 
 # -- servers ------------------------------------------------------------------------------------------------

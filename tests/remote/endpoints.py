@@ -465,6 +465,15 @@ class RangeRequestHandler(http.server.SimpleHTTPRequestHandler):
                 remaining -= len(chunk)
 
 
+class _QuietHTTPServer(http.server.ThreadingHTTPServer):
+    """A client that hangs up mid-request (a reader stopped, a test ended) is normal, not a traceback on the
+    stderr of whatever test runs then."""
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        if not isinstance(sys.exc_info()[1], (ConnectionError, TimeoutError)):
+            super().handle_error(request, client_address)
+
+
 class StaticHTTPServer:
     """A threaded HTTP server on 127.0.0.1 serving ``root`` read-only (GET and HEAD, Range requests)."""
 
@@ -500,7 +509,7 @@ class StaticHTTPServer:
             def __init__(self, *args: Any, **kwargs: Any) -> None:
                 super().__init__(*args, directory=root, **kwargs)
 
-        server = http.server.ThreadingHTTPServer((self.host, 0), Handler)
+        server = _QuietHTTPServer((self.host, 0), Handler)
         server.daemon_threads = True
         server.range_requests = self.range_requests  # type: ignore[attr-defined]
         server.requests = []  # type: ignore[attr-defined]

@@ -8,6 +8,7 @@ import io
 import re
 import tarfile
 import threading
+import time
 
 import shardstream
 from shardstream.dataset import ShardDataset, ranged
@@ -82,20 +83,42 @@ def test_the_first_batch_comes_by_ranged_reads_while_whole_shards_are_held(s3_bu
     assert len(singles) >= 4  # the first batch's samples, one ranged GET each
 
 
-def test_a_server_slow_at_ranged_gets_gets_one_and_then_whole_shards(s3_bucket, proxied, tmp_path):
-    manifest = _pack(s3_bucket, tmp_path)
+def _read_through(bucket, tmp_path, manifest, batch: int):
     sizes = dict(zip(manifest.paths, manifest.nbytes.tolist()))
-    bucket = proxied(s3_bucket)
-    bucket.proxy.inject("delay", seconds=2 * ranged.PROBE_SECONDS + 0.1, method="GET", path=r"\.tar$")
     remote = ShardDataset(bucket.url("ds"), decode=None, seed=3, storage_options=bucket.storage_options,
                           cache_dir=str(tmp_path / "cache"))
     local = ShardDataset(str(tmp_path / "local"), decode=None, seed=3)
-    expected = [k for b in local.loader(4, 0) for k in b["__key__"]]
-    assert [k for b in remote.loader(4, 0) for k in b["__key__"]] == expected
-    samples = [s for s in bucket.proxy.log if s.method == "GET" and s.target.endswith(".tar")
+    expected = [k for b in local.loader(batch, 0) for k in b["__key__"]]
+    assert [k for b in remote.loader(batch, 0) for k in b["__key__"]] == expected
+    singles = [s for s in bucket.proxy.log if s.method == "GET" and s.target.endswith(".tar")
                and not _whole(s.range, sizes, s.target)]
-    assert len(samples) == 1  # the probe alone
-    assert bucket.proxy.count("GET", r"\.tar$") == 1 + manifest.num_shards  # and every whole shard once
+    wholes = bucket.proxy.count("GET", r"\.tar$") - len(singles)
+    return len(singles), wholes
+
+
+def test_a_slow_link_keeps_ranged_reads(s3_bucket, proxied, tmp_path):
+    manifest = _pack(s3_bucket, tmp_path)
+    bucket = proxied(s3_bucket)
+    bucket.proxy.inject("delay", seconds=0.1, method="GET")  # latency: one GET and eight at once alike
+    singles, wholes = _read_through(bucket, tmp_path, manifest, 12)
+    assert singles >= 12 and wholes == manifest.num_shards  # the first batch by ranged reads, every shard once
+
+
+def test_a_server_that_serves_ranged_gets_one_by_one_gets_a_few_then_whole_shards(s3_bucket, proxied, tmp_path):
+    manifest = _pack(s3_bucket, tmp_path)
+    sizes = dict(zip(manifest.paths, manifest.nbytes.tolist()))
+    bucket = proxied(s3_bucket)
+    one_at_a_time = threading.Lock()
+
+    def serially(seen) -> None:  # as moto does: each ranged GET works alone, at the cost of a whole object
+        if seen.method == "GET" and seen.target.endswith(".tar") and not _whole(seen.range, sizes, seen.target):
+            with one_at_a_time:
+                time.sleep(0.1)
+
+    bucket.proxy.inject("delay", seconds=0, method="GET", callback=serially)
+    singles, wholes = _read_through(bucket, tmp_path, manifest, 12)
+    assert singles == 1 + ranged.PROBE_WAVE  # one, then a wave that took several times one: no more
+    assert wholes == manifest.num_shards
 
 
 def test_a_damaged_sample_is_never_returned(s3_bucket, tmp_path):
