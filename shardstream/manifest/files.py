@@ -14,6 +14,7 @@ from typing import IO, Any
 from ..errors import ManifestError, StorageError
 from ..storage import RetryPolicy, Store, describe_os_error
 from .schema import MANIFEST_NAME, Manifest
+from .table import TABLE_THRESHOLD, encode_table, table_reference
 
 # Present from the moment shardstream starts writing shards into a folder until its manifest is
 # published. It holds the writing run's token: leftover shards are ours to replace, and a run
@@ -104,7 +105,17 @@ def load_manifest(store: Store) -> Manifest:
                 "'shardstream index'"
             ) from None
         raise exc
-    return Manifest.from_json(bytes(data), store.url_of(MANIFEST_NAME))
+    return Manifest.from_json(bytes(data), store.url_of(MANIFEST_NAME), lambda name: _read_table(store, name))
+
+
+def _read_table(store: Store, name: str) -> bytes:
+    try:
+        return bytes(store.read_bytes(name))
+    except StorageError as exc:
+        if isinstance(exc.__cause__, FileNotFoundError):
+            raise ManifestError(f"{store.url_of(MANIFEST_NAME)} names the shard table {name}, which is missing; "
+                                "re-create the dataset (pack again, or 'shardstream index')") from None
+        raise
 
 
 def _exists(store: Store, name: str) -> bool:
@@ -114,10 +125,21 @@ def _exists(store: Store, name: str) -> bool:
         return False
 
 
-def write_manifest(store: Store, manifest: Manifest, fsync: bool = True) -> None:
+def write_manifest(store: Store, manifest: Manifest, fsync: bool = True,
+                   table_threshold: int = TABLE_THRESHOLD) -> str | None:
     """Publish the dataset: the manifest is written last, atomically, and (with ``fsync``) durably:
-    its bytes are on disk before its rename, and the rename is on disk when this returns."""
-    write_durably(store, MANIFEST_NAME, manifest.to_json(), fsync)
+    its bytes are on disk before its rename, and the rename is on disk when this returns.
+
+    With ``table_threshold`` shards or more, the shard columns go first to a shard table
+    (``_shards-<hash>.arrow``), whose name is returned; the JSON head names it."""
+    if manifest.num_shards < table_threshold:
+        write_durably(store, MANIFEST_NAME, manifest.to_json(), fsync)
+        return None
+    data = encode_table(manifest.paths, manifest.samples, manifest.nbytes, manifest.sha256, manifest.index_sha256)
+    reference = table_reference(data, manifest.num_shards)
+    write_durably(store, reference["table"], data, fsync)
+    write_durably(store, MANIFEST_NAME, manifest.to_json(reference), fsync)
+    return str(reference["table"])
 
 
 def write_durably(store: Store, name: str, data: bytes, fsync: bool = True) -> None:

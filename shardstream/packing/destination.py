@@ -25,6 +25,7 @@ __all__ = ["IN_PROGRESS", "check_claim", "claim_destination", "commit_shard", "p
 
 _SHARD_FILE = re.compile(r"^shard-\d{6}\.(tar|tar\.zst|tar\.gz|arrow|tokens)(\.idx)?$")  # shards, sample indexes
 _TEMP_FILE = re.compile(r"^\..*\.[0-9a-f]{8,32}\.tmp$")  # the store's temporary names and staged shards
+_SHARD_TABLE = re.compile(r"^_shards-[0-9a-f]{16}\.arrow$")  # a large manifest's shard table (manifest.table)
 
 
 def claim_destination(store: Store, overwrite: bool) -> None:
@@ -62,7 +63,7 @@ def prepare_destination(store: Store, overwrite: bool, fsync: bool = True) -> st
     token = uuid.uuid4().hex[:16]
     store.write_bytes(IN_PROGRESS, token.encode())
     for name in names:
-        if _SHARD_FILE.match(name) or _TEMP_FILE.match(name):
+        if _SHARD_FILE.match(name) or _TEMP_FILE.match(name) or _SHARD_TABLE.match(name):
             store.remove(name)
     if fsync:
         sync_folder(store)  # the claim and the clean-up survive a crash: leftovers stay ours

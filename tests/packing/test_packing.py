@@ -784,3 +784,14 @@ def test_shard_writer_records_a_field_with_mixed_value_types_as_bytes(tmp_path):
     types = {f["name"]: f["type"] for f in w.manifest.fields}
     assert types == {"n": "int", "v": "bytes"}
     assert [s["v"] for s in ss.ShardDataset(str(tmp_path / "ds"), shuffle=False)] == [b"2", b"two"]
+
+
+def test_a_repack_removes_the_old_shard_table(tmp_path):
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "a.txt").write_text("a")
+    dest = tmp_path / "ds"
+    pack(src, dest, progress=False)
+    (dest / "_shards-0123456789abcdef.arrow").write_bytes(b"a large manifest's old shard table")
+    pack(src, dest, overwrite=True, progress=False)
+    assert sorted(p.name for p in dest.iterdir()) == ["_manifest.json", "shard-000000.tar"]
