@@ -31,7 +31,7 @@ from .checks import _checksums_fine, _kind, _paths_fine, path_problem
 from .table import HexColumn, decode_table, reference_problem
 
 MANIFEST_NAME = "_manifest.json"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # the newest this reads and writes: 2 is a head naming a shard table, 1 one JSON file
 SHARD_FORMATS = ("tar", "tar.zst", "tar.gz", "arrow", "tokens")
 MAX_COUNT = 1 << 53  # sample and byte counts stay below this, exact in every JSON reader
 
@@ -114,7 +114,7 @@ class Manifest:
         """The manifest's JSON; with ``table`` (a :func:`~.table.table_reference`) only its head,
         which names the shard table instead of listing the shard columns."""
         doc = {
-            "shardstream_manifest": FORMAT_VERSION,
+            "shardstream_manifest": FORMAT_VERSION if table is not None else 1,  # older readers read version 1
             "shard_format": self.shard_format,
             "num_shards": self.num_shards,
             "num_samples": self.num_samples,

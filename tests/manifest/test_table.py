@@ -38,6 +38,7 @@ def test_round_trip_through_a_table_keeps_every_column_and_the_fingerprint(tmp_p
     assert head["shards"] == {"table": name, "sha256": hashlib.sha256((tmp_path / name).read_bytes()).hexdigest(),
                               "rows": 50}
     assert head["num_shards"] == 50 and head["classes"] == ["a", "b"]
+    assert head["shardstream_manifest"] == 2  # older shardstreams say "upgrade" instead of misreading it
     loaded = load_manifest(store)
     assert isinstance(loaded.sha256, HexColumn)
     assert loaded.paths == m.paths and loaded.sha256 == m.sha256 and list(loaded.sha256) == m.sha256
@@ -52,6 +53,7 @@ def test_below_the_threshold_the_manifest_stays_one_json_file(tmp_path):
     m = _manifest()
     store, name = _write(tmp_path, m, threshold=51)
     assert name is None and sorted(p.name for p in tmp_path.iterdir()) == [MANIFEST_NAME]
+    assert json.loads((tmp_path / MANIFEST_NAME).read_text())["shardstream_manifest"] == 1
     assert load_manifest(store).sha256 == m.sha256
 
 

@@ -40,7 +40,9 @@ def test_a_ray_pack_into_a_bucket_equals_a_local_pack(local_ray, s3_bucket, tmp_
     assert docs[0] == docs[1]
     keys = s3_bucket.keys()
     assert sorted(k.split("/", 1)[1] for k in keys if k.startswith("ray/")) == sorted(
-        ["_manifest.json", *local.manifest.paths])  # no temporary or 0-byte objects left
+        ["_manifest.json", *local.manifest.paths, *(p + ".idx" for p in local.manifest.paths)])  # nothing else
+    for name in local.manifest.paths:  # sample indexes too, byte for byte
+        assert s3_bucket.read(f"ray/{name}.idx") == s3_bucket.read(f"local/{name}.idx")
 
 
 @pytest.mark.parametrize(("job", "message"), [
