@@ -235,10 +235,10 @@ class Store:
             raise exc.exhausted(1) from None
 
     def read_many(self, names: list[str], check: PartCheck | None = None, advice: str = "") -> list[bytes]:
-        """Small objects read whole, all in one call (concurrent GETs on object storage); ``check(i, data)``
-        as in :meth:`read_ranges`."""
+        """Small objects read whole, in one call (concurrent GETs); ``check(i, data)`` as in :meth:`read_ranges`."""
         if self.local or not names:
-            ends = [os.path.getsize(self.path(n)) for n in names]
+            with storage_errors("cannot read", self.url):
+                ends = [os.path.getsize(self.path(n)) for n in names]
             return self.read_ranges(names, [0] * len(names), ends, check, advice)
         paths = [self.path(n) for n in names]
         return self._remote("cannot read", names[0], "cat", paths, on_error="raise",
