@@ -25,6 +25,8 @@ $(VENV)/.installed: pyproject.toml | $(BIN)/python
 $(VENV)/.installed-test: pyproject.toml | $(BIN)/python
 	$(BIN)/pip install -q $(TORCH_INDEX) $(TORCH)
 	$(BIN)/pip install -q -e '.[test]'
+	# transformers for one test of the token convention, without its dependencies (which would pull another torch)
+	$(BIN)/pip install -q --no-deps 'transformers>=4.40'
 	touch $@ $(VENV)/.installed
 
 demo: $(VENV)/.installed

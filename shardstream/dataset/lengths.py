@@ -56,8 +56,9 @@ class LengthBucketing:
         dataset: a :class:`ShardDataset` whose samples hold a sequence ``field`` (a tensor, array or list).
         batch_tokens: the most padded tokens in a batch (rows x the longest sequence).
         window: samples sorted together; larger windows pad less and mix less.
-        field: the sequence field; batches hold it padded with ``padding_value``, with ``lengths`` and
-            ``attention_mask``; the other fields are collated as usual.
+        field: the sequence field; batches hold it padded with ``padding_value``, with ``lengths``,
+            ``attention_mask``, ``position_ids``, ``cu_seqlens`` and ``max_seqlen`` (see :meth:`batch`);
+            the other fields are collated as usual.
         num_workers, loader_kwargs: for ``dataset.loader``.
     """
 
@@ -88,9 +89,16 @@ class LengthBucketing:
         return int(value.item())
 
     def batch(self, samples: list[dict[str, Any]]) -> dict[str, Any]:
+        """The padded batch, with ``lengths``, ``attention_mask``, and ``position_ids`` (0 .. length - 1 on
+        each row, 1 on padding as transformers' convention has it), ``cu_seqlens`` and ``max_seqlen`` over
+        the real tokens flattened: a sequence starts where a real token's position is 0."""
         padded, lengths, mask = pad_sequences([s[self.field] for s in samples], self.padding_value)
         rest = collate([{k: v for k, v in s.items() if k != self.field} for s in samples])
-        return {**rest, self.field: padded, "lengths": lengths, "attention_mask": mask}
+        positions = torch.arange(padded.shape[1]).expand(len(samples), -1).masked_fill(~mask, 1)
+        cu = torch.zeros(int((lengths > 0).sum()) + 1, dtype=torch.int32)
+        torch.cumsum(lengths[lengths > 0], 0, out=cu[1:])
+        return {**rest, self.field: padded, "lengths": lengths, "attention_mask": mask,
+                "position_ids": positions.contiguous(), "cu_seqlens": cu, "max_seqlen": int(lengths.max())}
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         it = iter(self.loader)

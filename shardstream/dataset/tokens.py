@@ -61,14 +61,14 @@ class TokenShards(OpenShards):
 
 
 def window_positions(offsets: np.ndarray, start: int, length: int) -> np.ndarray:
-    """Each of tokens ``start .. start + length - 1``'s position in its document (0 at a document start)."""
-    first = int(offsets.searchsorted(start, side="right")) - 1
+    """The ``position_ids`` of tokens ``start .. start + length - 1`` as one row: 0 at the row's start and
+    at every document start inside it, counting up in between (a sequence starts exactly where a
+    position is 0, as ``cu_seqlens`` says; Megatron's ``reset_position_ids``)."""
+    first = int(offsets.searchsorted(start, side="right"))
     last = int(offsets.searchsorted(start + length, side="left"))
-    if last == first + 1:  # no document starts inside the window
-        return np.arange(start - offsets[first], start - offsets[first] + length)
     base = np.full(length, _LOWEST, np.int64)
-    base[0] = offsets[first] - start
-    inner = offsets[first + 1 : last] - start
+    base[0] = 0
+    inner = offsets[first:last] - start
     base[inner] = inner
     return np.arange(length) - np.maximum.accumulate(base)
 
@@ -82,8 +82,9 @@ def token_collate(samples: Sequence[dict[str, Any]]) -> dict[str, Any]:
 
 
 def varlen_fields(position_ids: np.ndarray) -> dict[str, Any]:
-    """``cu_seqlens`` and ``max_seqlen`` for rows of ``position_ids``: a sequence starts at each row and
-    at each position 0 (a document start), and ends at the next start or the row's end."""
+    """``cu_seqlens`` and ``max_seqlen`` for rows of ``position_ids``: a sequence starts wherever a
+    position is 0 (each row's start and each document start: :func:`window_positions`) and ends at the
+    next start or the row's end, so ``cu_seqlens[:-1]`` are the flat indices of the zeros."""
     rows, length = position_ids.shape
     starts = position_ids == 0
     starts[:, 0] = True
@@ -99,8 +100,10 @@ class TokenDataset(ShardDataset):
     """Stream windows of ``seq_len + 1`` tokens from a token dataset (``pack(..., format="tokens")``).
 
     Each sample holds ``input_ids`` (the first ``seq_len`` tokens), ``labels`` (the next token of
-    each) and ``position_ids`` (restarting at 0 at each document start); batches from
-    :meth:`loader` add ``cu_seqlens`` and ``max_seqlen`` for variable-length attention.
+    each) and ``position_ids`` (0 at the window's start and at each document start inside it);
+    batches from :meth:`loader` add ``cu_seqlens`` and ``max_seqlen`` for variable-length
+    attention, starting a sequence exactly where ``position_ids`` is 0 (so Hugging Face's
+    padding-free flash-attention path, which derives them from ``position_ids``, agrees).
 
     Args:
         url: a token dataset's folder or its ``_manifest.json`` (any fsspec URL).
@@ -240,8 +243,9 @@ class TokenDataset(ShardDataset):
         length, rows = self.seq_len, len(ids)
         out = {name: _empty((rows, length), torch.int64) for name in ("input_ids", "labels", "position_ids")}
         inputs, labels, positions = (t.numpy() for t in out.values())
-        # positions: each row's cumulative maximum of the document starts inside it (see window_positions)
+        # positions: 0 at each row's start and at each document start inside it (see window_positions)
         base = np.full((rows, length + 1), _LOWEST, np.int64)
+        base[:, 0] = 0
         inner: list[np.ndarray] = []
         for i, (shard, window) in enumerate(zip(ids.tolist(), offsets.tolist())):
             reader = shards.get(shard)
@@ -250,10 +254,9 @@ class TokenDataset(ShardDataset):
             inputs[i] = tokens[:-1]
             labels[i] = tokens[1:]
             doc = reader.offsets
-            first = int(doc.searchsorted(start, side="right")) - 1
+            first = int(doc.searchsorted(start, side="right"))
             last = int(doc.searchsorted(start + length + 1, side="left"))
-            base[i, 0] = doc[first] - start
-            inner.append(doc[first + 1 : last] - start)
+            inner.append(doc[first:last] - start)
         counts = np.fromiter(map(len, inner), np.int64, rows)
         if counts.any():
             cols = np.concatenate(inner)

@@ -38,7 +38,11 @@ def batches(loader) -> list[dict]:
 
 
 def doc_position(offsets: np.ndarray, token: np.ndarray) -> np.ndarray:
-    return token - offsets[np.searchsorted(offsets, token, side="right") - 1]
+    """Each token's position as rows of ``token`` (ids = places in the corpus) say it: counted from the
+    later of its document's start and its row's start."""
+    token = np.atleast_2d(token)
+    doc_start = offsets[np.searchsorted(offsets, token, side="right") - 1]
+    return token - np.maximum(doc_start, token[:, :1])
 
 
 @settings(max_examples=8, deadline=None, derandomize=True)
@@ -54,9 +58,9 @@ def test_every_token_is_a_label_once_per_epoch_minus_the_stated_tails(dataset, s
     for b in got:  # ids are positions in the corpus: inputs precede labels by one; positions follow the documents
         assert (b["labels"] == b["input_ids"] + 1).all()
         assert (b["position_ids"] == doc_position(offsets, b["input_ids"])).all()
-        starts = (b["position_ids"] == 0)
-        starts[:, 0] = True
-        assert b["cu_seqlens"].tolist() == np.append(np.flatnonzero(starts.ravel()), b["input_ids"].size).tolist()
+        assert (b["position_ids"][:, 0] == 0).all()  # every row is a sequence of its own
+        zeros = np.flatnonzero(b["position_ids"].ravel() == 0)
+        assert b["cu_seqlens"].tolist() == np.append(zeros, b["input_ids"].size).tolist()
         assert b["cu_seqlens"].dtype == np.int32 and b["max_seqlen"] == np.diff(b["cu_seqlens"]).max()
 
 
@@ -82,13 +86,15 @@ def test_samples_without_a_loader_are_single_windows(dataset):
     url, offsets = dataset
     sample = next(iter(TokenDataset(url, 6, shuffle=False)))
     assert sample["input_ids"].tolist() == list(range(6)) and sample["labels"].tolist() == list(range(1, 7))
-    assert sample["position_ids"].tolist() == doc_position(offsets, np.arange(6)).tolist()
+    assert sample["position_ids"].tolist() == doc_position(offsets, np.arange(6))[0].tolist()
 
 
-def test_window_positions_restart_at_each_document():
+def test_window_positions_restart_at_the_row_and_at_each_document():
     offsets = np.array([0, 3, 3, 4, 10])
-    assert window_positions(offsets, 2, 6).tolist() == [2, 0, 0, 1, 2, 3]
+    assert window_positions(offsets, 2, 6).tolist() == [0, 0, 0, 1, 2, 3]  # the row starts mid-document
     assert window_positions(offsets, 0, 3).tolist() == [0, 1, 2]
+    assert window_positions(offsets, 5, 4).tolist() == [0, 1, 2, 3]
+    assert window_positions(offsets, 3, 3).tolist() == [0, 0, 1]
 
 
 def run_ranks(url, world, k, state=None, workers=0):
