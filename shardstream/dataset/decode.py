@@ -61,6 +61,13 @@ _TYPED: dict[str, Callable[[bytes], Any]] = {
 }
 
 
+def written_types(manifest: Any) -> dict[str, str]:
+    """Tar fields packed from numbers or text (a table's int and string columns): read back as such."""
+    if manifest.shard_format == "arrow":
+        return {}
+    return {f["name"]: f["type"] for f in manifest.fields if isinstance(f, dict) and "name" in f and "type" in f}
+
+
 class DecodeError(ShardstreamError):
     """A field's bytes do not decode as its extension says."""
 

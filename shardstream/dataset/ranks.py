@@ -36,3 +36,9 @@ def resolve_rank(rank: int | None = None, world_size: int | None = None, strict:
     if world_size < 1 or not 0 <= rank < world_size:
         raise ShardstreamError(f"rank {rank} is not in [0, world size {world_size})")
     return rank, world_size
+
+
+def process_group_ready() -> bool:
+    """Whether a ``torch.distributed`` process group exists in this process."""
+    dist = torch.distributed
+    return dist.is_available() and dist.is_initialized()

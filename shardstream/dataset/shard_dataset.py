@@ -27,8 +27,8 @@ from ..storage import Prefetcher, ShardFetcher
 from ..storage.settings import DEFAULT, StorageSettings
 from .collate import collate
 from .counters import CountedShards
-from .decode import Decoder, DecodeSpec, FieldSpec
-from .ranks import resolve_rank
+from .decode import Decoder, DecodeSpec, FieldSpec, written_types
+from .ranks import process_group_ready, resolve_rank
 from .readers import Chunk, OpenShards, RangedReads, looking_ahead, release_stale_maps
 from .samples import SampleReader
 from .seeding import seed_batch
@@ -108,7 +108,7 @@ class ShardDataset(Resumable, IterableDataset):
         release_stale_maps()  # this process's maps of shard files replaced or deleted since (a re-pack)
         self.shuffle, self.seed, self.drop_last = shuffle, int(seed), drop_last
         self.window = resolve_window(shuffle_window, manifest.samples, manifest.nbytes, remote=not self.store.local)
-        self.decoder = Decoder(decode, fields, _written_types(manifest))
+        self.decoder = Decoder(decode, fields, written_types(manifest))
         self.transform = transform
         self.batch_size = batch_size
         self.collate_fn = collate_fn or collate
@@ -128,8 +128,8 @@ class ShardDataset(Resumable, IterableDataset):
 
     def __setattr__(self, name: str, value: Any) -> None:
         refuse_change(name, self._reading())
-        if name == "seed_workers":  # a property over the dataset's own value (see setup)
-            name = "_seed_workers"
+        if name in ("seed_workers", "batch_size"):  # properties over the dataset's own values (see setup)
+            name = "_" + name
         super().__setattr__(name, value)
 
     def _reading(self) -> bool:
@@ -160,6 +160,13 @@ class ShardDataset(Resumable, IterableDataset):
     def default_collate(self) -> bool:
         """Batches are made by :func:`shardstream.dataset.collate.collate` (which a transport can send cheaply)."""
         return self.collate_fn is collate
+
+    @property
+    def batch_size(self) -> int | None:
+        """Samples per batch it yields: its loader's while one reads it, else its own (``None``: samples),
+        so that a dataset whose loader is gone yields samples to a plain DataLoader again."""
+        setup = self._current_setup()
+        return self.__dict__["_batch_size"] if setup is None else setup.batch_size
 
     @property
     def seed_workers(self) -> bool:
@@ -208,7 +215,6 @@ class ShardDataset(Resumable, IterableDataset):
                 "make another ShardDataset for a second loader (or drop the first one)"
             )
         refuse_reconfiguration(self._setup if current is loader else None, setup)
-        object.__setattr__(self, "batch_size", setup.batch_size)
         self._setup = setup
         self._loader = weakref.ref(loader)
 
@@ -365,7 +371,7 @@ class ShardDataset(Resumable, IterableDataset):
         state.pop("_local", None)
         state["_setup"] = self._current_setup()  # a gone loader's transport is nobody's
         state["_loader"] = None
-        if _process_group_ready():  # a spawned worker has no process group: it inherits this rank
+        if process_group_ready():  # a spawned worker has no process group: it inherits this rank
             state["_explicit_rank"] = resolve_rank(*self._explicit_rank, strict=False)
         return state
 
@@ -385,16 +391,3 @@ def _has_binary_fields(manifest: Any) -> bool:
 
 
 __all__ = ["LoaderSetup", "ShardDataset"]
-
-
-def _process_group_ready() -> bool:
-    import torch.distributed as dist
-
-    return dist.is_available() and dist.is_initialized()
-
-
-def _written_types(manifest: Any) -> dict[str, str]:
-    """Tar fields packed from numbers or text (a table's int and string columns): read back as such."""
-    if manifest.shard_format == "arrow":
-        return {}
-    return {f["name"]: f["type"] for f in manifest.fields if isinstance(f, dict) and "name" in f and "type" in f}

@@ -141,10 +141,30 @@ def test_once_its_loader_is_gone_the_dataset_forgets_its_transport(url):
     del loader
     gc.collect()
     assert ds.setup.sender is None
-    plain = DataLoader(ds, batch_size=None, num_workers=1)
+    plain = DataLoader(ds, batch_size=3, num_workers=1)
     batches = list(plain)
     assert all(isinstance(b, dict) for b in batches)  # batches, not a gone loader's shipments
     assert [k for b in batches for k in b["__key__"]] == [key_of(i) for i in range(sum(COUNTS))]
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+@pytest.mark.parametrize("read_first", [False, True])
+def test_a_dataset_whose_loader_is_gone_yields_samples_to_a_plain_dataloader(tmp_path, workers, read_first):
+    """Not the gone loader's batches of 25, which a DataLoader batching again nests ([25, 25, ...])."""
+    image = lambda i: {"__key__": key_of(i), "npy": np.full((3, 8, 8), i % 250, np.uint8), "cls": i}  # noqa: E731
+    url = write_dataset(tmp_path, [40, 35], make=image)
+    ds = ShardDataset(url, decode="torch", shuffle=False, rank=0, world_size=1)
+    loader = ds.loader(batch_size=25, num_workers=workers)
+    if read_first:
+        assert sum(len(b["cls"]) for b in loader) == 75
+    del loader
+    gc.collect()
+    assert ds.batch_size is None
+    batches = list(DataLoader(ds, batch_size=25, num_workers=workers))
+    assert all(b["npy"].shape[1:] == (3, 8, 8) and len(b["npy"]) <= 25 for b in batches)  # one level of batches
+    assert all(isinstance(k, str) for b in batches for k in b["__key__"])
+    assert sorted(k for b in batches for k in b["__key__"]) == [key_of(i) for i in range(75)]  # each worker its part
+    assert ds.loader(batch_size=5, num_workers=0).dataset.batch_size == 5  # a new loader sets its own again
 
 
 def test_a_loader_that_torch_refuses_leaves_the_dataset_free(url):
