@@ -1,4 +1,4 @@
-"""Human byte sizes: parse "256MB" / "1GiB" and format byte counts for people."""
+"""Human byte sizes and counts: parse "256MB" / "1GiB", format byte counts, and "1 shard" / "3 shards"."""
 
 from __future__ import annotations
 
@@ -51,3 +51,9 @@ def format_size(n: float) -> str:
             return f"{text} {unit}"
         n /= 1000
     raise AssertionError("unreachable")
+
+
+def count(n: int, noun: str, plural: str | None = None) -> str:
+    """``n`` and ``noun`` for people: ``count(1, "shard")`` is ``1 shard``, ``count(1200, "shard")`` is
+    ``1,200 shards``; ``plural`` for nouns that take more than an ``s`` (``count(2, "class", "classes")``)."""
+    return f"{n:,} {noun if n == 1 else plural or noun + 's'}"

@@ -7,7 +7,7 @@ from tqdm import tqdm
 
 from ..errors import ShardstreamError
 from ..manifest import dataset_store, load_manifest
-from ..sizes import format_size
+from ..sizes import count, format_size
 from .common import cli, safe, storage_option, storage_options_for
 
 
@@ -29,12 +29,14 @@ def verify(dataset: str, workers: int, quiet: bool, decode: bool, storage_option
               disable=True if quiet else None) as bar:
         report = run_verify(dataset, options, workers, on_shard=bar.update, decode=decode)
     if report.ok:
-        summary = f"{m.num_shards:,} shards, {m.num_samples:,} samples, {format_size(m.total_bytes)}"
+        summary = f"{count(m.num_shards, 'shard')}, {count(m.num_samples, 'sample')}, {format_size(m.total_bytes)}"
         click.echo(f"ok: {summary} in {safe(store.url)}")
         return
     for problem in report.problems:
         click.echo(f"damaged: {safe(problem)}", err=True)
-    raise ShardstreamError(f"{len(report.problems)} of {m.num_shards} shards are damaged in {store.url}")
+    damaged = len(report.problems)
+    raise ShardstreamError(f"{damaged:,} of {count(m.num_shards, 'shard')} {'is' if damaged == 1 else 'are'} "
+                           f"damaged in {store.url}")
 
 
 @cli.command(name="index")
@@ -56,7 +58,9 @@ def index_(shards: tuple[str, ...], output: str | None, overwrite: bool, force: 
         result = run_index(list(shards), output, options, overwrite, on_shard=bar.update, force=force)
     m = result.manifest
     if result.unkeyed:
-        click.echo(f"warning: {len(result.unkeyed)} members have no KEY.EXT name and belong to no sample "
-                   f"(webdataset skips them too), e.g. {safe(repr(result.unkeyed[0]))}", err=True)
-    click.echo(f"indexed {m.num_shards:,} shards, {m.num_samples:,} samples, {format_size(m.total_bytes)} "
-               f"-> {safe(result.url)}/_manifest.json")
+        one = len(result.unkeyed) == 1
+        click.echo(f"warning: {count(len(result.unkeyed), 'member')} {'has' if one else 'have'} no KEY.EXT name and "
+                   f"{'belongs' if one else 'belong'} to no sample (webdataset skips them too), e.g. "
+                   f"{safe(repr(result.unkeyed[0]))}", err=True)
+    click.echo(f"indexed {count(m.num_shards, 'shard')}, {count(m.num_samples, 'sample')}, "
+               f"{format_size(m.total_bytes)} -> {safe(result.url)}/_manifest.json")

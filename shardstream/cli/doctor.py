@@ -21,7 +21,7 @@ from typing import Any
 import click
 
 from ..errors import ShardstreamError
-from ..sizes import format_size, parse_size
+from ..sizes import count, format_size, parse_size
 from .common import cli, safe, safe_json, storage_option, storage_options_for
 
 CGROUP_ROOT = "/sys/fs/cgroup"
@@ -206,7 +206,8 @@ def _size(n: int | None) -> str:
 
 def _text(doc: dict[str, Any]) -> list[str]:
     shm, cores, cuda, loader = doc["shm"], doc["cores"], doc["cuda"], doc["loader"]
-    quota = (f", cgroup quota {cores['cgroup_quota']:g} cores ({cores['cgroup_file']})"
+    quota = (f", cgroup quota {cores['cgroup_quota']:g} core{'' if cores['cgroup_quota'] == 1 else 's'} "
+             f"({cores['cgroup_file']})"
              if cores["cgroup_quota"] is not None else ", no cgroup CPU quota")
     gpus = ", ".join(cuda["devices"]) if cuda["available"] else "not available"
     lines = [
@@ -218,15 +219,14 @@ def _text(doc: dict[str, Any]) -> list[str]:
     ]
     if loader is not None:
         verdict = "ok" if loader["ok"] else "TOO SMALL"
-        plural = "s" if doc["workers"] != 1 else ""
-        lines.append(("loader", f"{doc['workers']} worker{plural} x batch {doc['batch_size']}"
+        lines.append(("loader", f"{count(doc['workers'], 'worker')} x batch {doc['batch_size']}"
                       f"{' x ' + str(doc['local_ranks']) + ' local ranks' if doc['local_ranks'] > 1 else ''}"
                       f" (pin_memory={doc['pin_memory']}): about {_size(loader['needed'])} in shared memory, "
                       f"{_size(loader['batch_bytes'])} per batch ({loader['basis']}): {verdict}"))
     storage = doc["storage"]
     if storage is not None:
         lines.append(("storage", f"{safe(storage['url'])}: " + (
-            f"{storage['samples']:,} samples in {storage['shards']:,} {storage['format']} shards, "
+            f"{count(storage['samples'], 'sample')} in {count(storage['shards'], storage['format'] + ' shard')}, "
             f"{_size(storage['bytes'])}; manifest read in {storage['seconds']:.2f} s" if storage["ok"]
             else "FAILED")))
     return [f"{name:<14}{value}" for name, value in lines]
@@ -327,7 +327,8 @@ def _examine(url: str | None, workers: int | None, batch_size: int, sample_size:
                         "locked-memory limit (docker run --ulimit memlock=-1) or pass pin_memory=False")
     warnings = []
     if workers > max(doc["cores"]["usable"] - 1, 1) * 2:
-        warnings.append(f"{workers} workers on {doc['cores']['usable']} usable cores: they will fight over them; "
+        warnings.append(f"{count(workers, 'worker')} on {count(doc['cores']['usable'], 'usable core')}: they will "
+                        "fight over them; "
                         f"use about {max(doc['cores']['usable'] - 1, 1)} (cores - 1, shared by the local ranks)")
     doc.update(ok=not problems, problems=problems, warnings=warnings)
     return doc

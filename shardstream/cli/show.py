@@ -9,7 +9,7 @@ from typing import Any
 import click
 
 from ..errors import ShardstreamError
-from ..sizes import format_size
+from ..sizes import count, format_size
 from .common import cli, has_controls, open_dataset, safe, safe_json, storage_option
 
 
@@ -51,7 +51,7 @@ def info(dataset: str, as_json: bool, quality: bool, batch_size: int, storage_op
         ("dataset", safe(store.url)),
         ("format", safe(m.shard_format)),
         ("samples", f"{m.num_samples:,}"),
-        ("shards", f"{m.num_shards:,} (mean {format_size(mean)}, {fewest:,}-{most:,} samples)"),
+        ("shards", f"{m.num_shards:,} (mean {format_size(mean)}, {_per_shard(fewest, most, m.num_shards)})"),
         ("size", format_size(m.total_bytes)),
         ("fields", fields or "-"),
     ]
@@ -62,8 +62,9 @@ def info(dataset: str, as_json: bool, quality: bool, batch_size: int, storage_op
         lines += [(k, safe(str(v))) for k, v in describe(m, seq_len)]
     if quality:
         q = doc["shuffle_quality"]
+        window = count(q["window"], "sample")
         lines.append(("shuffle", f"{q['classes_per_batch']:.1f} classes per batch of {batch_size} "
-                                 f"(i.i.d.: {q['iid_classes_per_batch']:.1f}; default window {q['window']:,} samples)"))
+                                 f"(i.i.d.: {q['iid_classes_per_batch']:.1f}; default window {window})"))
     created = m.created
     if created:
         lines.append(("created", " ".join(safe(x) for x in (created.get("at"), "by", created.get("by"),
@@ -103,6 +104,13 @@ def _label(sample: dict[str, Any]) -> int:
         raise ShardstreamError(f"sample {sample.get('__key__')!r}: cls {value!r} is not an integer") from None
 
 
+def _per_shard(fewest: int, most: int, shards: int) -> str:
+    """Samples per shard: ``1,000-1,200 samples``, ``1,000 samples each``, or one shard's ``1 sample``."""
+    if fewest != most:
+        return f"{fewest:,}-{most:,} samples"
+    return count(most, "sample") + (" each" if shards > 1 else "")
+
+
 def _count(value: Any) -> str:
     return f"{value:,}" if isinstance(value, int) else safe(value)
 
@@ -124,7 +132,7 @@ def ls_(dataset: str, as_json: bool, storage_options: tuple[str, ...]) -> None:
     click.echo(f"{'shard':<{width}}  {'samples':>10}  {'size':>10}  sha256")
     for path, (_, n, size, digest) in zip(paths, rows):
         click.echo(f"{path:<{width}}  {n:>10,}  {format_size(size):>10}  {safe(str(digest)[:16])}")
-    click.echo(f"{m.num_shards:,} shards, {m.num_samples:,} samples, {format_size(m.total_bytes)}")
+    click.echo(f"{count(m.num_shards, 'shard')}, {count(m.num_samples, 'sample')}, {format_size(m.total_bytes)}")
 
 
 def _preview(value: Any) -> str:

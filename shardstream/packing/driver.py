@@ -12,7 +12,7 @@ from typing import Any
 
 from ..errors import ShardstreamError
 from ..manifest import Manifest, creation_info, shard_name
-from ..sizes import format_size
+from ..sizes import count, format_size
 from ..sources import FolderSource, TableSource, open_source, sample_permutation
 from ..sources.remote import is_remote
 from ..storage import Store
@@ -31,6 +31,7 @@ class PackResult:
     manifest: Manifest
     seconds: float
     skipped_hidden: int = 0
+    source_bytes: int | None = None  # a folder's file bytes: what the progress bar counts
 
     @property
     def fingerprint(self) -> str:
@@ -56,15 +57,15 @@ class PackResult:
 
             return summary(self.url, self.manifest, self.seconds)
         rate = self.nbytes / self.seconds / 1e6 if self.seconds > 0 else float("inf")
+        files = "" if self.source_bytes is None else f" (from {format_size(self.source_bytes)} of files)"
         line = (
-            f"packed {self.samples:,} samples into {self.shards:,} {self.manifest.shard_format} "
-            f"shard{'s' if self.shards != 1 else ''}, {format_size(self.nbytes)} in {self.seconds:.2f} s "
-            f"({rate:.1f} MB/s) -> {self.url}"
+            f"packed {count(self.samples, 'sample')} into {count(self.shards, self.manifest.shard_format + ' shard')}, "
+            f"{format_size(self.nbytes)}{files} in {self.seconds:.2f} s ({rate:.1f} MB/s) -> {self.url}"
         )
         layout = (self.manifest.created or {}).get("layout")
         classes = self.manifest.classes
         if layout:
-            line += f"; layout {layout}" + (f", {len(classes):,} classes" if classes is not None else "")
+            line += f"; layout {layout}" + ("" if classes is None else f", {count(len(classes), 'class', 'classes')}")
         if self.skipped_hidden:
             line += f" (skipped {self.skipped_hidden} hidden files and folders)"
         return line
@@ -223,7 +224,8 @@ def pack(
                                             order_seed, index)
     publish(store, manifest, token, fsync)
     skipped = src.skipped_hidden if isinstance(src, FolderSource) else 0
-    return PackResult(store.url, manifest, time.perf_counter() - started, skipped)
+    return PackResult(store.url, manifest, time.perf_counter() - started, skipped,
+                      src.total_bytes if isinstance(src, FolderSource) else None)
 
 
 def _manifest(shard_format: str, results: list[ShardResult], **kw: Any) -> Manifest:

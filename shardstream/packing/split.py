@@ -17,7 +17,7 @@ from typing import Any
 
 from ..errors import DatasetExistsError, SourceError
 from ..manifest.labels import LABELS_NAME, LabelEntry, LabelIndex, write_labels
-from ..sizes import format_size
+from ..sizes import count, format_size
 from ..sources import FolderSource, open_source
 from ..sources.remote import is_remote
 from ..storage import Store
@@ -49,9 +49,10 @@ class SplitResult:
 
     def summary(self) -> str:
         sizes = sorted(e.samples for e in self.index.labels)
-        return (f"packed {self.samples:,} samples into {len(self.parts):,} datasets by {self.index.split_by} "
-                f"({sizes[0]:,} to {sizes[-1]:,} samples per label), {self.shards:,} shards, "
-                f"{format_size(self.nbytes)} in {self.seconds:.2f} s -> {self.url}")
+        per_label = count(sizes[0], "sample") if sizes[0] == sizes[-1] else f"{sizes[0]:,} to {sizes[-1]:,} samples"
+        return (f"packed {count(self.samples, 'sample')} into {count(len(self.parts), 'dataset')} by "
+                f"{self.index.split_by} ({per_label} per label), "
+                f"{count(self.shards, 'shard')}, {format_size(self.nbytes)} in {self.seconds:.2f} s -> {self.url}")
 
 
 def folder_name(label: str, value: int) -> str:

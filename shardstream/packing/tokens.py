@@ -22,7 +22,7 @@ import numpy as np
 from ..errors import EncodeError, ShardstreamError, UsageError
 from ..formats import tokens as token_format
 from ..manifest import Manifest, creation_info, shard_name
-from ..sizes import format_size, parse_size
+from ..sizes import count, format_size, parse_size
 from ..sources import REGISTRY
 from ..sources.text import TextSource
 from ..storage import Store
@@ -229,6 +229,6 @@ def summary(url: str, manifest: Manifest, seconds: float) -> str:
     """A token pack's result line: documents, tokens, shards and rate."""
     t, m = manifest.tokens or {}, manifest
     rate = t.get("total", 0) / seconds if seconds > 0 else float("inf")
-    return (f"packed {m.num_samples:,} documents, {t.get('total', 0):,} {t.get('dtype')} tokens into "
-            f"{m.num_shards:,} token shard{'s' if m.num_shards != 1 else ''}, {format_size(m.total_bytes)} in "
+    return (f"packed {count(m.num_samples, 'document')}, {count(t.get('total', 0), str(t.get('dtype')) + ' token')} "
+            f"into {count(m.num_shards, 'token shard')}, {format_size(m.total_bytes)} in "
             f"{seconds:.2f} s ({rate:,.0f} tokens/s) -> {url}")

@@ -133,7 +133,8 @@ def test_pack_info_verify_in_real_processes(tmp_path):
     assert proc.returncode == 0, proc.stderr
     summary = proc.stdout.decode().strip()
     assert re.fullmatch(
-        rf"packed 6 samples into 3 tar shards, [\d.]+ [KM]?B in [\d.]+ s \([\d.]+ MB/s\) -> {re.escape(str(dest))}"
+        rf"packed 6 samples into 3 tar shards, [\d.]+ [KM]?B \(from [\d.]+ [KM]?B of files\) in [\d.]+ s "
+        rf"\([\d.]+ MB/s\) -> {re.escape(str(dest))}"
         r"; layout imagefolder, 2 classes",
         summary,
     ), summary
@@ -251,7 +252,7 @@ def test_info_human(images_ds):
     assert lines["dataset"] == str(dest)
     assert lines["format"] == "tar"
     assert lines["samples"] == "6"
-    assert lines["shards"].startswith("3 (mean ") and lines["shards"].endswith("2-2 samples)")
+    assert lines["shards"].startswith("3 (mean ") and lines["shards"].endswith(", 2 samples each)")
     assert lines["fields"] == "cls (6), jpg (6)"
     assert lines["classes"] == "2: cat, dog"
     assert "shardstream" in lines["created"]

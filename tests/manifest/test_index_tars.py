@@ -211,7 +211,7 @@ def test_members_without_key_and_extension_are_reported_not_counted(tmp_path):
 
     cli_result = invoke("index", folder, "-q", "--overwrite")
     assert cli_result.exit_code == 0, cli_result.output
-    assert cli_result.stdout.startswith("indexed 1 shards, 2 samples")
+    assert cli_result.stdout.startswith("indexed 1 shard, 2 samples")
     assert "warning: 3 members have no KEY.EXT name" in cli_result.stderr
     assert "README" in cli_result.stderr
     assert invoke("verify", folder, "-q").exit_code == 0
