@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import sys
+import textwrap
 from typing import Any
 
 import click
@@ -42,7 +43,9 @@ def _workers(ctx: click.Context, param: click.Parameter, value: str | None) -> l
 @click.option("--device", default=None, help="Consume through a DeviceLoader on this device (cuda, cpu).")
 @click.option("--step-ms", type=click.FloatRange(min=0), default=0.0,
               help="A simulated training step per batch, in ms (for the data-wait share).")
-@click.option("--ideal", is_flag=True, help="Also serve batches from memory: the throughput a perfect loader reaches.")
+@click.option("--ideal", is_flag=True,
+              help="Also serve the batches from memory through the same --step-ms or --device: the throughput a "
+                   "perfect loader reaches (without either there is nothing to compare, and it is not measured).")
 @click.option("--plot", "plot_path", default=None, metavar="FILE.png", help="Write the plots (the plot extra).")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bars.")
@@ -68,11 +71,12 @@ def bench(dataset: str, workers: list[int] | None, batch_size: int, decode: str,
         prefetch=parse_size(prefetch, "--prefetch") if prefetch is not None else None, storage_options=options or None,
         device=device, step_ms=step_ms)
     counts = workers if workers is not None else bench_run.default_workers()
+    no_ideal = bench_run.why_no_ideal(settings) if ideal else None
     progress = None if quiet or as_json or not sys.stderr.isatty() else _bar(samples)
     points = bench_run.sweep(dataset, counts, settings, remote=not store.local, progress=progress)
     interrupted = any(p.interrupted for p in points)
-    baseline = bench_run.replay(dataset, settings) if ideal and not interrupted else None
-    result = summary(dataset, settings, points, baseline, interrupted)
+    baseline = bench_run.replay(dataset, settings) if ideal and no_ideal is None and not interrupted else None
+    result = summary(dataset, settings, points, baseline, interrupted, no_ideal)
     if plot_path is not None and any(p["samples"] for p in result["points"]):
         from .plots import bench_figure
 
@@ -95,8 +99,9 @@ def _bar(samples: int | None) -> Any:
 
 
 def summary(dataset: str, settings: bench_run.Settings, points: list[bench_run.Point],
-            baseline: bench_run.Point | None, interrupted: bool) -> dict[str, Any]:
-    """The documented JSON: settings, every point, the recommendation and the headroom to the ideal."""
+            baseline: bench_run.Point | None, interrupted: bool, no_ideal: str | None = None) -> dict[str, Any]:
+    """The documented JSON: settings, every point, the recommendation and the headroom to the ideal
+    (``ideal_skipped``: why ``--ideal`` was not measured)."""
     measured = {p.workers: p.samples_per_s for p in points if p.phase in ("local", "warm") and p.samples
                 and not p.interrupted}
     best = max(measured.values(), default=0.0)
@@ -114,6 +119,7 @@ def summary(dataset: str, settings: bench_run.Settings, points: list[bench_run.P
         "best_samples_per_s": best,
         "ideal": dataclasses.asdict(baseline) if baseline is not None else None,
         "headroom": baseline.samples_per_s / best if baseline is not None and best > 0 else None,
+        "ideal_skipped": no_ideal,
         "interrupted": interrupted,
     }
 
@@ -129,15 +135,46 @@ def table(result: dict[str, Any]) -> str:
         lines.append(f"{p['workers']:>7} {cache:>5} {p['samples_per_s']:>10,.0f} {p['mb_per_s']:>8.1f} "
                      f"{p['first_batch_s']:>8.2f}s {shares} {100 * p['stages'].get('wait', 0.0):>4.0f}% "
                      f"{p['peak_rss_mb']:>6,.0f} MB" + ("  (interrupted)" if p["interrupted"] else ""))
-    lines.append("stages: share of the workers' time; wait: the main process's time blocked on the next batch")
+    lines += legend(result)
     best = result["recommended_workers"]
     if best is not None:
         lines.append(f"recommended: num_workers={best} (the fewest within 5% of the best, "
                      f"{result['best_samples_per_s']:,.0f} samples/s)")
     ideal = result["ideal"]
     if ideal is not None and result["headroom"] is not None:
-        lines.append(f"ideal (batches replayed from memory): {ideal['samples_per_s']:,.0f} samples/s, "
-                     f"{result['headroom']:.1f}x the best measured")
+        lines.append(f"ideal (the same batches from memory, through {_consumer(result)}): "
+                     f"{ideal['samples_per_s']:,.0f} samples/s, {result['headroom']:.1f}x the best measured")
+    elif result.get("ideal_skipped"):
+        lines += _note("ideal:", result["ideal_skipped"])
     if result["interrupted"]:
         lines.append("interrupted: the points above are what was measured")
     return "\n".join(safe(line) for line in lines)
+
+
+def _consumer(result: dict[str, Any]) -> str:
+    """What took the batches: "a 50 ms step and copies to cuda"; "" for nothing (and for the CPU, where a
+    DeviceLoader copies nothing)."""
+    device = result.get("device")
+    parts = [f"a {result['step_ms']:g} ms step" if result.get("step_ms") else "",
+             f"copies to {device}" if device and not str(device).startswith("cpu") else ""]
+    return " and ".join(p for p in parts if p)
+
+
+def _note(head: str, text: str) -> list[str]:
+    """``text`` after ``head``, wrapped to the table's width."""
+    return textwrap.wrap(text, width=112, initial_indent=f"{head:<8}", subsequent_indent=" " * 8,
+                         break_on_hyphens=False)
+
+
+def legend(result: dict[str, Any]) -> list[str]:
+    """What the stage and wait columns mean for this run. With nothing to do between batches, the main
+    process waits nearly all the time whatever the loader does, so the wait line says so when there was no step."""
+    stages = "shares of the workers' time (with 0 workers: of the main process, which then reads itself)"
+    if result.get("step_ms"):
+        wait = (f"share of the main process's time spent waiting for the next batch, beside {_consumer(result)} "
+                "per batch: what a training loop with that step would lose to data (0%: the loader keeps up)")
+    else:
+        wait = ("share of the main process's time spent waiting for the next batch; with nothing else to do (no "
+                "--step-ms) it is near 100% whatever the loader does: give --step-ms your training step's time "
+                "to see what that step would lose to data")
+    return [*_note("stages:", stages), *_note("wait:", wait)]

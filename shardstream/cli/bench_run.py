@@ -5,7 +5,8 @@ until a sample count or a time is reached, and keeps its throughput, time to the
 the loader's stage times (:meth:`ShardLoader.stats`) and the peak memory of the loader's
 processes. Remote datasets get two passes per point: from an empty disk cache (cold) and
 again from the cache it filled (warm). :func:`recommend` picks ``num_workers``; :func:`replay`
-serves batches from memory, the throughput a perfect loader would reach (``--ideal``).
+serves batches from memory, the throughput a perfect loader would reach (``--ideal``), which
+means something only when the batches go somewhere: a training step or a device (:func:`why_no_ideal`).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:  # torch: imported when a point is measured, not with the command line
     from ..dataset import ShardDataset
 from ..errors import UsageError
+from ..sizes import count
 
 DECODE = {"none": None, "pil": "pil", "torch": "torch", "fast": "torch"}
 
@@ -77,6 +79,22 @@ def check_decode(decode: str) -> None:
             import simplejpeg  # noqa: F401
         except ImportError as exc:
             raise UsageError("--decode fast needs simplejpeg: pip install 'shardstream[fast]'") from exc
+
+
+def why_no_ideal(settings: Settings) -> str | None:
+    """Why ``--ideal`` would measure nothing here, or None. Batches replayed from memory to a consumer that
+    does nothing (no ``--step-ms``, no device other than the CPU) time only the replay loop: millions of
+    samples/s, thousands of times any loader, which says nothing about the headroom."""
+    if settings.step_ms > 0:
+        return None
+    if settings.device is not None:
+        from ..device import DeviceLoader
+
+        if DeviceLoader((), settings.device).device.type != "cpu":  # copies to an accelerator: real work
+            return None
+    return ("not measured: nothing takes the batches (no --step-ms, no --device but the CPU), so replaying them "
+            "from memory would time an empty loop; give --step-ms your training step's time (or --device cuda) "
+            "to see how far the loader is from keeping that step busy")
 
 
 def default_workers() -> list[int]:
@@ -198,7 +216,8 @@ def sweep(url: str, workers: Iterable[int], settings: Settings, remote: bool,
         phases = ["cold", "warm"] if remote else ["local"]
         with tempfile.TemporaryDirectory(prefix="shardstream-bench-") as cache:
             for phase in phases:
-                bar = progress(f"{w} workers{'' if phase == 'local' else f', {phase} cache'}") if progress else None
+                label = count(w, "worker") + ("" if phase == "local" else f", {phase} cache")
+                bar = progress(label) if progress else None
                 tick = (lambda n, bar=bar: bar.update(n - bar.n)) if bar is not None else (lambda n: None)
                 try:
                     point = measure(url, w, settings, phase, cache if remote else None, tick)
@@ -215,7 +234,8 @@ def sweep(url: str, workers: Iterable[int], settings: Settings, remote: bool,
 
 def replay(url: str, settings: Settings, batches: int = 32) -> Point:
     """``--ideal``: up to ``batches`` batches read once, then served from memory to the same consumer
-    until the same limit: the throughput a loader that costs nothing would reach."""
+    (the same step, the same device copies) until the same limit: the throughput a loader that costs
+    nothing would reach (see :func:`why_no_ideal` for when that means something)."""
     ds = settings.dataset(url)
     held: list[Any] = []
     for batch in ds.loader(batch_size=settings.batch_size, num_workers=0):

@@ -4,10 +4,12 @@ the plots as real PNG files, and a Ctrl-C that keeps what was measured."""
 from __future__ import annotations
 
 import json
+import re
 import struct
 import sys
 import uuid
 
+import matplotlib.pyplot as plt
 import pytest
 from click.testing import CliRunner
 
@@ -23,7 +25,8 @@ COUNTS = [12, 9, 11, 8]
 POINT_KEYS = {"workers", "phase", "samples", "seconds", "first_batch_s", "samples_per_s", "mb_per_s", "peak_rss_mb",
               "stages", "stats", "data_wait", "interrupted"}
 RESULT_KEYS = {"dataset", "batch_size", "decode", "samples_per_point", "seconds_per_point", "device", "step_ms",
-               "cores", "points", "recommended_workers", "best_samples_per_s", "ideal", "headroom", "interrupted"}
+               "cores", "points", "recommended_workers", "best_samples_per_s", "ideal", "headroom", "ideal_skipped",
+               "interrupted"}
 
 
 @pytest.fixture(scope="module")
@@ -46,7 +49,7 @@ def png_size(path) -> tuple[int, int]:
 
 def test_bench_json_has_the_documented_keys_and_a_recommendation(url, tmp_path):
     out = run(url, "--workers", "0,1", "--samples", "24", "--batch-size", "8", "--ideal", "--device", "cpu",
-              "--plot", str(tmp_path / "bench.png"))
+              "--step-ms", "1", "--plot", str(tmp_path / "bench.png"))
     assert set(out) == RESULT_KEYS
     assert [(p["workers"], p["phase"]) for p in out["points"]] == [(0, "local"), (1, "local")]
     for p in out["points"]:
@@ -55,6 +58,7 @@ def test_bench_json_has_the_documented_keys_and_a_recommendation(url, tmp_path):
         assert p["stats"]["samples"] >= 24 and p["stats"]["steps"] == 3 and len(p["data_wait"]) == 3
         assert p["peak_rss_mb"] > 0 and p["first_batch_s"] > 0
     assert out["recommended_workers"] in (0, 1) and out["ideal"]["phase"] == "ideal" and out["headroom"] > 0
+    assert out["ideal_skipped"] is None
     assert png_size(tmp_path / "bench.png") == (1300, 420)  # three panels: the device run adds data wait
 
 
@@ -140,3 +144,105 @@ def test_plots_without_matplotlib_say_which_extra(monkeypatch, tmp_path):
     monkeypatch.setitem(sys.modules, "matplotlib", None)
     with pytest.raises(UsageError, match=r"shardstream\[plot\]"):
         data_wait_figure([(0.01, 0.02)], str(tmp_path / "x.png"))
+
+
+# -- what the output says, and what the plot shows (issue 24) ----------------------------------------------
+
+
+def table_of(*args: str) -> str:
+    result = CliRunner().invoke(cli, ["bench", *args], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    return result.stdout
+
+
+def test_ideal_without_a_step_or_device_is_not_measured_and_says_why(url):
+    """Replaying batches to a consumer that does nothing times an empty loop (thousands of times any loader):
+    not a number to print as the ideal."""
+    out = run(url, "--workers", "0", "--samples", "16", "--batch-size", "8", "--ideal")
+    assert out["ideal"] is None and out["headroom"] is None
+    assert "--step-ms" in out["ideal_skipped"] and "not measured" in out["ideal_skipped"]
+    text = table_of(url, "--workers", "0", "--samples", "16", "--batch-size", "8", "--ideal")
+    assert re.search(r"^ideal: +not measured: nothing takes the batches", text, re.M), text
+    assert "the best measured" not in text
+
+
+def test_ideal_goes_through_the_same_step(url):
+    out = run(url, "--workers", "0", "--samples", "24", "--batch-size", "8", "--ideal", "--step-ms", "5")
+    assert out["ideal"]["phase"] == "ideal" and out["ideal_skipped"] is None
+    assert out["ideal"]["samples_per_s"] < 8 * 1000 / 5  # each batch sleeps 5 ms: bounded by the step, by construction
+    text = table_of(url, "--workers", "0", "--samples", "24", "--batch-size", "8", "--ideal", "--step-ms", "5")
+    assert "ideal (the same batches from memory, through a 5 ms step): " in text, text
+
+
+def test_the_table_explains_the_wait_column(url):
+    idle = table_of(url, "--workers", "0", "--samples", "16", "--batch-size", "8")
+    lines = idle.splitlines()
+    first = next(i for i, line in enumerate(lines) if line.startswith("wait:"))
+    wait = " ".join(" ".join(lines[first:]).split("recommended:")[0].split())  # the note, unwrapped
+    assert wait.startswith("wait: share of the main process's time spent waiting for the next batch"), idle
+    assert "near 100%" in wait and "--step-ms" in wait
+    stepped = table_of(url, "--workers", "0", "--samples", "16", "--batch-size", "8", "--step-ms", "3")
+    assert "beside a 3 ms step per batch" in stepped and "near 100%" not in stepped
+    assert max(len(line) for line in stepped.splitlines()) <= 120  # the notes wrap at the table's width
+
+
+@pytest.fixture
+def figures(monkeypatch):
+    """The figures the plot functions make, kept open for inspection instead of closed."""
+    made, close = [], plt.close
+    monkeypatch.setattr(plt, "close", lambda fig=None: made.append(fig))
+    yield made
+    for fig in made:
+        close(fig)
+
+
+def fake_result(step_ms: float = 20.0) -> dict:
+    def point(workers: int, rate: float, wait: float) -> dict:
+        return {"workers": workers, "phase": "local", "samples": 64, "samples_per_s": rate, "interrupted": False,
+                "stages": {"read": 0.2, "decode": 0.7, "collate": 0.1, "wait": wait},
+                "data_wait": [0.05, 0.01, 0.002, 0.0] if workers == 0 else []}
+    # the best point is the first (x at the left edge) and the highest (y at the top)
+    return {"dataset": "ds", "batch_size": 8, "decode": "torch", "recommended_workers": 0, "step_ms": step_ms,
+            "points": [point(0, 900.0, 0.35), point(1, 700.0, 0.6), point(2, 650.0, 0.7)], "ideal": None}
+
+
+def inside(ax, line) -> bool:
+    """Whether every marker of ``line`` lies wholly inside ``ax``'s frame."""
+    radius = line.get_markersize() / 2 * ax.figure.dpi / 72
+    box = ax.get_window_extent()
+    xy = ax.transData.transform(list(zip(line.get_xdata(), line.get_ydata())))
+    return all(box.x0 + radius <= x <= box.x1 - radius and box.y0 + radius <= y <= box.y1 - radius for x, y in xy)
+
+
+def test_recommended_and_measured_markers_are_not_cut_by_the_frame(figures, tmp_path):
+    bench_figure(fake_result(), str(tmp_path / "b.png"))
+    (fig,) = figures
+    fig.canvas.draw()
+    throughput = next(ax for ax in fig.axes if ax.get_title() == "throughput against num_workers")
+    star = next(line for line in throughput.get_lines() if line.get_marker() == "*")
+    assert inside(throughput, star)
+    assert all(inside(throughput, line) for line in throughput.get_lines() if line.get_marker() not in ("None", ""))
+
+
+def test_main_process_wait_has_its_own_axes_not_the_stages_scale(figures, tmp_path):
+    bench_figure(fake_result(), str(tmp_path / "b.png"))
+    (fig,) = figures
+    stages = next(ax for ax in fig.axes if "per stage" in ax.get_title())
+    assert stages.get_ylabel() == "share of worker time (%)"
+    assert not stages.get_lines()  # nothing but the stacked stage bars on their scale
+    assert not any("wait" in text.get_text() for text in stages.get_legend().get_texts())
+    (waits,) = [ax for ax in fig.axes if "waiting" in ax.get_ylabel()]
+    assert waits is not stages and "main process" in waits.get_ylabel()
+    assert [round(bar.get_height()) for bar in waits.patches] == [35, 60, 70]
+
+
+def test_the_data_wait_panel_says_on_its_axis_what_its_title_says(figures, tmp_path):
+    bench_figure(fake_result(), str(tmp_path / "b.png"))
+    (fig,) = figures
+    (panel,) = [ax for ax in fig.axes if ax.get_title().startswith("data wait per step")]
+    assert panel.get_ylabel() == "data wait per step (ms)"
+    assert any(line.get_label() == "the step (--step-ms 20)" for line in panel.get_lines())
+    data_wait_figure([(0.01, 0.02), (0.0, 0.02)], str(tmp_path / "w.png"))
+    ax = figures[-1].axes[0]
+    assert ax.get_title() == "data wait and compute per step" and ax.get_ylabel() == "time per step (ms)"
+    assert {line.get_label() for line in ax.get_lines()} == {"waiting for data", "computing"}
