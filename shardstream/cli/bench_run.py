@@ -87,14 +87,17 @@ def why_no_ideal(settings: Settings) -> str | None:
     samples/s, thousands of times any loader, which says nothing about the headroom."""
     if settings.step_ms > 0:
         return None
+    why = "no --device but the CPU"
     if settings.device is not None:
         from ..device import DeviceLoader
 
         if DeviceLoader((), settings.device).device.type != "cpu":  # copies to an accelerator: real work
             return None
-    return ("not measured: nothing takes the batches (no --step-ms, no --device but the CPU), so replaying them "
-            "from memory would time an empty loop; give --step-ms your training step's time (or --device cuda) "
-            "to see how far the loader is from keeping that step busy")
+        if not str(settings.device).startswith("cpu"):
+            why = f"--device {settings.device} is the CPU here, where nothing is copied"
+    return (f"not measured: nothing takes the batches (no --step-ms, {why}), so replaying them from memory "
+            "would time an empty loop; give --step-ms your training step's time (or --device cuda on a GPU) to "
+            "see how far the loader is from keeping that step busy")
 
 
 def default_workers() -> list[int]:

@@ -166,6 +166,16 @@ def test_ideal_without_a_step_or_device_is_not_measured_and_says_why(url):
     assert "the best measured" not in text
 
 
+@pytest.mark.filterwarnings("ignore:DeviceLoader. device 'cuda' asked for:RuntimeWarning")  # said, and expected here
+def test_ideal_with_a_device_that_fell_back_to_the_cpu_says_so(url):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("CUDA is here: --device cuda copies, and the ideal is measured")
+    out = run(url, "--workers", "0", "--samples", "16", "--batch-size", "8", "--ideal", "--device", "cuda")
+    assert out["ideal"] is None and "--device cuda is the CPU here" in out["ideal_skipped"]
+
+
 def test_ideal_goes_through_the_same_step(url):
     out = run(url, "--workers", "0", "--samples", "24", "--batch-size", "8", "--ideal", "--step-ms", "5")
     assert out["ideal"]["phase"] == "ideal" and out["ideal_skipped"] is None
