@@ -36,7 +36,7 @@ from ..dataset import LoaderSetup, ShardDataset
 from ..dataset import setup as _readers
 from ..dataset.collate import split
 from ..errors import ShardstreamError
-from . import guards
+from . import guards, worker_errors
 from .stats import Callback, LoaderStats, StatsRecorder
 from .transport import Receiver, Ring
 
@@ -113,14 +113,22 @@ class ShardLoader(DataLoader):
     True) reseeds ``random``, ``numpy`` and ``torch`` in the workers before every batch from
     (seed, epoch, position of its first sample); see :mod:`shardstream.seeding`.
     ``shm_check``: ``"raise"`` (default), ``"warn"`` or ``"off"`` when ``/dev/shm`` looks
-    too small for the batches in flight. ``drop_last`` is the dataset's, and ``in_order=False``
-    is refused (either would break the planned order and the resume state). Raw local tar batches
-    (``decode=None``, no transform, the default collate) carry only the values' locations, which one
-    worker makes faster than the main process reads them: their default is one worker.
+    too small for the batches in flight. An error of shardstream's own (a
+    :class:`~shardstream.errors.ShardstreamError`: a corrupt shard, a sample that does not decode, a
+    setting that cannot work), raised in a worker or while a pass reads, is raised as the same type
+    with the same message and a traceback that starts here (not torch's "Caught ... in DataLoader
+    worker process N" and the worker's traceback); ``exc.worker_traceback`` holds the whole traceback
+    as text, and ``worker_tracebacks=True`` prints it as well. Errors from the user's code (a
+    transform's) keep their whole traceback (see :mod:`shardstream.loader.worker_errors`).
+    ``drop_last`` is the dataset's, and ``in_order=False`` is refused (either would break the planned
+    order and the resume state). Raw local tar batches (``decode=None``, no transform, the default
+    collate) carry only the values' locations, which one worker makes faster than the main process
+    reads them: their default is one worker.
     """
 
     def __init__(self, dataset: ShardDataset, batch_size: int, num_workers: int | None = None, *,
-                 seed_workers: bool | None = None, shm_check: str = "raise", **kwargs: Any):
+                 seed_workers: bool | None = None, shm_check: str = "raise", worker_tracebacks: bool = False,
+                 **kwargs: Any):
         if batch_size is None:  # what a DataLoader rebuilt from a ShardLoader's attributes passes
             raise ShardstreamError(
                 "ShardLoader got batch_size=None: a framework is rebuilding it from its attributes (Lightning's "
@@ -149,6 +157,7 @@ class ShardLoader(DataLoader):
         ring = num_workers > 0 and not kwargs.get("pin_memory") and dataset.default_collate
         ring_slots = (kwargs.get("prefetch_factor") or 2) + 2  # more arenas than batches in flight
         self.shm_check = shm_check
+        self.worker_tracebacks = bool(worker_tracebacks)
         self._shm_free = guards.shm_free_bytes() if num_workers > 0 and shm_check != "off" else None
         if num_workers > 0:  # before anything changes: a refused loader leaves the dataset as it was
             _check_workers(dataset, kwargs)
@@ -206,7 +215,8 @@ class ShardLoader(DataLoader):
         if self.num_workers == 0:
             return super()._get_iterator()
         user = self.worker_init_fn
-        object.__setattr__(self, "worker_init_fn", functools.partial(_readers.own_worker_init, self._setup.token, user))
+        own = functools.partial(_readers.own_worker_init, self._setup.token, user)
+        object.__setattr__(self, "worker_init_fn", functools.partial(worker_errors.worker_init, own))
         try:
             return super()._get_iterator()
         finally:
@@ -220,6 +230,14 @@ class ShardLoader(DataLoader):
                                                                          slots=self.ring_slots))
 
     def __iter__(self) -> Iterator[Any]:
+        try:
+            yield from self._pass()
+        except ShardstreamError as exc:  # of ours: one line (see worker_errors); a user's: as it is
+            if worker_errors.cut(exc, self.worker_tracebacks):
+                raise exc  # shortened: exc.worker_traceback has the rest; ShardLoader(worker_tracebacks=True) prints it
+            raise
+
+    def _pass(self) -> Iterator[Any]:
         ds = self.dataset
         ds._refresh_rank()  # rank and world size as they are when the pass starts
         start, generation = ds._pass_state(), ds.generation
