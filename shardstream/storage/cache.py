@@ -5,15 +5,21 @@ shards are stored once). A download goes to a temporary file renamed into place,
 whole files only; while one process downloads a shard, the others wait for it, and if it fails
 they get its error (a ``.KEY.failed`` record) instead of starting retries of their own.
 
+A file is checked against its name once per version of it (its device, inode, size and
+modification time, recorded in ``checked/``): one whose bytes no longer match (disk damage, a
+crash of an older version, a user's mistake) is removed and fetched again, so a damaged cache
+heals itself. That is one hash per cached file per host, not per read; a file this process wrote
+from checked bytes is recorded as checked without hashing it again.
+
 The cache is private: its folder is 0700 and refused if it is a link, another user's, or open to
 others; files are 0600, opened without following links. Only checked bytes enter it (the caller
 checks each download against its key); a file of the wrong size is removed and fetched again.
 
 Coordination uses ``flock`` locks, which belong to open files: a crashed process holds none. A
-reader keeps a shared lock on a shard while it maps it; eviction (least recently used first, down
-to the limit) takes an exclusive lock without waiting and skips shards in use. The cache is
-trimmed when opened, before each download and when a reader lets go of a shard; the half-written
-downloads of a crash go then too.
+reader keeps a shared lock on a shard while it maps it; eviction (least recently used first, by
+the access time each open sets; the modification time stays the version's) takes an exclusive lock
+without waiting and skips shards in use. The cache is trimmed when opened, before each download
+and when a reader lets go of a shard; the half-written downloads of a crash go then too.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import hashlib
 import json
 import logging
 import mmap
@@ -35,7 +42,9 @@ from typing import Any
 
 from .. import errors
 from ..errors import CorruptShardError, ShardstreamError, StorageError
+from .checked import checked_once, mark_checked, record_path
 from .classify import describe_os_error
+from .private import NOFOLLOW, lock, private_dir, unlink_if_same
 from .retry import check_cancelled
 
 log = logging.getLogger("shardstream")
@@ -47,67 +56,12 @@ _FAILED = re.compile(r"^\.[0-9a-f]{64}\.failed$")
 _STALE_PART = 2.0  # an unlocked partial download older than this was abandoned (its writer locks it at once)
 _FAILED_FOR = 10.0  # seconds a failed download is reported to newcomers instead of tried again
 _CHUNK = 16 << 20  # bytes written between checks that the work was not called off
-_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 Download = Callable[[], "bytes | bytearray | memoryview"]
 
 
 def default_cache_dir() -> str:
     """``<system temp>/shardstream-<uid>/cache``: shared by this user's runs on this host."""
     return os.path.join(tempfile.gettempdir(), f"shardstream-{os.getuid()}", "cache")
-
-
-def private_dir(path: str, tighten: bool = False) -> None:
-    """Make ``path`` a folder of this user's that nobody else can reach (created 0700 if missing).
-
-    Raises :class:`StorageError` if it is a link or not a folder, belongs to another user, or
-    others can reach it; with ``tighten``, one that others could only read (made by an earlier
-    version) is made private instead.
-    """
-    try:
-        os.mkdir(path, 0o700)
-    except FileExistsError:
-        pass
-    except OSError as exc:
-        raise StorageError(f"cannot create the shard cache {path}: {describe_os_error(exc)}; "
-                           "choose another cache_dir") from exc
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | _NOFOLLOW)
-    except OSError as exc:
-        problem = "it is a symbolic link" if os.path.islink(path) else describe_os_error(exc)
-        raise StorageError(f"cannot use the shard cache {path}: {problem}; choose another cache_dir "
-                           "or remove it") from exc
-    try:
-        st = os.fstat(fd)
-        mode = stat.S_IMODE(st.st_mode)
-        if st.st_uid != os.geteuid():
-            raise StorageError(f"cannot use the shard cache {path}: it belongs to another user (uid {st.st_uid}), "
-                               "who could plant shards in it; choose another cache_dir or remove it")
-        if mode & 0o077 and tighten and not mode & 0o022:
-            os.fchmod(fd, 0o700)
-        elif mode & 0o077:
-            raise StorageError(f"cannot use the shard cache {path}: other users can reach it (mode {mode:04o}); "
-                               f"run 'chmod 700 {path}', choose another cache_dir, or remove it")
-    finally:
-        os.close(fd)
-
-
-def _lock(fd: int, kind: int, wait: bool = True) -> bool:
-    try:
-        fcntl.flock(fd, kind if wait else kind | fcntl.LOCK_NB)
-        return True
-    except BlockingIOError:
-        return False
-
-
-def _unlink_if_same(fd: int, path: str) -> None:
-    """Remove ``path`` if it is still the file open as ``fd`` (not one made there since)."""
-    try:
-        now, held = os.lstat(path), os.fstat(fd)
-    except FileNotFoundError:
-        return
-    if (now.st_dev, now.st_ino) == (held.st_dev, held.st_ino):
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(path)
 
 
 def _map_locked(fd: int) -> Any:
@@ -140,6 +94,7 @@ class DiskCache:
         if limit <= 0:
             raise ValueError(f"cache_limit must be positive, not {limit}")
         self.limit = int(limit)
+        self.healed = 0  # cached files found damaged by this process, removed and fetched again
         self._warned = self._warned_space = False
         self.trim()
 
@@ -153,12 +108,13 @@ class DiskCache:
                                "is damaged or hostile; re-pack or re-index the dataset")
         return os.path.join(self.root, key + _SUFFIX)
 
-    def open(self, key: str, size: int | None = None) -> Any | None:
+    def open(self, key: str, size: int | None = None, content: bool = False) -> Any | None:
         """The cached shard ``key``, mapped and locked against eviction; ``None`` if absent (or of
-        another size than ``size``: such a file is removed, to be downloaded again)."""
+        another size than ``size``, or, with ``content`` (``key`` is the sha256 of the bytes), bytes
+        that do not hash to it: such a file is removed, to be downloaded again)."""
         path = self.path(key)
         try:
-            fd = os.open(path, os.O_RDONLY | _NOFOLLOW)
+            fd = os.open(path, os.O_RDONLY | NOFOLLOW)
         except FileNotFoundError:
             return None
         except OSError as exc:
@@ -168,29 +124,32 @@ class DiskCache:
                 os.unlink(path)  # a link where a shard belongs: never followed
             return None
         try:
-            _lock(fd, fcntl.LOCK_SH)
+            lock(fd, fcntl.LOCK_SH)
             st = os.fstat(fd)
             if st.st_nlink == 0:  # evicted between open and lock
                 return None
             if not stat.S_ISREG(st.st_mode) or (size is not None and st.st_size != size):
                 log.warning("the cached shard %s has %d bytes, not %s; downloading it again", path, st.st_size, size)
-                _unlink_if_same(fd, path)
+                unlink_if_same(fd, path)
                 return None
-            with contextlib.suppress(OSError):
-                os.utime(fd)  # least recently used goes first
+            if content and not self._intact(fd, path, key, st):
+                return None
+            with contextlib.suppress(OSError):  # least recently used goes first; the mtime stays the version's
+                os.utime(fd, ns=(time.time_ns(), st.st_mtime_ns))
             return self._mapped(fd)
         finally:
             os.close(fd)
 
-    def get(self, key: str, download: Download, size: int | None = None) -> Any:
+    def get(self, key: str, download: Download, size: int | None = None, content: bool = False) -> Any:
         """The shard ``key``: from the cache, or from ``download()`` (once per host at a time).
 
         ``download`` must return bytes checked against ``key`` (and ``size``, when given):
-        what it returns is what later readers get.
+        what it returns is what later readers get. ``content``: ``key`` is the bytes' sha256, so a
+        cached file is checked against it (once per version of the file) before it is served.
         """
         since = None  # when this call began waiting for another process's download
         while True:
-            found = self.open(key, size)
+            found = self.open(key, size, content)
             if found is not None:
                 return found
             record = self._failure(key, since)
@@ -204,17 +163,17 @@ class DiskCache:
                 raise kind(f"{message} (the same download failed in another process {age:.0f} s ago)")
             part = os.path.join(self.root, f".{key}.part")
             try:
-                fd = os.open(part, os.O_CREAT | os.O_EXCL | os.O_RDWR | _NOFOLLOW, 0o600)
+                fd = os.open(part, os.O_CREAT | os.O_EXCL | os.O_RDWR | NOFOLLOW, 0o600)
             except FileExistsError:
                 since = since or time.time()
                 self._wait_for(part)  # another process downloads it
                 continue
-            found = self.open(key, size)  # finished by another process just before we claimed the download
+            found = self.open(key, size, content)  # finished by another process just before we claimed it
             if found is not None:
-                _unlink_if_same(fd, part)
+                unlink_if_same(fd, part)
                 os.close(fd)
                 return found
-            return self._download(key, fd, part, download, size)
+            return self._download(key, fd, part, download, size, content)
 
     @staticmethod
     def _checked(download: Download, size: int | None) -> Any:
@@ -227,25 +186,25 @@ class DiskCache:
     def _wait_for(part: str) -> None:
         """Wait while another process writes ``part``; remove it if its writer is gone."""
         try:
-            fd = os.open(part, os.O_RDONLY | _NOFOLLOW)
+            fd = os.open(part, os.O_RDONLY | NOFOLLOW)
         except OSError:
             return  # finished or given up: look again
         fresh = False
         try:
-            if _lock(fd, fcntl.LOCK_EX, wait=False):  # nobody writes it
+            if lock(fd, fcntl.LOCK_EX, wait=False):  # nobody writes it
                 fresh = time.time() - os.fstat(fd).st_mtime <= _STALE_PART
                 if not fresh:
-                    _unlink_if_same(fd, part)
+                    unlink_if_same(fd, part)
             else:
-                _lock(fd, fcntl.LOCK_SH)  # blocks until the download ends, one way or another
+                lock(fd, fcntl.LOCK_SH)  # blocks until the download ends, one way or another
         finally:
             os.close(fd)
         if fresh:
             time.sleep(0.01)  # just created; its writer locks it next
 
-    def _download(self, key: str, fd: int, part: str, download: Download, size: int | None) -> Any:
+    def _download(self, key: str, fd: int, part: str, download: Download, size: int | None, content: bool) -> Any:
         try:
-            _lock(fd, fcntl.LOCK_EX)
+            lock(fd, fcntl.LOCK_EX)
             try:
                 data = self._checked(download, size)
             except ShardstreamError as exc:  # those waiting get it, rather than trying again in turn
@@ -267,7 +226,9 @@ class DiskCache:
                 return data
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(self._failed_path(key))
-            _lock(fd, fcntl.LOCK_SH)  # keep it from eviction while mapped
+            if content:  # written from checked bytes: no need to hash this version again
+                mark_checked(self._record(key), _identity(os.fstat(fd)))
+            lock(fd, fcntl.LOCK_SH)  # keep it from eviction while mapped
             return self._mapped(fd)
         except BaseException:
             with contextlib.suppress(FileNotFoundError):
@@ -289,6 +250,30 @@ class DiskCache:
             check_cancelled()  # a closed prefetcher's download writes nothing more
             view = view[os.write(fd, view[:_CHUNK]):]
 
+    # -- checking cached files against their names ------------------------------------------------------
+
+    def _record(self, key: str) -> str:
+        return record_path(self.root, key + ".ok")
+
+    def _intact(self, fd: int, path: str, key: str, st: os.stat_result) -> bool:
+        """Whether the cached file open as ``fd`` hashes to ``key`` (hashed once per version of the file);
+        one that does not is removed, counted in :attr:`healed` and logged."""
+        def hashes_to_key() -> bool:
+            data = _map_locked(fd)
+            try:
+                return hashlib.sha256(data).hexdigest() == key
+            finally:
+                if not isinstance(data, bytes):
+                    data.close()
+
+        if checked_once(self._record(key), _identity(st), hashes_to_key):
+            return True
+        unlink_if_same(fd, path)
+        self.healed += 1
+        log.warning("the cached shard %s does not match its sha256 (damaged on disk, or written by something "
+                    "else); removed it, downloading it again", path)
+        return False
+
     # -- failed downloads, as records the waiting processes read ---------------------------------------------
 
     def _failed_path(self, key: str) -> str:
@@ -297,7 +282,7 @@ class DiskCache:
     def _note(self, key: str, exc: BaseException, uncached: bool = False) -> None:
         record = {"time": time.time(), "error": type(exc).__name__, "message": str(exc), "uncached": uncached}
         with contextlib.suppress(OSError):  # best effort: without it, the waiting processes try in turn
-            fd = os.open(self._failed_path(key), os.O_WRONLY | os.O_CREAT | os.O_TRUNC | _NOFOLLOW, 0o600)
+            fd = os.open(self._failed_path(key), os.O_WRONLY | os.O_CREAT | os.O_TRUNC | NOFOLLOW, 0o600)
             try:
                 os.write(fd, json.dumps(record).encode())
             finally:
@@ -306,7 +291,7 @@ class DiskCache:
     def _failure(self, key: str, since: float | None) -> dict[str, Any] | None:
         """The failure of ``key``'s download noted since ``since`` (when a caller began waiting) or just now."""
         try:
-            fd = os.open(self._failed_path(key), os.O_RDONLY | _NOFOLLOW)
+            fd = os.open(self._failed_path(key), os.O_RDONLY | NOFOLLOW)
         except OSError:
             return None
         try:
@@ -345,7 +330,7 @@ class DiskCache:
                 if entry.name.endswith(_SUFFIX):
                     with contextlib.suppress(FileNotFoundError):
                         st = entry.stat(follow_symlinks=False)
-                        out.append((st.st_mtime, entry.path, st.st_size))
+                        out.append((st.st_atime, entry.path, st.st_size))
         return out
 
     def _make_room(self, nbytes: int) -> None:
@@ -363,18 +348,19 @@ class DiskCache:
             log.warning("the shard cache %s holds %d bytes in use, more than cache_limit=%d allows; "
                         "raise cache_limit (it must hold the shards being read at once)", self.root, total, self.limit)
 
-    @staticmethod
-    def _evict(path: str) -> bool:
+    def _evict(self, path: str) -> bool:
         try:
-            fd = os.open(path, os.O_RDONLY | _NOFOLLOW)
+            fd = os.open(path, os.O_RDONLY | NOFOLLOW)
         except OSError:  # gone, or a link: not ours to follow
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(path)
             return True
         try:
-            if not _lock(fd, fcntl.LOCK_EX, wait=False):
+            if not lock(fd, fcntl.LOCK_EX, wait=False):
                 return False  # someone reads it
-            _unlink_if_same(fd, path)
+            unlink_if_same(fd, path)
+            with contextlib.suppress(OSError):
+                os.unlink(self._record(os.path.basename(path)[: -len(_SUFFIX)]))
             return True
         finally:
             os.close(fd)
@@ -390,11 +376,16 @@ class DiskCache:
                 if not _PART.match(entry.name):
                     continue
                 try:
-                    fd = os.open(entry.path, os.O_RDONLY | _NOFOLLOW)
+                    fd = os.open(entry.path, os.O_RDONLY | NOFOLLOW)
                 except OSError:
                     continue
                 try:
-                    if _lock(fd, fcntl.LOCK_EX, wait=False) and time.time() - os.fstat(fd).st_mtime > _STALE_PART:
-                        _unlink_if_same(fd, entry.path)
+                    if lock(fd, fcntl.LOCK_EX, wait=False) and time.time() - os.fstat(fd).st_mtime > _STALE_PART:
+                        unlink_if_same(fd, entry.path)
                 finally:
                     os.close(fd)
+
+
+def _identity(st: os.stat_result) -> str:
+    """A version of a file: device, inode, size and modification time (what a rewrite changes)."""
+    return f"{st.st_dev}:{st.st_ino}:{st.st_size}:{st.st_mtime_ns}"

@@ -11,8 +11,6 @@ matches fails with an error naming the URL. Local shards are mapped as they are,
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import hashlib
 import os
 import re
@@ -21,7 +19,8 @@ from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from ..errors import CorruptShardError, ManifestError
-from .cache import _NOFOLLOW, DiskCache, _lock, _unlink_if_same, private_dir
+from .cache import DiskCache
+from .checked import once_per_host
 from .store import Store
 
 _SHA256 = re.compile(r"[0-9a-f]{64}")
@@ -84,7 +83,9 @@ class ShardFetcher:
             if not self.verify_local:
                 return self.store.read_bytes(path)
             return self._checked_local(shard)
-        return self.cache.get(self.key(shard), lambda: self.download(shard), size=int(self.manifest.nbytes[shard]))
+        key = self.key(shard)
+        return self.cache.get(key, lambda: self.download(shard), size=int(self.manifest.nbytes[shard]),
+                              content=key == self.digest(shard))
 
     def download(self, shard: int) -> bytes:
         """Shard ``shard`` from storage, checked; fetched again while it comes back damaged, within the
@@ -148,27 +149,3 @@ class ShardFetcher:
                                        st.st_mtime_ns, st.st_ctime_ns, digest)))
         once_per_host(self.cache.root, identity, check)
         return data
-
-
-def once_per_host(root: str, identity: str, check: Callable[[], None]) -> None:
-    """Run ``check()`` (which raises if it fails) unless it passed for ``identity`` on this host already,
-    as recorded in the private folder ``root/checked``; one process at a time runs it, the others
-    wait and take its result."""
-    folder = os.path.join(root, "checked")
-    private_dir(folder)
-    path = os.path.join(folder, hashlib.sha256(identity.encode()).hexdigest())
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | _NOFOLLOW, 0o600)
-    try:
-        _lock(fd, fcntl.LOCK_EX)
-        if os.pread(fd, len(identity) + 1, 0) == identity.encode():
-            return
-        try:
-            check()
-        except BaseException:
-            with contextlib.suppress(OSError):
-                _unlink_if_same(fd, path)
-            raise
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, identity.encode(), 0)
-    finally:
-        os.close(fd)

@@ -219,15 +219,15 @@ def test_a_crashed_readers_shard_can_be_evicted(tmp_path):
     proc = ctx.Process(target=_hold_and_die, args=(str(tmp_path), ready))
     proc.start()
     assert ready.wait(20)
-    assert not DiskCache._evict(c.path(key(2)))  # in use by the child
+    assert not c._evict(c.path(key(2)))  # in use by the child
     os.kill(proc.pid, signal.SIGKILL)
     proc.join()
-    assert DiskCache._evict(c.path(key(2)))  # its lock died with it
+    assert c._evict(c.path(key(2)))  # its lock died with it
     assert c.open(key(2)) is None
 
 
 def test_a_file_made_again_under_the_same_name_is_not_removed(tmp_path):
-    from shardstream.storage.cache import _unlink_if_same
+    from shardstream.storage.private import unlink_if_same as _unlink_if_same
 
     old = tmp_path / "x.shard"
     old.write_bytes(b"old")
@@ -252,14 +252,14 @@ def test_a_download_finished_by_another_process_meanwhile_is_not_repeated(tmp_pa
     real_open = DiskCache.open
     calls = []
 
-    def open_racing(self, key_, size=None):
+    def open_racing(self, key_, size=None, content=False):
         calls.append(1)
         if len(calls) == 2:  # just after the first look, another process finishes the download
             other = DiskCache(tmp_path, limit=10 * SIZE)
             monkeypatch.setattr(DiskCache, "open", real_open)
             other.get(key_, lambda: blob(4))
             monkeypatch.setattr(DiskCache, "open", open_racing)
-        return real_open(self, key_, size)
+        return real_open(self, key_, size, content)
 
     monkeypatch.setattr(DiskCache, "open", open_racing)
     got = c.get(key(4), lambda: pytest.fail("downloaded again"))
