@@ -21,7 +21,7 @@ from typing import Any
 import click
 
 from ..errors import ShardstreamError
-from ..manifest import Manifest, dataset_store, load_manifest
+from ..manifest import Manifest, dataset_store, load_dataset
 from ..storage import Store, connection_options
 from ..version import __version__
 
@@ -221,4 +221,4 @@ def _quiet_logging() -> None:
 def open_dataset(dataset: str, storage_options: tuple[str, ...]) -> tuple[Store, Manifest]:
     """The store and manifest of DATASET, with the command's storage flags."""
     store = dataset_store(dataset, storage_options_for(storage_options, dataset))
-    return store, load_manifest(store)
+    return store, load_dataset(store)

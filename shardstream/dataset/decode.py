@@ -230,18 +230,40 @@ class Decoder:
             raise ValueError(f"decode must be one of {MODES}, None, a callable or a mapping, not {spec!r}")
         self._checked = not self.fields
 
+    def check_fields(self, have: list[str], where: str) -> None:
+        """Refuse, when the dataset is made, names in ``decode={...}`` and ``fields=`` that its manifest's
+        fields ``have`` do not hold (``where`` names the dataset): a typo would otherwise fail at the first
+        batch, or fail every sample, which ``on_error="skip"`` would skip. No fields listed: not checked."""
+        if not have:
+            return
+        listed = [name for name in have if not name.startswith("__")]
+        unknown = self._unknown_names(have)
+        if unknown:
+            raise UsageError(f"{where}: decode={{...}} names fields {unknown}, which the dataset does not have; "
+                             f"its fields are {listed} (use \"*\" for the default)")
+        if self.select is not None and self.whole is None:  # a decode function may make fields of its own
+            missing = [";".join(alts) for alts in self.select.values() if not any(a in have for a in alts)]
+            if missing:
+                raise UsageError(f"{where}: fields= asks for {missing}, which the dataset does not have; its "
+                                 f"fields are {listed}")
+
     def _check_names(self, sample: dict[str, Any]) -> None:
         """Mapping entries the first sample has no field for are a typo, refused (every sample fails
         until one has them, so ``on_error="skip"`` finds no sample to stand in and raises too)."""
-        unknown = [name for name in self.fields if name not in sample]
-        if self.select is not None:
-            stored = {name for names in self.select.values() for name in names}
-            unknown = [name for name in unknown if name not in self.select or name in stored]
+        unknown = self._unknown_names(sample)
         if unknown:
             have = [name for name in sample if not name.startswith("__")]
             raise UsageError(f"decode={{...}} names fields {unknown}, which the samples do not have; "
                                    f"their fields are {have} (use \"*\" for the default)")
         self._checked = True
+
+    def _unknown_names(self, have: Any) -> list[str]:
+        """The decode mapping's names that are neither among ``have`` nor an output name of ``fields=``."""
+        unknown = [name for name in self.fields if name not in have]
+        if self.select is not None:
+            stored = {name for names in self.select.values() for name in names}
+            unknown = [name for name in unknown if name not in self.select or name in stored]
+        return unknown
 
     @property
     def keeps_bytes(self) -> bool:

@@ -109,6 +109,7 @@ class ShardDataset(Resumable, IterableDataset):
         self.shuffle, self.seed, self.drop_last = shuffle, int(seed), drop_last
         self.window = resolve_window(shuffle_window, manifest.samples, manifest.nbytes, remote=not self.store.local)
         self.decoder = Decoder(decode, fields, written_types(manifest))
+        self.decoder.check_fields([f["name"] for f in manifest.fields if "name" in f], store.url)
         self.transform = transform
         self.batch_size = batch_size
         self.collate_fn = collate_fn or collate

@@ -7,7 +7,7 @@ shard against its manifest entry) and ``lookup`` (one sample by index or key).
 """
 
 from .files import dataset_store, load_manifest, write_manifest
-from .locate import open_dataset
+from .locate import load_dataset, open_dataset
 from .schema import FORMAT_VERSION, MANIFEST_NAME, SHARD_FORMATS, Manifest, creation_info, shard_name
 
 __all__ = [
@@ -17,6 +17,7 @@ __all__ = [
     "Manifest",
     "creation_info",
     "dataset_store",
+    "load_dataset",
     "load_manifest",
     "open_dataset",
     "shard_name",

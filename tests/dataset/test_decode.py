@@ -293,9 +293,32 @@ def test_mapping_naming_a_field_the_sample_lacks_is_refused_even_when_skipping(t
     with ShardWriter(str(tmp_path / "ds"), samples_per_shard=2) as w:
         for i in range(4):
             w.write({"__key__": f"{i:03d}", "cls": i})
-    ds = ShardDataset(str(tmp_path / "ds"), decode={"label": int}, on_error="skip")
-    with pytest.raises(ShardstreamError, match=r"\['label'\].*\['cls'\]"):
-        list(ds)
+    with pytest.raises(ShardstreamError, match=r"\['label'\].*\['cls'\]"):  # refused when made: the manifest
+        ShardDataset(str(tmp_path / "ds"), decode={"label": int}, on_error="skip")  # lists the fields
+
+
+@pytest.mark.parametrize("kwargs", [{"decode": {"jgp": "torch"}}, {"fields": ["jgp", "cls"]},
+                                    {"fields": {"image": "jgp;jepg"}}, {"decode": {"jgp": None}, "fields": ["cls"]}])
+def test_names_the_manifest_does_not_list_are_refused_when_the_dataset_is_made(tmp_path, kwargs):
+    from shardstream import ShardDataset, ShardWriter
+    from shardstream.errors import UsageError
+
+    with ShardWriter(str(tmp_path / "ds"), samples_per_shard=2) as w:
+        for i in range(4):
+            w.write({"__key__": f"{i:03d}", "jpg": png_bytes(), "cls": i})
+    with pytest.raises(UsageError, match=r"ds: .*jgp.*the dataset does not have; its fields are \['cls', 'jpg'\]"):
+        ShardDataset(str(tmp_path / "ds"), on_error="skip", **kwargs)
+    assert len(list(ShardDataset(str(tmp_path / "ds"), fields={"image": "jgp;jpg", "label": "cls"}))) == 4
+
+
+def test_a_decode_function_may_make_the_fields_it_selects(tmp_path):
+    from shardstream import ShardDataset, ShardWriter
+
+    with ShardWriter(str(tmp_path / "ds"), samples_per_shard=2) as w:
+        for i in range(4):
+            w.write({"__key__": f"{i:03d}", "cls": i})
+    ds = ShardDataset(str(tmp_path / "ds"), decode=lambda s: {**s, "made": 1}, fields=["made"], shuffle=False)
+    assert [s["made"] for s in ds] == [1] * 4
 
 
 def test_hugging_face_image_structs_are_decoded_and_named_functions_called(tmp_path):

@@ -492,7 +492,7 @@ def test_a_remote_dataset_reads_the_plan_through_the_cache(remote_ds, tmp_path, 
     ds = ShardDataset(remote_ds, seed=3, decode=None, cache_dir=tmp_path, prefetch=prefetch)
     assert keys(ds) == planned_keys(COUNTS, 3, 0)
     m = ds.manifest
-    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(f"{d}.shard" for d in m.sha256)
+    assert sorted(p.name for p in tmp_path.glob("*.shard")) == sorted(f"{d}.shard" for d in m.sha256)
 
 
 @pytest.mark.parametrize("num_workers", [0, 2])
