@@ -22,8 +22,15 @@ _FIXES = {
 }
 
 
+_NO_CREDENTIALS = ("no AWS credentials found: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, name a profile "
+                   "(--profile NAME, storage_options={'profile': NAME}), or for a public bucket read anonymously "
+                   "(--anon, storage_options={'anon': True})")
+
+
 def describe_os_error(exc: BaseException) -> str:
     """A short, human explanation of an OS or storage error."""
+    if _no_credentials(exc):
+        return _NO_CREDENTIALS
     if isinstance(exc, OSError) and exc.errno in _FIXES:
         return _FIXES[exc.errno]
     if isinstance(exc, FileNotFoundError):  # fsspec raises it without an errno
@@ -83,3 +90,13 @@ def is_transient(exc: BaseException) -> bool:
     name = type(exc).__name__
     return type(exc).__module__.split(".")[0] in _NETWORK_MODULES and any(w in name for w in _TRANSIENT_NAMES)
 
+
+def _no_credentials(exc: BaseException | None) -> bool:
+    """Whether ``exc`` (or what caused it) is botocore's "Unable to locate credentials"."""
+    for _ in range(4):  # s3fs wraps botocore's error; look a few causes deep
+        if exc is None:
+            return False
+        if type(exc).__name__ == "NoCredentialsError" or str(exc).startswith("Unable to locate credentials"):
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False

@@ -10,6 +10,7 @@ import logging
 import os
 import types
 import uuid
+from pathlib import Path
 
 import pytest
 
@@ -33,7 +34,7 @@ def genuine_dataset(n: int = 8) -> str:
 
 def forge(path: str, replace: bool) -> None:
     """``genuine`` becomes ``FORGED!`` (same size) in the file, in place or as a new file over it."""
-    data = open(path, "rb").read()
+    data = Path(path).read_bytes()
     assert b"genuine" in data
     forged = data.replace(b"genuine", b"FORGED!")
     if replace:

@@ -4,6 +4,7 @@ spool to an unnamed file, one client per store however many threads ask."""
 from __future__ import annotations
 
 import errno
+import os
 import tempfile
 import threading
 import time
@@ -107,3 +108,22 @@ def test_threads_needing_a_client_after_fork_make_one(monkeypatch):
     for t in threads:
         t.join(30)
     assert len(made) == 1 and len(clients) == 8 and len({id(c) for c in clients}) == 1
+
+
+def test_s3_without_credentials_is_one_line_naming_the_ways_to_give_them(tmp_path):
+    """botocore's 'Unable to locate credentials' becomes the variables, --profile and --anon (checked before
+    any request, so no server is needed: the endpoint is a closed port)."""
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    env.update(AWS_SHARED_CREDENTIALS_FILE=str(tmp_path / "none"), AWS_CONFIG_FILE=str(tmp_path / "none"),
+               AWS_EC2_METADATA_DISABLED="true", HOME=str(tmp_path))
+    shardstream = os.path.join(os.path.dirname(sys.executable), "shardstream")
+    out = subprocess.run([shardstream, "info", "s3://some-bucket/ds", "--endpoint-url", "http://127.0.0.1:9"],
+                         env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode != 0
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1, out.stderr
+    for words in ("s3://some-bucket/ds", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "--profile", "--anon"):
+        assert words in lines[0]
