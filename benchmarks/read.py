@@ -32,7 +32,8 @@ Modes (each run is a fresh subprocess; runs are interleaved, rotating which goes
 - ``raw``: one epoch of undecoded bytes, 2 DataLoader workers, batches of 64. The main process
   takes every ``jpg`` value as a bytes-like object (so a batch of mere locations pays for reading
   them) and the total is checked against the JPEG bytes on disk. Every tool has its own shuffle
-  on: shardstream permutes shards and shuffles within windows of about four shards; webdataset
+  on: shardstream permutes shards and shuffles within its default window (about 64 shards; over remote
+  shards at most 1 GiB of them); webdataset
   ``shardshuffle`` plus ``.shuffle(1000)``; mosaic ``shuffle=True`` (its default ``py1e``
   algorithm); litdata ``shuffle=True`` (chunk order plus in-chunk blocks).
 - ``pillow``: the same, decoding each JPEG with Pillow to a uint8 CHW tensor. shardstream uses

@@ -44,8 +44,9 @@ class ShardDataset(Resumable, IterableDataset):
             WebDataset tars without a manifest (a brace pattern or a list).
         shuffle: permute shards per epoch and samples within ``shuffle_window``.
         seed: with the epoch, fixes the order; the same on every rank.
-        shuffle_window: samples per shuffle window (default: about four shards); 0 or 1: no
-            shuffle within windows, shards still permuted.
+        shuffle_window: samples per shuffle window (default: about 64 shards, 1,024 to 2^20 samples;
+            over remote shards at most 1 GiB of them, and at least four shards); 0 or 1: no shuffle
+            within windows, shards still permuted.
         decode: ``"torch"``, ``"numpy"``, ``"pil"``, ``None`` (bytes), a callable on the
             sample, or a per-field mapping; see :class:`shardstream.dataset.decode.Decoder`.
         fields: the fields samples keep, after decoding, with alternatives for mixed extensions:

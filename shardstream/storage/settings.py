@@ -35,12 +35,12 @@ class StorageSettings:
             host (default: ``shardstream-<uid>/cache`` in the system's temporary folder).
         cache_limit: bytes (or ``"50GB"``) the cache may hold; least recently used shards
             not being read are evicted (default: half the free space there).
-        prefetch: bytes (or ``"512MB"``) of upcoming shards each worker downloads ahead of
-            use; ``0`` downloads each shard when it is first needed.
+        prefetch: bytes (or ``"1GB"``) of upcoming shards each worker downloads ahead of
+            use (default: 512MB); ``0`` downloads each shard when it is first needed.
         retries: attempts after a transient error (resets, timeouts, 5xx, throttling, a
-            damaged download) before giving up with an error.
+            damaged download) before giving up with an error (default: 5).
         timeout: seconds one request may take before it is retried (large downloads get
-            more, at 1 MB/s); ``None`` for no limit.
+            more, at 1 MB/s); ``None`` for no limit (default: 60).
     """
 
     options: dict[str, Any] = field(default_factory=dict)

@@ -2,7 +2,8 @@
 
 Conversion: ``shardstream pack --shard-size 64MB`` (tar shards; webdataset reads the same tars), run
 with the console script of this interpreter's environment (the ``PYTHONPATH`` snapshot, if one is set).
-Shuffle: shardstream permutes shards and shuffles within windows of about four shards. In pillow mode
+Shuffle: shardstream permutes shards and shuffles within its default window (about 64 shards; over remote
+shards at most 1 GiB of them). In pillow mode
 it uses ``decode="torch"`` in a process where ``import simplejpeg`` fails, so it takes its Pillow path;
 in fast mode simplejpeg, its default decoder when installed.
 
@@ -24,7 +25,7 @@ from ..config import BATCH_SIZE, SHARD_SIZE, WORKERS
 from .base import RemoteSource
 
 DATA = "shardstream"  # the conversion it reads
-SHUFFLE = "shard permutation + index shuffle in windows of ~4 shards"
+SHUFFLE = "shard permutation + index shuffle in the default window (~64 shards, <= 1 GiB remote)"
 
 
 def pack_argv(source: Path, out: Path) -> list[str]:
