@@ -3,7 +3,8 @@
 ``ShardLoader`` (``shard_loader``: defaults, resumable ``state_dict``), the transport that
 hands batches from workers to the main process through reused shared memory (``transport``),
 and the checks that turn the classic DataLoader traps into one clear error before the workers
-start (``guards``: ``/dev/shm``, pickling for spawn workers, tensors on the wrong device).
+start (``guards``: ``/dev/shm``, pickling for spawn workers, tensors on the wrong device), and
+errors of shardstream's own from workers raised again as their one line (``worker_errors``).
 """
 
 from .guards import SharedMemoryError, WorkerDeviceError, WorkerPickleError

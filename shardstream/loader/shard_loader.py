@@ -232,10 +232,25 @@ class ShardLoader(DataLoader):
     def __iter__(self) -> Iterator[Any]:
         try:
             yield from self._pass()
-        except ShardstreamError as exc:  # of ours: one line (see worker_errors); a user's: as it is
-            if worker_errors.cut(exc, self.worker_tracebacks):
+        except Exception as exc:
+            self._stop_workers()
+            # of ours: one line (see worker_errors); a user's: as it is
+            if isinstance(exc, ShardstreamError) and worker_errors.cut(exc, self.worker_tracebacks):
                 raise exc  # shortened: exc.worker_traceback has the rest; ShardLoader(worker_tracebacks=True) prints it
             raise
+
+    def _stop_workers(self) -> None:
+        """After a pass died of an error: its workers stop now, and the next pass starts new ones. (Left to
+        the garbage collector, they would wait for the loader to go; where the error is kept in a reference
+        cycle with the loader (a frame that holds the error), the collector may close torch's queues first,
+        and then each worker waits torch's 5 s join timeout.)"""
+        it = self.__dict__.get("_iterator")
+        if it is None:
+            return
+        object.__setattr__(self, "_iterator", None)
+        shutdown = getattr(it, "_shutdown_workers", None)
+        if callable(shutdown):
+            shutdown()
 
     def _pass(self) -> Iterator[Any]:
         ds = self.dataset

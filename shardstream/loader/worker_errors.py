@@ -62,15 +62,22 @@ class WorkerError(ExceptionWrapper):
                 exc = pickle.loads(self.pickled)
             except Exception:  # a class the main process cannot import: torch's way
                 exc = None
-        if not isinstance(exc, ShardstreamError):
+        if not isinstance(exc, ShardstreamError):  # a user's error (or one that cannot travel): torch's, in full
             try:
                 super().reraise()
-            except ShardstreamError as full:  # a user's error (or one that cannot travel): shown in full
-                full.worker_traceback = self.text()
-                full.shown_in_full = True
-                raise
-        exc.worker_traceback = self.text()
-        raise exc
+            except BaseException as full:
+                exc = full
+            if isinstance(exc, ShardstreamError):
+                exc.shown_in_full = True
+        else:
+            exc.worker_traceback = self.text()
+        # raised from here, without torch's frame that holds it (exception -> traceback -> frame -> exception:
+        # a cycle that leaves the loader to the garbage collector, whose order of finalizers makes each worker
+        # wait for torch's 5 s join timeout), and not kept in this frame either
+        try:
+            raise exc.with_traceback(None)
+        finally:
+            exc = None
 
     def text(self) -> str:
         """Where the error was raised and its traceback there, as torch formats it."""

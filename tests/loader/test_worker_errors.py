@@ -4,7 +4,9 @@ whole worker traceback; ``worker_tracebacks=True`` (and ``exc.worker_traceback``
 
 from __future__ import annotations
 
+import multiprocessing
 import os
+import pickle
 import subprocess
 import sys
 import textwrap
@@ -18,7 +20,8 @@ import shardstream as ss
 from shardstream.dataset.decode import DecodeError
 from shardstream.errors import CorruptShardError, ShardstreamError, TransformError, UsageError
 from shardstream.loader import SharedMemoryError, guards, shard_loader
-from shardstream.loader.worker_errors import WorkerTraceback, is_ours
+from shardstream.loader.worker_errors import WorkerTraceback, _portable, is_ours
+from shardstream.storage.retry import DamagedRead
 from tests.sample_datasets import key_of, write_dataset
 from tests.token_corpus import pack_positions
 
@@ -29,6 +32,7 @@ WORKER_TEXT = "in DataLoader worker process"
 
 
 def damage(path: Path) -> None:
+    assert path.name.startswith("shard-000001")
     data = bytearray(path.read_bytes())
     data[600:700] = b"\xff" * 100
     path.write_bytes(bytes(data))
@@ -48,8 +52,8 @@ def urls(tmp_path_factory) -> dict[str, str]:
         "other": write_dataset(root, [4, 4], make=lambda i: {"__key__": key_of(i), "cls": i}, name="other"),
         "tokens": pack_positions(root, [50] * 20, name="tokens")[0],
     }
-    damage(Path(made["corrupt"]) / "shard-000001.tar")
-    damage(Path(made["tokens"]) / "shard-000001.tokens")
+    for name in ("corrupt", "tokens"):
+        damage(sorted(Path(made[name]).glob("shard-*"))[1])  # the second shard, whatever packing names it
     return made
 
 
@@ -70,10 +74,15 @@ EXPECTED = {"corrupt": CorruptShardError, "decode": DecodeError, "usage": UsageE
 
 
 def raised(dataset: ss.ShardDataset, num_workers: int, **kwargs) -> BaseException:
-    with pytest.raises(Exception) as info:
+    """The error that reading ``dataset`` through a loader raises (caught without pytest.raises, whose
+    ExceptionInfo in this frame would keep the loader in a reference cycle with the error: its workers
+    would stop only when the garbage collector breaks it, after torch's 5 s join timeouts)."""
+    try:
         for _ in dataset.loader(batch_size=2, num_workers=num_workers, **kwargs):
             pass
-    return info.value
+    except Exception as exc:
+        return exc
+    raise AssertionError("reading raised nothing")
 
 
 def printed(exc: BaseException) -> list[str]:
@@ -155,6 +164,39 @@ def test_an_error_in_the_users_transform_keeps_its_whole_traceback(urls, num_wor
         assert isinstance(exc.__cause__, ZeroDivisionError)
 
 
+class FailsOnce:
+    """A transform that raises while ``flag`` exists (in every worker: they read the file system)."""
+
+    def __init__(self, flag: Path):
+        self.flag = flag
+
+    def __call__(self, sample):
+        if self.flag.exists():
+            raise RuntimeError("failing while the flag is there")
+        return sample
+
+
+def test_a_pass_that_dies_of_an_error_stops_its_workers_and_the_next_pass_starts_new_ones(urls, tmp_path):
+    flag = tmp_path / "flag"
+    flag.touch()
+    pids = tmp_path / "pids"
+    pids.mkdir()
+
+    def note_pid(worker_id):
+        (pids / str(os.getpid())).touch()
+
+    ds = ss.ShardDataset(urls["plain"], decode="torch", shuffle=False, transform=FailsOnce(flag))
+    loader = ds.loader(batch_size=2, num_workers=2, worker_init_fn=note_pid)
+    with pytest.raises(TransformError):
+        list(loader)
+    first = {int(p.name) for p in pids.iterdir()}
+    assert len(first) == 2
+    assert not first & {p.pid for p in multiprocessing.active_children()}  # stopped, not left to the collector
+    flag.unlink()
+    assert [k for b in loader for k in b["__key__"]] == [key_of(i) for i in range(12)]
+    assert len({int(p.name) for p in pids.iterdir()} - first) == 2
+
+
 def test_an_error_of_ours_raised_through_the_users_code_keeps_its_whole_traceback(urls):
     def decode_json(data):  # the user's decoder: its own bug shows where it is
         raise ValueError("the user's decoder failed")
@@ -178,6 +220,14 @@ def test_is_ours_tells_the_users_code_from_shardstreams():
         assert type(exc).__module__.startswith("shardstream")
         exc.__traceback__ = exc.__traceback__.tb_next  # without this test's frame: shardstream's alone
         assert is_ours(exc)
+
+
+def test_an_error_whose_class_takes_other_arguments_travels_as_the_nearest_class_that_takes_the_message():
+    exc = DamagedRead("memory://ds/shard-000000.tar", "its sha256 differs", "re-pack it")
+    again = pickle.loads(_portable(exc))
+    assert type(again) is CorruptShardError and str(again) == str(exc)
+    plain = pickle.loads(_portable(UsageError("a setting that cannot work")))
+    assert type(plain) is UsageError and str(plain) == "a setting that cannot work"
 
 
 SCRIPT = textwrap.dedent("""
