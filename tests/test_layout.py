@@ -32,8 +32,8 @@ ALLOWED = {
 }
 ENTRY_POINTS = {"__init__", "__main__", "_moved"}  # the package root may name any stage
 # Imports by name at run time (importlib), which the import graph includes. The one that points up the
-# flow is deliberate: ShardDataset.loader(), a convenience that makes the loader over the dataset.
-LATE_BOUND_UP = {("shardstream.dataset.shard_dataset", "shardstream.loader")}
+# flow is deliberate: PlannedDataset.loader(), a convenience that makes the loader over the dataset.
+LATE_BOUND_UP = {("shardstream.dataset.base", "shardstream.loader")}
 
 
 def modules() -> dict[str, Path]:

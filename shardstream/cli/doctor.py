@@ -127,7 +127,7 @@ def cuda_report() -> dict[str, Any]:
 
 def _in_flight(pin: bool, num_workers: int, default_collate: bool = True) -> tuple[float, int]:
     """The loader's own count of batches in shared memory per worker and in the main process."""
-    from ..loader.shard_loader import _in_flight as loader_in_flight
+    from ..loader.shard_loader import in_flight as loader_in_flight
 
     prefetch = 2  # ShardLoader's default prefetch_factor, and its ring of prefetch + 2 arenas
     ring = num_workers > 0 and not pin and default_collate
@@ -155,10 +155,9 @@ def loader_check_dataset(make: Callable[[], Any], batch_size: int, num_workers: 
     manifest's sizes); with ``read_batch``, also read the first batch in this process (no workers,
     no shared memory) and check its measured size, as each worker does before sending it."""
     from ..loader import ShardLoader, guards
-    from ..loader.shard_loader import _manifest_batch_bytes
 
     ds = make()
-    estimate = _manifest_batch_bytes(ds, batch_size)
+    estimate = ds.batch_bytes(batch_size)
     per_worker, extra = _in_flight(pin, num_workers, ds.default_collate)
     needed = guards.check_shm(estimate, num_workers, per_worker, extra_batches=extra, action="off")
     doc = {"batch_bytes": estimate, "needed": needed, "ok": True, "error": None,

@@ -7,13 +7,17 @@ tensors; ``samples``: the three ways to a batch), reseeding the worker's generat
 (``seeding``). ``TokenDataset`` (``tokens``) reads token shards as windows of tokens, and
 ``LengthBucketing`` (``lengths``) batches variable-length samples within a token budget.
 ``MixedDataset`` (``mixed``; batches put together in ``mix_batches``) reads several datasets as
-one by weight, on the order :mod:`shardstream.plan.mix` gives.
+one by weight, on the order :mod:`shardstream.plan.mix` gives. All of them are
+``PlannedDataset`` objects (``base``: planning, resume, the loader's configuration, written once), and
+what a loader may ask of any of them is the ``Readable`` protocol (``contract``).
 A dataset's position in the epoch and the resume state made from it live in ``state``;
 ``ranks`` says which rank it is. Everything here runs where the batches are made: in the
 workers, or in the main process without workers.
 """
 
+from .base import PlannedDataset
 from .collate import FieldCollate, MappedBytes, RaggedBytes, pad_sequences
+from .contract import PassStart, Readable, WorkerSlot
 from .decode import DecodeError, Decoder
 from .lengths import LengthBucketing
 from .mixed import MixedDataset
@@ -30,9 +34,13 @@ __all__ = [
     "LoaderSetup",
     "MappedBytes",
     "MixedDataset",
+    "PassStart",
+    "PlannedDataset",
     "RaggedBytes",
+    "Readable",
     "ShardDataset",
     "TokenDataset",
+    "WorkerSlot",
     "pad_sequences",
     "resolve_rank",
     "token_collate",

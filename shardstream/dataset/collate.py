@@ -41,7 +41,7 @@ def allocating(allocate: Allocator) -> Iterator[None]:
         _ALLOCATOR.reset(token)
 
 
-def _empty(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+def empty_batch_tensor(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
     """A tensor for a batch: from the active allocator (see :func:`allocating`) when there is
     one, else in shared memory already in a worker, so sending it copies nothing."""
     allocate = _ALLOCATOR.get()
@@ -116,7 +116,7 @@ def ragged_fields(fields: list[Sequence[bytes | bytearray | memoryview]]) -> lis
     sizes = [np.fromiter((memoryview(v).nbytes for v in values), dtype=np.int64, count=len(values))
              for values in fields]
     index_bytes = 8 * sum(n + 1 for n in counts)  # every field's offsets, int64, first in the arena
-    arena = _empty((index_bytes + int(sum(int(z.sum()) for z in sizes)),), torch.uint8)
+    arena = empty_batch_tensor((index_bytes + int(sum(int(z.sum()) for z in sizes)),), torch.uint8)
     index = arena[:index_bytes].view(torch.int64)
     flat = memoryview(arena.numpy()).cast("B")
     out = []
@@ -155,7 +155,7 @@ def _stack_images(values: list[torch.Tensor]) -> torch.Tensor | None:
     hwc = [v.permute(1, 2, 0) for v in values]
     if not all(h.is_contiguous() for h in hwc):
         return None
-    out = _empty((len(values), *hwc[0].shape), first.dtype)
+    out = empty_batch_tensor((len(values), *hwc[0].shape), first.dtype)
     _copy_rows(out, hwc)
     return out.permute(0, 3, 1, 2)  # N×C×H×W, channels-last in memory
 
@@ -182,7 +182,7 @@ def _decoded_jpegs(values: list[Any]) -> Any:
     shape = values[0].shape
     if not all(type(v) is PendingJpeg and v.shape == shape for v in values):
         return _stack([v.decode() if type(v) is PendingJpeg else v for v in values])
-    out = _empty((len(values), *shape), torch.uint8)
+    out = empty_batch_tensor((len(values), *shape), torch.uint8)
     target = out.numpy()
     for i, value in enumerate(values):
         value.decode_into(target[i])
@@ -190,7 +190,7 @@ def _decoded_jpegs(values: list[Any]) -> Any:
 
 
 def _numbers(values: list[Any], dtype: torch.dtype) -> torch.Tensor:
-    out = _empty((len(values),), dtype)
+    out = empty_batch_tensor((len(values),), dtype)
     out.copy_(torch.tensor(values, dtype=dtype))
     return out
 
@@ -208,7 +208,7 @@ def _stack(values: list[Any]) -> Any:
         images = _stack_images(values)
         if images is not None:
             return images
-        out = _empty((len(values), *first.shape), first.dtype)
+        out = empty_batch_tensor((len(values), *first.shape), first.dtype)
         _copy_rows(out, values)
         return out
     if isinstance(first, bool):
@@ -287,13 +287,13 @@ def pad_sequences(values: Sequence[Any], padding_value: float = 0, *, max_length
         raise ValueError(f"max_length must not be negative, not {max_length}")
     counts = [len(t) if max_length is None else min(len(t), max_length) for t in tensors]
     longest = max(counts)
-    padded = _empty((len(tensors), longest, *first.shape[1:]), dtype)
+    padded = empty_batch_tensor((len(tensors), longest, *first.shape[1:]), dtype)
     padded.fill_(padding_value)
     for row, t, n in zip(padded, tensors, counts):
         row[:n].copy_(t[:n])
-    lengths = _empty((len(tensors),), torch.int64)
+    lengths = empty_batch_tensor((len(tensors),), torch.int64)
     lengths.copy_(torch.tensor(counts, dtype=torch.int64))
-    mask = _empty((len(tensors), longest), torch.bool)
+    mask = empty_batch_tensor((len(tensors), longest), torch.bool)
     torch.lt(torch.arange(longest).unsqueeze(0), lengths.unsqueeze(1), out=mask)
     return padded, lengths, mask
 

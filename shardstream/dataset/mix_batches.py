@@ -10,7 +10,7 @@ import numpy as np
 import torch
 
 from ..errors import UsageError
-from .collate import _empty
+from .collate import empty_batch_tensor
 from .mapped import MappedBytes
 from .tokens import varlen_fields
 
@@ -18,15 +18,15 @@ SOURCE = "__source__"
 TOKEN_FIELDS = ("input_ids", "labels", "position_ids")
 
 
-def _name(source: Any) -> str:
-    store = source.__dict__.get("store")
-    return store.url if store is not None else type(source).__name__
+def source_name(source: Any) -> str:
+    """A mix's source, named for messages: its dataset's URL."""
+    return source.store.url
 
 
 def tag(sample: Any, i: int, source: Any) -> Any:
     """``sample`` with ``__source__`` set to ``i``; a mix needs dict samples to say where each came from."""
     if not isinstance(sample, dict):
-        raise UsageError(f"source {i} of the mix ({_name(source)}) gives {type(sample).__name__} samples; a mix "
+        raise UsageError(f"source {i} of the mix ({source_name(source)}) gives {type(sample).__name__} samples; a mix "
                          "tags each sample with __source__, so its sources' transforms must return dicts")
     sample[SOURCE] = i
     return sample
@@ -59,12 +59,12 @@ def check_fields(samples: Sequence[dict[str, Any]], seen: dict[int, dict[str, st
         if other.keys() != names.keys():
             missing, extra = sorted(names.keys() - other.keys()), sorted(other.keys() - names.keys())
             what = f"lacks field {missing[0]!r}" if missing else f"has field {extra[0]!r}"
-            raise UsageError(f"source {i} of the mix ({_name(sources[i])}) {what} that source {first} "
-                             f"({_name(sources[first])}) {'has' if missing else 'lacks'}; {fix}")
+            raise UsageError(f"source {i} of the mix ({source_name(sources[i])}) {what} that source {first} "
+                             f"({source_name(sources[first])}) {'has' if missing else 'lacks'}; {fix}")
         for name, kind in other.items():
             if kind != names[name]:
-                raise UsageError(f"field {name!r} of source {i} of the mix ({_name(sources[i])}) is a {kind}, of "
-                                 f"source {first} ({_name(sources[first])}) a {names[name]}; {fix}")
+                raise UsageError(f"field {name!r} of source {i} of the mix ({source_name(sources[i])}) is a {kind}, of "
+                                 f"source {first} ({source_name(sources[first])}) a {names[name]}; {fix}")
 
 
 def gather_mapped(parts: Sequence[tuple[np.ndarray, Any, Any, np.ndarray, np.ndarray, int]], n: int,
@@ -96,7 +96,7 @@ def gather_mapped(parts: Sequence[tuple[np.ndarray, Any, Any, np.ndarray, np.nda
         except Exception:
             return None
         source[rows] = i
-        ds._samples._account(shards, started, len(rows))
+        ds.sample_reader.account(shards, started, len(rows))
     names = entries[0].keys()
     if any(e.keys() != names for e in entries[1:]):
         return None
@@ -112,8 +112,8 @@ def merge_tokens(parts: Sequence[tuple[np.ndarray, dict[str, Any], int]], n: int
     """One batch of token windows from each source's (rows, batch, source index), in the mix's order,
     with ``cu_seqlens`` and ``max_seqlen`` over the whole batch."""
     length = parts[0][1]["input_ids"].shape[1]
-    out: dict[str, Any] = {name: _empty((n, length), torch.int64) for name in TOKEN_FIELDS}
-    source = _empty((n,), torch.int64)
+    out: dict[str, Any] = {name: empty_batch_tensor((n, length), torch.int64) for name in TOKEN_FIELDS}
+    source = empty_batch_tensor((n,), torch.int64)
     for rows, batch, i in parts:
         index = torch.from_numpy(rows)
         for name in TOKEN_FIELDS:

@@ -28,7 +28,7 @@ class SourcePrefetch:
             nbytes = source.manifest.nbytes
             prefetcher: Prefetcher[Any] = Prefetcher(open_shards.load, lambda k, n=nbytes: int(n[k]),
                                                      source.storage.prefetch_bytes)
-            open_shards.take = open_shards.timed(prefetcher.take)
+            open_shards.attach(prefetcher)
             self.prefetchers[i] = (prefetcher, open_shards)
 
     def ahead(self, chunks: Iterable[tuple[Any, list[Any]]]) -> Iterator[tuple[Any, list[Any]]]:
@@ -64,7 +64,7 @@ class SourcePrefetch:
     def close(self) -> None:
         for prefetcher, open_shards in self.prefetchers.values():
             prefetcher.close()
-            open_shards.take = None
+            open_shards.detach()
 
 
 __all__ = ["LOOK_AHEAD", "SourcePrefetch"]

@@ -7,13 +7,13 @@ from typing import Any
 
 import numpy as np
 
-from .mix_batches import _name
+from .mix_batches import source_name
 
 
 def source_weights(sources: Sequence[Any], weights: Sequence[float] | None) -> np.ndarray:
     """Normalised weights, one per source (default: the sources' sizes); a one-line error naming the
     source whose weight is negative or not a number."""
-    sizes = np.array([s.manifest.num_samples for s in sources], dtype=np.float64)
+    sizes = np.array([s.num_samples for s in sources], dtype=np.float64)
     if weights is None:
         return sizes / sizes.sum()
     if isinstance(weights, dict) or len(weights) != len(sources):
@@ -22,7 +22,7 @@ def source_weights(sources: Sequence[Any], weights: Sequence[float] | None) -> n
     w = np.asarray([float(x) for x in weights], dtype=np.float64)
     for i, x in enumerate(w):
         if not np.isfinite(x) or x < 0:
-            raise ValueError(f"weight {weights[i]!r} of source {i} ({_name(sources[i])}) is not a number of 0 or "
+            raise ValueError(f"weight {weights[i]!r} of source {i} ({source_name(sources[i])}) is not a number of 0 or "
                              "more; weights are relative, e.g. [0.7, 0.2, 0.1]")
     if w.sum() <= 0:
         raise ValueError("every weight of the mix is 0: at least one source needs a positive weight")
@@ -32,7 +32,7 @@ def source_weights(sources: Sequence[Any], weights: Sequence[float] | None) -> n
 def label_weights(names: Sequence[Any], sources: Sequence[Any], weights: str | Mapping[Any, float] | None) -> Any:
     """Per-label weights from a rule: ``"balanced"`` (equal), ``"sqrt"`` (square root of each label's
     size), ``None`` (the sizes) or a mapping that names every label."""
-    sizes = np.array([s.manifest.num_samples for s in sources], dtype=np.float64)
+    sizes = np.array([s.num_samples for s in sources], dtype=np.float64)
     if weights == "balanced":
         return np.ones(len(sources))
     if weights == "sqrt":

@@ -13,46 +13,28 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import itertools
 import json
 import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
 from time import perf_counter_ns
 from typing import Any
 
 import numpy as np
-from torch.utils.data import get_worker_info
 
 from .. import plan
 from ..errors import UsageError
 from ..manifest.labels import read_labels
 from ..plan.mix import MixSchedule, quotas, stream_items
+from .base import PassRun, PlannedDataset
 from .collate import collate
 from .counters import StageCounters
 from .mix_batches import check_fields, gather_mapped, merge_tokens, tag
 from .mix_prefetch import SourcePrefetch
 from .mix_weights import label_weights, source_weights
-from .seeding import seed_batch
-from .setup import LoaderSetup
 from .shard_dataset import ShardDataset
-from .state import SharedPosition
 from .tokens import TokenDataset
 
 _PASSES_KEPT = 2  # a chunk reaches at most two passes of a source (the end of one, the start of the next)
-
-
-@dataclass
-class MixManifest:
-    """What a loader asks of a dataset's manifest, for a mix: samples per epoch, bytes, fields, and a
-    fingerprint of everything that fixes the order (resume states are checked against it)."""
-
-    num_samples: int
-    total_bytes: int
-    fields: list[Any]
-    fingerprint: str
-    shard_format: str = "mixed"
-    paths: list[str] = field(default_factory=list)
 
 
 class MixCounters:
@@ -66,7 +48,7 @@ class MixCounters:
         self.own.add(**counts)
 
     def totals(self) -> dict[str, int]:
-        parts = [s._samples.stats.totals() for s in self.sources if hasattr(s._samples, "stats")]
+        parts = [s.counters.totals() for s in self.sources]
         out = self.own.totals()
         for part in parts:
             for name, value in part.items():
@@ -76,31 +58,12 @@ class MixCounters:
         return out
 
 
-class _MixSamples:
-    """Where a loader finds a dataset's counters and skip count (``ShardDataset._samples``)."""
-
-    def __init__(self, sources: Sequence[ShardDataset]):
-        self.sources = tuple(sources)
-        self.stats = MixCounters(sources)
-
-    @property
-    def skipped(self) -> int:
-        return sum(s.skipped for s in self.sources)
-
-    @skipped.setter
-    def skipped(self, value: int) -> None:
-        for s in self.sources:
-            s.skipped = 0
-        if value:
-            raise ValueError("a mix's skipped count can only be reset to 0")
-
-
-class MixedDataset(ShardDataset):
+class MixedDataset(PlannedDataset):
     """Read several datasets as one stream, each source in its exact proportion.
 
     Args:
-        sources: :class:`ShardDataset` objects (all of them :class:`TokenDataset` of one ``seq_len``
-            for a token mix). Each keeps its decode, transform, fields, shuffle and storage
+        sources: :class:`ShardDataset` objects, or :class:`TokenDataset` objects of one ``seq_len``
+            for a token mix. Each keeps its decode, transform, fields, shuffle and storage
             settings; their rank, world size and ``drop_last`` are the mix's.
         weights: relative weights, normalised (default: the sources' sizes, a shuffled interleave
             of all of them). For token sources they weigh tokens too (every sample is ``seq_len``).
@@ -114,15 +77,15 @@ class MixedDataset(ShardDataset):
         collate_fn: makes a batch from sample dicts (default: :func:`shardstream.dataset.collate.collate`).
     """
 
-    def __init__(self, sources: Sequence[ShardDataset], weights: Sequence[float] | None = None, *,
+    def __init__(self, sources: Sequence[ShardDataset | TokenDataset], weights: Sequence[float] | None = None, *,
                  samples_per_epoch: int | None = None, seed: int = 0, drop_last: bool = False,
                  collate_fn: Callable[[list[Any]], Any] | None = None, rank: int | None = None,
                  world_size: int | None = None):
-        sources = tuple(sources) if not isinstance(sources, ShardDataset) else (sources,)
+        sources = tuple(sources) if not isinstance(sources, PlannedDataset) else (sources,)
         if not sources:
             raise ValueError("MixedDataset needs at least one source")
         for i, s in enumerate(sources):
-            if not isinstance(s, ShardDataset) or isinstance(s, MixedDataset):
+            if not isinstance(s, (ShardDataset, TokenDataset)):
                 raise TypeError(f"source {i} of the mix is a {type(s).__name__}; give ShardDataset or TokenDataset "
                                 "objects (a mix of mixes: list their sources with the product of the weights)")
         tokens = [isinstance(s, TokenDataset) for s in sources]
@@ -135,36 +98,21 @@ class MixedDataset(ShardDataset):
             raise UsageError(f"the token sources of the mix have seq_len {lengths}; give every source the same "
                              "seq_len (a batch stacks their windows)")
         w = source_weights(sources, weights)
-        total = sum(s.manifest.num_samples for s in sources) if samples_per_epoch is None else samples_per_epoch
+        total = sum(s.num_samples for s in sources) if samples_per_epoch is None else samples_per_epoch
         if isinstance(total, bool) or not isinstance(total, (int, np.integer)) or total < 1:
             raise ValueError(f"samples_per_epoch must be a number of samples (1 or more), not {samples_per_epoch!r}")
         q = quotas(w, int(total))
         schedule = MixSchedule.create(q)
         key = {"sources": [_source_key(s) for s in sources], "quota": q.tolist()}
-        fingerprint = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()
-        per_sample = [s.manifest.total_bytes / max(s.manifest.num_samples, 1) for s in sources]
-        names: dict[str, Any] = {}
-        for s in sources:
-            for f in s.manifest.fields:
-                names.setdefault(f["name"] if isinstance(f, dict) else str(f), f)
-        manifest = MixManifest(int(total), int(sum(b * n for b, n in zip(per_sample, q))), list(names.values()),
-                               fingerprint)
-        self.__dict__.update({"sources": sources, "manifest": manifest, "store": None, "storage": None,
-                              "disk_cache": None, "weights": w, "quota": q, "schedule": schedule,
-                              "tokens": all(tokens), "_fingerprint": fingerprint})
+        per_sample = [s.manifest.total_bytes / max(s.num_samples, 1) for s in sources]
+        self.__dict__.update({  # set once: what the mix is
+            "sources": sources, "weights": w, "quota": q, "schedule": schedule, "tokens": all(tokens),
+            "_samples_per_epoch": int(total), "_bytes_per_epoch": int(sum(b * n for b, n in zip(per_sample, q))),
+            "_mix_fingerprint": hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()})
         self.shuffle, self.seed, self.drop_last, self.window = True, int(seed), bool(drop_last), 1
-        self.decoder = self.transform = None
-        self.batch_size = None
         self.collate_fn = collate_fn or collate
-        self.on_error, self.verify_checksums, self.seed_workers = "raise", False, True
-        self._samples = _MixSamples(sources)
-        self._setup: LoaderSetup | None = None
-        self._loader = None
-        self._explicit_rank = (rank, world_size)
-        self.rank, self.world_size = 0, 1
-        self.epoch = 0
-        self._position = SharedPosition()
-        self.reset(0)
+        self._counters = MixCounters(sources)
+        self._start_planning(rank, world_size, None)
 
     @classmethod
     def by_label(cls, labels: str | os.PathLike[str] | Mapping[Any, str | ShardDataset],
@@ -196,13 +144,19 @@ class MixedDataset(ShardDataset):
         w = label_weights(list(named), sources, weights)
         mix = cls(sources, w, samples_per_epoch=samples_per_epoch, seed=seed, drop_last=drop_last, rank=rank,
                   world_size=world_size, collate_fn=collate_fn)
-        mix.__dict__["labels"] = list(named)
+        mix.labels = list(named)
         return mix
 
-    # -- what a loader needs to know ----------------------------------------------------------
+    # -- what the plan reads, and what a loader needs to know -----------------------------------------
     @property
-    def raw(self) -> bool:
-        return False
+    def num_samples(self) -> int:
+        """Positions of one epoch (``samples_per_epoch``)."""
+        return self._samples_per_epoch
+
+    @property
+    def fingerprint(self) -> str:
+        """A sha256 over every source's order key and the quotas: what fixes the mix's order."""
+        return self._mix_fingerprint
 
     @property
     def mapped(self) -> bool:
@@ -210,16 +164,8 @@ class MixedDataset(ShardDataset):
         return not self.tokens and self.default_collate and all(s.mapped for s in self.sources)
 
     @property
-    def columnar(self) -> bool:
-        return False
-
-    @property
     def default_collate(self) -> bool:
         return self.tokens or self.collate_fn is collate
-
-    @property
-    def prefetch(self) -> int:
-        return 0
 
     @property
     def counts(self) -> np.ndarray:
@@ -229,7 +175,31 @@ class MixedDataset(ShardDataset):
     @property
     def sizes(self) -> list[int]:
         """Samples in each source (in a pass of it)."""
-        return [s.manifest.num_samples for s in self.sources]
+        return [s.num_samples for s in self.sources]
+
+    @property
+    def counters(self) -> MixCounters:
+        """The sources' stage counters and the mix's own collate time."""
+        return self._counters
+
+    @property
+    def skipped(self) -> int:
+        """Samples the sources replaced under ``on_error="skip"`` (each source's own count, summed)."""
+        return sum(s.skipped for s in self.sources)
+
+    @skipped.setter
+    def skipped(self, value: int) -> None:
+        for s in self.sources:
+            s.skipped = 0
+        if value:
+            raise ValueError("a mix's skipped count can only be reset to 0")
+
+    def describe(self, shard: int, sample: int) -> str:
+        return f"sample {sample} of source {shard} of the mix"
+
+    def batch_bytes(self, samples: int) -> int:
+        """Stored bytes of ``samples`` positions, by the sources' sizes in their quotas."""
+        return int(self._bytes_per_epoch / max(self.num_samples, 1) * samples)
 
     def worker_parts(self) -> dict[str, Any]:
         parts: dict[str, Any] = {}
@@ -240,68 +210,35 @@ class MixedDataset(ShardDataset):
         return parts
 
     # -- reading ------------------------------------------------------------------------------
-    def __iter__(self) -> Iterator[Any]:
-        setup = self.setup
-        info = get_worker_info()
-        num_workers, worker_id = (info.num_workers, info.id) if info is not None else (1, 0)
-        p, skip, own = self._pass_start(info)
-        span = p.span(self.drop_last)
+    def read_pass(self, run: PassRun) -> Iterator[Any]:
         batched = self.batch_size is not None
-        chunk = (self.batch_size or 1) * setup.batches_per_chunk
-        sender = self._sender(info, setup)
-        reader = MixReader(self, p.epoch, batched)
-        user_code = any(part is not None for part in self.worker_parts().values())
-        reseed = info is not None and setup.seed_workers and user_code
-        check = setup.check_first_batch if info is not None else None
-
-        def emit(make: Callable[[], Any]) -> Any:
-            nonlocal check
-            if sender is None:
-                batch = make()
-                if check is not None:
-                    check, first = None, check
-                    first(batch)
-                return batch
-            with sender.batch() as ship:  # batches are allocated in the sender's arena inside this block
-                batch = make()
-                if check is not None:
-                    check, first = None, check
-                    first(batch)
-                shipment = ship(batch)
-            return shipment
+        reader = MixReader(self, run.position.epoch, batched)
+        segment = run.position.segment
 
         def located() -> Iterator[tuple[np.ndarray, list[Any]]]:
-            for lo, hi in itertools.islice(plan.worker_chunks(span, chunk, num_workers, worker_id, p.consumed),
-                                           skip, None):
-                positions = plan.segment_positions(p.segment, np.arange(lo, hi))
+            for lo, hi in run.chunks():
+                positions = plan.segment_positions(segment, np.arange(lo, hi))
                 yield positions, list(reader.locate(positions))
 
         prefetch = SourcePrefetch(self.sources, reader.shards)
-
-        def items() -> Iterator[Any]:
+        try:
             for positions, parts in prefetch.ahead(located()):
-                if reseed:
-                    seed_batch(self.seed, p.epoch, int(positions[0]))
+                run.reseed_for(int(positions[0]))
                 if not batched:
                     yield from reader.samples(len(positions), parts)
                 elif self.mapped and (found := reader.mapped(len(positions), parts)) is not None:
                     yield found
                 else:
-                    yield emit(functools.partial(reader.batch, len(positions), parts))
-
-        try:
-            yield from self._tracked(items(), p, skip, own, span, chunk, info)
+                    yield run.emit(functools.partial(reader.batch, len(positions), parts))
         finally:
             prefetch.close()
 
 
-def _source_key(s: ShardDataset) -> dict[str, Any]:
+def _source_key(s: ShardDataset | TokenDataset) -> dict[str, Any]:
     """What fixes a source's passes: its manifest, seed, shuffle, window (and seq_len)."""
-    from .state import order_key
-
-    k = order_key(s)
+    k = s.order_key()
     return {"fingerprint": k.fingerprint, "seed": k.seed, "shuffle": k.shuffle, "window": k.window,
-            "samples": k.num_samples, "seq_len": getattr(s, "seq_len", None)}
+            "samples": k.num_samples, "seq_len": s.seq_len if isinstance(s, TokenDataset) else None}
 
 
 class MixReader:
@@ -310,11 +247,11 @@ class MixReader:
     def __init__(self, mix: MixedDataset, epoch: int, batched: bool):
         self.mix, self.epoch, self.batched = mix, int(epoch), batched
         self.orders: dict[tuple[int, int], plan.EpochOrder] = {}
-        self.shards = [None if mix.tokens else s._open_shards() for s in mix.sources]
+        self.shards = [None if mix.tokens else s.open_shards() for s in mix.sources]
         for s, shards in zip(mix.sources, self.shards):
             if shards is not None:
                 shards.forget_failures()
-                s._samples.begin(s.decoder, s.transform, s.on_error, s.raw)
+                s.sample_reader.begin(s.decoder, s.transform, s.on_error, s.raw)
         self.fields: dict[int, dict[str, str]] = {}
         self.live = np.flatnonzero(mix.quota).tolist()
         self.paths: dict[tuple[int, int], str] = {}
@@ -332,7 +269,7 @@ class MixReader:
         if found is None:
             s = self.mix.sources[i]
             seed = s.seed + (self.mix.seed << 32)
-            found = plan.EpochOrder.create(s.manifest.samples, seed, passed, s.shuffle, s.window)
+            found = plan.EpochOrder.create(s.counts, seed, passed, s.shuffle, s.window)
             stale = [key for key in self.orders if key[0] == i and key[1] <= passed - _PASSES_KEPT]
             for key in stale:
                 del self.orders[key]
@@ -347,7 +284,7 @@ class MixReader:
             if not len(rows):
                 continue
             s = self.mix.sources[i]
-            passes, items = stream_items(self.epoch, int(self.mix.quota[i]), s.manifest.num_samples, index[rows])
+            passes, items = stream_items(self.epoch, int(self.mix.quota[i]), s.num_samples, index[rows])
             first, last = int(passes.min()), int(passes.max())  # (padding wraps to the epoch's start)
             if first == last:  # one pass: the usual case
                 yield i, rows, *self._order(i, first).samples(items)
@@ -363,7 +300,7 @@ class MixReader:
         if self.mix.tokens:
             batch = s.samples_at(ids, offsets)
             return [{k: batch[k][r] for k in ("input_ids", "labels", "position_ids")} for r in range(len(ids))]
-        return s._samples.load(self.shards[i], ids, offsets, self.batched)
+        return s.sample_reader.load(self.shards[i], ids, offsets, self.batched)
 
     def samples(self, n: int, located: list[Any]) -> list[Any]:
         """The ``n`` samples that ``located`` (:meth:`locate`'s parts) places, in order, each with ``__source__``."""
@@ -383,7 +320,7 @@ class MixReader:
             check_fields(samples, self.fields, self.mix.sources)
         started = perf_counter_ns()
         batch = self.mix.collate_fn(samples)
-        self.mix._samples.stats.add(collate_ns=perf_counter_ns() - started)
+        self.mix.counters.add(collate_ns=perf_counter_ns() - started)
         return batch
 
     def mapped(self, n: int, located: list[Any]) -> dict[str, Any] | None:

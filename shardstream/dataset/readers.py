@@ -132,6 +132,20 @@ class OpenShards:
         self.ranged: RangedReads | None = None  # a remote dataset's first samples by ranged reads
         self.partial: dict[int, PartialShard] = {}  # this batch's samples fetched so
 
+    def attach(self, prefetcher: Prefetcher[Any], ranged: RangedReads | None = None) -> None:
+        """Take shards from ``prefetcher`` (which loads them ahead with :meth:`load`) while a pass reads
+        remote shards, and with ``ranged`` a pass's first samples by ranged reads; until :meth:`detach`."""
+        self.take = self.timed(prefetcher.take)
+        self.ranged = ranged
+
+    def detach(self) -> None:
+        """Load shards here again, whole (the pass that attached a prefetcher ended)."""
+        self.take = self.ranged = None
+
+    def timed(self, take: Callable[[int], Any]) -> Callable[[int], Any]:
+        """``take`` as it is (a reader that counts its waits on the prefetcher wraps it)."""
+        return take
+
     def fit_window(self, window: int) -> None:
         """Keep open as many shards as a shuffle window of ``window`` samples reads at once, and the
         next window's (at least 16): fewer would close and re-index shards sample by sample."""

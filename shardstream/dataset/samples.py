@@ -108,7 +108,7 @@ class SampleReader:
         self.raw = True
         self.count = SkipCount()
         self.stats = StageCounters()  # stage times and counts of every process (shardstream.loader.stats)
-        self._decode_ns = self._transform_ns = 0  # this batch's so far (see _account)
+        self._decode_ns = self._transform_ns = 0  # this batch's so far (see account)
         self.candidates: Callable[[], Iterable[tuple[int, int]]] | None = None
         self.last_good: Any = None
         self.last_row: Any = None  # Arrow batch mode: the last good row, as a one-row table
@@ -191,7 +191,7 @@ class SampleReader:
             self.last_good = sample
         if failed:
             self._skipped(failed)
-        self._account(shards, started, len(out))
+        self.account(shards, started, len(out))
         return out
 
     def load_mapped(self, shards: OpenShards, ids: np.ndarray, offsets: np.ndarray) -> dict[str, Any] | None:
@@ -215,7 +215,7 @@ class SampleReader:
             spans = np.array([e[name] for e in entries], dtype=np.int64).reshape(-1, 2)
             batch[name] = MappedBytes(paths, local.astype(np.int32), spans[:, 0], spans[:, 1],
                                       [getattr(shards.get(int(s)), "identity", None) for s in used])
-        self._account(shards, started, len(ids))
+        self.account(shards, started, len(ids))
         return batch
 
     def load_columns(self, shards: OpenShards, ids: np.ndarray, offsets: np.ndarray) -> dict[str, Any]:
@@ -231,10 +231,10 @@ class SampleReader:
         if self.on_error == "skip":
             self.last_row = table.slice(len(offsets) - 1, 1)
         batch = {name: column_to_batch(table.column(name)) for name in table.column_names}
-        self._account(shards, started, len(offsets))
+        self.account(shards, started, len(offsets))
         return batch
 
-    def _account(self, shards: OpenShards, started: int, samples: int) -> None:
+    def account(self, shards: OpenShards, started: int, samples: int) -> None:
         """Add a batch's counts and stage times: what decode and transform did not take was reading,
         except the time spent waiting for shards being downloaded."""
         waited, shards.waited_ns = getattr(shards, "waited_ns", 0), 0

@@ -15,7 +15,7 @@ from ..errors import ShardstreamError
 SETTINGS = frozenset({"shuffle", "seed", "window", "decoder", "transform", "drop_last", "batch_size", "collate_fn",
                       "on_error", "seed_workers", "verify_checksums"})
 # Fixed when the dataset is made (its storage, and what it read from there).
-FIXED = frozenset({"store", "manifest", "storage", "disk_cache", "prefetch", "counts"})
+FIXED = frozenset({"stored", "store", "manifest", "storage", "disk_cache", "prefetch", "counts"})
 
 
 @dataclass(frozen=True)

@@ -10,17 +10,14 @@ plus the epoch's unread segment; loading it with another world size splits that 
 from __future__ import annotations
 
 import dataclasses
-import warnings
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
-from torch.utils.data import get_worker_info
 
 from .. import plan
 from ..errors import ShardstreamError
-from .ranks import resolve_rank
 
 STATE_VERSION = 1
 MAX_INTERVALS = 4096  # segment intervals the block holds (enough for resizes to 4,096 ranks)
@@ -98,15 +95,6 @@ class OrderKey:
     shuffle: bool
     window: int  # the resolved shuffle window, in samples
     fingerprint: str  # the manifest's (Manifest.fingerprint): which shards, samples and bytes
-
-
-def order_key(ds: Any) -> OrderKey:
-    """A dataset's :class:`OrderKey`; its manifest's fingerprint (a sha256 over every shard's entry)
-    is computed once per dataset, on the first resume state."""
-    fingerprint = ds.__dict__.get("_fingerprint")
-    if fingerprint is None:
-        fingerprint = ds.__dict__["_fingerprint"] = ds.manifest.fingerprint
-    return OrderKey(ds.seed, ds.manifest.num_samples, ds.drop_last, ds.shuffle, ds.window, fingerprint)
 
 
 REMOTE_WINDOW_BYTES = 1 << 30  # a default window over remote shards downloads at most this before its first batch
@@ -235,109 +223,3 @@ def loaded_position(state: dict[str, Any], key: OrderKey, rank: int, world_size:
     if p.remaining(key.drop_last) == 0 and skip == 0:
         p = next_epoch(p, key.num_samples)
     return p, skip
-
-
-class Resumable:
-    """A :class:`ShardDataset`'s epoch and resume state (main process): its shared position and how
-    ``set_epoch``, ``state_dict`` and ``load_state_dict`` move it."""
-
-    manifest: Any
-    drop_last: bool
-    _explicit_rank: tuple[int | None, int | None]
-    _position: SharedPosition
-
-    @property
-    def generation(self) -> int:
-        """Bumped whenever the epoch or resume position is set (shared with the workers)."""
-        return self._position.generation
-
-    # -- epoch and resume state (main process) ----------------------------------------
-    def reset(self, epoch: int | None = None) -> None:
-        """Start epoch ``epoch`` (default: the current one) from its beginning."""
-        self.rank, self.world_size = resolve_rank(*self._explicit_rank, strict=False)
-        self.epoch = self.epoch if epoch is None else int(epoch)
-        self._position.set(Position(self.epoch, self.rank, self.world_size, [(0, self.manifest.num_samples)],
-                                    self.world_size, 0))
-
-    def _fresh(self, p: Position) -> bool:
-        return p.segment == [(0, self.manifest.num_samples)] and p.consumed == 0
-
-    def set_epoch(self, epoch: int) -> None:
-        """Start epoch ``epoch`` (a resumed position in that same epoch is kept; one in another epoch is
-        dropped with a warning)."""
-        p = self._position.get()
-        fresh = self._fresh(p)
-        if epoch != p.epoch and not fresh:
-            warnings.warn(f"set_epoch({epoch}) drops the resume position loaded for epoch {p.epoch} "
-                          f"({p.remaining(self.drop_last)} samples of it still unread on this rank)", stacklevel=2)
-        if epoch != p.epoch or fresh:
-            self.reset(epoch)
-
-    def _refresh_rank(self) -> Position:
-        """Resolve rank and world size now (a pass starts): a segment cut for another world size is split anew."""
-        rank, world = resolve_rank(*self._explicit_rank, strict=True)
-        self.rank, self.world_size = rank, world
-        p = self._position.get()
-        if world != p.segment_world:
-            segment = plan.remaining(p.segment, p.segment_world, p.consumed, self.drop_last)
-            p = Position(p.epoch, rank, world, segment, world, 0)
-            self._position.set(p)
-        elif (rank, world) != (p.rank, p.world_size):
-            p = dataclasses.replace(p, rank=rank, world_size=world)
-            self._position.set(p, bump=False)
-        return p
-
-    def __len__(self) -> int:
-        """Samples this rank reads in a full epoch (rank and world size as they are now)."""
-        _, world = resolve_rank(*self._explicit_rank, strict=False)
-        return plan.per_rank(self.manifest.num_samples, world, self.drop_last)
-
-    def remaining(self) -> int:
-        """Samples this rank still reads in the current epoch."""
-        return self._position.get().remaining(self.drop_last)
-
-    def _pass_state(self) -> dict[str, Any]:
-        """Where the next (or current) pass starts."""
-        return to_state(self._position.get(), order_key(self))
-
-    def state_dict(self) -> dict[str, Any]:
-        """This process's position: where the current pass starts, plus what a pass read in this process
-        consumed (torchdata's StatefulDataLoader calls it in each worker, and in the main process
-        without workers). A finished pass gives the start of the next epoch."""
-        prog = self.__dict__.get("_progress")
-        if prog is None:
-            return self._pass_state()
-        return dict(prog)
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Continue from ``state``; the world size may differ from the one that saved it. In a DataLoader
-        worker it applies to that worker's next pass only (a StatefulDataLoader's per-worker state)."""
-        info = get_worker_info()
-        rank, world = resolve_rank(*self._explicit_rank, strict=False)
-        key = order_key(self)
-        p, skip = loaded_position(state, key, rank, world, None if info is None else (info.id, info.num_workers))
-        self.__dict__["_progress"] = None
-        if info is not None:  # this worker's next pass only; the shared position is the main process's
-            self.__dict__["_local"] = (self._position.generation, p, skip)
-            self.__dict__["_progress"] = dict(state) if skip else to_state(p, key)
-            return
-        self.rank, self.world_size = rank, world
-        self.epoch = p.epoch
-        self._position.set(p)
-
-    state, load_state = state_dict, load_state_dict  # the names of earlier releases
-
-    def _foreign_position(self, info: Any) -> tuple[Position, int]:
-        """The pass start for a DataLoader other than the configuring loader: a state loaded into this
-        process (still current), else the shared position with rank and world size resolved now."""
-        local = self.__dict__.pop("_local", None)
-        if local is not None and local[0] == self._position.generation:
-            return local[1], local[2]
-        if info is None:
-            return self._refresh_rank(), 0
-        rank, world = resolve_rank(*self._explicit_rank, strict=True)
-        p = self._position.get()
-        if world != p.segment_world:
-            return Position(p.epoch, rank, world, plan.remaining(p.segment, p.segment_world, p.consumed,
-                                                                 self.drop_last), world, 0), 0
-        return dataclasses.replace(p, rank=rank, world_size=world), 0

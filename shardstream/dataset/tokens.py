@@ -3,17 +3,18 @@
 Shard ``s`` of ``n_s`` tokens holds ``(n_s - 1) // seq_len`` windows; window ``j`` is tokens
 ``[j * seq_len, (j + 1) * seq_len + 1)``. Windows overlap by one token, so within a shard every
 token but the first is a label exactly once per epoch; what cannot fill a last window (fewer
-than ``seq_len`` tokens per shard) is left out. Windows are the plan's samples: the dataset is
-a :class:`ShardDataset` whose per-shard counts are windows, so shuffling, the split over ranks
-and workers, ``len()``, ``state_dict()`` and resuming on another world size are the same.
+than ``seq_len`` tokens per shard) is left out. Windows are the plan's samples (its per-shard
+counts), so shuffling, the split over ranks and workers, ``len()``, ``state_dict()`` and resuming
+on another world size are those of every :class:`~shardstream.dataset.base.PlannedDataset`.
 Shards are read in place: memory maps of local files, or of the disk cache for remote ones.
 """
 
 from __future__ import annotations
 
 import copy
+import functools
 import os
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -21,15 +22,20 @@ import torch
 
 from ..errors import CorruptShardError, UsageError
 from ..formats.tokens import TokenShard
+from ..manifest import Manifest
 from ..manifest.token_stats import shard_tokens
-from ..storage import ShardFetcher
+from ..storage import DiskCache, ShardFetcher, Store
 from ..storage.settings import DEFAULT, StorageSettings
-from .collate import _empty
-from .readers import Chunk, OpenShards, window_span
-from .shard_dataset import ShardDataset
+from .base import PassRun, PlannedDataset
+from .collate import empty_batch_tensor
+from .contract import Counters
+from .counters import StageCounters
+from .readers import OpenShards, window_span
+from .shard_pass import ShardPass, open_stored
 from .state import resolve_window
 
 _CHUNK_BYTES = 4 << 20
+TOKEN_FIELDS = ("input_ids", "labels", "position_ids")
 IGNORE_INDEX = -100  # labels the loss skips (torch.nn.CrossEntropyLoss's default ignore_index)
 _LOWEST = np.iinfo(np.int64).min
 
@@ -43,10 +49,6 @@ class TokenShards(OpenShards):
 
     def fit_window(self, window: int) -> None:
         self.capacity = max(16, 2 * window_span(self.windows, window) + 1)
-
-    def timed(self, take: Any) -> Any:
-        """``take`` as it is (what a dataset that counts its waits on the prefetcher wraps)."""
-        return take
 
     def _load(self, shard: int) -> TokenShard:
         m = self.manifest
@@ -89,14 +91,14 @@ def varlen_fields(position_ids: np.ndarray) -> dict[str, Any]:
     starts = position_ids == 0
     starts[:, 0] = True
     found = np.flatnonzero(starts.ravel())
-    cu = _empty((len(found) + 1,), torch.int32)  # in the transport's arena when a worker sends the batch
+    cu = empty_batch_tensor((len(found) + 1,), torch.int32)  # in the transport's arena when a worker sends the batch
     cu_np = cu.numpy()
     cu_np[:-1] = found
     cu_np[-1] = rows * length
     return {"cu_seqlens": cu, "max_seqlen": int(np.diff(cu_np).max()) if rows else 0}
 
 
-class TokenDataset(ShardDataset):
+class TokenDataset(PlannedDataset):
     """Stream windows of ``seq_len + 1`` tokens from a token dataset (``pack(..., format="tokens")``).
 
     Each sample holds ``input_ids`` (the first ``seq_len`` tokens), ``labels`` (the next token of
@@ -137,11 +139,9 @@ class TokenDataset(ShardDataset):
     ):
         if isinstance(seq_len, bool) or not isinstance(seq_len, (int, np.integer)) or seq_len < 1:
             raise ValueError(f"seq_len must be a number of tokens (1 or more), not {seq_len!r}")
-        super().__init__(url, shuffle=shuffle, seed=seed, shuffle_window=0, decode=None, drop_last=drop_last,
-                         collate_fn=token_collate, rank=rank, world_size=world_size,
-                         verify_checksums=verify_checksums, storage=storage, storage_options=storage_options,
-                         cache_dir=cache_dir, cache_limit=cache_limit, prefetch=prefetch, retries=retries,
-                         timeout=timeout)
+        storage = StorageSettings.combine(storage, options=storage_options, cache_dir=cache_dir,
+                                          cache_limit=cache_limit, prefetch=prefetch, retries=retries, timeout=timeout)
+        self.__dict__["stored"] = open_stored(url, storage)  # set once: __setattr__ refuses it
         tokens = self.manifest
         if tokens.shard_format != "tokens":
             raise UsageError(f"{self.store.url} holds {tokens.shard_format} shards, not tokens; read it with "
@@ -152,13 +152,37 @@ class TokenDataset(ShardDataset):
         if not windows.any():
             raise UsageError(f"{self.store.url}: seq_len {self.seq_len} is larger than every shard (the largest "
                              f"holds {int(per_shard.max())} tokens); use a seq_len below that, or pack larger shards")
-        self.__dict__["token_manifest"] = tokens
-        plan_view = copy.copy(tokens)  # checked already; the plan's samples are windows
-        plan_view.samples = windows
-        self.__dict__["manifest"] = plan_view
+        self.__dict__["counts"] = windows  # the plan's samples per shard: windows
+        self.shuffle, self.seed, self.drop_last = shuffle, int(seed), drop_last
         self.window = resolve_window(shuffle_window, windows, tokens.nbytes, remote=not self.store.local)
         self.mask_across_documents = bool(mask_across_documents)
-        self.reset(0)
+        self.verify_checksums = bool(verify_checksums)
+        self.collate_fn = token_collate
+        self._counters = StageCounters()
+        self._start_planning(rank, world_size, None)
+
+    # -- where it reads from, and what the plan reads ----------------------------------------------
+    @property
+    def store(self) -> Store:
+        """The dataset's storage location (folder or bucket prefix)."""
+        return self.stored.store
+
+    @property
+    def manifest(self) -> Manifest:
+        """The token dataset's manifest (samples per shard are documents; :attr:`counts` are windows)."""
+        return self.stored.manifest
+
+    token_manifest = manifest  # the name of earlier releases
+
+    @property
+    def storage(self) -> StorageSettings:
+        """The settings remote shards are read with."""
+        return self.stored.storage
+
+    @property
+    def disk_cache(self) -> DiskCache | None:
+        """The host's shard cache (``None`` for a local dataset, read in place)."""
+        return self.stored.disk_cache
 
     @property
     def seq_len(self) -> int:
@@ -166,26 +190,60 @@ class TokenDataset(ShardDataset):
         return self.__dict__["_seq_len"]
 
     @property
+    def num_samples(self) -> int:
+        """Windows in one epoch (before the split over ranks)."""
+        return int(self.counts.sum())
+
+    @property
+    def fingerprint(self) -> str:
+        """The manifest's fingerprint with windows as each shard's samples (another seq_len differs)."""
+        view = copy.copy(self.manifest)
+        view.samples = self.counts
+        return view.fingerprint
+
+    @property
     def tail_tokens(self) -> int:
         """Tokens that are no label in an epoch: each shard's first token, and what cannot fill its last
         window (fewer than ``seq_len`` per shard)."""
-        return int(self.token_manifest.tokens["total"] - self.manifest.num_samples * self.seq_len)
+        return int(self.manifest.tokens["total"] - self.num_samples * self.seq_len)
 
     @property
     def tokens_per_sample(self) -> int:
         """Labels per sample (``seq_len``): the unit of a token-weighted mix."""
         return self.seq_len
 
-    def samples_at(self, ids: np.ndarray, offsets: np.ndarray) -> dict[str, Any]:
-        """A batch of the windows ``offsets`` of shards ``ids`` (plan samples), with ``cu_seqlens`` and
-        ``max_seqlen``: how a mix of sources reads this one."""
-        batch: dict[str, Any] = self.windows(self._open_shards(), np.asarray(ids), np.asarray(offsets))
-        batch.update(varlen_fields(batch["position_ids"].numpy()))
-        return batch
+    # -- what a loader needs to know ---------------------------------------------------------------
+    @property
+    def default_collate(self) -> bool:
+        """Batches are made here, in tensors a worker's transport sends cheaply (as :func:`collate`'s are)."""
+        return True
 
-    def batches_per_chunk(self, batch_size: int) -> int:
+    @property
+    def counters(self) -> Counters:
+        return self._counters
+
+    @property
+    def skipped(self) -> int:
+        """Token windows are never skipped (a shard that fails raises)."""
+        return 0
+
+    @skipped.setter
+    def skipped(self, value: int) -> None:
+        if value:
+            raise ValueError("a TokenDataset's skipped count can only be reset to 0")
+
+    def describe(self, shard: int, sample: int) -> str:
+        return f"{self.store.url_of(self.manifest.paths[shard])} window {sample}"
+
+    def batch_bytes(self, samples: int) -> int:
+        """Stored bytes of ``samples`` windows (the token shards' bytes per window)."""
+        return int(self.manifest.total_bytes / max(self.num_samples, 1) * samples)
+
+    def batches_per_chunk(self, batch_size: int, num_workers: int) -> int:
         """Batches a worker makes and sends at once (about 4 MB of tensors): a batch of windows is cheap
         to make and dear to hand over, so workers send several and the loader cuts them apart."""
+        if num_workers == 0:
+            return 1
         per_batch = batch_size * self.seq_len * 8 * 3  # input_ids, labels, position_ids: int64
         return int(min(max(_CHUNK_BYTES // per_batch, 1), 16))
 
@@ -199,49 +257,45 @@ class TokenDataset(ShardDataset):
             out.append(part)
         return out
 
-    @property
-    def raw(self) -> bool:
-        return False
+    # -- reading -----------------------------------------------------------------------------------
+    def samples_at(self, ids: np.ndarray, offsets: np.ndarray) -> dict[str, Any]:
+        """A batch of the windows ``offsets`` of shards ``ids`` (plan samples), with ``cu_seqlens`` and
+        ``max_seqlen``: how a mix of sources reads this one."""
+        batch: dict[str, Any] = self.windows(self.open_shards(), np.asarray(ids), np.asarray(offsets))
+        batch.update(varlen_fields(batch["position_ids"].numpy()))
+        return batch
 
-    @property
-    def default_collate(self) -> bool:
-        """Batches are made here, in tensors a worker's transport sends cheaply (as :func:`collate`'s are)."""
-        return True
-
-    def _open_shards(self) -> OpenShards:
-        verify, shards = self.__dict__.get("_shards", (None, None))
+    def open_shards(self) -> TokenShards:
+        """The token shards this process has open (made once per process, and again if
+        ``verify_checksums`` changed)."""
+        verify, shards = self._local.shards or (None, None)
         if shards is None or verify != self.verify_checksums:
-            fetcher = ShardFetcher(self.store, self.token_manifest, self.disk_cache,
-                                   verify_local=self.verify_checksums)
-            shards = TokenShards(self.store, self.token_manifest, self.manifest.samples, fetcher)
-            self.__dict__["_shards"] = (self.verify_checksums, shards)
+            fetcher = ShardFetcher(self.store, self.manifest, self.disk_cache, verify_local=self.verify_checksums)
+            shards = TokenShards(self.store, self.manifest, self.counts, fetcher)
+            self._local.shards = (self.verify_checksums, shards)
         shards.fit_window(self.window if self.shuffle else 1)
         return shards
 
-    def _batches(self, chunks: Iterable[Chunk], shards: OpenShards, sender: Any, seed_epoch: int | None,
-                 check: Any) -> Iterator[Any]:
-        for _, ids, offsets in chunks:
-            if self.batch_size is None:
-                yield {k: v[0] for k, v in self.windows(shards, ids, offsets).items()}
-                continue
-            if sender is not None:
-                with sender.batch() as ship:  # tensors are allocated in the sender's arena inside this block
-                    batch = self.windows(shards, ids, offsets)
-                    batch.update(varlen_fields(batch["position_ids"].numpy()))
-                    shipment = ship(batch)
-                yield shipment
-                continue
-            batch = self.windows(shards, ids, offsets)
-            batch.update(varlen_fields(batch["position_ids"].numpy()))
-            if check is not None:
-                check, first = None, check
-                first(batch)
-            yield batch
+    def read_pass(self, run: PassRun) -> Iterator[Any]:
+        shards = self.open_shards()
+        shards.forget_failures()
+        with ShardPass(run, self.counts, shuffle=self.shuffle, window=self.window, shards=shards,
+                       stored=self.stored, look_ahead=True) as pass_:
+            for _, ids, offsets in pass_.chunks():
+                if self.batch_size is None:
+                    yield {k: v[0] for k, v in self.windows(shards, ids, offsets).items()}
+                else:
+                    yield run.emit(functools.partial(self._batch, shards, ids, offsets))
+
+    def _batch(self, shards: OpenShards, ids: np.ndarray, offsets: np.ndarray) -> dict[str, Any]:
+        batch = self.windows(shards, ids, offsets)
+        batch.update(varlen_fields(batch["position_ids"].numpy()))
+        return batch
 
     def windows(self, shards: OpenShards, ids: np.ndarray, offsets: np.ndarray) -> dict[str, torch.Tensor]:
         """The windows ``offsets`` of shards ``ids`` as ``input_ids``, ``labels`` and ``position_ids`` rows."""
         length, rows = self.seq_len, len(ids)
-        out = {name: _empty((rows, length), torch.int64) for name in ("input_ids", "labels", "position_ids")}
+        out = {name: empty_batch_tensor((rows, length), torch.int64) for name in TOKEN_FIELDS}
         inputs, labels, positions = (t.numpy() for t in out.values())
         # positions: 0 at each row's start and at each document start inside it (see window_positions)
         base = np.full((rows, length + 1), _LOWEST, np.int64)

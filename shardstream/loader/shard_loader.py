@@ -31,10 +31,8 @@ import torch
 from torch.utils.data import DataLoader, get_worker_info
 from torch.utils.data.dataloader import _InfiniteConstantSampler
 
-from .. import plan
-from ..dataset import LoaderSetup, ShardDataset
+from ..dataset import LoaderSetup, Readable
 from ..dataset import setup as _readers
-from ..dataset.collate import split
 from ..errors import ShardstreamError
 from . import guards, worker_errors
 from .stats import Callback, LoaderStats, StatsRecorder
@@ -62,28 +60,7 @@ def _from_worker(batch: Any) -> Any:
     return batch
 
 
-_CHUNK_BYTES = 8 << 20
-
-
-def _batches_per_chunk(dataset: ShardDataset, batch_size: int, num_workers: int) -> int:
-    """Raw-bytes batches are cheap to make and dear to send (a fixed cost per transfer), so
-    workers send about 8 MB at a time and the loader cuts it back into batches; decoded
-    batches are large already."""
-    if num_workers == 0:
-        return 1
-    own = getattr(dataset, "batches_per_chunk", None)  # a dataset that knows its batches (token windows)
-    if callable(own):
-        return int(own(batch_size))
-    if not dataset.raw or dataset.mapped or not dataset.default_collate:
-        return 1  # mapped batches are a few kilobytes of locations: nothing to amortise
-    if not getattr(getattr(dataset, "store", None), "local", True):
-        return 1  # downloads set the pace, and a pass's first batch waits for its whole chunk (ranged reads)
-    m = dataset.manifest
-    per_sample = max(m.total_bytes / max(m.num_samples, 1), 1)
-    return int(min(max(_CHUNK_BYTES // (batch_size * per_sample), 1), 16))
-
-
-def _in_flight(kwargs: dict[str, Any], ring: bool, ring_slots: int) -> tuple[float, int]:
+def in_flight(kwargs: dict[str, Any], ring: bool, ring_slots: int) -> tuple[float, int]:
     """Batches a worker keeps in shared memory, and those the main process holds there besides."""
     if ring:
         return ring_slots * 1.25, 0  # each worker's arenas, sized 1.25 x the largest batch
@@ -94,7 +71,7 @@ class EpochSampler(_InfiniteConstantSampler):
     """The loader's sampler (an IterableDataset's infinite one) whose ``set_epoch`` is the dataset's:
     Lightning, and accelerate's loaders, call ``sampler.set_epoch`` at each epoch."""
 
-    def __init__(self, dataset: ShardDataset):
+    def __init__(self, dataset: Readable):
         super().__init__()
         self.dataset = dataset
 
@@ -126,7 +103,7 @@ class ShardLoader(DataLoader):
     reads them: their default is one worker.
     """
 
-    def __init__(self, dataset: ShardDataset, batch_size: int, num_workers: int | None = None, *,
+    def __init__(self, dataset: Readable, batch_size: int, num_workers: int | None = None, *,
                  seed_workers: bool | None = None, shm_check: str = "raise", worker_tracebacks: bool = False,
                  **kwargs: Any):
         if batch_size is None:  # what a DataLoader rebuilt from a ShardLoader's attributes passes
@@ -146,14 +123,14 @@ class ShardLoader(DataLoader):
             raise ValueError("ShardLoader needs in_order=True: batches out of order break the planned order and its "
                              "resume state; for more throughput raise num_workers or prefetch_factor instead")
         if num_workers is None:  # batches of locations (raw local tars): one worker outpaces the main process
-            num_workers = min(default_num_workers(), 1) if getattr(dataset, "mapped", False) else default_num_workers()
+            num_workers = min(default_num_workers(), 1) if dataset.mapped else default_num_workers()
         kwargs.setdefault("pin_memory", torch.cuda.is_available())
         kwargs.setdefault("collate_fn", _from_worker)  # batches are collated in the dataset already
         kwargs.setdefault("generator", torch.Generator().manual_seed(dataset.seed))
         if num_workers > 0:
             kwargs.setdefault("persistent_workers", True)
             kwargs.setdefault("prefetch_factor", 2)
-        per_chunk = _batches_per_chunk(dataset, batch_size, num_workers)
+        per_chunk = dataset.batches_per_chunk(batch_size, num_workers) if num_workers > 0 else 1
         ring = num_workers > 0 and not kwargs.get("pin_memory") and dataset.default_collate
         ring_slots = (kwargs.get("prefetch_factor") or 2) + 2  # more arenas than batches in flight
         self.shm_check = shm_check
@@ -162,12 +139,12 @@ class ShardLoader(DataLoader):
         if num_workers > 0:  # before anything changes: a refused loader leaves the dataset as it was
             _check_workers(dataset, kwargs)
             if not dataset.mapped:  # mapped raw batches are locations: nothing to hold in shared memory
-                self._check_shm(_manifest_batch_bytes(dataset, batch_size * per_chunk), num_workers, kwargs,
+                self._check_shm(dataset.batch_bytes(batch_size * per_chunk), num_workers, kwargs,
                                 ring, ring_slots, "estimated from the manifest's stored sample sizes; "
                                 "decoded images take more")
         # the workers check their own first batch too, before sending it: by the time the main process
         # sees a batch, another worker's may already have failed to reach shared memory
-        per_worker, extra = _in_flight(kwargs, ring, ring_slots)
+        per_worker, extra = in_flight(kwargs, ring, ring_slots)
         check = (functools.partial(guards.check_first_batch, num_workers=num_workers, batches_per_worker=per_worker,
                                    extra_batches=extra, free=self._shm_free)
                  if shm_check == "raise" and self._shm_free is not None and not dataset.mapped else None)
@@ -183,7 +160,6 @@ class ShardLoader(DataLoader):
         # torch refuses a sampler for an IterableDataset, in __init__ and by __setattr__ after it
         object.__setattr__(self, "sampler", EpochSampler(dataset))
         self.samples_per_batch = batch_size
-        self._split = getattr(dataset, "split_chunk", None) or split  # cuts what workers send into batches
         self._start: dict[str, Any] | None = None
         self._batches = 0
         self._last: tuple[dict[str, Any], int, int] | None = None  # the pass that finished: start, batches, generation
@@ -194,7 +170,7 @@ class ShardLoader(DataLoader):
                    ring_slots: int, basis: str) -> None:
         """Batches in flight: each worker's ring arenas (sized 1.25 x the largest batch), or its
         ``prefetch_factor`` batches plus, without pinning, the one the training loop holds."""
-        per_worker, extra = _in_flight(kwargs, ring, ring_slots)
+        per_worker, extra = in_flight(kwargs, ring, ring_slots)
         guards.check_shm(batch_bytes, num_workers, per_worker, extra_batches=extra, basis=basis,
                          action=self.shm_check, free=self._shm_free, path=guards.SHM_PATH)
 
@@ -254,9 +230,8 @@ class ShardLoader(DataLoader):
 
     def _pass(self) -> Iterator[Any]:
         ds = self.dataset
-        ds._refresh_rank()  # rank and world size as they are when the pass starts
-        start, generation = ds._pass_state(), ds.generation
-        left = ds.remaining()
+        begun = ds.begin_pass()  # rank and world size as they are when the pass starts
+        start, generation, left = begun.state, begun.generation, begun.samples
         expected = -(-left // self.samples_per_batch)
         self._start, self._generation, self._batches = start, generation, 0
         self._stats.begin()
@@ -275,7 +250,7 @@ class ShardLoader(DataLoader):
                 self._check_shm(guards.batch_nbytes(chunk), self.num_workers,
                                 {"prefetch_factor": self.prefetch_factor, "pin_memory": self.pin_memory},
                                 receiver is not None, self.ring_slots, "measured on the first batch")
-            for batch in self._split(chunk, self.samples_per_batch) if per_chunk > 1 else (chunk,):
+            for batch in ds.split_chunk(chunk, self.samples_per_batch) if per_chunk > 1 else (chunk,):
                 self._batches += 1
                 last = self._batches >= expected
                 if last:  # before handing out the last batch: a consumer that knows len() (Lightning) stops here
@@ -342,11 +317,11 @@ class ShardLoader(DataLoader):
             if pending and last is not None and last[2] == self.dataset.generation:  # the finished pass, not all
                 state, batches = dict(last[0]), last[1]  # of it received yet: resume inside it
                 state["consumed"] = min(state["consumed"] + max(batches - pending, 0) * self.samples_per_batch,
-                                        self._span_length(state))
+                                        self.dataset.span_length(state))
                 return state
-            return self.dataset._pass_state()  # where the next pass starts: not iterated since it was set
+            return self.dataset.pass_state()  # where the next pass starts: not iterated since it was set
         state = dict(self._start)
-        span = self._span_length(state)
+        span = self.dataset.span_length(state)
         taken = max(self._batches - pending, 0)
         state["consumed"] = min(state["consumed"] + taken * self.samples_per_batch, span)
         return state
@@ -358,22 +333,9 @@ class ShardLoader(DataLoader):
         self._last = None
         self._batches = 0
 
-    def _span_length(self, state: dict[str, Any]) -> int:
-        start, stop = plan.rank_range([tuple(iv) for iv in state["segment"]], state["world_size"],
-                                      self.dataset.rank, self.dataset.drop_last)
-        return stop - start
 
 
-def _manifest_batch_bytes(dataset: ShardDataset, samples: int) -> int:
-    """Bytes of ``samples`` stored samples, from the manifest (tar headers and padding left out)."""
-    m = dataset.manifest
-    per_sample = m.total_bytes / max(m.num_samples, 1)
-    if m.shard_format.startswith("tar"):
-        per_sample -= 768 * max(len(m.fields), 1)  # a 512-byte header and ~256 bytes of padding per member
-    return int(max(per_sample, 0) * samples)
-
-
-def _check_workers(dataset: ShardDataset, kwargs: dict[str, Any]) -> None:
+def _check_workers(dataset: Readable, kwargs: dict[str, Any]) -> None:
     """Before workers start: spawn/forkserver workers must unpickle everything they get (name what
     cannot be); forked workers share the open files they inherit (warn)."""
     parts = dataset.worker_parts()

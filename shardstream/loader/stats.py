@@ -130,7 +130,7 @@ class StatsRecorder:
 
     def __init__(self, dataset: Any):
         self.dataset = dataset
-        self.counters = dataset._samples.stats  # the dataset stage's table (shardstream.dataset.counters)
+        self.counters = dataset.counters  # the dataset stage's table (shardstream.dataset.counters)
         self.samples = self.batches = 0
         self.wait_ns = self.elapsed_ns = 0
         self._mark: int | None = None  # when the last batch was handed out (or the pass began)
@@ -177,7 +177,7 @@ class StatsRecorder:
         hits = max(t["opened"] - t["downloads"], 0)
         last = None
         if t["skip_shard"] >= 0:
-            last = f"{ds.store.url_of(ds.manifest.paths[t['skip_shard']])} sample {t['skip_sample']}"
+            last = ds.describe(t["skip_shard"], t["skip_sample"])
         return LoaderStats(
             samples=self.samples, batches=self.batches, samples_read=t["samples"],
             storage_bytes=t["downloaded_bytes"] + t["local_bytes"],

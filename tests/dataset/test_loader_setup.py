@@ -217,9 +217,9 @@ class Holder:
 
 @pytest.fixture
 def in_a_worker(monkeypatch):
-    from shardstream.dataset import shard_dataset
+    from shardstream.dataset import contract
 
-    monkeypatch.setattr(shard_dataset, "get_worker_info", lambda: FakeWorker())
+    monkeypatch.setattr(contract, "get_worker_info", lambda: FakeWorker())
 
 
 def numbers(i: int) -> dict:

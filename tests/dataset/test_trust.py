@@ -60,7 +60,7 @@ def test_a_batch_whose_file_was_replaced_since_it_was_read_is_refused(tmp_path):
     url = tmp_path / "ds"
     write(url, b"A" * 10)
     ds = ShardDataset(str(url), decode=None, shuffle=False)
-    shards = ds._open_shards()
+    shards = ds.open_shards()
     reader = shards.get(0)
     assert reader.identity == file_identity(ds.store.path(ds.manifest.paths[0]))
     _, fields = reader.locate(0)
@@ -285,7 +285,7 @@ def test_local_compressed_shards_are_let_go_once_the_plan_has_passed_them(tmp_pa
     loads = count_loads(monkeypatch)
     most = 0
     for _ in ds:
-        most = max(most, len(ds._open_shards()._open))
+        most = max(most, len(ds.open_shards()._open))
     assert sorted(loads) == list(range(40))  # none decompressed twice
     assert most <= 8  # a window spans at most 4 of these shards: 2 windows ahead, not 16 shards
 
@@ -308,10 +308,10 @@ def test_decompressed_shards_are_bounded_by_bytes_but_those_the_plan_needs_stay(
 
 def test_verify_checksums_reaches_the_fetcher_and_holds_still_under_a_loader(url):
     ds = ShardDataset(url, decode=None)
-    assert ds._open_shards().fetcher.verify_local is False
+    assert ds.open_shards().fetcher.verify_local is False
     ds.verify_checksums = True  # no loader yet: settable, and the next pass uses it
-    assert ds._open_shards().fetcher.verify_local is True
-    assert ShardDataset(url, decode=None, verify_checksums=True)._open_shards().fetcher.verify_local is True
+    assert ds.open_shards().fetcher.verify_local is True
+    assert ShardDataset(url, decode=None, verify_checksums=True).open_shards().fetcher.verify_local is True
     loader = ds.loader(batch_size=4, num_workers=0)
     with pytest.raises(ShardstreamError, match="verify_checksums"):
         ds.verify_checksums = False

@@ -162,5 +162,5 @@ def test_the_counters_table_is_shared_with_the_workers_a_dataset_is_sent_to(url)
 
     ds = ShardDataset(url, decode=None)
     copy = pickle.loads(ForkingPickler.dumps(ds))  # as a spawn worker receives it
-    copy._samples.stats.add(samples=5)
-    assert ds._samples.stats.totals()["samples"] == 5  # the same shared memory
+    copy.counters.add(samples=5)
+    assert ds.counters.totals()["samples"] == 5  # the same shared memory

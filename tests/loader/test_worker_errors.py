@@ -19,7 +19,7 @@ import pytest
 import shardstream as ss
 from shardstream.dataset.decode import DecodeError
 from shardstream.errors import CorruptShardError, ShardstreamError, TransformError, UsageError
-from shardstream.loader import SharedMemoryError, guards, shard_loader
+from shardstream.loader import SharedMemoryError, guards
 from shardstream.loader.worker_errors import WorkerTraceback, _portable, is_ours
 from shardstream.storage.retry import DamagedRead
 from tests.sample_datasets import key_of, write_dataset
@@ -119,7 +119,7 @@ def test_an_error_of_ours_read_in_the_main_process_is_its_one_line_too(urls):
 
 
 def test_shared_memory_checked_by_a_worker_or_by_the_main_process_is_one_line(urls, monkeypatch):
-    monkeypatch.setattr(shard_loader, "_manifest_batch_bytes", lambda dataset, samples: 0)  # passes the estimate
+    monkeypatch.setattr(ss.ShardDataset, "batch_bytes", lambda self, samples: 0)  # passes the estimate
     monkeypatch.setattr(guards, "shm_free_bytes", lambda path=guards.SHM_PATH: 1000)
     ds = ss.ShardDataset(urls["arrays"], decode="torch", shuffle=False)
     exc = raised(ds, num_workers=2, pin_memory=False)  # a worker's check of its first batch

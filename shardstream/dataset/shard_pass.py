@@ -1,0 +1,100 @@
+"""One dataset's shards: opening the dataset, and one pass over its shards in one process.
+
+Shared by the datasets that read one manifest's shards (``ShardDataset``, ``TokenDataset``):
+:func:`open_stored` finds the dataset and its storage settings; :class:`ShardPass` turns a
+:class:`~shardstream.dataset.base.PassRun` into this worker's chunks of the epoch's order, with
+remote shards downloaded ahead in the order the plan reads them and passed shards let go.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .. import plan
+from ..errors import ManifestError
+from ..manifest import Manifest, open_dataset
+from ..storage import DiskCache, Prefetcher, Store
+from ..storage.settings import StorageSettings
+from .base import PassRun
+from .readers import Chunk, OpenShards, RangedReads, looking_ahead, release_stale_maps
+
+
+@dataclass(frozen=True)
+class Stored:
+    """A dataset as found in storage: the settings it is read with, its store and manifest, and the host's
+    shard cache (``None`` for local datasets, which are read in place)."""
+
+    storage: StorageSettings
+    store: Store
+    manifest: Manifest
+    disk_cache: DiskCache | None
+
+
+def open_stored(url_or_urls: str | os.PathLike[str] | Sequence[str], storage: StorageSettings) -> Stored:
+    """The dataset at ``url_or_urls`` (a folder, a manifest, or WebDataset tars), read with ``storage``."""
+    store, manifest = open_dataset(url_or_urls, storage.options, storage.retry)
+    if manifest.num_samples == 0:
+        raise ManifestError(f"{store.url} holds no samples")
+    release_stale_maps()  # this process's maps of shard files replaced or deleted since (a re-pack)
+    return Stored(storage, store, manifest, None if store.local else storage.disk_cache())
+
+
+class ShardPass:
+    """This process's chunks of one pass: (first position, shards, offsets) per batch (or chunk of
+    batches), from the epoch's order of ``counts`` restricted to the rank's span; over remote shards a
+    prefetcher downloads the next ones while these are read, and samples of a pass's first batches may
+    come by ranged reads. Use it as a context manager: leaving it stops the downloads."""
+
+    def __init__(self, run: PassRun, counts: np.ndarray, *, shuffle: bool, window: int, shards: OpenShards,
+                 stored: Stored, look_ahead: bool):
+        self.run, self.shards, self.window = run, shards, window
+        p = run.position
+        order = plan.EpochOrder.create(counts, run.seed, p.epoch, shuffle, window)
+        self.order = order.restrict(*plan.span_bounds(p.segment, run.span))  # keep only this rank's shards
+        self.prefetcher: Prefetcher[Any] | None = None
+        if not stored.store.local:  # fetch the next shards of this worker's plan while it reads these
+            nbytes = stored.manifest.nbytes
+            self.prefetcher = Prefetcher(shards.load, lambda i: int(nbytes[i]), stored.storage.prefetch_bytes)
+            shards.attach(self.prefetcher, RangedReads(stored.manifest, shards.fetcher, self.prefetcher))
+        self.look_ahead = look_ahead or self.prefetcher is not None  # decompressed shards: let go of passed ones
+
+    def candidates(self) -> Iterator[tuple[int, int]]:
+        """The rank's (shard, offset) pairs in order: stand-ins for samples that fail before any loads."""
+        p, span = self.run.position, self.run.span
+        for start in range(span[0], span[1], 64):
+            idx = np.arange(start, min(start + 64, span[1]))
+            yield from zip(*self.order.samples(plan.segment_positions(p.segment, idx)))
+
+    def chunks(self) -> Iterator[Chunk]:
+        """This worker's chunks, in the plan's order."""
+        planned: Iterable[Chunk] = self._planned()
+        if self.look_ahead:
+            run = self.run
+            depth = -(-2 * self.window // (run.chunk * run.slot.count)) + 1
+            planned = looking_ahead(planned, depth, self.prefetcher, self.shards)
+        return iter(planned)
+
+    def _planned(self) -> Iterator[Chunk]:
+        segment = self.run.position.segment
+        for lo, hi in self.run.chunks():
+            positions = plan.segment_positions(segment, np.arange(lo, hi))
+            yield (int(positions[0]), *self.order.samples(positions))
+
+    def close(self) -> None:
+        if self.prefetcher is not None:
+            self.prefetcher.close()
+            self.shards.detach()
+
+    def __enter__(self) -> ShardPass:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+__all__ = ["ShardPass", "Stored", "open_stored"]
