@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 import shardstream as ss
+from shardstream import host
 from shardstream.dataset.state import REMOTE_WINDOW_BYTES
 from shardstream.loader import shard_loader
 from shardstream.packing import engine
@@ -75,15 +76,15 @@ def test_the_loader_worker_default_is_the_formula_its_docs_state(monkeypatch):
     assert f"``num_workers`` = {formula}" in flat(inspect.getdoc(ss.ShardLoader))
     assert "raw local tar batches: 1" in flat(inspect.getdoc(ss.ShardLoader))
     for cores, gpus, ranks, expected in ((2, 0, 1, 1), (16, 2, 1, 8), (16, 8, 2, 7), (64, 8, 8, 4), (1, 0, 1, 1)):
-        monkeypatch.setattr(shard_loader.os, "sched_getaffinity", lambda _pid, n=cores: set(range(n)))
+        monkeypatch.setattr(host.os, "sched_getaffinity", lambda _pid, n=cores: set(range(n)))
         monkeypatch.setattr(shard_loader.torch.cuda, "is_available", lambda g=gpus: g > 0)
         monkeypatch.setattr(shard_loader.torch.cuda, "device_count", lambda g=gpus: g)
-        monkeypatch.setattr(shard_loader.guards, "local_ranks", lambda r=ranks: r)
+        monkeypatch.setenv("LOCAL_WORLD_SIZE", str(ranks))
         assert shard_loader.default_num_workers() == expected == max(min(4 * gpus, cores - 1) // ranks, 1)
 
 
 def test_pack_defaults_are_stated_as_the_code_sets_them(monkeypatch):
-    monkeypatch.setattr(engine.os, "sched_getaffinity", lambda _pid: set(range(6)))
+    monkeypatch.setattr(host.os, "sched_getaffinity", lambda _pid: set(range(6)))
     assert engine.default_workers() == 6  # pack's workers: every core it may use
     assert "`pack` runs `--workers` processes (default: all cores)" in flat(README)
     from shardstream.cli.pack import pack as pack_command

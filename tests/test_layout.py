@@ -19,6 +19,7 @@ ALLOWED = {
     "errors": set(),
     "version": set(),
     "sizes": {"errors"},
+    "host": set(),
     "formats": {"errors"},
     "storage": {"errors", "sizes"},
     "manifest": {"errors", "version", "formats", "storage"},
@@ -30,6 +31,10 @@ ALLOWED = {
     "device": {"loader"},
     "cli": {"errors", "version", "sizes", "storage", "manifest", "packing", "plan", "dataset", "loader", "device"},
 }
+FOUNDATIONS = {"sizes", "host"}  # byte sizes and machine facts: every stage may use them
+for _stage, _allowed in ALLOWED.items():
+    if _stage not in FOUNDATIONS | {"errors", "version"}:
+        _allowed.update(FOUNDATIONS)
 ENTRY_POINTS = {"__init__", "__main__", "_moved"}  # the package root may name any stage
 # Imports by name at run time (importlib), which the import graph includes. The one that points up the
 # flow is deliberate: PlannedDataset.loader(), a convenience that makes the loader over the dataset.

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import dataclasses
-import os
 import sys
 import textwrap
 from typing import Any
 
 import click
 
+from ..host import usable_cores
 from ..sizes import parse_size
 from . import bench_run
 from .common import cli, open_dataset, safe, safe_json, storage_option, storage_options_for
@@ -113,7 +113,7 @@ def summary(dataset: str, settings: bench_run.Settings, points: list[bench_run.P
         "seconds_per_point": settings.seconds,
         "device": settings.device,
         "step_ms": settings.step_ms,
-        "cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
+        "cores": usable_cores(),
         "points": [dataclasses.asdict(p) for p in points],
         "recommended_workers": bench_run.recommend(measured),
         "best_samples_per_s": best,

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:  # torch: imported when a point is measured, not with the command line
     from ..dataset import ShardDataset
 from ..errors import UsageError
+from ..host import usable_cores
 from ..sizes import count
 
 DECODE = {"none": None, "pil": "pil", "torch": "torch", "fast": "torch"}
@@ -102,7 +103,7 @@ def why_no_ideal(settings: Settings) -> str | None:
 
 def default_workers() -> list[int]:
     """1, 2, 4, ... up to the CPU cores this process may use, and the core count itself."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    cores = usable_cores()
     counts, n = [], 1
     while n < cores:
         counts.append(n)

@@ -21,6 +21,7 @@ from typing import Any
 import click
 
 from ..errors import ShardstreamError
+from ..host import usable_cores
 from ..sizes import count, format_size, parse_size
 from .common import cli, safe, safe_json, storage_option, storage_options_for
 
@@ -93,10 +94,7 @@ def cgroup_cpu_limit(root: str = CGROUP_ROOT) -> tuple[float, str] | None:
 
 def cores_report(root: str = CGROUP_ROOT) -> dict[str, Any]:
     """Cores this process may run on (affinity), the cgroup quota, and the usable count: the smaller."""
-    try:
-        affinity = len(os.sched_getaffinity(0))
-    except AttributeError:  # pragma: no cover - not Linux
-        affinity = os.cpu_count() or 1
+    affinity = usable_cores()
     limit = cgroup_cpu_limit(root)
     quota = limit[0] if limit else None
     usable = affinity if quota is None else max(1, min(affinity, math.ceil(quota)))

@@ -25,6 +25,7 @@ from torch.utils.data import get_worker_info
 from ..errors import ShardstreamError
 from .decode import PendingJpeg
 from .mapped import MappedBytes as MappedBytes  # its home is mapped; re-exported, batches use it
+from .shared_memory import shared_empty
 
 Allocator = Callable[[tuple[int, ...], torch.dtype], "torch.Tensor | None"]
 _ALLOCATOR: ContextVar[Allocator | None] = ContextVar("shardstream_batch_allocator", default=None)
@@ -50,9 +51,7 @@ def empty_batch_tensor(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tens
         return found if found is not None else torch.empty(shape, dtype=dtype)
     if get_worker_info() is None:
         return torch.empty(shape, dtype=dtype)
-    proto = torch.empty(0, dtype=dtype)
-    storage = proto._typed_storage()._new_shared(int(np.prod(shape)), device="cpu")
-    return proto.new(storage).resize_(shape)
+    return shared_empty(shape, dtype)
 
 
 class RaggedBytes(Sequence):
@@ -61,10 +60,6 @@ class RaggedBytes(Sequence):
     def __init__(self, data: torch.Tensor, offsets: torch.Tensor):
         self.data = data  # uint8, all values end to end
         self.offsets = offsets  # int64, len(batch) + 1
-
-    @classmethod
-    def from_values(cls, values: Sequence[bytes | bytearray | memoryview]) -> RaggedBytes:
-        return ragged_fields([values])[0]
 
     def slice(self, start: int, stop: int) -> RaggedBytes:
         """Values ``start:stop`` as views of the same memory (offsets kept absolute)."""

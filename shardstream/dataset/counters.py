@@ -16,10 +16,10 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
-import torch
 from torch.utils.data import get_worker_info
 
 from .readers import ArrowShard, OpenShards, TarShard
+from .shared_memory import shared_zeros
 
 FIELDS = (
     "samples",  # samples made into batches (or yielded) by the readers
@@ -42,19 +42,11 @@ INDEX = {name: i for i, name in enumerate(FIELDS)}
 _SLOTS = 1 + 256  # the main process, then DataLoader workers (more share slots)
 
 
-def _shared_int64(n: int) -> torch.Tensor:
-    """Zeroed int64 shared memory, made without a torch kernel (none may start OpenMP before a fork)."""
-    proto = torch.empty(0, dtype=torch.int64)
-    table = proto.new(proto._typed_storage()._new_shared(n, device="cpu"))
-    table.numpy()[:] = 0
-    return table
-
-
 class StageCounters:
     """Counts and stage times of every process reading one dataset; each adds to its own row."""
 
     def __init__(self) -> None:
-        self.table = _shared_int64(_SLOTS * len(FIELDS))
+        self.table = shared_zeros(_SLOTS * len(FIELDS))
         self._local: tuple[int, np.ndarray, threading.Lock] | None = None
 
     def __getstate__(self) -> dict[str, Any]:

@@ -271,11 +271,6 @@ class Decoder:
         return (self.whole is None and self.default is None and self.select is None
                 and all(how is None for how in self.fields.values()))
 
-    @property
-    def runs_user_code(self) -> bool:
-        """Whether decoding calls the user's functions (which may draw random numbers)."""
-        return self.whole is not None or any(callable(how) for how in self.fields.values())
-
     def __call__(self, sample: dict[str, Any]) -> dict[str, Any]:
         """The decoded sample. Any failure, in a built-in decoder or in the user's decode functions
         (whose job is parsing bytes that may be damaged), is a :class:`DecodeError`: bad data, which

@@ -31,6 +31,7 @@ from .collate import MappedBytes
 from .counters import StageCounters
 from .decode import Decoder, PendingJpeg
 from .readers import OpenShards
+from .shared_memory import shared_zeros
 
 log = logging.getLogger("shardstream")
 
@@ -38,14 +39,6 @@ _WORKER_SLOTS = 256  # DataLoader workers with their own count (more share slots
 _CLAIMS = 64  # shards a process can mark "reported" for the others at once
 _CLAIM_MS = 60_000  # how long a report keeps other processes from reporting the same shard
 _LINES_PER_PASS = 20  # per process: shards logged in one pass; the rest are only counted
-
-
-def _shared_int64(n: int) -> torch.Tensor:
-    """Zeroed int64 shared memory, made without a torch kernel (none may start OpenMP before a fork)."""
-    proto = torch.empty(0, dtype=torch.int64)
-    table = proto.new(proto._typed_storage()._new_shared(n, device="cpu"))
-    table.numpy()[:] = 0
-    return table
 
 
 class SkipCount:
@@ -59,7 +52,7 @@ class SkipCount:
 
     def __init__(self) -> None:
         # [0] what `total = v` subtracts, [1] the main process, [2:2+W] workers, then claims (shard+1, slot, ms)
-        self.table = _shared_int64(2 + _WORKER_SLOTS + 3 * _CLAIMS)
+        self.table = shared_zeros(2 + _WORKER_SLOTS + 3 * _CLAIMS)
 
     @staticmethod
     def slot() -> int:

@@ -14,10 +14,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import torch
 
 from .. import plan
 from ..errors import ShardstreamError
+from .shared_memory import shared_zeros
 
 STATE_VERSION = 1
 MAX_INTERVALS = 4096  # segment intervals the block holds (enough for resizes to 4,096 ranks)
@@ -53,8 +53,8 @@ class SharedPosition:
     """
 
     def __init__(self) -> None:
-        self.block = shared_int64(6 + 2 * MAX_INTERVALS)
-        self.gen = shared_int64(1)  # bumped by every set(): workers see changes
+        self.block = shared_zeros(6 + 2 * MAX_INTERVALS)
+        self.gen = shared_zeros(1)  # bumped by every set(): workers see changes
 
     @property
     def generation(self) -> int:
@@ -76,13 +76,6 @@ class SharedPosition:
         flat = b[6 : 6 + 2 * n].tolist()
         segment = [(flat[2 * i], flat[2 * i + 1]) for i in range(n)]
         return Position(epoch, rank, world_size, segment, segment_world, consumed)
-
-
-def shared_int64(n: int) -> torch.Tensor:
-    """A zeroed int64 tensor of ``n`` items in shared memory, made without a torch op that may use
-    OpenMP (fresh shared memory is zero-filled by the kernel)."""
-    storage = torch.UntypedStorage._new_shared(8 * n)
-    return torch.empty(0, dtype=torch.int64).set_(storage, 0, (n,), (1,))
 
 
 @dataclass(frozen=True)

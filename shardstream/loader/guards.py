@@ -30,8 +30,8 @@ from typing import Any
 import torch
 
 from ..errors import ShardstreamError
-
-SHM_PATH = "/dev/shm"
+from ..host import SHM_PATH, local_ranks, shm_free_bytes
+from ..sizes import format_size
 
 
 class SharedMemoryError(ShardstreamError):
@@ -49,15 +49,6 @@ class WorkerDeviceError(ShardstreamError):
 # -- shared memory --------------------------------------------------------------------------------
 
 
-def shm_free_bytes(path: str = SHM_PATH) -> int | None:
-    """Free bytes in the shared-memory file system, or None where there is none (not Linux)."""
-    try:
-        st = os.statvfs(path)
-    except (OSError, AttributeError):
-        return None
-    return st.f_bavail * st.f_frsize
-
-
 def batch_nbytes(batch: Any) -> int:
     """Bytes of the tensors in a (nested) batch: what a batch takes in shared memory.
 
@@ -65,22 +56,6 @@ def batch_nbytes(batch: Any) -> int:
     and ``MappedBytes`` are only locations, so none of them count.
     """
     return sum(t.numel() * t.element_size() for _, t in _tensors(batch))
-
-
-def local_ranks() -> int:
-    """Training processes on this machine (``LOCAL_WORLD_SIZE``, set by torchrun): they share /dev/shm."""
-    try:
-        return max(int(os.environ.get("LOCAL_WORLD_SIZE", "1")), 1)
-    except ValueError:
-        return 1
-
-
-def _size(nbytes: float) -> str:
-    for unit in ("bytes", "KB", "MB", "GB", "TB"):
-        if nbytes < 1000 or unit == "TB":
-            return f"{nbytes:,.0f} {unit}" if unit == "bytes" else f"{nbytes:,.1f} {unit}"
-        nbytes /= 1000
-    raise AssertionError("unreachable")
 
 
 def check_shm(batch_bytes: int, num_workers: int, batches_per_worker: float, *, extra_batches: int = 0,
@@ -105,8 +80,8 @@ def check_shm(batch_bytes: int, num_workers: int, batches_per_worker: float, *, 
         per = f"{ranks} local ranks x ({per})"
     suggest = max(1, -(-int(needed * 1.5) // 10**9))
     message = (
-        f"{path} has {_size(free)} free, but this loader keeps about {_size(needed)} of batches in shared "
-        f"memory there: {per} x {_size(batch_bytes)} per batch ({basis}); workers would die with 'Bus error' "
+        f"{path} has {format_size(free)} free, but this loader keeps about {format_size(needed)} of batches in shared "
+        f"memory there: {per} x {format_size(batch_bytes)} per batch ({basis}); workers would die with 'Bus error' "
         f"or the loader would hang. Give the container more shared memory (docker run --shm-size={suggest}g, "
         f"or --ipc=host; on Kubernetes mount an emptyDir with medium: Memory at /dev/shm), or lower num_workers, "
         f"prefetch_factor or batch_size. torch's 'file_system' sharing strategy would not help: it keeps "

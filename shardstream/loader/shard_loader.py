@@ -15,7 +15,7 @@ and world size are resolved when a pass starts; accelerate's ``prepare()`` retur
 It configures itself (workers, pinned memory, persistent workers, prefetch, per-worker
 seeds) and checks, before its workers start, what would make them crash or hang later:
 a ``/dev/shm`` too small for the batches in flight, parts that ``spawn`` workers cannot
-unpickle, tensors a worker returns on a GPU (see :mod:`shardstream.guards`).
+unpickle, tensors a worker returns on a GPU (see :mod:`shardstream.loader.guards`).
 """
 
 from __future__ import annotations
@@ -23,7 +23,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import logging
-import os
 from collections.abc import Iterator
 from typing import Any
 
@@ -34,6 +33,7 @@ from torch.utils.data.dataloader import _InfiniteConstantSampler
 from ..dataset import LoaderSetup, Readable
 from ..dataset import setup as _readers
 from ..errors import ShardstreamError
+from ..host import local_ranks, usable_cores
 from . import guards, worker_errors
 from .stats import Callback, LoaderStats, StatsRecorder
 from .transport import Receiver, Ring
@@ -43,13 +43,9 @@ log = logging.getLogger("shardstream")
 
 def default_num_workers() -> int:
     """min(4 x GPUs, CPU cores - 1), shared among the training processes of this machine, at least 1."""
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:  # pragma: no cover - not Linux
-        cores = os.cpu_count() or 1
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    ranks = guards.local_ranks()  # torchrun's processes on this machine share its cores (each sees every GPU)
-    return max(min(4 * gpus, cores - 1) // ranks, 1)
+    # torchrun's processes on this machine share its cores (each sees every GPU)
+    return max(min(4 * gpus, usable_cores() - 1) // local_ranks(), 1)
 
 
 def _from_worker(batch: Any) -> Any:
@@ -88,7 +84,7 @@ class ShardLoader(DataLoader):
     with workers; a ``generator`` seeded from the dataset's seed (so creating an iterator
     does not draw from the global torch RNG). ``seed_workers`` (default: the dataset's,
     True) reseeds ``random``, ``numpy`` and ``torch`` in the workers before every batch from
-    (seed, epoch, position of its first sample); see :mod:`shardstream.seeding`.
+    (seed, epoch, position of its first sample); see :mod:`shardstream.dataset.seeding`.
     ``shm_check``: ``"raise"`` (default), ``"warn"`` or ``"off"`` when ``/dev/shm`` looks
     too small for the batches in flight. An error of shardstream's own (a
     :class:`~shardstream.errors.ShardstreamError`: a corrupt shard, a sample that does not decode, a

@@ -27,6 +27,7 @@ import numpy as np
 import torch
 
 from ..dataset.collate import RaggedBytes, allocating
+from ..dataset.shared_memory import shared_empty
 
 _ALIGN = 64
 _WAIT_S = 0.005  # longest wait for a free arena before taking a new one
@@ -58,13 +59,8 @@ class Shipment:
 class _Arena:
     def __init__(self, ident: int, nbytes: int):
         self.ident = ident
-        self.tensor = _shared_bytes(nbytes)
+        self.tensor = shared_empty((max(nbytes, 1),), torch.uint8)
         self.sent = False
-
-
-def _shared_bytes(nbytes: int) -> torch.Tensor:
-    proto = torch.empty(0, dtype=torch.uint8)
-    return proto.new(proto._typed_storage()._new_shared(max(nbytes, 1), device="cpu"))
 
 
 class Ring:

@@ -19,15 +19,14 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from typing import Any, TypeVar
 
+from ..host import usable_cores
+
 R = TypeVar("R")
 
 
 def default_workers() -> int:
     """The cores this process may use."""
-    try:
-        return max(len(os.sched_getaffinity(0)), 1)
-    except AttributeError:
-        return os.cpu_count() or 1
+    return usable_cores()
 
 
 def _pool_context() -> multiprocessing.context.BaseContext:

@@ -424,10 +424,11 @@ def test_a_state_saved_right_after_loading_one_resumes_the_same(url):
 def test_default_num_workers(monkeypatch, cores, gpus, ranks, expected):
     import torch
 
+    from shardstream import host
     from shardstream.loader import shard_loader as loader_module
 
     monkeypatch.setenv("LOCAL_WORLD_SIZE", str(ranks))  # torchrun's processes on this machine share its cores
-    monkeypatch.setattr(loader_module.os, "sched_getaffinity", lambda pid: set(range(cores)))
+    monkeypatch.setattr(host.os, "sched_getaffinity", lambda pid: set(range(cores)))
     monkeypatch.setattr(torch.cuda, "is_available", lambda: gpus > 0)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: gpus)
     assert loader_module.default_num_workers() == expected  # min(4 x GPUs, cores - 1) / local ranks, at least 1
