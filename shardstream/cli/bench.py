@@ -60,9 +60,9 @@ def bench(dataset: str, workers: list[int] | None, batch_size: int, decode: str,
     """
     bench_run.check_decode(decode)
     if plot_path is not None:
-        from .plots import _pyplot
+        from .plots import pyplot
 
-        _pyplot()  # before measuring: a missing extra is said at once
+        pyplot()  # before measuring: a missing extra is said at once
     store, manifest = open_dataset(dataset, storage_options)
     options = storage_options_for(storage_options, dataset)
     settings = bench_run.Settings(

@@ -19,7 +19,8 @@ SIZE = (13.0, 4.2)  # inches at 100 dpi: 1300 x 420 pixels, readable at 100%
 DPI = 100
 
 
-def _pyplot() -> Any:
+def pyplot() -> Any:
+    """matplotlib's pyplot on the Agg backend (files only), or a one-line error naming the extra."""
     try:
         import matplotlib
     except ImportError as exc:
@@ -33,7 +34,7 @@ def _pyplot() -> Any:
 
 def bench_figure(result: Mapping[str, Any], path: str) -> None:
     """Write ``shardstream bench``'s result (its JSON) as a PNG at ``path``."""
-    plt = _pyplot()
+    plt = pyplot()
     fig = _bench(plt, result)
     fig.savefig(path, dpi=DPI)
     plt.close(fig)
@@ -61,7 +62,7 @@ def _bench(plt: Any, result: Mapping[str, Any]) -> Any:
 def data_wait_figure(history: Sequence[tuple[float, float]], path: str,
                      title: str = "data wait and compute per step") -> None:
     """Write a training run's data wait per step (``DeviceLoader.stats().history``) as a PNG at ``path``."""
-    plt = _pyplot()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(6.5, SIZE[1]), dpi=DPI)
     _waits(ax, [w for w, _ in history], title, [c for _, c in history])
     fig.tight_layout()

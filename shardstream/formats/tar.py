@@ -15,13 +15,13 @@ from collections.abc import Iterable, Iterator
 from ..errors import CorruptShardError
 from .compression import decompress  # noqa: F401 - tar.decompress, as in 0.1
 from .tar_writer import (  # noqa: F401 - the writing side, under the names it had here
-    _ZEROS,
     BLOCK,
     END_OF_ARCHIVE,
+    ZERO_BLOCK,
     TarShardWriter,
-    _pad,
     member_header,
     member_size,
+    padding,
     sample_size,
 )
 
@@ -128,7 +128,7 @@ def iter_members(buf, name: str = "shard", check: bool = True) -> Iterator[tuple
 
     while pos + BLOCK <= total:
         header = bytes(view[pos : pos + BLOCK])
-        if header == _ZEROS:
+        if header == ZERO_BLOCK:
             break
         unchecked.append(pos)
         if len(unchecked) >= 1024:
@@ -155,7 +155,7 @@ def iter_members(buf, name: str = "shard", check: bool = True) -> Iterator[tuple
         if size > total - data:
             raise damaged(f"truncated at byte {total}: member at byte {pos} needs {size} bytes "
                           f"but only {total - data} remain")
-        end = data + size + _pad(size)
+        end = data + size + padding(size)
         if kind in _EXTENDED and kind != b"g" and ((b"x" if kind in b"xX" else kind) in kinds
                                                    or kind == b"L" and "path" in ext):
             raise damaged(f"extended header at byte {pos} ({kind!r}) repeats one before it")

@@ -15,11 +15,12 @@ from .tar_index import IndexBuilder
 
 BLOCK = 512
 END_OF_ARCHIVE = bytes(2 * BLOCK)
-_ZEROS = bytes(BLOCK)
+ZERO_BLOCK = bytes(BLOCK)  # a header block of zeros: the end of an archive
 _MAX_OCTAL_SIZE = 8**11 - 1
 
 
-def _pad(n: int) -> int:
+def padding(n: int) -> int:
+    """Bytes of zeros after a member of ``n`` bytes, up to the next block."""
     return -n % BLOCK
 
 
@@ -69,7 +70,7 @@ def member_header(name: str, size: int) -> bytes:
         records += _pax_record("path", raw)
     if size > _MAX_OCTAL_SIZE:
         records += _pax_record("size", str(size).encode())
-    pax = _ustar_header(b"././@PaxHeader", b"", len(records), b"x") + records + bytes(_pad(len(records)))
+    pax = _ustar_header(b"././@PaxHeader", b"", len(records), b"x") + records + bytes(padding(len(records)))
     short = split[1] if split is not None else raw[-100:].lstrip(b"/")
     return pax + _ustar_header(short, split[0] if split else b"", min(size, _MAX_OCTAL_SIZE))
 
@@ -77,8 +78,8 @@ def member_header(name: str, size: int) -> bytes:
 def member_size(name: str, size: int) -> int:
     """Bytes that member ``name`` of ``size`` bytes takes in a tar, headers and padding included."""
     if len(name.encode("utf-8", "surrogateescape")) <= 100 and size <= _MAX_OCTAL_SIZE:
-        return BLOCK + size + _pad(size)
-    return len(member_header(name, size)) + size + _pad(size)
+        return BLOCK + size + padding(size)
+    return len(member_header(name, size)) + size + padding(size)
 
 
 def sample_size(key: str, fields: Iterable[tuple[str, int]]) -> int:
@@ -114,8 +115,8 @@ class TarShardWriter:
             n = memoryview(data).nbytes
             name = f"{key}.{ext}"
             header = member_header(name, n)
-            pad = _pad(n)
-            pieces += (header, data, _ZEROS[:pad]) if pad else (header, data)
+            pad = padding(n)
+            pieces += (header, data, ZERO_BLOCK[:pad]) if pad else (header, data)
             members.append((name, len(header), n))
             self.tar_bytes += len(header) + n + pad
         if self.index is not None:

@@ -21,14 +21,14 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ..formats.tar import END_OF_ARCHIVE, member_header
+from ..formats.tar import END_OF_ARCHIVE, ZERO_BLOCK, member_header
 from ..formats.tar_index import IndexBuilder
 from ..sources import FileSample
 from ..sources.remote import is_remote
 
 BUFFER_BYTES = 1 << 20  # small enough to stay in a core's cache between the read, the hash and the write
 WRITEBACK_BYTES = 8 << 20  # start the disk writes of every this many bytes
-_ZEROS = bytes(512)
+
 _SYNC_FILE_RANGE_WRITE = 2  # linux/fs.h: start writeback of the range, do not wait
 _DIR_FD = os.open in os.supports_dir_fd and hasattr(os, "O_DIRECTORY")
 
@@ -145,13 +145,13 @@ def write_files(fd: int, samples: Sequence[FileSample], read: Callable[[str, int
                     if start + size + 1 + pad <= BUFFER_BYTES:
                         view[pos:start] = header
                         if folders.read_into(path, view[start : start + size + 1]) == size:
-                            view[start + size : start + size + pad] = _ZEROS[:pad]
+                            view[start + size : start + size + pad] = ZERO_BLOCK[:pad]
                             if sample_hash is not None:
                                 sample_hash.update(view[pos : start + size + pad])
                             pos = start + size + pad
                             continue
                 data = label if path is None else read(path, size)
-                for piece in (header, data, _ZEROS[:pad]):
+                for piece in (header, data, ZERO_BLOCK[:pad]):
                     put(piece)  # type: ignore[arg-type]
                     if sample_hash is not None:
                         sample_hash.update(piece)  # type: ignore[arg-type]
