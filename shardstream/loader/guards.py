@@ -197,12 +197,12 @@ def check_picklable(parts: Mapping[str, Any], method: str) -> None:
 
 
 def check_dataset_picklable(dataset: Any, method: str) -> None:
-    """Like :func:`check_picklable` for the dataset itself, naming the attribute that fails
-    (as the dataset pickles itself: through ``__getstate__`` when it has one)."""
+    """Like :func:`check_picklable` for the dataset itself, naming the attribute that fails (as the
+    dataset pickles itself: through its ``__getstate__``, which every ``PlannedDataset`` has)."""
     exc = _picklable(dataset)
     if exc is None:
         return
-    state = dataset.__getstate__() if hasattr(dataset, "__getstate__") else vars(dataset)
+    state = dataset.__getstate__()
     if isinstance(state, Mapping):
         check_picklable({f"the dataset's attribute {name!r},": value for name, value in state.items()}, method)
     raise WorkerPickleError(f"the dataset ({type(dataset).__qualname__}) cannot be pickled, which {method!r} "

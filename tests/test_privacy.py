@@ -1,0 +1,92 @@
+"""Modules talk through public names: no module reads another module's ``_private`` names, the loader
+never probes a dataset with ``getattr``/``hasattr`` (it asks what the ``Readable`` contract names),
+and nothing writes into another object's ``__dict__``. Read from the source with ``ast``."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1] / "shardstream"
+ENTRY_POINTS = {"_moved"}  # the package root imports its table of moved names
+
+
+def trees() -> dict[str, ast.Module]:
+    return {str(p.relative_to(ROOT.parent)): ast.parse(p.read_text()) for p in sorted(ROOT.rglob("*.py"))}
+
+
+def defined_names(tree: ast.Module) -> set[str]:
+    """Names a module defines: functions, classes, attributes and variables it assigns, and string
+    constants (keys of its own ``__dict__``)."""
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
+            names.add(node.attr)
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            names.add(node.id)
+        elif isinstance(node, ast.arg):
+            names.add(node.arg)
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            names.add(node.value)
+    return names
+
+
+def private(name: str) -> bool:
+    return name.startswith("_") and not name.startswith("__")
+
+
+def test_no_module_reads_another_modules_private_names():
+    found = trees()
+    ours = {name: defined_names(tree) for name, tree in found.items()}
+    everywhere = set().union(*ours.values())
+    bad = []
+    for module, tree in found.items():
+        own = ours[module]
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom):
+                bad += [f"{module}:{node.lineno} imports {a.name}" for a in node.names
+                        if private(a.name) and a.name not in ENTRY_POINTS and (node.module or "").startswith(".")]
+                bad += [f"{module}:{node.lineno} imports {a.name}" for a in node.names
+                        if private(a.name) and node.level > 0 and a.name not in ENTRY_POINTS]
+            elif isinstance(node, ast.Attribute) and private(node.attr):
+                base = node.value
+                if isinstance(base, ast.Name) and base.id in ("self", "cls"):
+                    continue
+                if node.attr in everywhere and node.attr not in own:  # a private name of another module's
+                    bad.append(f"{module}:{node.lineno} reads .{node.attr}")
+    assert not sorted(set(bad))
+
+
+def test_the_loader_asks_datasets_only_what_the_contract_names():
+    bad = []
+    for module, tree in trees().items():
+        if not module.startswith(("shardstream/loader/", "shardstream/cli/bench", "shardstream/device")):
+            continue
+        for node in ast.walk(tree):
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+                    and node.func.id in ("getattr", "hasattr") and node.args):
+                target = ast.unparse(node.args[0])
+                if target in ("dataset", "ds", "self.dataset") or target.endswith(".dataset"):
+                    bad.append(f"{module}:{node.lineno} {ast.unparse(node)}")
+    assert not bad
+
+
+def test_nothing_writes_into_another_objects_dict():
+    bad = []
+    for module, tree in trees().items():
+        for node in ast.walk(tree):
+            owner = None
+            if (isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Store)
+                    and isinstance(node.value, ast.Attribute) and node.value.attr == "__dict__"):
+                owner = node.value.value
+            elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                  and node.func.attr in ("update", "setdefault", "pop") and isinstance(node.func.value, ast.Attribute)
+                  and node.func.value.attr == "__dict__"):
+                owner = node.func.value.value
+            elif (isinstance(node, ast.Call) and ast.unparse(node.func) == "object.__setattr__" and node.args):
+                owner = node.args[0]
+            if owner is not None and not (isinstance(owner, ast.Name) and owner.id == "self"):
+                bad.append(f"{module}:{node.lineno} {ast.unparse(node)[:80]}")
+    assert not bad
