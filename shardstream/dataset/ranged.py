@@ -102,49 +102,62 @@ class RangedReads:
                whole: Callable[[int], Any]) -> dict[int, PartialShard]:
         if not self.active:
             return {}
-        bridge: dict[int, bool] = {}  # shard -> on its way (not open, not loaded, not in the local cache)
-        for s in set(ids.tolist()):
-            bridge[s] = not is_open(s) and self.coming(s) and not self.fetcher.cached(s)
-            if is_open(s):
-                self.bridged = True
-        if self.bridged:
-            return {}
-        wanted = list(dict.fromkeys((s, o) for s, o in zip(ids.tolist(), offsets.tolist()) if bridge[s]))
-        self.load_indexes([s for s, _ in wanted])
-        spans = [(s, o, self._indexes.get(s)) for s, o in wanted]
-        spans = [(s, o, index) for s, o, index in spans if index is not None]
+        spans = self._spans(ids, offsets, is_open)
         if not spans:
             return {}
         starts = [int(index.offsets[o]) for _, o, index in spans]
         ends = [int(index.offsets[o + 1]) for _, o, index in spans]
         digests = [index.digests[32 * o : 32 * o + 32] for _, o, index in spans]
-        shards = [s for s, _, _ in spans]
-        parts: list[bytes] = []
         try:
-            if not self.probed:  # a few requests first: a server slow at ranged GETs is left alone this pass
-                self.probed = True
-                waves = []
-                for stop in (1, 1 + PROBE_WAVE):
-                    started, done = time.perf_counter(), len(parts)
-                    parts += self.fetcher.read_spans(shards[done:stop], starts[done:stop], ends[done:stop],
-                                                     digests[done:stop])
-                    waves.append(time.perf_counter() - started)
-                # concurrent GETs that take several times one GET (and long): the server works through them
-                # one by one, each as dear as a whole object (moto); a slow link alone slows both alike
-                if len(spans) > 1 and waves[1] > max(PROBE_SECONDS, PARALLEL_SLOWDOWN * waves[0]):
-                    self.bridged = True
-            if not self.bridged:
-                parts += self.fetcher.read_spans(shards[len(parts):], starts[len(parts):], ends[len(parts):],
-                                                 digests[len(parts):])
+            parts = self._read([s for s, _, _ in spans], starts, ends, digests)
         except Exception:  # noqa: BLE001 - the whole shards are read instead, and say what is wrong
             return {}
         self.spent += len(parts)
+        return self._partials(spans, parts, whole)
+
+    def _spans(self, ids: np.ndarray, offsets: np.ndarray, is_open: Callable[[int], bool]) -> list[Any]:
+        """(shard, offset, index) of the batch's samples whose shards are on their way (not open, not loaded,
+        not in the local cache) and whose index reads; none once a shard of a batch has arrived."""
+        bridge: dict[int, bool] = {}
+        for s in set(ids.tolist()):
+            bridge[s] = not is_open(s) and self.coming(s) and not self.fetcher.cached(s)
+            if is_open(s):
+                self.bridged = True
+        if self.bridged:
+            return []
+        wanted = list(dict.fromkeys((s, o) for s, o in zip(ids.tolist(), offsets.tolist()) if bridge[s]))
+        self.load_indexes([s for s, _ in wanted])
+        spans = [(s, o, self._indexes.get(s)) for s, o in wanted]
+        return [(s, o, index) for s, o, index in spans if index is not None]
+
+    def _read(self, shards: list[int], starts: list[int], ends: list[int], digests: list[bytes]) -> list[bytes]:
+        """The spans' bytes, checked; the first time a few requests first: a server slow at ranged GETs
+        (it works through concurrent ones one by one, each as dear as a whole object: moto) is left alone
+        for the rest of the pass, while a slow link alone slows one GET and several alike."""
+        parts: list[bytes] = []
+        if not self.probed:
+            self.probed = True
+            waves = []
+            for stop in (1, 1 + PROBE_WAVE):
+                started, done = time.perf_counter(), len(parts)
+                parts += self.fetcher.read_spans(shards[done:stop], starts[done:stop], ends[done:stop],
+                                                 digests[done:stop])
+                waves.append(time.perf_counter() - started)
+            if len(shards) > 1 and waves[1] > max(PROBE_SECONDS, PARALLEL_SLOWDOWN * waves[0]):
+                self.bridged = True
+        if not self.bridged:
+            done = len(parts)
+            parts += self.fetcher.read_spans(shards[done:], starts[done:], ends[done:], digests[done:])
+        return parts
+
+    def _partials(self, spans: list[Any], parts: list[bytes], whole: Callable[[int], Any]) -> dict[int, PartialShard]:
+        """The samples read, by shard, each parsed as strictly as a whole shard (its sha256 said the bytes
+        are as packed); one that does not parse is left to the whole shard, which says what is wrong."""
         partial: dict[int, PartialShard] = {}
         for (shard, offset, _), data in zip(spans, parts):
             name = self.fetcher.store.url_of(self.manifest.paths[shard])
-            where = f"{name} (sample {offset})"
-            try:  # parsed as strictly as a whole shard; the sha256 said the bytes are as packed
-                keys, fields = tar_format.index_samples(data + tar_format.END_OF_ARCHIVE, where)
+            try:
+                keys, fields = tar_format.index_samples(data + tar_format.END_OF_ARCHIVE, f"{name} (sample {offset})")
             except Exception:  # noqa: BLE001 - the whole shard is read instead, and says what is wrong
                 continue
             if len(keys) != 1:  # the index's span holds one sample, as packed

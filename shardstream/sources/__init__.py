@@ -103,21 +103,36 @@ def open_source(path: str, layout: str = "auto", storage_options: dict[str, Any]
         raise SourceError(f"source {path} does not exist ({kind})")
     kind = layout if layout in SAMPLE_KINDS else detect_kind(path) if layout == "auto" else None
     if kind is not None:
-        lister = REGISTRY[kind].load(kind)
-        unknown = sorted(set(options) - set(inspect.signature(lister).parameters))
-        if unknown:
-            raise SourceError(f"{', '.join(unknown)} do not apply to {path}, a {kind} source")
-        return lister(path, **options)
+        return _open_samples(kind, path, options)
     if options:
         raise SourceError(f"{', '.join(sorted(options))} apply to HDF5, LMDB and NumPy sources, not to {path}")
     if os.path.isfile(path):
-        suffix = os.path.splitext(path)[1].lower()
-        if suffix not in TABLE_SUFFIXES or layout in ("imagefolder", "files"):
-            raise SourceError(
-                f"cannot pack the file {path}: give a folder, or a table file "
-                f"({', '.join(sorted(TABLE_SUFFIXES))})"
-            )
-        return REGISTRY["table"].load("table")(path, TABLE_SUFFIXES[suffix], [path])
+        return _open_table_file(path, layout)
+    return _open_folder(path, layout)
+
+
+def _open_samples(kind: str, path: str, options: dict[str, Any]) -> Any:
+    """A source of samples of one of :data:`SAMPLE_KINDS` (HDF5, LMDB, NumPy, Hugging Face, shards)."""
+    lister = REGISTRY[kind].load(kind)
+    unknown = sorted(set(options) - set(inspect.signature(lister).parameters))
+    if unknown:
+        raise SourceError(f"{', '.join(unknown)} do not apply to {path}, a {kind} source")
+    return lister(path, **options)
+
+
+def _open_table_file(path: str, layout: str) -> Any:
+    """One table file (Parquet, CSV, JSON lines, Arrow)."""
+    suffix = os.path.splitext(path)[1].lower()
+    if suffix not in TABLE_SUFFIXES or layout in ("imagefolder", "files"):
+        raise SourceError(
+            f"cannot pack the file {path}: give a folder, or a table file "
+            f"({', '.join(sorted(TABLE_SUFFIXES))})"
+        )
+    return REGISTRY["table"].load("table")(path, TABLE_SUFFIXES[suffix], [path])
+
+
+def _open_folder(path: str, layout: str) -> Any:
+    """A local folder: of table files, of class folders of images (ImageFolder), or of files grouped by key."""
     files, hidden = walk(path)
     if not files:
         extra = f" ({hidden} hidden entries skipped)" if hidden else ""

@@ -140,24 +140,8 @@ def open_hdf5_source(path: str, fields: Sequence[str] | None = None) -> HDF5Sour
                     found[name] = obj
 
             file.visititems(visit)
-            wanted = sorted(found) if fields is None else [f.strip("/") for f in fields]
-            missing = [f for f in wanted if f not in found]
-            if missing:
-                names = ", ".join(sorted(found)) or "none"
-                raise SourceError(f"{path}: no dataset {missing[0]!r} (datasets: {names}); fix --fields")
-            if fields is None:
-                wanted = [f for f in wanted if found[f].ndim >= 1]  # one value: an attribute of the file, not rows
-            if not wanted:
-                raise SourceError(f"{path} holds no datasets with rows (first axis); nothing to pack")
-            lengths = {}
-            for name in wanted:
-                if found[name].ndim == 0:
-                    raise SourceError(f"{path}: dataset {name!r} holds one value, not rows along axis 0; fix --fields")
-                lengths[name] = int(found[name].shape[0])
-            if len(set(lengths.values())) > 1:
-                detail = ", ".join(f"{n}: {k}" for n, k in lengths.items())
-                raise SourceError(f"{path}: datasets have different lengths along axis 0 ({detail}); pick datasets "
-                                  "of one length with --fields (fields=)")
+            wanted = _wanted(path, found, fields)
+            n = _rows(path, {name: found[name] for name in wanted})
             columns, row_bytes = [], 0
             for name in wanted:
                 column, nbytes = _column(path, name, found[name])
@@ -168,7 +152,34 @@ def open_hdf5_source(path: str, fields: Sequence[str] | None = None) -> HDF5Sour
                 row_bytes += nbytes
     except OSError as exc:
         raise SourceError(f"cannot read HDF5 file {path}: {' '.join(str(exc).split())}; {_fix(path)}") from None
-    n = next(iter(lengths.values()))
     if n == 0:
         raise SourceError(f"{path}: the datasets have no rows; nothing to pack")
     return HDF5Source(path, sorted(columns), n, row_bytes)
+
+
+def _wanted(path: str, found: dict[str, Any], fields: Sequence[str] | None) -> list[str]:
+    """The datasets to pack: those ``fields`` names (each must exist), else every one with rows."""
+    wanted = sorted(found) if fields is None else [f.strip("/") for f in fields]
+    missing = [f for f in wanted if f not in found]
+    if missing:
+        names = ", ".join(sorted(found)) or "none"
+        raise SourceError(f"{path}: no dataset {missing[0]!r} (datasets: {names}); fix --fields")
+    if fields is None:
+        wanted = [f for f in wanted if found[f].ndim >= 1]  # one value: an attribute of the file, not rows
+    if not wanted:
+        raise SourceError(f"{path} holds no datasets with rows (first axis); nothing to pack")
+    return wanted
+
+
+def _rows(path: str, datasets: dict[str, Any]) -> int:
+    """Rows along axis 0, which every dataset must have as many of."""
+    lengths = {}
+    for name, dataset in datasets.items():
+        if dataset.ndim == 0:
+            raise SourceError(f"{path}: dataset {name!r} holds one value, not rows along axis 0; fix --fields")
+        lengths[name] = int(dataset.shape[0])
+    if len(set(lengths.values())) > 1:
+        detail = ", ".join(f"{n}: {k}" for n, k in lengths.items())
+        raise SourceError(f"{path}: datasets have different lengths along axis 0 ({detail}); pick datasets "
+                          "of one length with --fields (fields=)")
+    return next(iter(lengths.values()))
