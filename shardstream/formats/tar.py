@@ -110,29 +110,70 @@ def iter_members(buf, name: str = "shard", check: bool = True) -> Iterator[tuple
     tar (bad checksums unless ``check=False``, odd numbers, truncation, data after the end, an empty file,
     what readers disagree on). Checksums are checked in batches: a consumer that stops early may have been
     handed members whose header is unchecked; one that reads to the end has had every header checked."""
-    view = memoryview(buf)
-    total = len(view)
-    pos = 0
-    ext: dict[str, bytes] = {}  # what the extended headers since the last member say about the next one
-    kinds: list[bytes] = []  # and which those headers were
-    unchecked: list[int] = []
-
-    def verify() -> None:
-        if check and unchecked:
-            _check_sums(view, unchecked, name)
-        unchecked.clear()
-
-    def damaged(message: str) -> CorruptShardError:
-        verify()  # a bad checksum explains a structural error best
-        return CorruptShardError(f"{name}: {message}; {_REDO}")
-
-    while pos + BLOCK <= total:
-        header = bytes(view[pos : pos + BLOCK])
+    scan = _Scan(memoryview(buf), name, check)
+    while scan.pos + BLOCK <= scan.total:
+        header = bytes(scan.view[scan.pos : scan.pos + BLOCK])
         if header == ZERO_BLOCK:
             break
-        unchecked.append(pos)
-        if len(unchecked) >= 1024:
-            verify()
+        member = scan.member(header)
+        if member is not None:
+            yield member
+    scan.finish()
+
+
+class _Scan:
+    """One pass over a tar's headers: where it is, what the extended headers since the last member say
+    about the next one (and which they were), and the headers whose checksums are still to check."""
+
+    def __init__(self, view: memoryview, name: str, check: bool):
+        self.view, self.total, self.name, self.check = view, len(view), name, check
+        self.pos = 0
+        self.ext: dict[str, bytes] = {}
+        self.kinds: list[bytes] = []
+        self.unchecked: list[int] = []
+
+    def verify(self) -> None:
+        if self.check and self.unchecked:
+            _check_sums(self.view, self.unchecked, self.name)
+        self.unchecked.clear()
+
+    def damaged(self, message: str) -> CorruptShardError:
+        self.verify()  # a bad checksum explains a structural error best
+        return CorruptShardError(f"{self.name}: {message}; {_REDO}")
+
+    def member(self, header: bytes) -> tuple[str, int, int] | None:
+        """Read the header at :attr:`pos` and move past its member: the regular file it is, else None."""
+        pos = self.pos
+        self.unchecked.append(pos)
+        if len(self.unchecked) >= 1024:
+            self.verify()
+        kind = header[156:157]
+        size = self._size(header, pos)
+        size = int(self.ext["size"]) if kind not in _EXTENDED and "size" in self.ext else size
+        folder = kind == b"\0" and header[:100].split(b"\0", 1)[0].endswith(b"/")  # a folder, old style
+        if size and (kind in _NO_DATA or folder):
+            raise self.damaged(f"member at byte {pos} of type {kind!r} has {size} bytes of data, which readers skip")
+        if folder and self.kinds or kind == b"5" and b"L" in self.kinds and not self.ext["path"].endswith(b"/"):
+            raise self.damaged(f"member at byte {pos} is a folder to some readers only (type {kind!r}, extended)")
+        data = pos + BLOCK
+        if size > self.total - data:
+            raise self.damaged(f"truncated at byte {self.total}: member at byte {pos} needs {size} bytes "
+                               f"but only {self.total - data} remain")
+        end = data + size + padding(size)
+        found = None
+        if kind in _EXTENDED:
+            self._extended(kind, pos, data, size, end)
+        elif kind == b"S":
+            raise self.damaged(f"member at byte {pos} is a GNU sparse file, which a shard cannot hold")
+        elif kind in _REGULAR and not folder:
+            found = self._name(header, pos), data, size
+        if kind not in _EXTENDED:
+            self.ext, self.kinds = {}, []
+        self.pos = end
+        return found
+
+    def _size(self, header: bytes, pos: int) -> int:
+        """The header's size field, its other number fields checked as tarfile reads them."""
         try:
             if (usual := _USUAL.fullmatch(header, 100, 148)) and _DEVICES.fullmatch(header, 329, 345):
                 size = int(usual.group(1), 8)
@@ -143,69 +184,64 @@ def iter_members(buf, name: str = "shard", check: bool = True) -> Iterator[tuple
             if size < 0:
                 raise ValueError(f"negative size {size}")
         except ValueError as exc:
-            raise damaged(f"bad tar header at byte {pos} ({exc})") from None
-        kind = header[156:157]
-        size = int(ext["size"]) if kind not in _EXTENDED and "size" in ext else size
-        folder = kind == b"\0" and header[:100].split(b"\0", 1)[0].endswith(b"/")  # a folder, old style
-        if size and (kind in _NO_DATA or folder):
-            raise damaged(f"member at byte {pos} of type {kind!r} has {size} bytes of data, which readers skip")
-        if folder and kinds or kind == b"5" and b"L" in kinds and not ext["path"].endswith(b"/"):
-            raise damaged(f"member at byte {pos} is a folder to some readers only (type {kind!r}, extended)")
-        data = pos + BLOCK
-        if size > total - data:
-            raise damaged(f"truncated at byte {total}: member at byte {pos} needs {size} bytes "
-                          f"but only {total - data} remain")
-        end = data + size + padding(size)
-        if kind in _EXTENDED and kind != b"g" and ((b"x" if kind in b"xX" else kind) in kinds
-                                                   or kind == b"L" and "path" in ext):
-            raise damaged(f"extended header at byte {pos} ({kind!r}) repeats one before it")
-        if kind in (b"x", b"X", b"g"):
-            try:
-                records = _parse_pax(bytes(view[data : data + size]))
-                if _has_data(view[:end], data + size):
-                    raise ValueError("bytes after the records")
-                if not _PAX_SIZE.fullmatch(records.get("size", b"0")):
-                    raise ValueError(f"size {records['size'][:30]!r}")
-            except ValueError as exc:
-                raise damaged(f"bad PAX header at byte {pos} ({exc})") from None
-            odd = [k for k in records if k.startswith("GNU.sparse.") or (kind == b"g" and k in ("path", "size"))]
-            if odd or ("path" in records and "path" in ext and kind != b"g"):
-                raise damaged(f"PAX header at byte {pos} sets {(odd or ['path'])[0]!r}, which readers take differently")
-            if kind != b"g":
-                ext.update(records)
-            kinds.append(b"g" if kind == b"g" else b"x")
-        elif kind in (b"L", b"K"):
-            ext.update({"path": bytes(view[data:end]).split(b"\0", 1)[0]} if kind == b"L" else {})
+            raise self.damaged(f"bad tar header at byte {pos} ({exc})") from None
+        return size
+
+    def _extended(self, kind: bytes, pos: int, data: int, size: int, end: int) -> None:
+        """Take in a PAX or GNU long-name header, which speaks of the next member."""
+        kinds, ext = self.kinds, self.ext
+        if kind != b"g" and ((b"x" if kind in b"xX" else kind) in kinds or kind == b"L" and "path" in ext):
+            raise self.damaged(f"extended header at byte {pos} ({kind!r}) repeats one before it")
+        if kind in (b"L", b"K"):
+            ext.update({"path": bytes(self.view[data:end]).split(b"\0", 1)[0]} if kind == b"L" else {})
             kinds.append(kind)
-        elif kind == b"S":
-            raise damaged(f"member at byte {pos} is a GNU sparse file, which a shard cannot hold")
-        elif kind in _REGULAR and not folder:
-            raw = ext.get("path")
-            if raw is None:
-                raw = header[:100].split(b"\0", 1)[0]
-                prefix = header[345:500].split(b"\0", 1)[0]
-                if prefix and header[257:263] != b"ustar\0":
-                    raise damaged(f"member at byte {pos} has a name prefix in a header that is not ustar")
-                raw = prefix + b"/" + raw if prefix else raw
-            if raw.endswith(b"/"):
-                raise damaged(f"regular file at byte {pos} has a folder's name {raw[-40:]!r}")
-            yield raw.decode("utf-8", "surrogateescape"), data, size
-        if kind not in _EXTENDED:
-            ext, kinds = {}, []
-        pos = end
-    if total - pos >= BLOCK:  # the loop met a zero block: the end-of-archive marker
-        if kinds:
-            raise damaged(f"the extended header before byte {pos} is followed by no member")
-        if _has_data(view, pos):
-            raise damaged(f"data after the end-of-archive marker at byte {pos} (a zeroed header, or tars joined)")
-        if total - pos < 2 * BLOCK:
-            raise damaged(f"truncated at byte {total}: the end-of-archive marker at byte {pos} is cut"
-                          if pos else f"only {total} bytes, too short to be a tar")
-        verify()
-        return
-    raise damaged(f"truncated tar header at byte {pos}" if _has_data(view, pos) else
-                  f"truncated at byte {total}: the tar has no end-of-archive marker" if pos else
-                  f"only {total} bytes, too short to be a tar" if total else "empty file, not a tar")
+            return
+        try:
+            records = _parse_pax(bytes(self.view[data : data + size]))
+            if _has_data(self.view[:end], data + size):
+                raise ValueError("bytes after the records")
+            if not _PAX_SIZE.fullmatch(records.get("size", b"0")):
+                raise ValueError(f"size {records['size'][:30]!r}")
+        except ValueError as exc:
+            raise self.damaged(f"bad PAX header at byte {pos} ({exc})") from None
+        odd = [k for k in records if k.startswith("GNU.sparse.") or (kind == b"g" and k in ("path", "size"))]
+        if odd or ("path" in records and "path" in ext and kind != b"g"):
+            raise self.damaged(f"PAX header at byte {pos} sets {(odd or ['path'])[0]!r}, which readers take "
+                               "differently")
+        if kind != b"g":
+            ext.update(records)
+        kinds.append(b"g" if kind == b"g" else b"x")
+
+    def _name(self, header: bytes, pos: int) -> str:
+        """A regular file's name: from its extended headers, else its header (with a ustar prefix)."""
+        raw = self.ext.get("path")
+        if raw is None:
+            raw = header[:100].split(b"\0", 1)[0]
+            prefix = header[345:500].split(b"\0", 1)[0]
+            if prefix and header[257:263] != b"ustar\0":
+                raise self.damaged(f"member at byte {pos} has a name prefix in a header that is not ustar")
+            raw = prefix + b"/" + raw if prefix else raw
+        if raw.endswith(b"/"):
+            raise self.damaged(f"regular file at byte {pos} has a folder's name {raw[-40:]!r}")
+        return raw.decode("utf-8", "surrogateescape")
+
+    def finish(self) -> None:
+        """After the last member: a whole end-of-archive marker and nothing after it, every header checked."""
+        pos, total = self.pos, self.total
+        if total - pos >= BLOCK:  # the loop met a zero block: the end-of-archive marker
+            if self.kinds:
+                raise self.damaged(f"the extended header before byte {pos} is followed by no member")
+            if _has_data(self.view, pos):
+                raise self.damaged(f"data after the end-of-archive marker at byte {pos} (a zeroed header, or tars "
+                                   "joined)")
+            if total - pos < 2 * BLOCK:
+                raise self.damaged(f"truncated at byte {total}: the end-of-archive marker at byte {pos} is cut"
+                                   if pos else f"only {total} bytes, too short to be a tar")
+            self.verify()
+            return
+        raise self.damaged(f"truncated tar header at byte {pos}" if _has_data(self.view, pos) else
+                           f"truncated at byte {total}: the tar has no end-of-archive marker" if pos else
+                           f"only {total} bytes, too short to be a tar" if total else "empty file, not a tar")
 
 
 def split_name(member: str) -> tuple[str, str] | None:
