@@ -327,9 +327,9 @@ def test_a_remote_read_survives_transient_errors(monkeypatch):
 
 
 def test_a_large_object_of_known_size_comes_in_ranged_parts(monkeypatch):
-    from shardstream.storage import store as storage
+    from shardstream.storage import fsspec_store
 
-    monkeypatch.setattr(storage, "PART_SIZE", 1000)
+    monkeypatch.setattr(fsspec_store, "PART_SIZE", 1000)
     store = Store(f"memory://storage-test-{uuid.uuid4().hex}/s")
     data = bytes(range(256)) * 15  # 3,840 bytes: 4 parts
     store.write_bytes("big", data)

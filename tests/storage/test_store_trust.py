@@ -14,6 +14,7 @@ import pytest
 
 from shardstream.errors import StorageError
 from shardstream.storage import Store
+from shardstream.storage.fsspec_store import FsspecStore
 
 
 @pytest.fixture(params=["local", "memory"])
@@ -86,14 +87,14 @@ def test_an_upload_spools_to_a_file_no_kill_can_leave_behind(private_tempdir):
 def test_threads_needing_a_client_after_fork_make_one(monkeypatch):
     store = Store(f"memory://storage-trust-{uuid.uuid4().hex}/store")
     made = []
-    real = Store._connect
+    real = FsspecStore._connect
 
     def slow_connect(self):
         made.append(threading.current_thread().name)
         time.sleep(0.05)  # widen the window in which the others would connect too
         return real(self)
 
-    monkeypatch.setattr(Store, "_connect", slow_connect)
+    monkeypatch.setattr(FsspecStore, "_connect", slow_connect)
     store._pid = -1  # as in a child forked after the client was made
     barrier = threading.Barrier(8)
     clients = []

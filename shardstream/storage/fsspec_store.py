@@ -1,0 +1,221 @@
+"""``FsspecStore``: a folder (a prefix) on object storage or any other fsspec filesystem.
+
+Every call goes through :meth:`FsspecStore._call` under the store's :class:`RetryPolicy`
+(transient errors retried with backoff, permanent ones reported at once, errors naming the URL).
+Large objects come in concurrent ranged GETs; writes are spooled to an unnamed local temporary
+file and uploaded in one put, which object stores make visible atomically.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import posixpath
+import tempfile
+import threading
+from collections.abc import Callable, Iterator
+from typing import IO, Any
+
+from ..errors import StorageError
+from .classify import storage_errors
+from .retry import RetryPolicy
+from .store import Check, PartCheck, Store, sink_errors
+from .urls import BUCKETS
+
+PART_SIZE = 64 << 20  # bytes per ranged GET when a large object is read whole (shards download side by side too)
+_CONNECTING = threading.Lock()  # one client per store, however many threads want one at once
+FsCall = Callable[[Any, dict[str, Any]], Any]  # (filesystem, extra keywords such as a timeout) -> result
+
+
+def _new_lock_after_fork() -> None:
+    global _CONNECTING
+    _CONNECTING = threading.Lock()  # a thread of the parent may have held it at the fork
+
+
+os.register_at_fork(after_in_child=_new_lock_after_fork)
+
+
+class FsspecStore(Store):
+    """One folder on an fsspec filesystem (what ``Store(url)`` makes for ``s3://``, ``gs://``, ``http://``...)."""
+
+    def __init__(self, url: str | os.PathLike[str], storage_options: dict[str, Any] | None = None,
+                 retry: RetryPolicy | None = None):
+        super().__init__(url, storage_options, retry)
+        self.local = False
+        self._fs: Any = None
+        self._pid = 0
+        self.root = self._connect()[1].rstrip("/")
+
+    def _connect(self) -> tuple[Any, str]:
+        import fsspec
+
+        options = dict(self.storage_options)
+        single = self.protocol in ("s3", "s3a") and "retries" not in options.get("config_kwargs", {})
+        if single:  # one attempt per call in the client, so that retries and timeouts are this store's alone
+            options["config_kwargs"] = {**options.get("config_kwargs", {}), "retries": {"max_attempts": 0}}
+            options["skip_instance_cache"] = True  # and so that the fsspec instance others share is left as it is
+        with storage_errors("cannot open", self.url):
+            try:
+                fs, root = fsspec.core.url_to_fs(self.url, **options)
+            except TypeError as exc:
+                raise StorageError(f"cannot open {self.url}: {exc}; check the storage options") from exc
+        if single:
+            fs.retries = 1  # s3fs's own loop (its class default is 5)
+        self._fs, self._pid = fs, os.getpid()
+        return fs, root
+
+    @property
+    def fs(self) -> Any:
+        """The fsspec filesystem; made anew in a forked child, whose parent's event loop thread does not
+        exist there, by one thread while the others wait."""
+        if self._fs is None or self._pid != os.getpid():
+            with _CONNECTING:
+                if self._fs is None or self._pid != os.getpid():
+                    self._connect()
+        return self._fs
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_fs"] = None  # reconnected where it is used
+        return state
+
+    def _call(self, action: str, name: str | None, call: FsCall, *, nbytes: int = 0, lookup: bool = False,
+              finish: Callable[[Any], Any] | None = None) -> Any:
+        """``call(fs, extra)`` (then ``finish(result)``, in the same attempt) under the retry policy, errors
+        naming the URL; ``extra`` holds a timeout for async filesystems (fsspec's ``sync`` cancels the
+        request when it runs out); ``lookup``: the call reads listings, whose cache is dropped first."""
+        url = self.url if name is None else self.url_of(name)
+        limit = self.retry.time_limit(nbytes)
+        from fsspec.asyn import AsyncFileSystem
+
+        extra = {"timeout": limit} if limit is not None and isinstance(self.fs, AsyncFileSystem) else {}
+
+        def attempt() -> Any:
+            if lookup:  # fsspec's listings cache never expires: others change the bucket meanwhile
+                self.fs.invalidate_cache()
+            result = call(self.fs, extra)
+            if isinstance(result, list):  # fsspec before 2026.6 returns failed ranges as exceptions
+                for item in result:
+                    if isinstance(item, BaseException):
+                        raise item
+            return result if finish is None else finish(result)
+
+        with storage_errors(action, url):
+            try:
+                return self.retry.call(attempt, lambda: f"{action} {url}")
+            except TypeError as exc:  # fsspec hands storage options on to the client lazily
+                raise StorageError(f"{action} {url}: {exc}; check the storage options") from exc
+
+    def path(self, name: str) -> str:
+        self._inside(name)
+        return posixpath.join(self.root, name)
+
+    def url_of(self, name: str) -> str:
+        self._inside(name)
+        return posixpath.join(self.url, name)
+
+    def exists(self, name: str) -> bool:
+        path = self.path(name)
+        return bool(self._call("cannot check", name, lambda fs, kw: fs.exists(path, **kw), lookup=True))
+
+    def size(self, name: str) -> int:
+        path = self.path(name)
+        return int(self._call("cannot stat", name, lambda fs, kw: fs.size(path, **kw), lookup=True))
+
+    def read_bytes(self, name: str, nbytes: int = 0, check: Check | None = None,
+                   advice: str = "") -> bytes:
+        path = self.path(name)
+        if nbytes <= 0 or self.read_only:  # plain HTTP servers need not honour ranges
+            return self._call("cannot read", name, lambda fs, kw: fs.cat_file(path, **kw), nbytes=nbytes,
+                              finish=lambda data: self._checked(name, data, check, advice))
+        starts = list(range(0, nbytes, PART_SIZE))
+        ends = [min(start + PART_SIZE, nbytes) for start in starts]
+
+        def whole(parts: list[bytes]) -> bytes:
+            return self._checked(name, parts[0] if len(parts) == 1 else b"".join(parts), check, advice)
+
+        return self._call("cannot read", name,
+                          lambda fs, kw: fs.cat_ranges([path] * len(starts), starts, ends, on_error="raise", **kw),
+                          nbytes=nbytes, finish=whole)
+
+    def read_many(self, names: list[str], check: PartCheck | None = None, advice: str = "") -> list[bytes]:
+        if not names:
+            return []
+        paths = [self.path(n) for n in names]
+        return self._call("cannot read", names[0], lambda fs, kw: fs.cat(paths, on_error="raise", **kw),
+                          finish=lambda found: self._checked_parts(names, [found[p] for p in paths], check, advice))
+
+    def read_ranges(self, names: list[str], starts: list[int], ends: list[int], check: PartCheck | None = None,
+                    advice: str = "") -> list[bytes]:
+        if not names:
+            return []
+        paths = [self.path(n) for n in names]
+        return self._call("cannot read", names[0],
+                          lambda fs, kw: fs.cat_ranges(paths, starts, ends, on_error="raise", **kw),
+                          nbytes=sum(ends) - sum(starts),
+                          finish=lambda parts: self._checked_parts(names, parts, check, advice))
+
+    @contextlib.contextmanager
+    def open_write(self, name: str) -> Iterator[IO[bytes]]:
+        """The data is spooled to an unnamed local temporary file (a killed process leaves nothing behind)
+        and uploaded in one put, which object stores make visible atomically."""
+        url = self.url_of(name)
+        self._writable(url)
+        with storage_errors("cannot write", url):
+            f, spooled = _spool()
+        try:
+            with sink_errors(url, spooled):
+                yield f
+            path, nbytes = self.path(name), f.tell()
+            self._call("cannot write", name, lambda fs, kw: fs.put_file(spooled, path, **kw), nbytes=nbytes)
+        finally:
+            f.close()
+            if not spooled.startswith("/proc/"):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(spooled)
+
+    def remove(self, name: str) -> None:
+        self._writable(self.url_of(name))
+        if self.exists(name):
+            path = self.path(name)
+            self._call("cannot remove", name, lambda fs, kw: fs.rm_file(path, **kw))
+
+    def makedirs(self) -> None:
+        self._writable(self.url)
+        bucket = self.root.split("/", 1)[0]
+        if self.protocol in BUCKETS:
+            if not self._call("cannot check", None, lambda fs, kw: fs.exists(bucket, **kw), lookup=True):
+                raise StorageError(f"cannot write {self.url}: the bucket {bucket!r} does not exist (or these "
+                                   "credentials cannot see it); create it first, or check the name")
+            return
+        self._call("cannot create", None, lambda fs, kw: fs.makedirs(self.root, exist_ok=True, **kw))
+
+    def is_dir(self) -> bool:
+        return bool(self._call("cannot check", None, lambda fs, kw: fs.isdir(self.root, **kw), lookup=True))
+
+    def list_files(self, recursive: bool = False) -> list[str]:
+        if not self._call("cannot list", None, lambda fs, kw: fs.exists(self.root, **kw), lookup=True):
+            return []
+        if recursive:
+            paths = self._call("cannot list", None, lambda fs, kw: fs.find(self.root, **kw), lookup=True)
+        else:
+            entries = self._call("cannot list", None, lambda fs, kw: fs.ls(self.root, detail=True, **kw),
+                                 lookup=True)
+            paths = [e["name"] for e in entries if e["type"] == "file"]
+        prefix = self.root + "/"
+        return sorted(p[len(prefix):] for p in paths if p.startswith(prefix))
+
+
+def _spool() -> tuple[IO[bytes], str]:
+    """An unbuffered temporary file for an upload, and a path that opens it for the uploader: on
+    Linux an unnamed file (gone with the process, however it ends) reached through ``/proc``."""
+    f = tempfile.TemporaryFile(prefix="shardstream-", suffix=".part", buffering=0)  # noqa: SIM115 - the caller closes it
+    proc = f"/proc/self/fd/{f.fileno()}"
+    if os.path.exists(proc):
+        return f, proc
+    f.close()  # no /proc: a named file, removed when the upload ends
+    f = tempfile.NamedTemporaryFile(prefix="shardstream-", suffix=".part", buffering=0, delete=False)  # noqa: SIM115
+    return f, f.name
+
+
+__all__ = ["PART_SIZE", "FsspecStore"]

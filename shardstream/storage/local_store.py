@@ -1,0 +1,123 @@
+"""``LocalStore``: a folder on local disk, through the operating system (fsspec is never imported).
+
+Reads are memory maps (no copy of a shard), writes go to a hidden temporary file beside the target
+and are renamed into place, so a reader sees a whole file or none.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import mmap
+import os
+import posixpath
+import uuid
+from collections.abc import Iterator
+from typing import IO, Any
+
+from .classify import storage_errors
+from .retry import DamagedRead, RetryPolicy
+from .store import Check, PartCheck, Store, sink_errors
+
+
+class LocalStore(Store):
+    """One local folder (what ``Store(path)`` makes for a path or ``file://`` URL)."""
+
+    def __init__(self, url: str | os.PathLike[str], storage_options: dict[str, Any] | None = None,
+                 retry: RetryPolicy | None = None):
+        super().__init__(url, storage_options, retry)
+        self.local = True
+        self.root = os.path.abspath(self.url)
+
+    def path(self, name: str) -> str:
+        self._inside(name)
+        return os.path.join(self.root, *name.split("/"))
+
+    def url_of(self, name: str) -> str:
+        return self.path(name)
+
+    def exists(self, name: str) -> bool:
+        with storage_errors("cannot check", self.url_of(name)):
+            return os.path.exists(self.path(name))
+
+    def size(self, name: str) -> int:
+        with storage_errors("cannot stat", self.url_of(name)):
+            return os.stat(self.path(name)).st_size
+
+    def read_bytes(self, name: str, nbytes: int = 0, check: Check | None = None,
+                   advice: str = "") -> bytes | mmap.mmap:
+        data = self.map_local(name)[0]
+        try:
+            return self._checked(name, data, check, advice)
+        except DamagedRead as exc:
+            raise exc.exhausted(1) from None
+
+    def read_many(self, names: list[str], check: PartCheck | None = None, advice: str = "") -> list[bytes]:
+        with storage_errors("cannot read", self.url):
+            ends = [os.path.getsize(self.path(n)) for n in names]
+        return self.read_ranges(names, [0] * len(names), ends, check, advice)
+
+    def read_ranges(self, names: list[str], starts: list[int], ends: list[int], check: PartCheck | None = None,
+                    advice: str = "") -> list[bytes]:
+        parts = []
+        for name, start, end in zip(names, starts, ends):
+            with storage_errors("cannot read", self.url_of(name)), open(self.path(name), "rb") as f:
+                parts.append(os.pread(f.fileno(), end - start, start))
+        try:
+            return self._checked_parts(names, parts, check, advice)
+        except DamagedRead as exc:
+            raise exc.exhausted(1) from None
+
+    def map_local(self, name: str) -> tuple[bytes | mmap.mmap, os.stat_result]:
+        with storage_errors("cannot read", self.url_of(name)), open(self.path(name), "rb") as f:
+            st = os.fstat(f.fileno())
+            if st.st_size == 0:
+                return b"", st
+            return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ), st
+
+    @contextlib.contextmanager
+    def open_write(self, name: str) -> Iterator[IO[bytes]]:
+        """The data goes to a hidden temporary file beside the target, renamed into place at the end."""
+        url = self.url_of(name)
+        final = self.path(name)
+        tmp = os.path.join(os.path.dirname(final), f".{os.path.basename(final)}.{uuid.uuid4().hex[:8]}.tmp")
+        with storage_errors("cannot write", url):
+            os.makedirs(os.path.dirname(final), exist_ok=True)
+            f = open(tmp, "wb", buffering=0)  # noqa: SIM115 - closed below; callers write in large pieces
+        try:
+            with sink_errors(url, tmp):
+                yield f
+            with storage_errors("cannot write", url):
+                f.close()
+                os.replace(tmp, final)
+        finally:
+            f.close()
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+
+    def remove(self, name: str) -> None:
+        with storage_errors("cannot remove", self.url_of(name)), contextlib.suppress(FileNotFoundError):
+            os.unlink(self.path(name))
+
+    def makedirs(self) -> None:
+        with storage_errors("cannot create", self.url):
+            os.makedirs(self.root, exist_ok=True)
+
+    def is_dir(self) -> bool:
+        with storage_errors("cannot check", self.url):
+            return os.path.isdir(self.root)
+
+    def list_files(self, recursive: bool = False) -> list[str]:
+        with storage_errors("cannot list", self.url):
+            if not os.path.isdir(self.root):
+                return []
+            if not recursive:
+                return sorted(e.name for e in os.scandir(self.root) if e.is_file())
+            out = []
+            for dirpath, _, files in os.walk(self.root):
+                rel = os.path.relpath(dirpath, self.root)
+                for fn in files:
+                    out.append(fn if rel == "." else posixpath.join(*rel.split(os.sep), fn))
+            return sorted(out)
+
+
+__all__ = ["LocalStore"]
