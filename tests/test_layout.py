@@ -39,6 +39,10 @@ ENTRY_POINTS = {"__init__", "__main__", "_moved"}  # the package root may name a
 # Imports by name at run time (importlib), which the import graph includes. The one that points up the
 # flow is deliberate: PlannedDataset.loader(), a convenience that makes the loader over the dataset.
 LATE_BOUND_UP = {("shardstream.dataset.base", "shardstream.loader")}
+# A base class that makes its backends by name, as fsspec's registry does: Store(url) imports the backend the
+# URL needs, and each backend imports the base it extends.
+LATE_BOUND_UP |= {("shardstream.storage.store", "shardstream.storage.local_store"),
+                  ("shardstream.storage.store", "shardstream.storage.fsspec_store")}
 
 
 def modules() -> dict[str, Path]:

@@ -12,6 +12,7 @@ nothing about ranks, shards or manifests; names inside it never leave it.
 from __future__ import annotations
 
 import contextlib
+import importlib
 import mmap
 import os
 from collections.abc import Callable, Iterator
@@ -21,6 +22,8 @@ from ..errors import StorageError
 from .retry import DamagedRead, RetryPolicy
 from .urls import READ_ONLY, connection_options, is_url, normalize, protocol_of
 
+# protocol -> the backend's class by dotted path, imported when first used (as fsspec's registry); "*": any other
+BACKENDS = {"file": "shardstream.storage.local_store:LocalStore", "*": "shardstream.storage.fsspec_store:FsspecStore"}
 Check = Callable[[bytes], "str | None"]  # what is wrong with bytes read (``None``: nothing)
 PartCheck = Callable[[int, bytes], "str | None"]  # the same for the i-th of several reads
 
@@ -38,11 +41,9 @@ class Store:
 
     def __new__(cls, *args: Any, **kwargs: Any) -> Store:
         if cls is Store:  # the factory: the backend by protocol (subclasses, and unpickling, come as they are)
-            url = args[0] if args else kwargs["url"]
-            from .fsspec_store import FsspecStore
-            from .local_store import LocalStore
-
-            cls = FsspecStore if is_url(normalize(url)) else LocalStore
+            url = normalize(args[0] if args else kwargs["url"])
+            module, _, name = BACKENDS.get(protocol_of(url), BACKENDS["*"]).partition(":")
+            cls = getattr(importlib.import_module(module), name)
         return super().__new__(cls)
 
     def __init__(self, url: str | os.PathLike[str], storage_options: dict[str, Any] | None = None,
