@@ -156,7 +156,7 @@ class DeviceLoader:
             the tensor; default: uint8 tensors of 4 dims (image batches).
     """
 
-    def __init__(self, loader: Iterable[Any], device: str | int | torch.device = "cuda", prefetch: int = 2,
+    def __init__(self, loader: Iterable[Any], device: str | int | torch.device = "cuda", prefetch: int = 2,  # noqa: PLR0913 - settings
                  non_blocking: bool = True, *, pin: bool = True, dtype: torch.dtype | None = None,
                  scale: bool = True, normalize: tuple[Sequence[float] | float, Sequence[float] | float] | None = None,
                  channels_last: bool = False, fields: Fields = None):

@@ -1,5 +1,5 @@
 """The package's shape: one folder per pipeline stage, imports that follow the data flow, no cycles,
-small modules, and a README whose layout section names every folder and module there is."""
+limits on functions (not files), and a README whose layout section names every folder and module there is."""
 
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "shardstream"
-MAX_LINES = 400
 
 # What each stage may import (besides itself). The write path (sources, packing) and the read path
 # (plan, dataset, loader, device) share the foundations (formats, storage, manifest) and never each other.
@@ -157,10 +156,16 @@ def test_the_layering_check_sees_lazy_relative_old_and_named_imports(tmp_path):
         "shardstream.loader.shard_loader", "shardstream.transport", "shardstream.collate", "shardstream.dataset"}
 
 
-@pytest.mark.parametrize("module", sorted(GRAPH))
-def test_modules_stay_small(module):
-    lines = len(modules()[module].read_text().splitlines())
-    assert lines <= MAX_LINES, f"{module} has {lines} lines; split it by job (at most {MAX_LINES})"
+def test_functions_not_files_are_limited():
+    """Size is limited per function (ruff's complexity, argument and statement rules, which make test runs),
+    not per file: a long but coherent module is fine, a 24-parameter function is not."""
+    tomllib = pytest.importorskip("tomllib", reason="tomllib is in the standard library from Python 3.11")
+    ruff = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["ruff"]
+    assert {"C901", "PLR0913", "PLR0915"} <= set(ruff["lint"]["select"])
+    assert ruff["lint"]["mccabe"]["max-complexity"] <= 12
+    assert ruff["lint"]["pylint"]["max-args"] <= 8 and ruff["lint"]["pylint"]["max-statements"] <= 50
+    assert not any(rule in ruff["lint"]["per-file-ignores"].get(path, []) for path in ("shardstream/**",)
+                   for rule in ("C901", "PLR0913", "PLR0915"))
 
 
 def readme_tree() -> set[str]:

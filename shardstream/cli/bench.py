@@ -50,7 +50,7 @@ def _workers(ctx: click.Context, param: click.Parameter, value: str | None) -> l
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bars.")
 @storage_option
-def bench(dataset: str, workers: list[int] | None, batch_size: int, decode: str, samples: int | None,
+def bench(dataset: str, workers: list[int] | None, batch_size: int, decode: str, samples: int | None,  # noqa: PLR0913 - one per option
           seconds: float | None, prefetch: str | None, device: str | None, step_ms: float, ideal: bool,
           plot_path: str | None, as_json: bool, quiet: bool, storage_options: tuple[str, ...]) -> None:
     """Measure reading DATASET with each worker count and recommend num_workers.

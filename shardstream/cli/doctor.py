@@ -12,6 +12,7 @@ run never disagree. Containers run it as their preflight or ``HEALTHCHECK``.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 import os
 import time
@@ -249,13 +250,14 @@ def _text(doc: dict[str, Any]) -> list[str]:
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @storage_option
 @click.pass_context
-def doctor(ctx: click.Context, url: str | None, workers: int | None, batch_size: int, sample_size: str,
+def doctor(ctx: click.Context, url: str | None, workers: int | None, batch_size: int, sample_size: str,  # noqa: PLR0913 - one per option
            decode: str, read_batch: bool, local_ranks: int | None, timeout: float, wait: float, as_json: bool,
            storage_options: tuple[str, ...]) -> None:
     """Check /dev/shm, cores, CUDA, pinned memory and the start method for a loader of --workers
     and --batch-size, and that URL's storage answers; exit 1 with the fix when something would fail."""
     with _local_world_size(local_ranks):
-        doc = _examine(url, workers, batch_size, sample_size, decode, read_batch, timeout, wait, storage_options)
+        doc = _examine(Checkup(url, workers, batch_size, sample_size, decode, read_batch, timeout, wait,
+                               storage_options))
     if as_json:
         click.echo(safe_json(doc, indent=2))
     else:
@@ -285,11 +287,28 @@ def _local_world_size(local_ranks: int | None) -> Iterator[None]:
             os.environ["LOCAL_WORLD_SIZE"] = before
 
 
-def _examine(url: str | None, workers: int | None, batch_size: int, sample_size: str, decode: str,
-             read_batch: bool, timeout: float, wait: float, storage_options: tuple[str, ...]) -> dict[str, Any]:
+@dataclasses.dataclass(frozen=True)
+class Checkup:
+    """What the doctor is asked to check: a loader of ``workers`` x ``batch_size`` (of ``url``'s samples, or
+    of ``sample_size`` each), and the storage behind ``url`` (waiting up to ``wait`` seconds for it)."""
+
+    url: str | None
+    workers: int | None
+    batch_size: int
+    sample_size: str
+    decode: str
+    read_batch: bool
+    timeout: float
+    wait: float
+    storage_options: tuple[str, ...]
+
+
+def _examine(asked: Checkup) -> dict[str, Any]:
     """Every check of the doctor, as one document (``problems`` fail it, ``warnings`` do not)."""
     from ..loader import default_num_workers, guards
 
+    url, batch_size, timeout = asked.url, asked.batch_size, asked.timeout
+    workers = asked.workers
     cuda = cuda_report()
     workers = default_num_workers() if workers is None else workers
     pin = bool(cuda["available"])  # ShardLoader's default
@@ -300,11 +319,11 @@ def _examine(url: str | None, workers: int | None, batch_size: int, sample_size:
         "loader": None, "storage": None,
     }
     if url is None:
-        doc["loader"] = loader_check_bytes(batch_size * parse_size(sample_size, "sample size"), workers, pin,
-                                           f"{batch_size} x --sample-size {sample_size}", shm["free"])
+        doc["loader"] = loader_check_bytes(batch_size * parse_size(asked.sample_size, "sample size"), workers, pin,
+                                           f"{batch_size} x --sample-size {asked.sample_size}", shm["free"])
     else:
-        options = storage_options_for(storage_options, url)
-        deadline = time.monotonic() + wait
+        options = storage_options_for(asked.storage_options, url)
+        deadline = time.monotonic() + asked.wait
         doc["storage"] = storage_report(url, options, timeout)
         while not doc["storage"]["ok"] and time.monotonic() < deadline:
             time.sleep(min(1.0, max(deadline - time.monotonic(), 0)))
@@ -314,10 +333,10 @@ def _examine(url: str | None, workers: int | None, batch_size: int, sample_size:
             from .bench_run import DECODE
 
             def make() -> Any:
-                return ShardDataset(url, shuffle=False, decode=DECODE[decode], storage_options=options, retries=1,
-                                    timeout=timeout)
+                return ShardDataset(url, shuffle=False, decode=DECODE[asked.decode], storage_options=options,
+                                    retries=1, timeout=timeout)
 
-            doc["loader"] = loader_check_dataset(make, batch_size, workers, pin, read_batch, shm["free"])
+            doc["loader"] = loader_check_dataset(make, batch_size, workers, pin, asked.read_batch, shm["free"])
     problems = [part["error"] for part in (doc["loader"], doc["storage"]) if part is not None and not part["ok"]]
     if cuda["available"] and not cuda["pinned_memory"]:
         problems.append(f"CUDA is available but pinned memory is not ({cuda['pinned_error']}); raise the "

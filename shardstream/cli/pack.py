@@ -44,7 +44,7 @@ from .common import cli, safe, storage_option, storage_options_for
 @click.option("--dtype", type=click.Choice(["uint16", "uint32", "int32"]), default=None,
               help="tokens: the dtype of flat .bin token files (nanoGPT).")
 @storage_option
-def pack(source: str, dest: str, fmt: str | None, shard_size: str, samples_per_shard: int | None,
+def pack(source: str, dest: str, fmt: str | None, shard_size: str, samples_per_shard: int | None,  # noqa: PLR0913 - one per option
          compression: str | None, workers: int | None, layout: str, fields: str | None, field_name: str | None,
          engine: str, ray_address: str | None, overwrite: bool, fsync: bool, sample_index: bool | None, shuffle: bool,
          seed: int, split_by: str | None, quiet: bool, tokenizer: str | None, text_field: str, no_eos: bool,

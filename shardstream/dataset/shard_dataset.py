@@ -71,7 +71,7 @@ class ShardDataset(PlannedDataset):
             cache and its limit, bytes downloaded ahead per worker, retries and timeout).
     """
 
-    def __init__(
+    def __init__(  # noqa: PLR0913 - keyword settings with defaults, as a DataLoader's
         self,
         url_or_urls: str | os.PathLike[str] | Sequence[str],
         *,

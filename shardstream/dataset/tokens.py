@@ -116,7 +116,7 @@ class TokenDataset(PlannedDataset):
             that no rank repeats windows; ``shuffle_window`` counts windows).
     """
 
-    def __init__(
+    def __init__(  # noqa: PLR0913 - keyword settings with defaults, as ShardDataset's
         self,
         url: str | os.PathLike[str],
         seq_len: int,
