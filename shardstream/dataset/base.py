@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 from torch.utils.data import IterableDataset
 
 from .. import plan
@@ -93,6 +94,12 @@ class PassRun:
         for n, bounds in enumerate(chunks):
             if n >= self.skip:
                 yield bounds
+
+    def positions(self) -> Iterator[np.ndarray]:
+        """This worker's chunks as positions in the epoch's order (what the plan's order maps to samples);
+        a segment's padding repeats the epoch's first positions."""
+        for lo, hi in self.chunks():
+            yield plan.segment_positions(self.position.segment, np.arange(lo, hi))
 
     def reseed_for(self, position: int) -> None:
         """Reseed ``random``, ``numpy`` and ``torch`` for the batch whose first sample is at ``position``."""

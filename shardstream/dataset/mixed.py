@@ -213,11 +213,9 @@ class MixedDataset(PlannedDataset):
     def read_pass(self, run: PassRun) -> Iterator[Any]:
         batched = self.batch_size is not None
         reader = MixReader(self, run.position.epoch, batched)
-        segment = run.position.segment
 
         def located() -> Iterator[tuple[np.ndarray, list[Any]]]:
-            for lo, hi in run.chunks():
-                positions = plan.segment_positions(segment, np.arange(lo, hi))
+            for positions in run.positions():
                 yield positions, list(reader.locate(positions))
 
         prefetch = SourcePrefetch(self.sources, reader.shards)

@@ -80,9 +80,7 @@ class ShardPass:
         return iter(planned)
 
     def _planned(self) -> Iterator[Chunk]:
-        segment = self.run.position.segment
-        for lo, hi in self.run.chunks():
-            positions = plan.segment_positions(segment, np.arange(lo, hi))
+        for positions in self.run.positions():
             yield (int(positions[0]), *self.order.samples(positions))
 
     def close(self) -> None:
