@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -61,3 +62,30 @@ def make_files(root: Path, files: dict[str, bytes]) -> Path:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(data)
     return root
+
+
+_RUN_IN_NAME = re.compile(r"(^|/)(shard-[0-9]{6,})-[0-9a-f]{16}(?=\.)")
+RUN = "-[0-9a-f]{16}"  # a run's token in a shard name, as a regular expression: rf"shard-000002{RUN}\.tar"
+
+
+def without_run(name: str) -> str:
+    """A file name (or path, or key) without the token of the pack run that wrote it:
+    ``shard-000000-<token>.tar`` -> ``shard-000000.tar`` (two packs of the same source compare equal by these)."""
+    return _RUN_IN_NAME.sub(r"\1\2", name)
+
+
+def doc_without_runs(doc: dict[str, Any]) -> dict[str, Any]:
+    """A manifest's JSON with its shard paths :func:`without_run`."""
+    shards = doc.get("shards")
+    if isinstance(shards, dict) and "path" in shards:
+        doc = {**doc, "shards": {**shards, "path": [without_run(p) for p in shards["path"]]}}
+    return doc
+
+
+def shard_path(root: str | os.PathLike[str], i: int) -> Path:
+    """Shard ``i`` of the local dataset at ``root``, as its manifest names it (a pack names its shards with its
+    run's token: ``shard-000000-<token>.tar``)."""
+    import json
+
+    doc = json.loads((Path(root) / "_manifest.json").read_bytes())
+    return Path(root) / doc["shards"]["path"][i]

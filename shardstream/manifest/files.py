@@ -1,4 +1,5 @@
-"""A store's manifest file: find the dataset folder of a URL, read its manifest, publish one.
+"""A store's manifest file: find the dataset folder of a URL, read its manifest, publish one
+(a pack publishes its own, conditionally: see :mod:`shardstream.packing.destination`).
 
 Also the durability helpers every writer of a dataset shares: ``sync_file`` (a file's bytes on
 disk before it is renamed into place) and ``sync_folder`` (renames in a folder on disk), for
@@ -125,6 +126,17 @@ def _exists(store: Store, name: str) -> bool:
         return False
 
 
+def manifest_files(manifest: Manifest, table_threshold: int = TABLE_THRESHOLD) -> list[tuple[str, bytes]]:
+    """(name, bytes) of the files that publish ``manifest``, in the order they are written: from
+    ``table_threshold`` shards on, its shard table (``_shards-<hash>.arrow``) first, then the JSON head
+    (``_manifest.json``, last) that names it; below, the one JSON file."""
+    if manifest.num_shards < table_threshold:
+        return [(MANIFEST_NAME, manifest.to_json())]
+    data = encode_table(manifest.paths, manifest.samples, manifest.nbytes, manifest.sha256, manifest.index_sha256)
+    reference = table_reference(data, manifest.num_shards)
+    return [(str(reference["table"]), data), (MANIFEST_NAME, manifest.to_json(reference))]
+
+
 def write_manifest(store: Store, manifest: Manifest, fsync: bool = True,
                    table_threshold: int = TABLE_THRESHOLD) -> str | None:
     """Publish the dataset: the manifest is written last, atomically, and (with ``fsync``) durably:
@@ -132,14 +144,10 @@ def write_manifest(store: Store, manifest: Manifest, fsync: bool = True,
 
     With ``table_threshold`` shards or more, the shard columns go first to a shard table
     (``_shards-<hash>.arrow``), whose name is returned; the JSON head names it."""
-    if manifest.num_shards < table_threshold:
-        write_durably(store, MANIFEST_NAME, manifest.to_json(), fsync)
-        return None
-    data = encode_table(manifest.paths, manifest.samples, manifest.nbytes, manifest.sha256, manifest.index_sha256)
-    reference = table_reference(data, manifest.num_shards)
-    write_durably(store, reference["table"], data, fsync)
-    write_durably(store, MANIFEST_NAME, manifest.to_json(reference), fsync)
-    return str(reference["table"])
+    files = manifest_files(manifest, table_threshold)
+    for name, data in files:
+        write_durably(store, name, data, fsync)
+    return files[0][0] if len(files) > 1 else None
 
 
 def write_durably(store: Store, name: str, data: bytes, fsync: bool = True) -> None:

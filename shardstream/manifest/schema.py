@@ -42,9 +42,19 @@ _SHA = re.compile(r"(?:[0-9a-fA-F]{64})?")
 _BASE64 = re.compile(r"[A-Za-z0-9+/]*={0,2}")
 
 
-def shard_name(index: int, shard_format: str) -> str:
-    """Deterministic shard file name: ``shard-000000.tar``."""
-    return f"shard-{index:06d}.{shard_format}"
+RUN_TOKEN = re.compile(r"[0-9a-f]{16}")  # a pack run's token: 16 lower-case hex digits
+# A shard name's run token, as the fingerprint leaves it out: "shard-000000-<token>.tar" counts as "shard-000000.tar".
+_RUN_IN_NAME = re.compile(r"(?<=[\"/])(shard-[0-9]{6,})-[0-9a-f]{16}(?=\.)")
+
+
+def shard_name(index: int, shard_format: str, run: str | None = None) -> str:
+    """A shard's file name: ``shard-000000.tar``; with the token of the run that writes it,
+    ``shard-000000-<run>.tar`` (no two runs ever write the same name)."""
+    if run is None:
+        return f"shard-{index:06d}.{shard_format}"
+    if not RUN_TOKEN.fullmatch(run):
+        raise ValueError(f"a run token is 16 lower-case hex digits, not {run!r}")
+    return f"shard-{index:06d}-{run}.{shard_format}"
 
 
 @dataclass
@@ -85,8 +95,9 @@ class Manifest:
     @property
     def fingerprint(self) -> str:
         """A sha256 of what identifies the dataset's contents: format, shard paths, counts, sizes
-        and checksums, fields and classes; not the creation info, so a re-pack of the same source
-        has the same fingerprint, and any change to a shard gives another."""
+        and checksums, fields and classes; not the creation info, nor the run token in shard names
+        (:func:`shard_name`), so a re-pack of the same source has the same fingerprint, and any change
+        to a shard gives another."""
         import hashlib
 
         key = tuple(map(id, (self.shard_format, self.paths, self.samples, self.nbytes, self.sha256, self.fields,
@@ -96,7 +107,7 @@ class Manifest:
             sha = self.sha256.tolist() if isinstance(self.sha256, HexColumn) else self.sha256
             doc = [self.shard_format, self.paths, self.samples.tolist(), self.nbytes.tolist(), sha, self.fields,
                    self.classes, self.arrow_schema] + ([self.tokens] if self.tokens is not None else [])
-            text = json.dumps(doc, sort_keys=True, separators=(",", ":"))
+            text = _RUN_IN_NAME.sub(r"\1", json.dumps(doc, sort_keys=True, separators=(",", ":")))
             cached = self.__dict__["_fingerprint"] = (key, hashlib.sha256(text.encode()).hexdigest())
         return cached[1]
 

@@ -1,82 +1,270 @@
-"""A destination's life while packing: claim it, clear what an interrupted run left, publish.
+"""A destination's life while packing: claim it, write under this run's names, publish exclusively, clean up.
 
-The old manifest goes first and the new one comes last, so nobody ever reads a
-half-written or half-replaced dataset. A run claims the folder with a token of its own in
-the ``.shardstream-writing`` marker; shards written by worker processes wait under temporary
-names carrying that token, and only the run that still holds the claim renames them into
-place and publishes, so the workers of a killed run cannot touch a newer run's dataset.
-With ``fsync`` (the default) every shard is on disk before its rename, the renames before the
-manifest, and the manifest before its own rename (local folders; object stores' PUT is durable).
+Every run has a token of its own (16 hex digits) and names its shards with it
+(``shard-000000-<token>.tar``, and ``<shard>.idx`` for their sample indexes; a large manifest's shard
+table is named by the hash of columns that name them), so no run ever writes where another run's bytes
+live, published or not. The manifest, written last, names exactly the objects this run wrote, and is
+published by a conditional write: it appears only if ``_manifest.json`` still holds what it held when
+the run claimed the destination (nothing, or, with ``overwrite``, the version it replaces). Locally that
+is a hard link of the finished file (or a check and rename under a lock on the folder); on S3 a PUT with
+``If-None-Match: *`` or ``If-Match`` on the previous manifest's ETag. Of two runs at once, at most one
+publishes; the other removes what it wrote and says so in its one-line error. A store that ignores the
+condition (asked once per publish, :func:`~shardstream.storage.conditional.honours_conditions`) gets a
+final check instead: the run re-reads the manifest after writing it and fails loudly if it is not its own
+(there two packs at once are not safe; the README says so).
+
+Only once its manifest is published does a run remove what it replaces: the files shardstream makes that
+were in the destination when the run claimed it (the previous dataset's shards, indexes and shard table,
+and what interrupted runs left). Whatever run wrote them started before this publish, and its own
+conditional publish can no longer succeed, so nothing a published manifest names is ever removed while
+it is published. Until then the previous dataset stays whole and readable.
+
+The ``.shardstream-writing`` marker holds the token of the run that claimed the destination last; a
+run, or a worker of a killed run, that finds another token there removes what it wrote and stops. In a
+local folder the claim, and a run's last check of it with its publish, are made under a lock on the folder
+(``flock``), so a run that lost the claim can never publish: there a new run removes at once what other
+runs left and no published manifest names (a re-run after a crash on a full disk has its room back).
+With ``fsync`` (the default) every shard is on disk before the manifest is written, and the manifest
+before it appears (local folders; object stores' PUT is durable).
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
+import logging
 import os
 import re
 import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 
 from ..errors import DatasetExistsError, ShardstreamError, StorageError
-from ..manifest import MANIFEST_NAME, Manifest, write_manifest
-from ..manifest.files import IN_PROGRESS, sync_folder
-from ..storage import Store, describe_os_error
+from ..manifest import MANIFEST_NAME, Manifest, shard_name
+from ..manifest.files import IN_PROGRESS, manifest_files, sync_folder, write_durably
+from ..storage import Store
+from ..storage.conditional import Expect, WriteConflict, folder_lock, honours_conditions, read_tagged, write_if
 
-__all__ = ["IN_PROGRESS", "check_claim", "claim_destination", "commit_shard", "prepare_destination", "publish",
-           "staged_name"]
+__all__ = ["IN_PROGRESS", "Claim", "DestinationLost", "check_claim", "check_written", "prepare_destination"]
 
-_SHARD_FILE = re.compile(r"^shard-\d{6}\.(tar|tar\.zst|tar\.gz|arrow|tokens)(\.idx)?$")  # shards, sample indexes
-_TEMP_FILE = re.compile(r"^\..*\.[0-9a-f]{8,32}\.tmp$")  # the store's temporary names and staged shards
+log = logging.getLogger(__name__)
+
+_FORMATS = r"(?:tar|tar\.zst|tar\.gz|arrow|tokens)"
+_RUN_FILE = re.compile(rf"^shard-[0-9]{{6,}}-(?P<run>[0-9a-f]{{16}})\.{_FORMATS}(?:\.idx)?$")  # a run's shards, indexes
+_PLAIN_SHARD = re.compile(rf"^shard-[0-9]{{6}}\.{_FORMATS}(?:\.idx)?$")  # names of packs made before run tokens
+_TEMP_FILE = re.compile(r"^\..*\.[0-9a-f]{8,32}\.tmp$")  # the store's temporary names
 _SHARD_TABLE = re.compile(r"^_shards-[0-9a-f]{16}\.arrow$")  # a large manifest's shard table (manifest.table)
+_PROBE = re.compile(r"^\.shardstream-probe-(?P<run>[0-9a-f]{16})$")  # a run's test of conditional writes
 
 
-def claim_destination(store: Store, overwrite: bool) -> None:
-    """Refuse a destination that holds a dataset unless ``overwrite``; then retract its manifest.
+class DestinationLost(ShardstreamError):
+    """Another pack claimed or published the destination while this one was writing: nothing of this run
+    was published (and, said in the message, what it wrote was removed)."""
 
-    The old manifest goes first, so nobody reads a half-replaced dataset.
+    cleaned = False  # set on the error a run raises once it removed its files
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
+@dataclass
+class Claim:
+    """One run's hold on a destination (see the module's documentation): its token, the names it writes,
+    its exclusive publish, and the clean-up of what it replaces or, when it loses, of what it wrote."""
+
+    store: Store
+    token: str
+    fsync: bool = True
+    replaces: str | None = None  # version tag of the manifest this run replaces; None: there was none
+    leftovers: list[str] = field(default_factory=list)  # shardstream's files found when claimed: removed once published
+    extra: list[str] = field(default_factory=list)  # files of this run whose names carry no token (its shard table)
+    published: bool = False
+
+    def shard_name(self, index: int, shard_format: str) -> str:
+        """The name this run writes shard ``index`` to: ``shard-000000-<token>.tar``."""
+        return shard_name(index, shard_format, self.token)
+
+    def owns(self, name: str) -> bool:
+        """Whether this run wrote ``name`` (its token is in it, or it is one of the run's untokened files)."""
+        match = _RUN_FILE.match(name) or _PROBE.match(name)
+        return (match is not None and match["run"] == self.token) or name in self.extra
+
+    def check(self) -> None:
+        """Raise :class:`DestinationLost` unless this run still holds the destination's claim."""
+        check_claim(self.store, self.token)
+
+    @contextlib.contextmanager
+    def guard(self) -> Iterator[None]:
+        """Around a run's writing and publishing: if another run takes the destination meanwhile (a
+        :class:`DestinationLost` from here or a worker), this run's files are removed and its error says so."""
+        try:
+            yield
+        except DestinationLost as exc:
+            if exc.cleaned:
+                raise
+            raise self.lost(f"{self.store.url} was claimed by another pack while this one was writing",
+                            "let one pack at a time write there") from None
+        except Exception as exc:  # another failure: this run's own, unless it lost the destination meanwhile
+            if self.published or self._holds_claim():
+                raise
+            raise self.lost(f"{self.store.url} was claimed by another pack while this one was writing (and this "
+                            f"one failed: {' '.join(str(exc).split())})", "let one pack at a time write there"
+                            ) from exc
+
+    def lost(self, what: str, advice: str) -> DestinationLost:
+        """The error of a run that lost the destination (``what`` happened), once its own files are removed."""
+        try:
+            names = [n for n in self.store.list_files() if self.owns(n)]
+            for name in names:
+                self.store.remove(name)
+            self._release()
+            removed = f" and its {_plural(len(names), 'file')} were removed"
+        except StorageError as exc:
+            removed = (f"; removing its files (those named with {self.token}) failed, remove them yourself: "
+                       f"{' '.join(str(exc).split())}")
+        error = DestinationLost(f"{what}; this run's shards were not published{removed}; {advice}")
+        error.cleaned = True
+        return error
+
+    def publish(self, manifest: Manifest) -> None:
+        """Write ``manifest`` (last; its shards all written by this run) if the destination still holds what
+        it held when this run claimed it, then remove what it replaces. Raises :class:`DestinationLost`,
+        having removed this run's files, if another run claimed the destination or published first."""
+        store = self.store
+        with self.guard():
+            self.check()
+            honoured = honours_conditions(store, f".shardstream-probe-{self.token}")
+            files = manifest_files(manifest)
+            head = files[-1][1]
+            for name, data in files[:-1]:  # the shard table
+                self.extra.append(name)
+                write_durably(store, name, data, self.fsync)
+            if self.fsync:
+                sync_folder(store)  # every shard (and the table) on disk before the manifest
+        try:
+            with self.guard(), folder_lock(store):  # locally, no run claims the folder between check and write
+                self.check()
+                if honoured:
+                    write_if(store, MANIFEST_NAME, head, Expect(self.replaces), self.fsync, locked=store.local)
+                else:
+                    store.write_bytes(MANIFEST_NAME, head)
+            if self.fsync:
+                sync_folder(store)
+        except WriteConflict:
+            if not self._is_published(head):  # (else a retried request whose first attempt had landed)
+                state = "appeared" if self.replaces is None else "was replaced"
+                raise self.lost(f"{store.url}: another pack published a dataset there while this one was writing "
+                                f"({MANIFEST_NAME} {state})", "pack again with --overwrite (overwrite=True) to "
+                                "replace it, or let one pack at a time write there") from None
+        if not honoured and not self._is_published(head):
+            raise self.lost(f"{store.url}: another pack published a dataset over this one ({MANIFEST_NAME} is not "
+                            f"this run's right after it was written; {store.protocol}:// takes no conditional "
+                            "writes)", "let one pack at a time write there")
+        self.published = True
+        self._release()
+        self._clean_up()
+
+    def _is_published(self, head: bytes) -> bool:
+        found = read_tagged(self.store, MANIFEST_NAME)
+        return found is not None and found[0] == head
+
+    def _holds_claim(self) -> bool:
+        """Whether the claim marker still holds this run's token (``True`` when it cannot be read)."""
+        try:
+            self.check()
+        except DestinationLost:
+            return False
+        except StorageError:
+            return True
+        return True
+
+    def _release(self) -> None:
+        """Remove the claim marker if it is still this run's."""
+        try:
+            held = bytes(self.store.read_bytes(IN_PROGRESS)).decode("ascii", "replace").strip()
+        except StorageError as exc:
+            if isinstance(exc.__cause__, FileNotFoundError):
+                return
+            raise
+        if held == self.token:
+            self.store.remove(IN_PROGRESS)
+
+    def _clean_up(self) -> None:
+        """After the publish: remove what the new manifest replaced (the leftovers found when claimed)."""
+        failed: list[str] = []
+        problem = ""
+        for name in self.leftovers:
+            try:
+                self.store.remove(name)
+            except StorageError as exc:
+                failed.append(name)
+                problem = " ".join(str(exc).split())
+        if failed:
+            log.warning("%s is published, but %s it replaced could not be removed (%s, ...): %s; remove them "
+                        "yourself", self.store.url, _plural(len(failed), "file"), failed[0], problem)
+        if self.fsync and self.leftovers:
+            sync_folder(self.store)
+
+
+def prepare_destination(store: Store, overwrite: bool, fsync: bool = True) -> Claim:
+    """Claim ``store`` for a new run: refuse a destination that holds a dataset unless ``overwrite``, note
+    the version this run replaces and the files shardstream left there, and write the claim marker with
+    this run's token. The published dataset's files are removed only once this run publishes: until then
+    the previous dataset stays whole and readable. In a local folder, what other runs left is removed at
+    once (the claim and a run's final check of its own are made under a lock on the folder, so none of
+    those runs can publish any more); on object storage, after this run's publish (see the module's
+    documentation).
+
+    Shard-named files that no shardstream run left behind (WebDataset tars, say) are only replaced with
+    ``overwrite``.
     """
     if store.local and os.path.exists(store.root) and not os.path.isdir(store.root):
         raise StorageError(f"{store.url} is a file; the destination must be a folder")
-    if store.exists(MANIFEST_NAME):
-        if not overwrite:
+    store.makedirs()
+    with folder_lock(store):
+        current = read_tagged(store, MANIFEST_NAME)
+        if current is not None and not overwrite:
             raise DatasetExistsError(
                 f"{store.url} already holds a dataset ({MANIFEST_NAME}); pass --overwrite "
                 "(overwrite=True) to replace it, or choose another destination"
             )
-        store.remove(MANIFEST_NAME)
-
-
-def prepare_destination(store: Store, overwrite: bool, fsync: bool = True) -> str:
-    """Make ``store`` ready for new shards: claim it, then clear what an interrupted
-    shardstream run left there (its shards and temporary files). Returns this run's token.
-
-    Shard-named files that no shardstream run left behind (WebDataset tars, say) are
-    only replaced with ``overwrite``.
-    """
-    claim_destination(store, overwrite)
-    store.makedirs()
-    names = store.list_files()
-    shards = [n for n in names if _SHARD_FILE.match(n)]
-    if shards and not overwrite and IN_PROGRESS not in names:
-        raise DatasetExistsError(
-            f"{store.url} holds shard files that shardstream did not leave there ({shards[0]}, ...); "
-            "pass --overwrite (overwrite=True) to replace them, or choose another destination"
-        )
-    token = uuid.uuid4().hex[:16]
-    store.write_bytes(IN_PROGRESS, token.encode())
-    for name in names:
-        if _SHARD_FILE.match(name) or _TEMP_FILE.match(name) or _SHARD_TABLE.match(name):
+        names = store.list_files()
+        plain = [n for n in names if _PLAIN_SHARD.match(n)]
+        if plain and not overwrite and current is None and IN_PROGRESS not in names:
+            raise DatasetExistsError(
+                f"{store.url} holds shard files that shardstream did not leave there ({plain[0]}, ...); "
+                "pass --overwrite (overwrite=True) to replace them, or choose another destination"
+            )
+        token = uuid.uuid4().hex[:16]
+        store.write_bytes(IN_PROGRESS, token.encode())
+    leftovers = [n for n in names if _RUN_FILE.match(n) or _PLAIN_SHARD.match(n) or _TEMP_FILE.match(n)
+                 or _SHARD_TABLE.match(n) or _PROBE.match(n)]
+    if store.local:  # what no published manifest names goes now: a re-run after a crash needs the room
+        published = _named_by(store, None if current is None else current[0])
+        for name in [n for n in leftovers if published is not None and n not in published]:
             store.remove(name)
+        leftovers = [n for n in leftovers if published is None or n in published]
     if fsync:
-        sync_folder(store)  # the claim and the clean-up survive a crash: leftovers stay ours
-    return token
+        sync_folder(store)  # the claim survives a crash: the files it found stay the next run's to remove
+    return Claim(store, token, fsync, None if current is None else current[1], leftovers)
 
 
-def staged_name(name: str, token: str) -> str:
-    """The temporary name a worker writes shard ``name`` to, until the run that owns ``token`` commits it."""
-    return f".{name}.{token}.tmp"
+def _named_by(store: Store, manifest: bytes | None) -> set[str] | None:
+    """The files a published manifest names (shards, sample indexes, shard table); ``None`` if it cannot be read."""
+    if manifest is None:
+        return set()
+    try:
+        doc = json.loads(manifest)
+        m = Manifest.from_json(manifest, store.url_of(MANIFEST_NAME), lambda name: bytes(store.read_bytes(name)))
+    except (ValueError, ShardstreamError):
+        return None
+    table = doc.get("shards", {}).get("table") if isinstance(doc.get("shards"), dict) else None
+    return {*m.paths, *(p + ".idx" for p in m.paths), *([table] if isinstance(table, str) else [])}
 
 
 def check_claim(store: Store, token: str) -> None:
-    """Raise unless the destination is still claimed by the run that owns ``token``."""
+    """Raise :class:`DestinationLost` unless the destination is still claimed by the run that owns ``token``."""
     try:
         found = bytes(store.read_bytes(IN_PROGRESS)).decode("ascii", "replace").strip()
     except StorageError as exc:
@@ -84,36 +272,11 @@ def check_claim(store: Store, token: str) -> None:
             raise
         found = None
     if found != token:
-        raise ShardstreamError(
+        raise DestinationLost(
             f"{store.url} was claimed by another pack while this one was writing ({IN_PROGRESS} "
             f"{'is gone' if found is None else 'holds another run'}); this run's shards were not published; "
             "let one pack at a time write there"
         )
-
-
-def commit_shard(store: Store, token: str, name: str) -> None:
-    """Rename a worker's staged shard ``name`` into place, if this run (``token``) still holds the folder."""
-    check_claim(store, token)
-    try:
-        os.replace(store.path(staged_name(name, token)), store.path(name))
-        if os.path.exists(store.path(staged_name(name + ".idx", token))):  # its sample index, if written
-            os.replace(store.path(staged_name(name + ".idx", token)), store.path(name + ".idx"))
-    except OSError as exc:
-        raise StorageError(f"cannot write {store.url_of(name)}: {describe_os_error(exc)}") from exc
-
-
-def publish(store: Store, manifest: Manifest, token: str | None = None, fsync: bool = True) -> None:
-    """Write the manifest (last, atomically): the shards in ``store`` become a dataset.
-
-    With ``token``, only while this run still holds the destination. With ``fsync``, the
-    shards' renames are on disk before the manifest is written, and the manifest after.
-    """
-    if token is not None:
-        check_claim(store, token)
-    if fsync:
-        sync_folder(store)
-    write_manifest(store, manifest, fsync)
-    store.remove(IN_PROGRESS)
 
 
 def check_written(store: Store, names: list[str], sizes: list[int]) -> None:

@@ -11,12 +11,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import ShardstreamError
-from ..manifest import Manifest, creation_info, shard_name
+from ..manifest import Manifest, creation_info
 from ..sizes import count, format_size
 from ..sources import FolderSource, TableSource, open_source, sample_permutation
 from ..sources.remote import is_remote
 from ..storage import Store
-from .destination import check_written, commit_shard, prepare_destination, publish
+from .destination import Claim, check_written, prepare_destination
 from .engine import default_workers, progress_bar, run_jobs
 from .folder import ShardResult, check_sample_names, plan_shards, read_file, write_shard
 from .rules import DEFAULT_SHARD_SIZE, check_shard_limits, resolve_format, warn_small_shards
@@ -202,7 +202,7 @@ def pack(
         check_sample_names(src.samples, shard_format)
     store = Store(dest, storage_options)
     _check_not_inside(source, store)
-    token = prepare_destination(store, overwrite, fsync)
+    claim = prepare_destination(store, overwrite, fsync)
     info = creation_info(source=source if is_remote(source) else os.path.abspath(source),
                          layout=getattr(src, "layout", "table"))
 
@@ -211,18 +211,19 @@ def pack(
         raise ShardstreamError(f"engine={engine!r} packs folder trees into tar shards, tables into Arrow shards, "
                                f"fn= inputs and the sources read sample by sample; pack {source} into "
                                f"{shard_format} shards with engine='local'")
-    if isinstance(src, FolderSource) and shard_format != "arrow":
-        manifest = _pack_folder_tar(src, store, shard_format, comp, limit, per_shard, workers, progress, info,
-                                    token, fsync, engine, ray_address, index)
-        warn_small_shards(manifest, limit)
-    elif isinstance(src, TableSource) and shard_format == "arrow":
-        manifest = _pack_table_arrow(src, store, comp, limit, per_shard, workers, progress, info, fsync,
-                                     order_seed, engine, ray_address)
-        warn_small_shards(manifest, limit)
-    else:  # ShardWriter.finish warns of small shards itself
-        manifest, token = _pack_with_writer(src, store, shard_format, comp, limit, per_shard, progress, info, fsync,
-                                            order_seed, index)
-    publish(store, manifest, token, fsync)
+    with claim.guard():
+        if isinstance(src, FolderSource) and shard_format != "arrow":
+            manifest = _pack_folder_tar(src, claim, shard_format, comp, limit, per_shard, workers, progress, info,
+                                        engine, ray_address, index)
+            warn_small_shards(manifest, limit)
+        elif isinstance(src, TableSource) and shard_format == "arrow":
+            manifest = _pack_table_arrow(src, claim, comp, limit, per_shard, workers, progress, info,
+                                         order_seed, engine, ray_address)
+            warn_small_shards(manifest, limit)
+        else:  # ShardWriter.finish warns of small shards itself
+            manifest = _pack_with_writer(src, claim, shard_format, comp, limit, per_shard, progress, info,
+                                         order_seed, index)
+        claim.publish(manifest)
     skipped = src.skipped_hidden if isinstance(src, FolderSource) else 0
     return PackResult(store.url, manifest, time.perf_counter() - started, skipped,
                       src.total_bytes if isinstance(src, FolderSource) else None)
@@ -241,23 +242,22 @@ def _manifest(shard_format: str, results: list[ShardResult], **kw: Any) -> Manif
 
 
 def _pack_folder_tar(
-    src: FolderSource, store: Store, shard_format: str, comp: str | None, limit: int,
-    per_shard: int | None, workers: int, progress: bool, info: dict[str, Any], token: str, fsync: bool,
+    src: FolderSource, claim: Claim, shard_format: str, comp: str | None, limit: int,
+    per_shard: int | None, workers: int, progress: bool, info: dict[str, Any],
     engine: str = "local", ray_address: str | None = None, index: bool | None = None,
 ) -> Manifest:
     with _no_gc():
         plan = plan_shards(src.samples, limit, per_shard)
-    # Local shards wait under names carrying this run's token until this process renames them into place.
-    staged = token if store.local else None
-    names = [shard_name(i, shard_format) for i in range(len(plan))]
+    store, fsync = claim.store, claim.fsync
+    # Shards go straight to this run's names; local workers check afterwards that the run still holds the folder.
+    check = claim.token if store.local else None
+    names = [claim.shard_name(i, shard_format) for i in range(len(plan))]
     index = (not store.local if index is None else index) and comp is None
-    jobs = [(store.url, store.storage_options, i, names[i], comp, s, staged, fsync, src.storage_options, index)
+    jobs = [(store.url, store.storage_options, i, names[i], comp, s, check, fsync, src.storage_options, index)
             for i, s in enumerate(plan)]
     job_bytes = [sum(size for s in samples for _, _, size in s.files) for samples in plan]
 
     def done(i: int) -> None:
-        if staged is not None:
-            commit_shard(store, token, names[i])
         bar.update(job_bytes[i])
 
     with progress_bar(progress, src.total_bytes) as bar:
@@ -274,12 +274,14 @@ def _pack_folder_tar(
 
 
 def _pack_table_arrow(
-    src: TableSource, store: Store, comp: str | None, limit: int, per_shard: int | None,
-    workers: int, progress: bool, info: dict[str, Any], fsync: bool, order_seed: int | None = None,
+    src: TableSource, claim: Claim, comp: str | None, limit: int, per_shard: int | None,
+    workers: int, progress: bool, info: dict[str, Any], order_seed: int | None = None,
     engine: str = "local", ray_address: str | None = None,
 ) -> Manifest:
     from ..formats import arrow as arrow_format
     from .table import pack_table_arrow
+
+    store = claim.store
 
     results: list[ShardResult] = []
     with progress_bar(progress, None, unit=" rows") as bar:
@@ -287,8 +289,8 @@ def _pack_table_arrow(
             results.append(result)
             bar.update(result.samples)
 
-        schema = pack_table_arrow(src, store, comp, limit, per_shard, workers, done, fsync, order_seed, engine,
-                                  ray_address)
+        schema = pack_table_arrow(src, store, comp, limit, per_shard, workers, done, claim.fsync, order_seed,
+                                  engine, ray_address, claim.token)
     if engine != "local":
         check_written(store, [r.path for r in results], [r.nbytes for r in results])
     return _manifest(
@@ -298,12 +300,12 @@ def _pack_table_arrow(
 
 
 def _pack_with_writer(
-    src: FolderSource | TableSource, store: Store, shard_format: str, comp: str | None, limit: int,
-    per_shard: int | None, progress: bool, info: dict[str, Any], fsync: bool, order_seed: int | None = None,
+    src: FolderSource | TableSource, claim: Claim, shard_format: str, comp: str | None, limit: int,
+    per_shard: int | None, progress: bool, info: dict[str, Any], order_seed: int | None = None,
     index: bool | None = None,
-) -> tuple[Manifest, str]:
-    """Sequential packing through :class:`ShardWriter`: folders to Arrow, tables to tar. Returns the
-    manifest (not published) and the writer's claim token."""
+) -> Manifest:
+    """Sequential packing through :class:`ShardWriter` (on this run's claim): folders to Arrow, tables to tar.
+    Returns the manifest, not published."""
     from .table import pack_table_tar
 
     fmt = "arrow" if shard_format == "arrow" else "tar"
@@ -314,9 +316,10 @@ def _pack_with_writer(
         names = sorted({ext for s in src.samples for ext, _, _ in s.files})
         columns = [("__key__", pa.string())] + [(n, pa.binary()) for n in names]
         schema = pa.schema(columns + ([("cls", pa.int64())] if src.classes is not None else []))
+    store = claim.store
     writer = ShardWriter(store.url, fmt, limit, per_shard, comp or "none", store.storage_options,
-                         overwrite=True, classes=getattr(src, "classes", None), schema=schema, fsync=fsync,
-                         index=index)
+                         classes=getattr(src, "classes", None), schema=schema, fsync=claim.fsync, index=index,
+                         _claim=claim)
     try:
         if isinstance(src, TableSource):
             with progress_bar(progress, None, unit=" rows") as bar:
@@ -336,4 +339,4 @@ def _pack_with_writer(
         writer.abort()
         raise
     manifest.created = info
-    return manifest, writer.token
+    return manifest

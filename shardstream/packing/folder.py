@@ -13,14 +13,14 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import ShardstreamError, SourceError
+from ..errors import SourceError
 from ..formats import tar as tar_format
 from ..formats.tar_index import IndexBuilder, index_name
 from ..manifest.files import sync_file, write_durably
 from ..sources import FileSample
 from ..sources.remote import is_remote, read_remote
 from ..storage import Store, describe_os_error
-from .destination import check_claim, staged_name
+from .destination import DestinationLost, check_claim
 from .fields import field_problem, key_problem
 from .rules import shard_is_full
 from .tar_files import write_files
@@ -131,16 +131,14 @@ def write_shard(
     compression: str | None, samples: list[FileSample], token: str | None = None, fsync: bool = True,
     source_options: dict[str, Any] | None = None, sample_index: bool = False,
 ) -> ShardResult:
-    """Write one tar shard from files (runs in a worker process).
+    """Write one tar shard from files (runs in a worker process) to ``name`` (which carries its run's token).
 
-    With ``token`` (local folders), the shard goes to its staged name, for the run that owns
-    ``token`` to rename into place (:func:`~.destination.commit_shard`); a worker whose run has
-    lost the destination removes what it wrote and stops.
+    With ``token`` (local folders), the worker checks afterwards that its run still holds the destination;
+    a worker whose run has lost it (the orphan of a killed run, say) removes what it wrote and stops.
     """
     store = Store(dest, storage_options)
-    target = name if token is None else staged_name(name, token)
     counts: Counter[str] = Counter()
-    with store.open_write(target) as sink:
+    with store.open_write(name) as sink:
         tar_size = None
         if compression == "zstd":  # the frame header records it: readers can size (and bound) the output
             tar_size = sum(tar_format.sample_size(s.key, sample_fields(s)) for s in samples)
@@ -161,24 +159,24 @@ def write_shard(
                 counts.update(ext for ext, _ in fields)
             nbytes, digest = writer.close()
         if fsync:
-            sync_file(store, sink, target)
+            sync_file(store, sink, name)
     index_digest = ""
-    if writer.index is not None:  # staged like its shard (renamed into place with it)
-        index_digest = write_index(store, name, writer.index, fsync, token)
+    if writer.index is not None:
+        index_digest = write_index(store, name, writer.index, fsync)
     if token is not None:
         try:
             check_claim(store, token)
-        except ShardstreamError:
-            store.remove(target)
+        except DestinationLost:
+            store.remove(name)
             if writer.index is not None:
-                store.remove(staged_name(index_name(name), token))
+                store.remove(index_name(name))
             raise
     return ShardResult(index, name, len(samples), nbytes, digest, writer.tar_bytes, counts, index_digest)
 
 
-def write_index(store: Store, name: str, index: IndexBuilder, fsync: bool = True, token: str | None = None) -> str:
-    """Write shard ``name``'s sample index next to it (atomically, durably with ``fsync``; under its staged
-    name with ``token``); its sha256, for the manifest."""
+def write_index(store: Store, name: str, index: IndexBuilder, fsync: bool = True) -> str:
+    """Write shard ``name``'s sample index next to it (``<name>.idx``, atomically, durably with ``fsync``);
+    its sha256, for the manifest."""
     data = index.to_bytes()
-    write_durably(store, index_name(name) if token is None else staged_name(index_name(name), token), data, fsync)
+    write_durably(store, index_name(name), data, fsync)
     return hashlib.sha256(data).hexdigest()

@@ -26,7 +26,6 @@ import numpy as np
 from ..errors import ShardstreamError, SourceError
 from ..manifest import Manifest, creation_info
 from ..storage import Store
-from .destination import publish
 from .engine import _pool_context, default_workers, die_with_parent, progress_bar
 from .fields import encode_field
 from .rules import DEFAULT_SHARD_SIZE
@@ -205,7 +204,7 @@ def write_samples(
         writer.abort()
         raise
     manifest.created = info or creation_info(writer="pack(fn=)")
-    publish(writer.store, manifest, writer.token, fsync)
+    writer.claim.publish(manifest)
     return writer.store.url, manifest
 
 

@@ -1,11 +1,11 @@
 """The Ray engine: a shard plan's jobs as Ray tasks, on a laptop or a cluster, results in plan order.
 
 The driver plans the shards exactly as the local engine does; each job becomes one task that reads
-its part of the source and writes its shard straight to the destination (a staged name renamed by
-the driver for local folders, one PUT of the whole object for object stores), so no shard bytes
-travel through the driver or Ray's object store and a retried task leaves nothing half-written.
-A shard's name comes from its index in the plan, never from a task attempt: the output is the same
-bytes as a local pack. Ray retries a task whose worker died (SIGKILL, a lost node) up to
+its part of the source and writes its shard straight to the destination (atomically: a rename into
+place for local folders, one PUT of the whole object for object stores), so no shard bytes travel
+through the driver or Ray's object store and a retried task leaves nothing half-written. A shard's
+name comes from its index in the plan and the run's token, never from a task attempt: the output is
+the same bytes as a local pack. Ray retries a task whose worker died (SIGKILL, a lost node) up to
 ``retries`` times; an exception raised by the job itself is an error in the data and ends the pack
 with that error, before any manifest is written.
 """

@@ -54,8 +54,8 @@ def _cut(batches: Iterator[pa.RecordBatch], shard_size: int, per_shard: int | No
 
 
 def _write_arrow_shard(store: Store, index: int, batches: list[pa.RecordBatch], compression: str | None,
-                       fsync: bool) -> ShardResult:
-    name = shard_name(index, "arrow")
+                       fsync: bool, run: str | None = None) -> ShardResult:
+    name = shard_name(index, "arrow", run)
     with store.open_write(name) as sink:
         writer = arrow_format.ArrowShardWriter(sink, batches[0].schema, compression)
         writer.add_batch(pa.Table.from_batches(batches).combine_chunks())
@@ -68,11 +68,12 @@ def _write_arrow_shard(store: Store, index: int, batches: list[pa.RecordBatch], 
 def pack_table_arrow(
     source: TableSource, store: Store, compression: str | None, shard_size: int, per_shard: int | None,
     workers: int, on_shard: Callable[[ShardResult], None], fsync: bool = True, seed: int | None = None,
-    engine: str = "local", ray_address: str | None = None,
+    engine: str = "local", ray_address: str | None = None, run: str | None = None,
 ) -> pa.Schema:
     """Write Arrow shards from the table; returns its schema. ``on_shard`` sees each result in order.
     With ``seed``, the rows are written in a random order drawn from it. With ``engine="ray"`` the shards
-    are encoded and written by Ray tasks (this process reads the table and sends them its rows)."""
+    are encoded and written by Ray tasks (this process reads the table and sends them its rows). ``run``:
+    the token of the run that writes them, in their names (see :func:`~shardstream.manifest.shard_name`)."""
     schema = source.dataset().schema
     pending: deque[Future[ShardResult]] = deque()
     pool: Any = ThreadPoolExecutor(max_workers=max(workers, 1))
@@ -84,7 +85,7 @@ def pack_table_arrow(
         try:
             batches_in = (b for b, _ in table_batches(source, seed)) if seed is not None else record_batches(source)
             for index, batches in enumerate(_cut(batches_in, shard_size, per_shard)):
-                pending.append(pool.submit(_write_arrow_shard, store, index, batches, compression, fsync))
+                pending.append(pool.submit(_write_arrow_shard, store, index, batches, compression, fsync, run))
                 while len(pending) > workers or (pending and pending[0].done()):
                     on_shard(pending.popleft().result())
             while pending:

@@ -26,7 +26,7 @@ from ..sizes import count, format_size, parse_size
 from ..sources import REGISTRY
 from ..sources.text import TextSource
 from ..storage import Store
-from .destination import prepare_destination, publish
+from .destination import prepare_destination
 from .engine import default_workers, progress_bar
 
 EOS_NAMES = ("<|endoftext|>", "</s>", "<eos>", "[EOS]", "<|end_of_text|>", "<|eot_id|>", "<|im_end|>")
@@ -93,8 +93,8 @@ def _flatten(ids: list[Any], eos_id: int | None, limit: int, where: str) -> tupl
 class _ShardCutter:
     """Collects documents and writes a shard each time they reach ``limit`` bytes."""
 
-    def __init__(self, store: Store, dtype: str, limit: int):
-        self.store, self.dtype, self.limit = store, dtype, limit
+    def __init__(self, store: Store, dtype: str, limit: int, run: str | None = None):
+        self.store, self.dtype, self.limit, self.run = store, dtype, limit, run
         self.itemsize = token_format.DTYPES[dtype].itemsize
         self.parts: list[tuple[np.ndarray, np.ndarray]] = []
         self.held = 0  # tokens in parts
@@ -121,7 +121,7 @@ class _ShardCutter:
         lengths = np.concatenate([p[1] for p in self.parts])
         offsets = np.concatenate([[0], np.cumsum(lengths)])
         self.parts, self.held = [], 0
-        name = shard_name(len(self.results), "tokens")
+        name = shard_name(len(self.results), "tokens", self.run)
         digest = hashlib.sha256()
         size = 0
         with self.store.open_write(name) as f:
@@ -198,8 +198,8 @@ def pack_tokens(
             raise UsageError(f"the tokenizer {name} declares no end-of-document token: pass --eos-id (eos_id=) "
                              "or --no-eos (eos=False)")
     out_dtype = token_format.dtype_for(vocab)
-    token = prepare_destination(store, overwrite, fsync)
-    cutter = _ShardCutter(store, out_dtype, limit)
+    claim = prepare_destination(store, overwrite, fsync)
+    cutter = _ShardCutter(store, out_dtype, limit, claim.token)
     with progress_bar(progress, None, unit=" docs") as bar:
         if src.tokenized:
             for tokens, offsets, _ in chunks:
@@ -221,7 +221,7 @@ def pack_tokens(
     manifest = Manifest("tokens", [x[0] for x in r], [x[1] for x in r], [x[2] for x in r], [x[3] for x in r],
                         created=creation_info(source=source if "://" in source else os.path.abspath(source),
                                               layout=src.kind), tokens=stats)
-    publish(store, manifest, token, fsync)
+    claim.publish(manifest)
     return store.url, manifest, time.perf_counter() - started
 
 

@@ -9,10 +9,10 @@ from typing import Any
 
 from ..errors import EncodeError, ShardstreamError
 from ..formats import tar as tar_format
-from ..manifest import Manifest, creation_info, shard_name
+from ..manifest import Manifest, creation_info
 from ..manifest.files import sync_file
 from ..storage import Store
-from .destination import prepare_destination, publish
+from .destination import Claim, prepare_destination
 from .fields import check_key, check_name, encode_field, merge_types
 from .folder import write_index
 from .rules import DEFAULT_SHARD_SIZE, check_shard_limits, resolve_format, shard_is_full, warn_small_shards
@@ -57,12 +57,14 @@ class ShardWriter:
         schema: Any = None,
         fsync: bool = True,
         index: bool | None = None,
+        *,
+        _claim: Claim | None = None,  # a pack's claim on the destination, taken before (packing.driver)
     ):
         self.shard_format, self.compression = resolve_format(format, compression)
         self.shard_size, self.samples_per_shard = check_shard_limits(shard_size, samples_per_shard)
-        self.store = Store(url, storage_options)
+        self.store = Store(url, storage_options) if _claim is None else _claim.store
         self.fsync = fsync
-        self.token = prepare_destination(self.store, overwrite, fsync)
+        self.claim = prepare_destination(self.store, overwrite, fsync) if _claim is None else _claim
         self.classes = list(classes) if classes is not None else None
         self.paths: list[str] = []
         self.samples: list[int] = []
@@ -85,9 +87,14 @@ class ShardWriter:
         self._closed = False
         self._published = False
 
+    @property
+    def token(self) -> str:
+        """This writer's run token, in its shards' names."""
+        return self.claim.token
+
     # -- shard lifecycle ------------------------------------------------------------
     def _open_shard(self) -> None:
-        name = shard_name(len(self.paths), self.shard_format)
+        name = self.claim.shard_name(len(self.paths), self.shard_format)
         self._cm = self.store.open_write(name)
         sink = self._sink = self._cm.__enter__()
         if self.shard_format == "arrow":
@@ -215,14 +222,16 @@ class ShardWriter:
         return self.manifest
 
     def close(self) -> Manifest:
-        """Finish the last shard and publish the manifest (once). Returns the manifest."""
+        """Finish the last shard and publish the manifest (once). Returns the manifest. Raises
+        :class:`~shardstream.packing.destination.DestinationLost`, having removed this writer's shards, if
+        another writer claimed or published the destination meanwhile."""
         if not self._published:
             try:
                 manifest = self.finish()
             except BaseException:
                 self.abort()
                 raise
-            publish(self.store, manifest, self.token, self.fsync)
+            self.claim.publish(manifest)
             self._published = True
         assert self.manifest is not None
         return self.manifest

@@ -15,6 +15,7 @@ from shardstream.formats import tar as tar_format
 from shardstream.manifest import load_manifest
 from shardstream.packing.writer import ShardWriter
 from shardstream.storage import Store
+from tests.sample_datasets import shard_path
 
 N = 11
 PER_SHARD = 4  # shards of 4, 4 and 3 samples
@@ -75,7 +76,7 @@ def test_tar_zst_shards_are_read(tmp_path):
 
 def test_tar_shard_indexes_keys_and_fields(tmp_path):
     url = write(tmp_path)
-    data = (tmp_path / os.path.basename(url) / "shard-000001.tar").read_bytes()
+    data = shard_path(url, 1).read_bytes()
     shard = TarShard(data, "shard-000001.tar", 4)
     assert shard.keys == ["key004", "key005", "key006", "key007"]
     assert set(shard.fields[0]) == {"bin", "cls", "txt"}
@@ -85,7 +86,7 @@ def test_tar_shard_indexes_keys_and_fields(tmp_path):
 
 def test_arrow_shard_rows_and_take(tmp_path):
     url = write(tmp_path, "arrow")
-    data = (tmp_path / os.path.basename(url) / "shard-000002.arrow").read_bytes()
+    data = shard_path(url, 2).read_bytes()
     shard = ArrowShard(data, "shard-000002.arrow", 3)
     assert [shard.sample(i) for i in range(3)] == [make_sample(i) for i in (8, 9, 10)]
     taken = shard.take([2, 0])
@@ -162,21 +163,21 @@ def test_sample_count_differing_from_manifest_is_corrupt(tmp_path, fmt, compress
 
 def test_tar_shard_with_wrong_expected_count(tmp_path):
     url = write(tmp_path)
-    data = (tmp_path / os.path.basename(url) / "shard-000000.tar").read_bytes()
+    data = shard_path(url, 0).read_bytes()
     with pytest.raises(CorruptShardError, match="shard-000000.tar: 4 samples, the manifest says 5"):
         TarShard(data, "shard-000000.tar", 5)
 
 
 def test_corrupt_tar_header_names_the_shard(tmp_path):
     url = write(tmp_path)
-    path = os.path.join(url, "shard-000001.tar")
+    path = shard_path(url, 1)
     data = bytearray(Path(path).read_bytes())
     members = list(tar_format.iter_members(bytes(data)))
     header = members[2][1] - 512  # the third member's header block
     data[header : header + 10] = b"\xff" * 10  # its name: the checksum no longer matches
     with open(path, "wb") as f:  # same size as before: only the contents are damaged
         f.write(data)
-    with pytest.raises(CorruptShardError, match=r"shard-000001\.tar: bad tar header"):
+    with pytest.raises(CorruptShardError, match=rf"{path.name}: bad tar header"):
         open_cache(url).get(1)
 
 
@@ -216,13 +217,11 @@ def test_a_local_shard_opens_from_its_index_without_parsing_headers(tmp_path, mo
 
 
 def test_an_index_that_does_not_check_is_ignored_for_the_headers(tmp_path, monkeypatch):
-    from pathlib import Path
-
     from shardstream.formats import tar as tar_format
 
     plain, indexed = _indexed_pair(tmp_path)
     expected = _read(plain)
-    idx = Path(indexed) / "shard-000001.tar.idx"
+    idx = shard_path(indexed, 1).with_name(shard_path(indexed, 1).name + ".idx")
     data = bytearray(idx.read_bytes())
     data[-3] ^= 1  # a member name changed: its sha256 no longer matches the manifest's
     idx.write_bytes(bytes(data))
@@ -230,4 +229,4 @@ def test_an_index_that_does_not_check_is_ignored_for_the_headers(tmp_path, monke
     real = tar_format.index_samples
     monkeypatch.setattr(tar_format, "index_samples", lambda buf, name="shard": parsed.append(name) or real(buf, name))
     assert _read(indexed) == expected
-    assert parsed == [str(Path(indexed) / "shard-000001.tar")]  # that shard alone: the others opened from their index
+    assert parsed == [str(shard_path(indexed, 1))]  # that shard alone: the others opened from their index

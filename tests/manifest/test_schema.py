@@ -107,6 +107,21 @@ def test_shard_name_is_deterministic_and_zero_padded():
     assert shard_name(0, "tar") == "shard-000000.tar"
     assert shard_name(12, "tar.zst") == "shard-000012.tar.zst"
     assert shard_name(999_999, "arrow") == "shard-999999.arrow"
+    assert shard_name(3, "tar", "0123456789abcdef") == "shard-000003-0123456789abcdef.tar"  # a pack run's own names
+    with pytest.raises(ValueError, match="16 lower-case hex digits"):
+        shard_name(3, "tar", "../x")
+
+
+def test_the_run_token_in_shard_names_is_not_part_of_the_fingerprint():
+    """Two packs of the same source name their shards with their own tokens: one fingerprint (resume states of
+    one stay valid on the other); manifests written before run tokens keep theirs."""
+    plain = make_manifest()
+    runs = [make_manifest(paths=[shard_name(i, "tar", token) for i in range(4)])
+            for token in ("0123456789abcdef", "fedcba9876543210")]
+    assert plain.fingerprint == runs[0].fingerprint == runs[1].fingerprint
+    assert make_manifest(paths=[f"a{p}" for p in plain.paths]).fingerprint != plain.fingerprint
+    assert make_manifest(sha256=[f"{i + 1:064x}" for i in range(4)], paths=runs[0].paths).fingerprint != \
+        plain.fingerprint
 
 
 def test_locate_every_sample_skipping_empty_shards():
@@ -309,7 +324,7 @@ def test_a_checksum_path_never_reaches_the_cache():
     with tempfile.TemporaryDirectory(prefix="ss-", dir="/tmp") as outside:
         planted = outside + "/" + "p" * (63 - len(outside))
         with open(planted + ".shard", "wb") as f:  # what the cache would have opened
-            f.write(bytes(store.read_bytes("shard-000000.tar")))
+            f.write(bytes(store.read_bytes(w.manifest.paths[0])))
         doc = json.loads(bytes(store.read_bytes(MANIFEST_NAME)))
         doc["shards"]["sha256"] = [planted]
         store.write_bytes(MANIFEST_NAME, json.dumps(doc).encode())
@@ -397,7 +412,7 @@ def test_a_local_dataset_cannot_read_outside_its_folder(tmp_path, shard):
     url = tmp_path / "ds"
     with ShardWriter(str(url)) as w:
         w.write({"__key__": "a", "txt": "inside"})
-    (tmp_path / "secret.tar").write_bytes((url / "shard-000000.tar").read_bytes())
+    (tmp_path / "secret.tar").write_bytes((url / w.manifest.paths[0]).read_bytes())
     doc = json.loads((url / MANIFEST_NAME).read_text())
     doc["shards"]["path"] = [shard if shard != "/ABS" else str(tmp_path / "secret.tar")]
     (url / MANIFEST_NAME).write_text(json.dumps(doc))
@@ -414,7 +429,7 @@ def test_a_bucket_dataset_cannot_name_another_bucket():
         w.write({"__key__": "a", "txt": "inside"})
     store = Store(url)
     other = Store(f"memory://other-{uuid.uuid4().hex}")
-    other.write_bytes("x.tar", bytes(store.read_bytes("shard-000000.tar")))
+    other.write_bytes("x.tar", bytes(store.read_bytes(w.manifest.paths[0])))
     for path in ("/" + other.root.strip("/") + "/x.tar", other.url + "/x.tar"):
         doc = json.loads(bytes(store.read_bytes(MANIFEST_NAME)))
         doc["shards"]["path"] = [path]

@@ -308,9 +308,14 @@ def _indexed(tmp_path: Path) -> Path:
     return tmp_path / "ds"
 
 
+def _shard(ds: Path, shard: int) -> Path:
+    """Shard ``shard`` of the dataset ``ds`` (its name carries the token of the run that wrote it)."""
+    return ds / json.loads((ds / "_manifest.json").read_text())["shards"]["path"][shard]
+
+
 def _republish(ds: Path, shard: int, raw: bytes) -> None:
     """Write ``raw`` as shard ``shard``'s index and record its checksum in the manifest (a consistent lie)."""
-    (ds / f"shard-{shard:06d}.tar.idx").write_bytes(raw)
+    _shard(ds, shard).with_name(_shard(ds, shard).name + ".idx").write_bytes(raw)
     doc = json.loads((ds / "_manifest.json").read_text())
     doc["shards"]["index_sha256"][shard] = hashlib.sha256(raw).hexdigest()
     (ds / "_manifest.json").write_text(json.dumps(doc))
@@ -319,20 +324,20 @@ def _republish(ds: Path, shard: int, raw: bytes) -> None:
 def test_an_indexed_dataset_verifies_and_a_changed_index_does_not(tmp_path):
     ds = _indexed(tmp_path)
     assert verify(str(ds)).ok
-    idx = ds / "shard-000001.tar.idx"
+    idx = _shard(ds, 1).with_name(_shard(ds, 1).name + ".idx")
     idx.write_bytes(idx.read_bytes()[:-1] + b"x")
     (problem,) = verify(str(ds)).problems
-    assert "shard-000001.tar.idx: checksum mismatch with the manifest's index_sha256" in problem
+    assert f"{idx.name}: checksum mismatch with the manifest's index_sha256" in problem
 
 
 def test_an_index_that_disagrees_with_the_tar_is_reported(tmp_path):
     from shardstream.formats.tar_index import IndexBuilder
 
     ds = _indexed(tmp_path)
-    with tarfile.open(ds / "shard-000000.tar") as t:
+    with tarfile.open(_shard(ds, 0)) as t:
         members = t.getmembers()
     builder = IndexBuilder()  # the shard's own layout and sample bytes, the first two names swapped
-    data = (ds / "shard-000000.tar").read_bytes()
+    data = _shard(ds, 0).read_bytes()
     names = [m.name for m in members]
     names[0], names[1] = names[1], names[0]
     for name, m in zip(names, members):
@@ -340,4 +345,4 @@ def test_an_index_that_disagrees_with_the_tar_is_reported(tmp_path):
         builder.add([data[start : m.offset_data + m.size + (-m.size % 512)]], [(name, 512, m.size)])
     _republish(ds, 0, builder.to_bytes())
     (problem,) = verify(str(ds)).problems
-    assert "shard-000000.tar.idx: it places samples or members other than the shard's headers do" in problem
+    assert f"{_shard(ds, 0).name}.idx: it places samples or members other than the shard's headers do" in problem

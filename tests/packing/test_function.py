@@ -9,10 +9,12 @@ import pytest
 
 import shardstream as ss
 from shardstream.errors import ShardstreamError, SourceError
+from tests.sample_datasets import without_run
 
 
 def shard_bytes(dest: Path) -> dict[str, bytes]:
-    return {p.name: p.read_bytes() for p in sorted(dest.glob("shard-*"))}
+    """The shards' bytes by their names without the run's token."""
+    return {without_run(p.name): p.read_bytes() for p in sorted(dest.glob("shard-*"))}
 
 
 def features(i: int):

@@ -27,7 +27,7 @@ from shardstream.manifest.files import IN_PROGRESS
 from shardstream.manifest.verify import verify
 from shardstream.packing.folder import plan_shards, write_shard
 from shardstream.sources import open_source
-from tests.sample_datasets import make_files
+from tests.sample_datasets import doc_without_runs, make_files, without_run
 
 ROOT = Path(__file__).resolve().parents[2]
 folder_module = importlib.import_module("shardstream.packing.folder")
@@ -170,10 +170,11 @@ def test_a_worker_whose_parent_is_gone_exits_at_once():
 def test_a_rerun_has_the_same_fingerprint_and_shards_but_another_creation_time(tmp_path, source):
     dest = tmp_path / "out"
     first = pack(str(source), str(dest), workers=2, samples_per_shard=5, progress=False)
-    shards = {p: (dest / p).read_bytes() for p in first.manifest.paths}
-    doc = json.loads((dest / MANIFEST_NAME).read_bytes())
+    shards = {without_run(p): (dest / p).read_bytes() for p in first.manifest.paths}
+    doc = doc_without_runs(json.loads((dest / MANIFEST_NAME).read_bytes()))
     second = pack(str(source), str(dest), workers=1, samples_per_shard=5, overwrite=True, progress=False)
-    assert second.fingerprint == first.fingerprint
-    assert {p: (dest / p).read_bytes() for p in second.manifest.paths} == shards
-    again = json.loads((dest / MANIFEST_NAME).read_bytes())
+    assert second.fingerprint == first.fingerprint  # the run's token in shard names is not part of it
+    assert {without_run(p): (dest / p).read_bytes() for p in second.manifest.paths} == shards
+    assert not set(first.manifest.paths) & set(os.listdir(dest))  # new names; the replaced shards are gone
+    again = doc_without_runs(json.loads((dest / MANIFEST_NAME).read_bytes()))
     assert {k: v for k, v in again.items() if k != "created"} == {k: v for k, v in doc.items() if k != "created"}

@@ -26,7 +26,7 @@ from shardstream import pack
 from shardstream.errors import DatasetExistsError, ShardstreamError, SourceError
 from shardstream.formats import iter_shard_samples
 from tests.oslimits import permission_preexec
-from tests.sample_datasets import make_files
+from tests.sample_datasets import doc_without_runs, make_files, without_run
 
 pack_module = importlib.import_module("shardstream.packing.driver")
 
@@ -41,14 +41,15 @@ def load_doc(dest: Path) -> dict:
 
 
 def doc_without_created(dest: Path) -> dict:
-    doc = load_doc(dest)
+    """The manifest without its creation info, its shard paths without the run's token."""
+    doc = doc_without_runs(load_doc(dest))
     doc.pop("created")
     return doc
 
 
 def shard_files(dest: Path) -> dict[str, bytes]:
-    """Every file in ``dest`` except the manifest, by name."""
-    return {p.name: p.read_bytes() for p in sorted(dest.iterdir()) if p.name != "_manifest.json"}
+    """Every file in ``dest`` except the manifest, by name without the run's token."""
+    return {without_run(p.name): p.read_bytes() for p in sorted(dest.iterdir()) if p.name != "_manifest.json"}
 
 
 def read_samples(dest: Path) -> list[dict]:
@@ -211,9 +212,9 @@ def test_odd_folder_round_trips(tmp_path, compression, workers):
 def test_odd_folder_is_readable_by_tarfile(tmp_path):
     src = make_files(tmp_path / "src", ODD_FILES)
     dest = tmp_path / "out"
-    pack(src, dest, workers=1, progress=False)
+    result = pack(src, dest, workers=1, progress=False)
     members = {}
-    with tarfile.open(dest / "shard-000000.tar") as tf:
+    with tarfile.open(dest / result.manifest.paths[0]) as tf:
         for member in tf.getmembers():
             members[member.name] = tf.extractfile(member).read()
     expected = {(rel if "." in rel.rpartition("/")[2] else rel + ".bin"): data for rel, data in ODD_FILES.items()}
@@ -263,14 +264,15 @@ def test_compressed_tar_holds_the_plain_tar(tmp_path, compression, suffix):
     result = pack(src, packed, samples_per_shard=3, compression=compression, workers=2, progress=False)
     assert result.manifest.shard_format == suffix
     doc = load_doc(packed)
-    assert doc["shards"]["path"] == [f"shard-{i:06d}.{suffix}" for i in range(3)]
+    assert [without_run(p) for p in doc["shards"]["path"]] == [f"shard-{i:06d}.{suffix}" for i in range(3)]
+    plain_paths = load_doc(plain)["shards"]["path"]
     for i, path in enumerate(doc["shards"]["path"]):
         data = (packed / path).read_bytes()
         if compression == "zstd":
             raw = zstandard.ZstdDecompressor().stream_reader(io.BytesIO(data)).read()
         else:
             raw = gzip.decompress(data)
-        assert raw == (plain / f"shard-{i:06d}.tar").read_bytes()
+        assert raw == (plain / plain_paths[i]).read_bytes()
     check_manifest_matches_shards(packed)
 
 
@@ -622,21 +624,23 @@ def test_existing_dataset_is_refused_unless_overwrite(tmp_path):
     check_manifest_matches_shards(dest)
 
 
-def test_overwrite_that_fails_leaves_no_manifest(tmp_path, monkeypatch):
+def test_overwrite_that_fails_leaves_the_previous_dataset_as_it_was(tmp_path, monkeypatch):
     src = make_files(tmp_path / "src", {f"{i}.txt": b"data" for i in range(4)})
     dest = tmp_path / "out"
     pack(src, dest, progress=False)
+    before = {p.name: p.read_bytes() for p in dest.iterdir()}
     _open_source_then(monkeypatch, lambda source: (src / "2.txt").unlink())
     with pytest.raises(SourceError):
         pack(src, dest, progress=False, overwrite=True)
-    assert not (dest / "_manifest.json").exists()
+    assert {p.name: p.read_bytes() for p in dest.iterdir() if p.name in before} == before  # still published, whole
+    check_manifest_matches_shards(dest)
 
 
 def test_temporary_files_of_an_interrupted_pack_are_cleaned_and_other_files_kept(tmp_path):
     src = make_files(tmp_path / "src", {f"{i}.txt": b"data" for i in range(3)})
     dest = make_files(tmp_path / "out", {".shard-000000.tar.0123abcd.tmp": b"partial", "notes.md": b"mine"})
-    pack(src, dest, progress=False)
-    assert sorted(p.name for p in dest.iterdir()) == ["_manifest.json", "notes.md", "shard-000000.tar"]
+    result = pack(src, dest, progress=False)
+    assert sorted(p.name for p in dest.iterdir()) == ["_manifest.json", "notes.md", *result.manifest.paths]
     assert (dest / "notes.md").read_bytes() == b"mine"
 
 
@@ -710,8 +714,8 @@ def test_parallel_pack_from_a_plain_script(tmp_path):
 def test_tar_members_have_fixed_metadata(tmp_path):
     src = make_files(tmp_path / "src", {"a.txt": b"a"})
     os.utime(src / "a.txt", (1_000_000_000, 1_000_000_000))
-    pack(src, tmp_path / "out", progress=False)
-    with tarfile.open(tmp_path / "out" / "shard-000000.tar") as tf:
+    result = pack(src, tmp_path / "out", progress=False)
+    with tarfile.open(tmp_path / "out" / result.manifest.paths[0]) as tf:
         (member,) = tf.getmembers()
     assert (member.name, member.mtime, member.uid, member.gid, member.mode) == ("a.txt", 0, 0, 0, 0o644)
 
@@ -793,5 +797,5 @@ def test_a_repack_removes_the_old_shard_table(tmp_path):
     dest = tmp_path / "ds"
     pack(src, dest, progress=False)
     (dest / "_shards-0123456789abcdef.arrow").write_bytes(b"a large manifest's old shard table")
-    pack(src, dest, overwrite=True, progress=False)
-    assert sorted(p.name for p in dest.iterdir()) == ["_manifest.json", "shard-000000.tar"]
+    result = pack(src, dest, overwrite=True, progress=False)
+    assert sorted(p.name for p in dest.iterdir()) == ["_manifest.json", *result.manifest.paths]

@@ -16,7 +16,7 @@ from shardstream.packing import engine  # noqa: E402
 from shardstream.packing.folder import plan_shards  # noqa: E402
 from shardstream.sources import open_source  # noqa: E402
 from tests.packing import ray_jobs  # noqa: E402
-from tests.sample_datasets import make_files  # noqa: E402
+from tests.sample_datasets import doc_without_runs, make_files, without_run  # noqa: E402
 
 REPO = str(Path(__file__).resolve().parents[2])
 
@@ -85,9 +85,10 @@ def test_an_unknown_engine_and_an_unreachable_cluster():
 
 
 def manifest_without_creation(dest: Path) -> dict:
+    """The manifest less its creation info, its shard paths without the run's token."""
     import json
 
-    doc = json.loads((dest / "_manifest.json").read_text())
+    doc = doc_without_runs(json.loads((dest / "_manifest.json").read_text()))
     doc.pop("created", None)
     return doc
 
@@ -102,9 +103,9 @@ def test_a_ray_pack_is_byte_identical_to_a_local_one(local_ray, tmp_path, compre
     remote = pack(src, tmp_path / "ray", samples_per_shard=7, compression=compression, progress=False, engine="ray")
     assert local.manifest.num_shards == 8 and remote.fingerprint == local.fingerprint
     assert manifest_without_creation(tmp_path / "ray") == manifest_without_creation(tmp_path / "local")
-    for name in local.manifest.paths:
-        assert (tmp_path / "ray" / name).read_bytes() == (tmp_path / "local" / name).read_bytes()
-    names = {d: sorted(p.name for p in (tmp_path / d).iterdir()) for d in ("ray", "local")}
+    for name, other in zip(local.manifest.paths, remote.manifest.paths):
+        assert (tmp_path / "ray" / other).read_bytes() == (tmp_path / "local" / name).read_bytes()
+    names = {d: sorted(without_run(p.name) for p in (tmp_path / d).iterdir()) for d in ("ray", "local")}
     assert names["ray"] == names["local"]  # nothing staged or temporary left
 
 
@@ -145,7 +146,8 @@ def test_the_command_line_packs_on_a_local_ray(tmp_path):
 
 
 def shard_bytes(dest: Path) -> dict[str, bytes]:
-    return {p.name: p.read_bytes() for p in sorted(dest.glob("shard-*"))}
+    """The shards' bytes by their names without the run's token."""
+    return {without_run(p.name): p.read_bytes() for p in sorted(dest.glob("shard-*"))}
 
 
 def test_a_function_pack_on_ray_equals_the_local_one(local_ray, tmp_path):

@@ -26,6 +26,7 @@ from shardstream.packing.fields import encode_field
 from shardstream.packing.rules import shard_is_full
 from shardstream.packing.writer import ShardWriter
 from shardstream.storage import Store
+from tests.sample_datasets import without_run
 
 
 def read_all(url: str) -> tuple[list[dict], list[list[dict]]]:
@@ -59,8 +60,9 @@ def expected_partition(sizes: list[int], limit: int, per_shard: int | None) -> l
 
 
 def files_in(path) -> list[str]:
-    """The folder's files, less the in-progress marker (checked by the tests that are about it)."""
-    return sorted(n for n in os.listdir(path) if n != IN_PROGRESS)
+    """The folder's files, less the in-progress marker (checked by the tests that are about it), by their names
+    without the writer's run token."""
+    return sorted(without_run(n) for n in os.listdir(path) if n != IN_PROGRESS)
 
 
 def test_in_progress_marker_is_present_until_publishing_and_after_a_failure(tmp_path):
@@ -89,8 +91,8 @@ def test_shard_names_are_deterministic(tmp_path):
         for i in range(10):
             w.write({"__key__": f"k{i:02d}", "txt": f"text {i}"})
     m = w.manifest
-    assert m.paths == ["shard-000000.tar", "shard-000001.tar", "shard-000002.tar", "shard-000003.tar"]
-    assert files_in(tmp_path / "ds") == sorted([*m.paths, MANIFEST_NAME])
+    assert m.paths == [f"shard-00000{i}-{w.token}.tar" for i in range(4)]  # the run's token: no run writes another's
+    assert sorted(os.listdir(tmp_path / "ds")) == sorted([*m.paths, MANIFEST_NAME])
     assert m.samples.tolist() == [3, 3, 3, 1]
     assert m.shard_format == "tar"
 
@@ -103,9 +105,9 @@ def test_same_samples_give_identical_shards(tmp_path):
         return w.manifest
 
     a, b = run(tmp_path / "a"), run(tmp_path / "b")
-    assert a.paths == b.paths and a.sha256 == b.sha256
-    for p in a.paths:
-        assert (tmp_path / "a" / p).read_bytes() == (tmp_path / "b" / p).read_bytes()
+    assert [without_run(p) for p in a.paths] == [without_run(p) for p in b.paths] and a.sha256 == b.sha256
+    for p, q in zip(a.paths, b.paths):
+        assert (tmp_path / "a" / p).read_bytes() == (tmp_path / "b" / q).read_bytes()
 
 
 def test_shard_size_limit_is_respected(tmp_path):
@@ -218,17 +220,18 @@ def test_memory_store_publishes_on_clean_exit_only():
         for i in range(3):
             w.write({"txt": str(i)})
         raise Boom
-    assert Store(url).list_files() == [IN_PROGRESS, "shard-000000.tar", "shard-000000.tar.idx"]  # + its index
+    names = [without_run(n) for n in Store(url).list_files()]
+    assert names == [IN_PROGRESS, "shard-000000.tar", "shard-000000.tar.idx"]  # + its index
     with ShardWriter(url, samples_per_shard=2) as w:
         for i in range(3):
             w.write({"txt": str(i)})
-    assert Store(url).list_files() == ["_manifest.json", "shard-000000.tar", "shard-000000.tar.idx",
-                                       "shard-000001.tar", "shard-000001.tar.idx"]
+    assert [without_run(n) for n in Store(url).list_files()] == [
+        "_manifest.json", "shard-000000.tar", "shard-000000.tar.idx", "shard-000001.tar", "shard-000001.tar.idx"]
     samples, _ = read_all(url)
     assert [s["txt"] for s in samples] == [b"0", b"1", b"2"]
     with ShardWriter(url, samples_per_shard=5, overwrite=True, index=False) as w:  # leftover indexes go too
         w.write({"txt": "x"})
-    assert Store(url).list_files() == ["_manifest.json", "shard-000000.tar"]
+    assert Store(url).list_files() == ["_manifest.json", f"shard-000000-{w.token}.tar"]
 
 
 def test_finish_does_not_publish_and_close_does(tmp_path):
@@ -254,12 +257,12 @@ def test_abort_removes_the_open_shard(tmp_path):
 def test_refuses_an_existing_dataset(tmp_path):
     with ShardWriter(str(tmp_path)) as w:
         w.write({"txt": "a"})
-    before = {n: (tmp_path / n).read_bytes() for n in files_in(tmp_path)}
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
     with pytest.raises(DatasetExistsError) as info:
         ShardWriter(str(tmp_path))
     assert str(tmp_path) in str(info.value)
     assert "overwrite" in str(info.value)
-    assert {n: (tmp_path / n).read_bytes() for n in files_in(tmp_path)} == before
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before
 
 
 def test_overwrite_replaces_and_removes_stale_shards(tmp_path):
@@ -431,7 +434,7 @@ def test_field_encoding_round_trip(tmp_path):
 def test_fields_are_stored_sorted_by_name(tmp_path):
     with ShardWriter(str(tmp_path)) as w:
         w.write({"__key__": "k", "txt": "t", "cls": "1", "jpg": b"j"})
-    names = [n for n, _, _ in tar_format.iter_members((tmp_path / "shard-000000.tar").read_bytes())]
+    names = [n for n, _, _ in tar_format.iter_members((tmp_path / w.manifest.paths[0]).read_bytes())]
     assert names == ["k.cls", "k.jpg", "k.txt"]
 
 
@@ -494,7 +497,7 @@ def test_arrow_shards(tmp_path):
             w.write({"__key__": f"k{i}", "label": i, "caption": f"c{i}", "jpg": bytes([i]) * 10})
     m = w.manifest
     assert m.shard_format == "arrow"
-    assert m.paths == [f"shard-00000{i}.arrow" for i in range(3)]
+    assert m.paths == [f"shard-00000{i}-{w.token}.arrow" for i in range(3)]
     assert m.samples.tolist() == [4, 4, 2]
     assert m.arrow_schema is not None
     assert [f["name"] for f in m.fields] == ["__key__", "label", "caption", "jpg"]
@@ -559,7 +562,7 @@ def test_compressed_tar_shards(tmp_path, compression, suffix):
             w.write({"__key__": f"k{i}", "txt": "compressible " * 100})
     m = w.manifest
     assert m.shard_format == suffix
-    assert m.paths == [f"shard-000000.{suffix}", f"shard-000001.{suffix}"]
+    assert m.paths == [f"shard-000000-{w.token}.{suffix}", f"shard-000001-{w.token}.{suffix}"]
     data = (tmp_path / m.paths[0]).read_bytes()
     assert len(data) < 1000
     if compression == "zstd":
@@ -626,7 +629,7 @@ def _round_trip(samples, fmt, compression, shard_size, per_shard):
         assert sorted(os.listdir(url)) == sorted([*manifest.paths, MANIFEST_NAME])
         for i, path in enumerate(manifest.paths):
             data = open(os.path.join(url, path), "rb").read()  # noqa: SIM115
-            assert path == f"shard-{i:06d}.{manifest.shard_format}"
+            assert without_run(path) == f"shard-{i:06d}.{manifest.shard_format}" and path != without_run(path)
             assert manifest.nbytes[i] == len(data)
             assert manifest.sha256[i] == hashlib.sha256(data).hexdigest()
         if per_shard is not None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import re
 import tarfile
 
 import numpy as np
@@ -20,6 +21,7 @@ from PIL import Image
 
 import shardstream
 from shardstream.manifest import dataset_store
+from tests.sample_datasets import RUN, without_run
 
 from .clitools import invoke, ok, one_line_error
 from .data import CLASSES, class_of, image_folder, parquet_table, wds_tars
@@ -52,11 +54,13 @@ def upload_rule(bucket, key: str) -> dict:
 def test_pack_publishes_shards_and_manifest_and_nothing_else(bucket, tmp_path):
     files, result = pack_images(bucket, tmp_path)
     assert (result.samples, result.shards, result.url) == (14, 4, bucket.url("ds"))
-    assert bucket.keys("ds") == ["ds/_manifest.json"] + [f"ds/{s}" for s in WITH_INDEXES]  # no marker, no temporaries
+    keys = bucket.keys("ds")  # no marker, no temporaries; shards named with the run's token
+    assert [without_run(k) for k in keys] == ["ds/_manifest.json"] + [f"ds/{s}" for s in WITH_INDEXES]
     m = shardstream.load_manifest(dataset_store(bucket.url("ds"), bucket.storage_options))
-    assert m.paths == SHARDS and m.samples.tolist() == COUNTS and m.classes == list(CLASSES)
+    assert [without_run(p) for p in m.paths] == SHARDS and m.samples.tolist() == COUNTS
+    assert m.classes == list(CLASSES) and all(f"ds/{p}" in keys for p in m.paths)
     keys = []
-    for i, name in enumerate(SHARDS):
+    for i, name in enumerate(m.paths):
         data = bucket.read(f"ds/{name}")
         assert len(data) == m.nbytes[i] and hashlib.sha256(data).hexdigest() == m.sha256[i]
         with tarfile.open(fileobj=io.BytesIO(data)) as tar:  # a plain tar, as WebDataset writes them
@@ -127,8 +131,8 @@ def test_resume_mid_epoch_continues_exactly_without_reading_consumed_shards(buck
     resumed.load_state_dict(state)
     rest = [k for b in resumed for k in b["__key__"]]
     assert len(head) == 8 and len(rest) == 6 and not set(head) & set(rest)
-    assert seen.proxy.count("GET", r"shard-00000[01]\.tar") == 0
-    assert seen.proxy.count("GET", r"shard-00000[23]\.tar") >= 2
+    assert seen.proxy.count("GET", rf"shard-00000[01]{RUN}\.tar") == 0
+    assert seen.proxy.count("GET", rf"shard-00000[23]{RUN}\.tar") >= 2
 
 
 def test_decode_torch_gives_the_images(bucket, tmp_path):
@@ -153,7 +157,8 @@ def test_table_to_arrow_shards_and_back(bucket, tmp_path):
     result = shardstream.pack(tmp_path / "t.parquet", bucket.url("tab"), storage_options=bucket.storage_options,
                               samples_per_shard=15, progress=False, shuffle=False)
     assert (result.samples, result.shards) == (40, 3)
-    assert bucket.keys("tab") == ["tab/_manifest.json"] + [f"tab/shard-00000{i}.arrow" for i in range(3)]
+    assert [without_run(k) for k in bucket.keys("tab")] == ["tab/_manifest.json"] + [
+        f"tab/shard-00000{i}.arrow" for i in range(3)]
     ds = shardstream.ShardDataset(bucket.url("tab"), storage_options=bucket.storage_options, decode=None,
                                   shuffle=False)
     assert list(ds) == table.to_pylist()
@@ -179,11 +184,11 @@ def test_cli_pack_info_ls_cat_verify(bucket, tmp_path):
     text = ok("info", url, *o).stdout
     assert url in text and "14" in text
     rows = [json.loads(line) for line in ok("ls", url, "--json", *o).stdout.splitlines()]
-    assert [r["path"] for r in rows] == SHARDS and [r["samples"] for r in rows] == COUNTS
+    assert [without_run(r["path"]) for r in rows] == SHARDS and [r["samples"] for r in rows] == COUNTS
     for r in rows:
         data = bucket.read(f"cli/{r['path']}")
         assert r["bytes"] == len(data) and r["sha256"] == hashlib.sha256(data).hexdigest()
-    assert SHARDS[3] in ok("ls", url, *o).stdout
+    assert rows[3]["path"] in ok("ls", url, *o).stdout
     keys = list(files)
     shown = ok("cat", url, "5", *o).stdout
     assert f"__key__  {keys[5]}" in shown and "cls" in shown
@@ -237,19 +242,20 @@ def test_cli_connection_flags_that_do_not_apply(bucket, tmp_path):
 
 
 def test_cli_verify_names_every_damaged_shard(bucket, tmp_path):
-    pack_images(bucket, tmp_path)
+    _, packed = pack_images(bucket, tmp_path)
     url, o = bucket.url("ds"), bucket.cli_options
-    data = bytearray(bucket.read("ds/shard-000002.tar"))
+    one, two = packed.manifest.paths[1:3]
+    data = bytearray(bucket.read(f"ds/{two}"))
     data[700] ^= 0xFF  # same size, one byte changed
-    bucket.write("ds/shard-000002.tar", bytes(data))
-    bucket.delete("ds/shard-000001.tar")
+    bucket.write(f"ds/{two}", bytes(data))
+    bucket.delete(f"ds/{one}")
     result = invoke("verify", url, "-q", *o)
     assert result.exit_code == 1, result.stdout
     lines = result.stderr.strip().splitlines()
     assert "Traceback" not in result.stderr
     assert [line.split(":", 1)[0] for line in lines] == ["damaged", "damaged", "error"], lines
-    assert f"{url}/shard-000001.tar" in lines[0] and "no such file" in lines[0]
-    assert lines[1].startswith(f"damaged: {url}/shard-000002.tar: checksum mismatch")
+    assert f"{url}/{one}" in lines[0] and "no such file" in lines[0]
+    assert lines[1].startswith(f"damaged: {url}/{two}: checksum mismatch")
     assert lines[2] == f"error: 2 of 4 shards are damaged in {url}"
 
 
@@ -320,7 +326,7 @@ def test_reading_tars_without_a_manifest_from_a_brace_pattern(bucket, tmp_path):
 
 
 def test_overwrite_on_a_bucket(bucket, tmp_path):
-    pack_images(bucket, tmp_path)
+    _, old = pack_images(bucket, tmp_path)
     url, o = bucket.url("ds"), bucket.cli_options
     before = bucket.read("ds/_manifest.json")
     newer = image_folder(tmp_path / "newer")
@@ -328,9 +334,11 @@ def test_overwrite_on_a_bucket(bucket, tmp_path):
     one_line_error(refused, url, "--overwrite")
     assert bucket.read("ds/_manifest.json") == before  # untouched
     ok("pack", tmp_path / "newer", url, "--samples-per-shard", "8", "--overwrite", "-q", *o)
-    # the old shards 2 and 3 are gone, not left beside the new dataset
-    assert bucket.keys("ds") == ["ds/_manifest.json", "ds/shard-000000.tar", "ds/shard-000000.tar.idx",
-                                 "ds/shard-000001.tar", "ds/shard-000001.tar.idx"]
+    # the old shards are gone once the new manifest is published, not left beside the new dataset
+    assert [without_run(k) for k in bucket.keys("ds")] == [
+        "ds/_manifest.json", "ds/shard-000000.tar", "ds/shard-000000.tar.idx", "ds/shard-000001.tar",
+        "ds/shard-000001.tar.idx"]
+    assert not set(bucket.keys("ds")) & {f"ds/{p}" for p in old.manifest.paths}
     ds = shardstream.ShardDataset(url, storage_options=bucket.storage_options, decode=None, shuffle=False)
     assert {s["__key__"]: bytes(s["jpg"]) for s in ds} == newer
 
@@ -352,10 +360,10 @@ def test_a_pack_whose_upload_fails_publishes_nothing_and_a_rerun_completes(bucke
         body = s3_error("AccessDenied", "Access Denied")
     else:
         body = gcs_error(403, "Forbidden", "forbidden")
-    rule = via.proxy.inject("status", status=403, body=body, **upload_rule(bucket, "ds/shard-000002.tar"))
+    rule = via.proxy.inject("status", status=403, body=body, **upload_rule(bucket, rf"ds/shard-000002{RUN}\.tar"))
     files = image_folder(tmp_path / "src")
     url = bucket.url("ds")
-    with pytest.raises(shardstream.ShardstreamError, match=f"{url}/shard-000002.tar"):
+    with pytest.raises(shardstream.ShardstreamError, match=rf"{re.escape(url)}/shard-000002{RUN}\.tar"):
         shardstream.pack(tmp_path / "src", url, storage_options=via.storage_options, samples_per_shard=4,
                          workers=2, progress=False)
     assert rule.applied >= 1
@@ -368,7 +376,7 @@ def test_a_pack_whose_upload_fails_publishes_nothing_and_a_rerun_completes(bucke
     clean = shardstream.pack(tmp_path / "src", bucket.url("clean"), storage_options=bucket.storage_options,
                              samples_per_shard=4, workers=1, progress=False)
     assert result.manifest.sha256 == clean.manifest.sha256  # the same shards as a pack that never failed
-    assert bucket.keys("ds") == ["ds/_manifest.json"] + [f"ds/{s}" for s in WITH_INDEXES]
+    assert [without_run(k) for k in bucket.keys("ds")] == ["ds/_manifest.json"] + [f"ds/{s}" for s in WITH_INDEXES]
     ds = shardstream.ShardDataset(url, storage_options=bucket.storage_options, decode=None, shuffle=False)
     assert {s["__key__"]: bytes(s["jpg"]) for s in ds} == files
 
@@ -381,10 +389,10 @@ def test_a_source_file_changing_mid_pack_publishes_nothing(bucket, tmp_path, pro
     def shrink(_seen) -> None:  # while the first shard is being uploaded
         victim.write_bytes(victim.read_bytes()[:100])
 
-    via.proxy.inject("delay", seconds=0, times=1, callback=shrink, **upload_rule(bucket, "ds/shard-000000.tar"))
+    via.proxy.inject("delay", seconds=0, times=1, callback=shrink, **upload_rule(bucket, rf"ds/shard-000000{RUN}\.tar"))
     url = bucket.url("ds")
     result = invoke("pack", tmp_path / "src", url, "--samples-per-shard", "4", "--workers", "1", "-q",
                     *via.cli_options)
     one_line_error(result, str(victim), "changed while packing")
-    keys = bucket.keys("ds")
+    keys = [without_run(k) for k in bucket.keys("ds")]
     assert "ds/shard-000000.tar" in keys and "ds/_manifest.json" not in keys

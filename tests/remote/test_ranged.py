@@ -44,7 +44,7 @@ def test_a_pack_to_a_bucket_writes_a_checked_index_per_shard(s3_bucket, tmp_path
 
 def _whole(range_header: str | None, sizes: dict[str, int], target: str) -> bool:
     """Whether a GET asks for a whole shard (not one sample of it)."""
-    found = re.search(r"(shard-\d+\.tar)$", target)
+    found = re.search(r"(shard-\d+-[0-9a-f]{16}\.tar)$", target)
     if found is None or range_header is None:
         return found is not None
     first, last = map(int, re.fullmatch(r"bytes=(\d+)-(\d+)", range_header).groups())

@@ -10,6 +10,7 @@ import pytest
 import shardstream as ss
 from shardstream.errors import SourceError
 from shardstream.sources import numpy_arrays
+from tests.sample_datasets import without_run
 
 h5py = pytest.importorskip("h5py")
 
@@ -17,7 +18,8 @@ N = 29
 
 
 def shard_bytes(dest: Path) -> dict[str, bytes]:
-    return {p.name: p.read_bytes() for p in sorted(dest.glob("shard-*"))}
+    """The shards' bytes by their names without the run's token."""
+    return {without_run(p.name): p.read_bytes() for p in sorted(dest.glob("shard-*"))}
 
 
 def read_back(dest: Path) -> dict[str, dict]:

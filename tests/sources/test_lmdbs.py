@@ -10,6 +10,7 @@ import pytest
 import shardstream as ss
 from shardstream.errors import ShardstreamError, SourceError
 from shardstream.sources import lmdbs
+from tests.sample_datasets import without_run
 
 lmdb = pytest.importorskip("lmdb")
 
@@ -17,7 +18,8 @@ KEYS = [f"train/{i:04d}.jpg".encode() for i in range(40)] + [b"\xff\x00raw", b"a
 
 
 def shard_bytes(dest: Path) -> dict[str, bytes]:
-    return {p.name: p.read_bytes() for p in sorted(dest.glob("shard-*"))}
+    """The shards' bytes by their names without the run's token."""
+    return {without_run(p.name): p.read_bytes() for p in sorted(dest.glob("shard-*"))}
 
 
 @pytest.fixture

@@ -10,10 +10,12 @@ import pytest
 
 import shardstream as ss
 from shardstream.errors import SourceError
+from tests.sample_datasets import shard_path, without_run
 
 
 def shard_bytes(dest: Path) -> dict[str, bytes]:
-    return {p.name: p.read_bytes() for p in sorted(dest.glob("shard-*"))}
+    """The shards' bytes by their names without the run's token."""
+    return {without_run(p.name): p.read_bytes() for p in sorted(dest.glob("shard-*"))}
 
 
 def samples(dest: Path, decode: str | None = None) -> list[dict]:
@@ -92,11 +94,11 @@ def test_webdataset_tars_without_manifest(tmp_path: Path) -> None:
 
 
 def test_damaged_shard_is_named(dataset: Path, tmp_path: Path) -> None:
-    shard = dataset / "shard-000002.tar"
+    shard = shard_path(dataset, 2)
     data = bytearray(shard.read_bytes())
     data[600] ^= 1
     shard.write_bytes(bytes(data))
-    with pytest.raises(SourceError, match=r"shard-000002.tar does not match the sha256 in its manifest") as info:
+    with pytest.raises(SourceError, match=rf"{shard.name} does not match the sha256 in its manifest") as info:
         ss.pack(dataset, tmp_path / "out", workers=2, progress=False)
     assert "\n" not in str(info.value) and not (tmp_path / "out" / "_manifest.json").exists()
     (tmp_path / "bad").mkdir()

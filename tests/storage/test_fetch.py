@@ -134,4 +134,4 @@ def test_local_shards_are_mapped_not_cached(tmp_path):
     store = Store(url)
     fetcher = ShardFetcher(store, load_manifest(store))
     assert fetcher.cache is None
-    assert bytes(fetcher.fetch(0)) == (url / "shard-000000.tar").read_bytes()
+    assert bytes(fetcher.fetch(0)) == (url / w.manifest.paths[0]).read_bytes()
