@@ -119,7 +119,7 @@ class Claim:
             for name in names:
                 self.store.remove(name)
             self._release()
-            removed = f" and its {_plural(len(names), 'file')} were removed"
+            removed = f" and its {_plural(len(names), 'file')} {'was' if len(names) == 1 else 'were'} removed"
         except StorageError as exc:
             removed = (f"; removing its files (those named with {self.token}) failed, remove them yourself: "
                        f"{' '.join(str(exc).split())}")

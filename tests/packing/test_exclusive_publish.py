@@ -1,0 +1,161 @@
+"""A run's own names, its exclusive publish and what it removes (issue 32), one case at a time.
+
+The races themselves are in ``test_concurrent_packs.py``; here each way a run can lose is made to happen
+at a known point: another run claims the folder, another manifest appears, the manifest a run replaces
+changes, or (on a store without conditional writes) another manifest lands right after this run's.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+
+import pytest
+
+from shardstream import ShardWriter, pack
+from shardstream.errors import DatasetExistsError
+from shardstream.manifest import MANIFEST_NAME, load_manifest
+from shardstream.manifest.files import IN_PROGRESS, write_manifest
+from shardstream.manifest.verify import verify
+from shardstream.packing import destination
+from shardstream.packing.destination import DestinationLost
+from shardstream.storage import Store
+from shardstream.storage.conditional import Expect, WriteConflict, honours_conditions, read_tagged, write_if
+from tests.sample_datasets import make_files
+
+
+def other_manifest(tmp_path, samples: int = 2):
+    """A manifest of another dataset (its shards in a folder of their own)."""
+    with ShardWriter(str(tmp_path / f"other-{uuid.uuid4().hex[:6]}")) as w:
+        for i in range(samples):
+            w.write({"__key__": f"o{i}", "txt": "other"})
+    return w.manifest
+
+
+def written(writer: ShardWriter, n: int = 3) -> ShardWriter:
+    for i in range(n):
+        writer.write({"__key__": f"k{i}", "txt": f"sample {i}"})
+    writer.finish()
+    return writer
+
+
+# -- the conditional write itself --------------------------------------------------------------------------------
+
+
+def test_a_local_conditional_write_creates_once_and_replaces_only_the_version_read(tmp_path):
+    store = Store(str(tmp_path))
+    assert honours_conditions(store, ".probe")
+    write_if(store, "m.json", b"one", Expect(None), fsync=True)
+    with pytest.raises(WriteConflict, match="m.json: it already exists"):
+        write_if(store, "m.json", b"two", Expect(None))
+    data, tag = read_tagged(store, "m.json")
+    assert data == b"one"
+    write_if(store, "m.json", b"three", Expect(tag))
+    with pytest.raises(WriteConflict, match="holds another version than expected"):
+        write_if(store, "m.json", b"four", Expect(tag))  # the version read is gone: refused
+    os.unlink(tmp_path / "m.json")
+    with pytest.raises(WriteConflict, match="is gone"):
+        write_if(store, "m.json", b"five", Expect(read_tagged(store, "x") or "0" * 64))
+    assert read_tagged(store, "m.json") is None and os.listdir(tmp_path) == []  # no temporary file left
+
+
+def test_stores_without_conditional_writes_say_so():
+    assert not honours_conditions(Store(f"memory://cond-{uuid.uuid4().hex}/ds"), ".probe")
+
+
+# -- names ---------------------------------------------------------------------------------------------------------
+
+
+def test_every_file_of_a_run_carries_its_token_and_a_second_run_writes_none_of_them(tmp_path):
+    src = make_files(tmp_path / "src", {f"{i}.txt": str(i).encode() * 50 for i in range(6)})
+    first = pack(src, tmp_path / "ds", samples_per_shard=2, index=True, progress=False)
+    run = first.manifest.paths[0].split("-")[-1].split(".")[0]
+    names = sorted(os.listdir(tmp_path / "ds"))
+    assert names == sorted([MANIFEST_NAME, *first.manifest.paths, *(p + ".idx" for p in first.manifest.paths)])
+    assert all(run in n for n in names if n != MANIFEST_NAME)
+    second = pack(src, tmp_path / "ds", samples_per_shard=2, index=True, overwrite=True, progress=False)
+    assert not set(first.manifest.paths) & set(second.manifest.paths)
+    assert second.fingerprint == first.fingerprint and verify(str(tmp_path / "ds")).ok
+
+
+# -- losing ---------------------------------------------------------------------------------------------------------
+
+
+def test_a_run_that_lost_the_claim_removes_its_files_and_says_so(tmp_path):
+    dest = tmp_path / "ds"
+    old = written(ShardWriter(str(dest), samples_per_shard=1))
+    newer = written(ShardWriter(str(dest), samples_per_shard=2), 4)  # claims the folder: the old run is done
+    mine = set(newer.paths)
+    with pytest.raises(DestinationLost, match=r"claimed by another pack while this one was writing; this run's "
+                       r"shards were not published and its \d+ files? (was|were) removed; let one pack") as info:
+        old.close()
+    assert "\n" not in str(info.value)
+    assert not [n for n in os.listdir(dest) if old.token in n]
+    newer.close()
+    assert sorted(os.listdir(dest)) == sorted([MANIFEST_NAME, *mine]) and verify(str(dest)).ok
+
+
+def test_a_manifest_that_appears_while_a_run_writes_makes_it_lose_and_stays(tmp_path):
+    dest = tmp_path / "ds"
+    writer = written(ShardWriter(str(dest), samples_per_shard=1))
+    theirs = other_manifest(tmp_path)
+    write_manifest(Store(str(dest)), theirs)  # published by someone else, the claim left as it was
+    before = (dest / MANIFEST_NAME).read_bytes()
+    with pytest.raises(DestinationLost) as info:
+        writer.close()
+    text = str(info.value)
+    assert "another pack published a dataset there while this one was writing (_manifest.json appeared)" in text
+    assert "its 3 files were removed" in text and "--overwrite" in text and "\n" not in text
+    assert (dest / MANIFEST_NAME).read_bytes() == before  # never replaced
+    assert not [n for n in os.listdir(dest) if writer.token in n] and not (dest / IN_PROGRESS).exists()  # its claim
+
+
+def test_an_overwrite_loses_when_the_manifest_it_replaces_changed_meanwhile(tmp_path):
+    src = make_files(tmp_path / "src", {f"{i}.txt": str(i).encode() for i in range(4)})
+    dest = tmp_path / "ds"
+    pack(src, dest, samples_per_shard=2, progress=False)
+    writer = written(ShardWriter(str(dest), samples_per_shard=1, overwrite=True))
+    replaced = other_manifest(tmp_path)
+    write_manifest(Store(str(dest)), replaced)  # another overwrite was published first
+    with pytest.raises(DestinationLost, match=r"\(_manifest.json was replaced\); this run's shards were not "
+                       r"published and its 3 files were removed"):
+        writer.close()
+    assert json.loads((dest / MANIFEST_NAME).read_bytes())["shards"]["path"] == replaced.paths
+
+
+def test_an_overwrite_keeps_the_old_dataset_whole_until_its_manifest_is_published(tmp_path):
+    src = make_files(tmp_path / "src", {f"{i}.txt": str(i).encode() for i in range(4)})
+    dest = tmp_path / "ds"
+    old = pack(src, dest, samples_per_shard=2, progress=False)
+    with pytest.raises(DatasetExistsError):
+        ShardWriter(str(dest))
+    writer = written(ShardWriter(str(dest), samples_per_shard=1, overwrite=True))
+    assert load_manifest(Store(str(dest))).paths == old.manifest.paths and verify(str(dest)).ok  # still published
+    writer.close()
+    assert sorted(os.listdir(dest)) == sorted([MANIFEST_NAME, *writer.paths])  # the old shards went after it
+    assert verify(str(dest)).ok
+
+
+def test_a_store_without_conditional_writes_checks_its_manifest_after_writing_it(tmp_path, monkeypatch):
+    """Where the store cannot refuse a second writer, a manifest that lands right after this run's is found by
+    the re-read that follows the write: this run fails loudly and removes its files; the other one stands."""
+    url = f"memory://cond-{uuid.uuid4().hex}/ds"
+    writer = written(ShardWriter(url, samples_per_shard=1))
+    theirs = other_manifest(tmp_path).to_json()
+    store = writer.store
+    real = store.write_bytes
+
+    def and_then_another(name, data, *args, **kwargs):
+        real(name, data, *args, **kwargs)
+        if name == MANIFEST_NAME:
+            real(name, theirs)  # another pack's publish, a moment later
+
+    monkeypatch.setattr(store, "write_bytes", and_then_another)
+    monkeypatch.setattr(destination, "honours_conditions", lambda *a: False)
+    with pytest.raises(DestinationLost, match=r"another pack published a dataset over this one \(_manifest.json is "
+                       r"not this run's right after it was written; memory:// takes no conditional writes\); this "
+                       r"run's shards were not published and its 6 files were removed"):  # 3 shards, their indexes
+        writer.close()
+    assert bytes(Store(url).read_bytes(MANIFEST_NAME)) == theirs
+    assert not [n for n in Store(url).list_files() if writer.token in n]
