@@ -8,10 +8,11 @@ published by a conditional write: it appears only if ``_manifest.json`` still ho
 the run claimed the destination (nothing, or, with ``overwrite``, the version it replaces). Locally that
 is a hard link of the finished file (or a check and rename under a lock on the folder); on S3 a PUT with
 ``If-None-Match: *`` or ``If-Match`` on the previous manifest's ETag. Of two runs at once, at most one
-publishes; the other removes what it wrote and says so in its one-line error. A store that ignores the
-condition (asked once per publish, :func:`~shardstream.storage.conditional.honours_conditions`) gets a
-final check instead: the run re-reads the manifest after writing it and fails loudly if it is not its own
-(there two packs at once are not safe; the README says so).
+publishes; the other removes what it wrote and says so in its one-line error. On object storage the run
+also re-reads the manifest after writing it and fails loudly if it is not its own: the only check a store
+that ignores the condition allows (asked once per publish,
+:func:`~shardstream.storage.conditional.honours_conditions`; there two packs at once are not safe, the
+README says so), and a second line of defence where a server checks the condition apart from the write.
 
 Only once its manifest is published does a run remove what it replaces: the files shardstream makes that
 were in the destination when the run claimed it (the previous dataset's shards, indexes and shard table,
@@ -157,10 +158,10 @@ class Claim:
                 raise self.lost(f"{store.url}: another pack published a dataset there while this one was writing "
                                 f"({MANIFEST_NAME} {state})", "pack again with --overwrite (overwrite=True) to "
                                 "replace it, or let one pack at a time write there") from None
-        if not honoured and not self._is_published(head):
+        if not store.local and not self._is_published(head):  # a server that ignored, or raced, the condition
+            why = "" if honoured else f"; {store.protocol}:// takes no conditional writes"
             raise self.lost(f"{store.url}: another pack published a dataset over this one ({MANIFEST_NAME} is not "
-                            f"this run's right after it was written; {store.protocol}:// takes no conditional "
-                            "writes)", "let one pack at a time write there")
+                            f"this run's right after it was written{why})", "let one pack at a time write there")
         self.published = True
         self._release()
         self._clean_up()
