@@ -148,34 +148,9 @@ class Manifest:
                   read_table: Callable[[str], bytes] | None = None) -> Manifest:
         """Parse a manifest and enforce its schema; ``source`` names it in errors. A head that names a
         shard table reads it with ``read_table(name)`` (bytes), checks its sha256, then its columns."""
-        try:
-            doc = json.loads(data, object_pairs_hook=_unique_keys, parse_constant=_no_constant)
-        except _Refused as exc:
-            raise ManifestError(f"{source} is damaged: {exc}; {_FIX}") from None
-        except RecursionError:
-            raise ManifestError(f"{source} is not a manifest: its JSON is nested too deeply; {_FIX}") from None
-        except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError, an integer of over 4300 digits
-            raise ManifestError(f"{source} is not valid JSON ({exc}); {_FIX}") from None
-        if not isinstance(doc, dict) or "shardstream_manifest" not in doc:
-            raise ManifestError(f"{source} is not a shardstream manifest")
-        version = doc["shardstream_manifest"]
-        if type(version) is not int or version < 1:
-            raise ManifestError(f"{source} has manifest version {_show(version)}, which no shardstream writes; {_FIX}")
-        if version > FORMAT_VERSION:
-            raise ManifestError(f"{source} has manifest version {version}; this shardstream reads up to "
-                                f"version {FORMAT_VERSION}, upgrade shardstream")
+        doc = _parse(data, source)
         check = _Checker(source)
-        shards = doc.get("shards")
-        if not isinstance(shards, dict):
-            raise check.fail(f"'shards' is {_kind(shards)}, not an object")
-        if "table" in shards:
-            problem = reference_problem(shards)
-            if problem is None and read_table is None:
-                problem = f"it names the shard table {shards['table']}, and nothing was given to read it"
-            if problem is None:
-                problem, shards = decode_table(read_table(shards["table"]), shards)  # type: ignore[misc]
-            if problem is not None:
-                raise check.fail(problem)
+        shards = _shard_columns(doc, check, read_table)
         for column in ("path", "samples", "bytes", "sha256"):
             if not isinstance(shards.get(column), (list, HexColumn)) and not hasattr(shards.get(column), "dtype"):
                 raise check.fail(f"the shard column {column!r} is {_kind(shards.get(column))}, not a list")
@@ -195,6 +170,44 @@ class Manifest:
             if total in doc and (type(doc[total]) is not int or doc[total] != actual):
                 raise check.fail(f"{total} {_show(doc[total])} does not agree with the shard list ({actual})")
         return manifest
+
+
+def _parse(data: bytes | str, source: str) -> dict[str, Any]:
+    """The manifest's JSON object, of a version this reads; a :class:`ManifestError` otherwise."""
+    try:
+        doc = json.loads(data, object_pairs_hook=_unique_keys, parse_constant=_no_constant)
+    except _Refused as exc:
+        raise ManifestError(f"{source} is damaged: {exc}; {_FIX}") from None
+    except RecursionError:
+        raise ManifestError(f"{source} is not a manifest: its JSON is nested too deeply; {_FIX}") from None
+    except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError, an integer of over 4300 digits
+        raise ManifestError(f"{source} is not valid JSON ({exc}); {_FIX}") from None
+    if not isinstance(doc, dict) or "shardstream_manifest" not in doc:
+        raise ManifestError(f"{source} is not a shardstream manifest")
+    version = doc["shardstream_manifest"]
+    if type(version) is not int or version < 1:
+        raise ManifestError(f"{source} has manifest version {_show(version)}, which no shardstream writes; {_FIX}")
+    if version > FORMAT_VERSION:
+        raise ManifestError(f"{source} has manifest version {version}; this shardstream reads up to "
+                            f"version {FORMAT_VERSION}, upgrade shardstream")
+    return doc
+
+
+def _shard_columns(doc: dict[str, Any], check: _Checker, read_table: Callable[[str], bytes] | None
+                   ) -> dict[str, Any]:
+    """The manifest's ``shards`` object: its columns as they are, or read from the shard table it names."""
+    shards = doc.get("shards")
+    if not isinstance(shards, dict):
+        raise check.fail(f"'shards' is {_kind(shards)}, not an object")
+    if "table" in shards:
+        problem = reference_problem(shards)
+        if problem is None and read_table is None:
+            problem = f"it names the shard table {shards['table']}, and nothing was given to read it"
+        if problem is None:
+            problem, shards = decode_table(read_table(shards["table"]), shards)  # type: ignore[misc]
+        if problem is not None:
+            raise check.fail(problem)
+    return shards
 
 
 def creation_info(source: str | None = None, **extra: Any) -> dict[str, Any]:

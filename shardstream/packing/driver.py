@@ -17,9 +17,9 @@ from ..sources import FolderSource, TableSource, open_source, sample_permutation
 from ..sources.remote import is_remote
 from ..storage import Store
 from .destination import Claim, check_written, prepare_destination
-from .engine import default_workers, progress_bar, run_jobs
-from .folder import ShardResult, check_sample_names, plan_shards, read_file, write_shard
-from .rules import DEFAULT_SHARD_SIZE, check_shard_limits, resolve_format, warn_small_shards
+from .engine import Execution, default_workers, progress_bar, run_jobs
+from .folder import ShardJob, ShardResult, check_sample_names, plan_shards, read_file, write_shard
+from .rules import DEFAULT_SHARD_SIZE, ShardSpec, check_shard_limits, resolve_format, warn_small_shards
 from .writer import ShardWriter
 
 
@@ -96,7 +96,7 @@ def _check_not_inside(source: str, store: Store) -> None:
         raise ShardstreamError(f"destination {store.root} is inside the source {source}; choose a folder outside it")
 
 
-def pack(
+def pack(  # noqa: PLR0913 - the public pack: one keyword per setting, as the command's options
     source: str | os.PathLike[str],
     dest: str | os.PathLike[str],
     *,
@@ -205,28 +205,30 @@ def pack(
     claim = prepare_destination(store, overwrite, fsync)
     info = creation_info(source=source if is_remote(source) else os.path.abspath(source),
                          layout=getattr(src, "layout", "table"))
+    _check_engine(engine, src, shard_format, source)
+    spec, run = ShardSpec(shard_format, comp, limit, per_shard, index), Execution(workers, progress, engine, ray_address)
+    with claim.guard():
+        if isinstance(src, FolderSource) and shard_format != "arrow":
+            manifest = _pack_folder_tar(src, claim, spec, run, info)
+            warn_small_shards(manifest, limit)
+        elif isinstance(src, TableSource) and shard_format == "arrow":
+            manifest = _pack_table_arrow(src, claim, spec, run, info, order_seed)
+            warn_small_shards(manifest, limit)
+        else:  # ShardWriter.finish warns of small shards itself
+            manifest = _pack_with_writer(src, claim, spec, progress, info, order_seed)
+        claim.publish(manifest)
+    skipped = src.skipped_hidden if isinstance(src, FolderSource) else 0
+    return PackResult(store.url, manifest, time.perf_counter() - started, skipped,
+                      src.total_bytes if isinstance(src, FolderSource) else None)
 
+
+def _check_engine(engine: str, src: Any, shard_format: str, source: str) -> None:
+    """Refuse what an engine other than the local one does not pack (before anything is written)."""
     if engine != "local" and not (isinstance(src, FolderSource) and shard_format != "arrow"
                                   or isinstance(src, TableSource) and shard_format == "arrow"):
         raise ShardstreamError(f"engine={engine!r} packs folder trees into tar shards, tables into Arrow shards, "
                                f"fn= inputs and the sources read sample by sample; pack {source} into "
                                f"{shard_format} shards with engine='local'")
-    with claim.guard():
-        if isinstance(src, FolderSource) and shard_format != "arrow":
-            manifest = _pack_folder_tar(src, claim, shard_format, comp, limit, per_shard, workers, progress, info,
-                                        engine, ray_address, index)
-            warn_small_shards(manifest, limit)
-        elif isinstance(src, TableSource) and shard_format == "arrow":
-            manifest = _pack_table_arrow(src, claim, comp, limit, per_shard, workers, progress, info,
-                                         order_seed, engine, ray_address)
-            warn_small_shards(manifest, limit)
-        else:  # ShardWriter.finish warns of small shards itself
-            manifest = _pack_with_writer(src, claim, shard_format, comp, limit, per_shard, progress, info,
-                                         order_seed, index)
-        claim.publish(manifest)
-    skipped = src.skipped_hidden if isinstance(src, FolderSource) else 0
-    return PackResult(store.url, manifest, time.perf_counter() - started, skipped,
-                      src.total_bytes if isinstance(src, FolderSource) else None)
 
 
 def _manifest(shard_format: str, results: list[ShardResult], **kw: Any) -> Manifest:
@@ -241,29 +243,26 @@ def _manifest(shard_format: str, results: list[ShardResult], **kw: Any) -> Manif
     )
 
 
-def _pack_folder_tar(
-    src: FolderSource, claim: Claim, shard_format: str, comp: str | None, limit: int,
-    per_shard: int | None, workers: int, progress: bool, info: dict[str, Any],
-    engine: str = "local", ray_address: str | None = None, index: bool | None = None,
-) -> Manifest:
+def _pack_folder_tar(src: FolderSource, claim: Claim, spec: ShardSpec, run: Execution, info: dict[str, Any]
+                     ) -> Manifest:
     with _no_gc():
-        plan = plan_shards(src.samples, limit, per_shard)
-    store, fsync = claim.store, claim.fsync
+        plan = plan_shards(src.samples, spec.limit, spec.per_shard)
+    store, comp, shard_format = claim.store, spec.compression, spec.shard_format
     # Shards go straight to this run's names; local workers check afterwards that the run still holds the folder.
     check = claim.token if store.local else None
     names = [claim.shard_name(i, shard_format) for i in range(len(plan))]
-    index = (not store.local if index is None else index) and comp is None
-    jobs = [(store.url, store.storage_options, i, names[i], comp, s, check, fsync, src.storage_options, index)
-            for i, s in enumerate(plan)]
+    index = (not store.local if spec.index is None else spec.index) and comp is None
+    jobs = [(ShardJob(store.url, store.storage_options, i, names[i], comp, s, check, claim.fsync, src.storage_options,
+                      index),) for i, s in enumerate(plan)]
     job_bytes = [sum(size for s in samples for _, _, size in s.files) for samples in plan]
 
     def done(i: int) -> None:
         bar.update(job_bytes[i])
 
-    with progress_bar(progress, src.total_bytes) as bar:
-        results = run_jobs(engine, write_shard, jobs, workers, store.local, done, ray_address=ray_address,
+    with progress_bar(run.progress, src.total_bytes) as bar:
+        results = run_jobs(run.engine, write_shard, jobs, run.workers, store.local, done, ray_address=run.ray_address,
                            describe=lambda i: plan[i][0].files[0][1])
-    if engine != "local":  # written elsewhere: each shard is where it should be, as large as its task said
+    if run.engine != "local":  # written elsewhere: each shard is where it should be, as large as its task said
         check_written(store, names, [r.nbytes for r in results])
     counts: dict[str, int] = {}
     for r in results:
@@ -273,42 +272,33 @@ def _pack_folder_tar(
     return _manifest(shard_format, results, fields=fields, classes=src.classes, created=info)
 
 
-def _pack_table_arrow(
-    src: TableSource, claim: Claim, comp: str | None, limit: int, per_shard: int | None,
-    workers: int, progress: bool, info: dict[str, Any], order_seed: int | None = None,
-    engine: str = "local", ray_address: str | None = None,
-) -> Manifest:
+def _pack_table_arrow(src: TableSource, claim: Claim, spec: ShardSpec, run: Execution, info: dict[str, Any],
+                      order_seed: int | None = None) -> Manifest:
     from ..formats import arrow as arrow_format
     from .table import pack_table_arrow
 
-    store = claim.store
-
     results: list[ShardResult] = []
-    with progress_bar(progress, None, unit=" rows") as bar:
+    with progress_bar(run.progress, None, unit=" rows") as bar:
         def done(result: ShardResult) -> None:
             results.append(result)
             bar.update(result.samples)
 
-        schema = pack_table_arrow(src, store, comp, limit, per_shard, workers, done, claim.fsync, order_seed,
-                                  engine, ray_address, claim.token)
-    if engine != "local":
-        check_written(store, [r.path for r in results], [r.nbytes for r in results])
+        schema = pack_table_arrow(src, claim, spec, run, done, order_seed)
+    if run.engine != "local":
+        check_written(claim.store, [r.path for r in results], [r.nbytes for r in results])
     return _manifest(
         "arrow", results, fields=arrow_format.describe_schema(schema),
         arrow_schema=arrow_format.schema_to_text(schema), created=info, classes=getattr(src, "classes", None),
     )
 
 
-def _pack_with_writer(
-    src: FolderSource | TableSource, claim: Claim, shard_format: str, comp: str | None, limit: int,
-    per_shard: int | None, progress: bool, info: dict[str, Any], order_seed: int | None = None,
-    index: bool | None = None,
-) -> Manifest:
+def _pack_with_writer(src: FolderSource | TableSource, claim: Claim, spec: ShardSpec, progress: bool,
+                      info: dict[str, Any], order_seed: int | None = None) -> Manifest:
     """Sequential packing through :class:`ShardWriter` (on this run's claim): folders to Arrow, tables to tar.
     Returns the manifest, not published."""
     from .table import pack_table_tar
 
-    fmt = "arrow" if shard_format == "arrow" else "tar"
+    fmt = "arrow" if spec.shard_format == "arrow" else "tar"
     schema = None
     if fmt == "arrow" and isinstance(src, FolderSource):  # every field is known: no inference from a prefix
         import pyarrow as pa
@@ -317,9 +307,9 @@ def _pack_with_writer(
         columns = [("__key__", pa.string())] + [(n, pa.binary()) for n in names]
         schema = pa.schema(columns + ([("cls", pa.int64())] if src.classes is not None else []))
     store = claim.store
-    writer = ShardWriter(store.url, fmt, limit, per_shard, comp or "none", store.storage_options,
-                         classes=getattr(src, "classes", None), schema=schema, fsync=claim.fsync, index=index,
-                         _claim=claim)
+    writer = ShardWriter(store.url, fmt, spec.limit, spec.per_shard, spec.compression or "none",
+                         store.storage_options, classes=getattr(src, "classes", None), schema=schema,
+                         fsync=claim.fsync, index=spec.index, _claim=claim)
     try:
         if isinstance(src, TableSource):
             with progress_bar(progress, None, unit=" rows") as bar:

@@ -17,11 +17,23 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from ..host import usable_cores
 
 R = TypeVar("R")
+
+
+@dataclass(frozen=True)
+class Execution:
+    """How a pack runs its shard jobs: ``workers`` at a time on ``engine`` (``"local"``, or ``"ray"`` on the
+    cluster at ``ray_address``), with a progress bar or not."""
+
+    workers: int
+    progress: bool = True
+    engine: str = "local"
+    ray_address: str | None = None
 
 
 def default_workers() -> int:

@@ -126,17 +126,34 @@ def check_sample_names(samples: list[FileSample], fmt: str) -> None:
                     raise SourceError(f"cannot pack {path!r}: its field name {ext!r} {problem}; rename the file")
 
 
-def write_shard(
-    dest: str, storage_options: dict[str, Any] | None, index: int, name: str,
-    compression: str | None, samples: list[FileSample], token: str | None = None, fsync: bool = True,
-    source_options: dict[str, Any] | None = None, sample_index: bool = False,
-) -> ShardResult:
-    """Write one tar shard from files (runs in a worker process) to ``name`` (which carries its run's token).
+@dataclass
+class ShardJob:
+    """One folder shard to write: ``samples`` as shard ``index``, at ``name`` (which carries its run's token)
+    in the destination ``dest``. ``token``: the run's, for the check that it still holds the destination
+    (local folders); ``source_options`` reach a source in object storage; ``sample_index``: write the
+    shard's sample index too."""
 
-    With ``token`` (local folders), the worker checks afterwards that its run still holds the destination;
+    dest: str
+    storage_options: dict[str, Any] | None
+    index: int
+    name: str
+    compression: str | None
+    samples: list[FileSample]
+    token: str | None = None
+    fsync: bool = True
+    source_options: dict[str, Any] | None = None
+    sample_index: bool = False
+
+
+def write_shard(job: ShardJob) -> ShardResult:
+    """Write one tar shard from files (runs in a worker process), as ``job`` says.
+
+    With ``job.token`` (local folders), the worker checks afterwards that its run still holds the destination;
     a worker whose run has lost it (the orphan of a killed run, say) removes what it wrote and stops.
     """
-    store = Store(dest, storage_options)
+    name, compression, samples, token, fsync = job.name, job.compression, job.samples, job.token, job.fsync
+    source_options, sample_index = job.source_options, job.sample_index
+    store = Store(job.dest, job.storage_options)
     counts: Counter[str] = Counter()
     with store.open_write(name) as sink:
         tar_size = None
@@ -171,7 +188,7 @@ def write_shard(
             if writer.index is not None:
                 store.remove(index_name(name))
             raise
-    return ShardResult(index, name, len(samples), nbytes, digest, writer.tar_bytes, counts, index_digest)
+    return ShardResult(job.index, name, len(samples), nbytes, digest, writer.tar_bytes, counts, index_digest)
 
 
 def write_index(store: Store, name: str, index: IndexBuilder, fsync: bool = True) -> str:

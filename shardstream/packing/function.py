@@ -168,7 +168,7 @@ def map_ordered(fn: SampleFn, items: Sequence[Any], workers: int, encode: bool =
                 future.cancel()
 
 
-def write_samples(
+def write_samples(  # noqa: PLR0913 - pack's settings, passed on by keyword
     fn: SampleFn, items: Sequence[Any], dest: str, *, what: Callable[[int], str], format: str = "tar",
     shard_size: int | str = DEFAULT_SHARD_SIZE, samples_per_shard: int | None = None,
     compression: str | None = None, workers: int | None = None, overwrite: bool = False,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 
 from ..errors import ShardstreamError
 from ..formats import tar as tar_format
@@ -12,6 +13,19 @@ from ..sizes import format_size, parse_size
 log = logging.getLogger(__name__)
 
 DEFAULT_SHARD_SIZE = "256MB"
+
+
+@dataclass(frozen=True)
+class ShardSpec:
+    """What the shards of a pack are: their format and compression (:func:`resolve_format`), the limits
+    that cut them (:func:`check_shard_limits`), and whether tar shards get sample indexes (``None``: the
+    default for the destination)."""
+
+    shard_format: str
+    compression: str | None
+    limit: int
+    per_shard: int | None
+    index: bool | None = None
 
 
 def resolve_format(format: str, compression: str | None) -> tuple[str, str | None]:

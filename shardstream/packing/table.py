@@ -21,7 +21,10 @@ from ..manifest import shard_name
 from ..manifest.files import sync_file
 from ..sources.table import TableSource, record_batches, table_batches
 from ..storage import Store
+from .destination import Claim
+from .engine import Execution
 from .folder import ShardResult
+from .rules import ShardSpec
 from .writer import ShardWriter
 
 
@@ -65,27 +68,26 @@ def _write_arrow_shard(store: Store, index: int, batches: list[pa.RecordBatch], 
     return ShardResult(index, name, writer.samples, nbytes, digest)
 
 
-def pack_table_arrow(
-    source: TableSource, store: Store, compression: str | None, shard_size: int, per_shard: int | None,
-    workers: int, on_shard: Callable[[ShardResult], None], fsync: bool = True, seed: int | None = None,
-    engine: str = "local", ray_address: str | None = None, run: str | None = None,
-) -> pa.Schema:
-    """Write Arrow shards from the table; returns its schema. ``on_shard`` sees each result in order.
-    With ``seed``, the rows are written in a random order drawn from it. With ``engine="ray"`` the shards
-    are encoded and written by Ray tasks (this process reads the table and sends them its rows). ``run``:
-    the token of the run that writes them, in their names (see :func:`~shardstream.manifest.shard_name`)."""
+def pack_table_arrow(source: TableSource, claim: Claim, spec: ShardSpec, run: Execution,
+                     on_shard: Callable[[ShardResult], None], seed: int | None = None) -> pa.Schema:
+    """Write Arrow shards from the table into ``claim``'s destination, named with its run's token; returns the
+    table's schema. ``on_shard`` sees each result in order. With ``seed``, the rows are written in a random
+    order drawn from it. On the Ray engine the shards are encoded and written by Ray tasks (this process
+    reads the table and sends them its rows)."""
+    store, compression, workers = claim.store, spec.compression, run.workers
     schema = source.dataset().schema
     pending: deque[Future[ShardResult]] = deque()
     pool: Any = ThreadPoolExecutor(max_workers=max(workers, 1))
-    if engine == "ray":
+    if run.engine == "ray":
         from .ray_engine import RayPool
 
-        pool = RayPool(ray_address)
+        pool = RayPool(run.ray_address)
     with pool:
         try:
             batches_in = (b for b, _ in table_batches(source, seed)) if seed is not None else record_batches(source)
-            for index, batches in enumerate(_cut(batches_in, shard_size, per_shard)):
-                pending.append(pool.submit(_write_arrow_shard, store, index, batches, compression, fsync, run))
+            for index, batches in enumerate(_cut(batches_in, spec.limit, spec.per_shard)):
+                pending.append(pool.submit(_write_arrow_shard, store, index, batches, compression, claim.fsync,
+                                           claim.token))
                 while len(pending) > workers or (pending and pending[0].done()):
                     on_shard(pending.popleft().result())
             while pending:

@@ -84,7 +84,7 @@ class _Folders:
         self.fds.clear()
 
 
-def write_files(fd: int, samples: Sequence[FileSample], read: Callable[[str, int], bytes],
+def write_files(fd: int, samples: Sequence[FileSample], read: Callable[[str, int], bytes],  # noqa: C901, PLR0915 - the pack's inner loop, one frame for its speed (Benchmarks)
                 writeback: bool = False, index: IndexBuilder | None = None) -> tuple[int, str, Counter[str]]:
     """Write ``samples`` as a tar shard to the open file ``fd``: (bytes written, their sha256 hex, members
     per field). Members are ``KEY.EXT`` per file and ``KEY.cls`` for a label, in field order, as

@@ -150,7 +150,7 @@ def _encoded(src: TextSource, tok: Tokenizer, eos_id: int | None, limit: int, wo
             yield pending.popleft().result()
 
 
-def pack_tokens(
+def pack_tokens(  # noqa: PLR0913 - pack(format="tokens"): one keyword per setting
     source: str | os.PathLike[str],
     dest: str | os.PathLike[str],
     *,

@@ -44,7 +44,7 @@ class ShardWriter:
     readers fetch single samples by ranged reads; default: for object storage only.
     """
 
-    def __init__(
+    def __init__(  # noqa: PLR0913 - a public constructor: one keyword per setting, as webdataset's ShardWriter
         self,
         url: str,
         format: str = "tar",

@@ -8,14 +8,14 @@ from pathlib import Path
 from typing import Any
 
 from shardstream.errors import SourceError
-from shardstream.packing.folder import write_shard
+from shardstream.packing.folder import ShardJob, write_shard
 
 
-def killed_once(marker: str, index: int, *args: Any) -> Any:
-    """``write_shard(*args)``; on the first attempt at shard ``index`` the worker writes the shard and then
+def killed_once(marker: str, index: int, job: ShardJob) -> Any:
+    """``write_shard(job)``; on the first attempt at shard ``index`` the worker writes the shard and then
     SIGKILLs itself before returning (Ray retries the task: the shard is written again, identically)."""
-    result = write_shard(*args)
-    if args[2] == index and not Path(marker).exists():
+    result = write_shard(job)
+    if job.index == index and not Path(marker).exists():
         Path(marker).write_text(str(os.getpid()))
         os.kill(os.getpid(), signal.SIGKILL)
     return result
@@ -39,16 +39,16 @@ def type_error(x: int) -> None:
     raise TypeError(f"cannot handle {x}")
 
 
-def fails_on_shard_1(*args: Any) -> Any:
+def fails_on_shard_1(job: ShardJob) -> Any:
     """``write_shard``, except that shard 1 fails reading its first file (the driver uses it in place of
     ``write_shard``: a source file that cannot be read, on every attempt)."""
-    if args[2] == 1:
-        raise SourceError(f"cannot read {args[5][0].files[0][1]}: Input/output error")
-    return write_shard(*args)
+    if job.index == 1:
+        raise SourceError(f"cannot read {job.samples[0].files[0][1]}: Input/output error")
+    return write_shard(job)
 
 
-def dies_on_shard_1(*args: Any) -> Any:
+def dies_on_shard_1(job: ShardJob) -> Any:
     """``write_shard``, except that shard 1's worker dies every time (SIGKILL)."""
-    if args[2] == 1:
+    if job.index == 1:
         os.kill(os.getpid(), signal.SIGKILL)
-    return write_shard(*args)
+    return write_shard(job)

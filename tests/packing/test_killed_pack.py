@@ -25,7 +25,7 @@ from shardstream.errors import ShardstreamError
 from shardstream.manifest import MANIFEST_NAME
 from shardstream.manifest.files import IN_PROGRESS
 from shardstream.manifest.verify import verify
-from shardstream.packing.folder import plan_shards, write_shard
+from shardstream.packing.folder import ShardJob, plan_shards, write_shard
 from shardstream.sources import open_source
 from tests.sample_datasets import doc_without_runs, make_files, without_run
 
@@ -41,11 +41,11 @@ from shardstream.packing import driver, folder
 real_write_shard = folder.write_shard
 
 
-def blocking_write_shard(*args):
-    if args[2] >= 2:
+def blocking_write_shard(job):
+    if job.index >= 2:
         open(os.path.join(os.environ["PIDS"], str(os.getpid())), "w").close()
         time.sleep(float(os.environ["BLOCK"]))
-    return real_write_shard(*args)
+    return real_write_shard(job)
 
 
 driver.write_shard = blocking_write_shard
@@ -120,7 +120,7 @@ def test_a_worker_of_an_older_run_cannot_touch_a_newer_runs_dataset(tmp_path, so
     plan = plan_shards(src.samples, 10**9, 3)  # the old run cut other shards
     before = {p.name: p.read_bytes() for p in dest.iterdir()}
     with pytest.raises(ShardstreamError, match="claimed by another pack"):
-        write_shard(str(dest), None, 0, "shard-000000.tar", None, plan[0], old_token)
+        write_shard(ShardJob(str(dest), None, 0, f"shard-000000-{old_token}.tar", None, plan[0], old_token))
     assert {p.name: p.read_bytes() for p in dest.iterdir()} == before  # nothing renamed, nothing left behind
     assert verify(str(dest)).ok and first.shards == 8
 
@@ -146,7 +146,7 @@ def test_a_run_whose_marker_was_removed_does_not_publish(tmp_path, source):
     calls = []
 
     def remove_marker_midway(*args):
-        calls.append(args[2])
+        calls.append(args[0].index)
         if len(calls) == 2:
             (dest / IN_PROGRESS).unlink()
         return real(*args)

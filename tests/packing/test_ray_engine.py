@@ -13,7 +13,7 @@ import ray  # noqa: E402
 
 from shardstream.errors import ShardstreamError, SourceError  # noqa: E402
 from shardstream.packing import engine  # noqa: E402
-from shardstream.packing.folder import plan_shards  # noqa: E402
+from shardstream.packing.folder import ShardJob, plan_shards  # noqa: E402
 from shardstream.sources import open_source  # noqa: E402
 from tests.packing import ray_jobs  # noqa: E402
 from tests.sample_datasets import doc_without_runs, make_files, without_run  # noqa: E402
@@ -39,7 +39,8 @@ def shard_jobs(tmp_path: Path, dest: Path) -> list[tuple]:
     files = {f"k{i:03d}.txt": f"value {i}".encode() * 40 for i in range(30)}
     src = open_source(str(make_files(tmp_path / "src", files)))
     plan = plan_shards(src.samples, 1 << 30, 10)
-    return [(str(dest), None, i, f"shard-{i:06d}.tar", None, samples, None, False) for i, samples in enumerate(plan)]
+    return [(ShardJob(str(dest), None, i, f"shard-{i:06d}.tar", None, samples, None, False),)
+            for i, samples in enumerate(plan)]
 
 
 def test_a_worker_killed_mid_task_is_retried_and_the_shards_are_identical(local_ray, tmp_path):
