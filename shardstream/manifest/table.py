@@ -20,7 +20,7 @@ import numpy as np
 
 TABLE_THRESHOLD = 10_000  # shards; from here on the columns go to a table
 TABLE_PREFIX, TABLE_SUFFIX = "_shards-", ".arrow"
-_NUMBERED = re.compile(r"(.*?)([0-9]+)([^0-9]*)", re.S)
+_NUMBER = re.compile(r"[0-9]+")  # in a path: a shard's number (shard-000000-<run token>.tar: the first one)
 
 
 class HexColumn(Sequence[str]):
@@ -106,15 +106,17 @@ def encode_table(paths: list[str], samples: np.ndarray, nbytes: np.ndarray, sha2
 
 def path_pattern(paths: list[str]) -> dict[str, Any] | None:
     """``{prefix, width, start, suffix}`` if ``paths`` are ``prefix + f"{start + i:0{width}d}" + suffix``
-    (as packs name shards): stored instead of a path column, a few bytes for any number of shards."""
-    match = _NUMBERED.fullmatch(paths[0]) if paths else None
-    if match is None:
-        return None
-    prefix, digits, suffix = match.groups()
-    pattern = {"prefix": prefix, "width": len(digits), "start": int(digits), "suffix": suffix}
-    if len(str(pattern["start"] + len(paths) - 1)) > len(digits) or paths[-1] != _pattern_path(pattern, len(paths) - 1):
-        return None
-    return pattern if expand_pattern(pattern, len(paths)) == paths else None
+    (as packs name shards, the run's token in the suffix): stored instead of a path column, a few bytes for
+    any number of shards."""
+    for number in _NUMBER.finditer(paths[0] if paths else ""):  # which number counts: the first that does
+        prefix, digits, suffix = paths[0][: number.start()], number.group(), paths[0][number.end() :]
+        pattern = {"prefix": prefix, "width": len(digits), "start": int(digits), "suffix": suffix}
+        if len(str(pattern["start"] + len(paths) - 1)) > len(digits) or paths[-1] != _pattern_path(pattern,
+                                                                                                len(paths) - 1):
+            continue
+        if expand_pattern(pattern, len(paths)) == paths:
+            return pattern
+    return None
 
 
 def _pattern_path(pattern: dict[str, Any], i: int) -> str:

@@ -10,7 +10,7 @@ import pyarrow as pa
 import pytest
 
 from shardstream.errors import ManifestError
-from shardstream.manifest import Manifest, load_manifest, write_manifest
+from shardstream.manifest import Manifest, load_manifest, shard_name, write_manifest
 from shardstream.manifest.schema import MANIFEST_NAME
 from shardstream.manifest.table import HexColumn, encode_table, table_reference
 from shardstream.storage import Store
@@ -174,6 +174,9 @@ def test_numbered_paths_are_stored_as_a_pattern_and_other_paths_as_a_column(tmp_
     assert expand_pattern(path_pattern(numbered), 30) == numbered
     other = [f"x/{name}.tar" for name in ("a", "b9", "b10", "c")]
     assert path_pattern(other) is None and path_pattern(["s9.tar", "s10.tar"]) is None
+    run = [shard_name(i, "tar", "0123456789abcde9") for i in range(30)]  # a pack's: a number and its run's token
+    assert path_pattern(run) == {"prefix": "shard-", "width": 6, "start": 0, "suffix": "-0123456789abcde9.tar"}
+    assert expand_pattern(path_pattern(run), 30) == run
     m = Manifest("tar", other, np.ones(4, np.int64), np.ones(4, np.int64), [""] * 4)
     (tmp_path / "o").mkdir()
     store, name = _write(tmp_path / "o", m, threshold=1)
