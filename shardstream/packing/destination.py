@@ -56,6 +56,7 @@ _PLAIN_SHARD = re.compile(rf"^shard-[0-9]{{6}}\.{_FORMATS}(?:\.idx)?$")  # names
 _TEMP_FILE = re.compile(r"^\..*\.[0-9a-f]{8,32}\.tmp$")  # the store's temporary names
 _SHARD_TABLE = re.compile(r"^_shards-[0-9a-f]{16}\.arrow$")  # a large manifest's shard table (manifest.table)
 _PROBE = re.compile(r"^\.shardstream-probe-(?P<run>[0-9a-f]{16})$")  # a run's test of conditional writes
+_RUN_TEMP = re.compile(r"^\.shard-[0-9]{6,}-(?P<run>[0-9a-f]{16})\..*\.[0-9a-f]{8,32}\.tmp$")  # one being written
 
 
 class DestinationLost(ShardstreamError):
@@ -88,7 +89,7 @@ class Claim:
 
     def owns(self, name: str) -> bool:
         """Whether this run wrote ``name`` (its token is in it, or it is one of the run's untokened files)."""
-        match = _RUN_FILE.match(name) or _PROBE.match(name)
+        match = _RUN_FILE.match(name) or _PROBE.match(name) or _RUN_TEMP.match(name)
         return (match is not None and match["run"] == self.token) or name in self.extra
 
     def check(self) -> None:
@@ -163,8 +164,12 @@ class Claim:
             raise self.lost(f"{store.url}: another pack published a dataset over this one ({MANIFEST_NAME} is not "
                             f"this run's right after it was written{why})", "let one pack at a time write there")
         self.published = True
-        self._release()
-        self._clean_up()
+        try:  # the dataset is published: what follows tidies up, and a failure there is only a warning
+            self._release()
+            self._clean_up()
+        except StorageError as exc:
+            log.warning("%s is published, but tidying up after it failed: %s; the next pack there tidies up",
+                        store.url, " ".join(str(exc).split()))
 
     def _is_published(self, head: bytes) -> bool:
         found = read_tagged(self.store, MANIFEST_NAME)

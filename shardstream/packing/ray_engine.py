@@ -23,6 +23,7 @@ from ..errors import ShardstreamError
 R = TypeVar("R")
 INSTALL = "pip install 'shardstream[ray]'"
 DEFAULT_RETRIES = 3
+STOP_SECONDS = 30.0  # how long tasks called off may take to stop on their own (closing their files) before a kill
 
 
 def _ray() -> Any:
@@ -95,8 +96,7 @@ def run_ray(job: Callable[..., R], jobs: Sequence[tuple[Any, ...]], on_done: Cal
                 results[i] = _result(ray, ref, f"shard {i}" + (f" ({describe(i)})" if describe else ""), retries)
                 on_done(i)
     except BaseException:
-        for ref in pending:
-            ray.cancel(ref, force=True)
+        stop(ray, pending)
         raise
     return results
 
@@ -119,8 +119,7 @@ def map_ray(fn: Callable[[Any], R], items: Sequence[Any], *, address: str | None
             what = f"input {i}" + (f" ({describe(i)})" if describe else "")
             yield i, _result(ray, pending.popleft(), what, retries)
     finally:
-        for ref in pending:
-            ray.cancel(ref, force=True)
+        stop(ray, list(pending))
 
 
 class RayPool:
@@ -158,8 +157,23 @@ class RayPool:
 
     def __exit__(self, *exc: object) -> None:
         if exc[0] is not None:
-            for ref in self._refs:
-                self.ray.cancel(ref, force=True)
+            stop(self.ray, self._refs)
+
+
+def stop(ray: Any, refs: list[Any]) -> None:
+    """Call off ``refs`` and return once they have ended: a running task is interrupted (its ``finally``
+    blocks run: a shard being written is not left half-written under a temporary name), and killed only if
+    it has not stopped after :data:`STOP_SECONDS`. The caller tidies up after this (a pack that lost its
+    destination removes its files), so no task of the run writes anything after that."""
+    if not refs:
+        return
+    for ref in refs:
+        ray.cancel(ref, force=False)
+    _, running = ray.wait(refs, num_returns=len(refs), timeout=STOP_SECONDS)
+    for ref in running:
+        ray.cancel(ref, force=True)
+    if running:
+        ray.wait(running, num_returns=len(running), timeout=STOP_SECONDS)
 
 
 def _apply(fn: Callable[[Any], R], item: Any) -> R:

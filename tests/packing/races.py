@@ -104,7 +104,7 @@ class Watcher(threading.Thread):
         except StorageError:
             return None
 
-    def _versions(self) -> dict[str, Any]:
+    def versions(self) -> dict[str, Any]:
         """name -> version of every object in the destination now."""
         if self.store.local:
             out = {}
@@ -129,7 +129,7 @@ class Watcher(threading.Thread):
         if raw is None:
             return
         if not full and self._checked is not None and self._checked[0] == raw:
-            versions = self._versions()
+            versions = self.versions()
             if all(versions.get(name) == version for name, version in self._checked[1].items()):
                 return  # nothing it names changed since it was found whole
         try:
@@ -141,7 +141,7 @@ class Watcher(threading.Thread):
         expected = {p: (n, sha) for p, n, sha in zip(m.paths, m.nbytes.tolist(), list(m.sha256))}
         expected.update({f"{p}.idx": (None, d) for p, d in zip(m.paths, list(m.index_sha256 or [])) if d})
         names = list(expected)
-        before = self._versions()
+        before = self.versions()
         for path, (nbytes, sha) in expected.items():
             try:
                 found = _digest(self.store.read_bytes(path))
@@ -152,7 +152,7 @@ class Watcher(threading.Thread):
                     problem = "is missing" if found is None else "holds other bytes"
                     self.violations.append(f"the published manifest names {path}, which {problem}")
                 return
-        after = self._versions()
+        after = self.versions()
         if all(before.get(n) == after.get(n) for n in names):  # (else changed while read: checked in full again)
             self._checked = (raw, {n: after.get(n) for n in names})
         self.seen += 1
@@ -172,6 +172,7 @@ class Race:
     results: tuple[dict[str, Any], dict[str, Any]]
     published: str | None = None  # "A", "B", "before" (the dataset there before the race) or "?" (none of them)
     problems: list[str] = field(default_factory=list)
+    leftovers: list[str] = field(default_factory=list)  # files there that the manifest (if any) does not name
 
 
 def judge(dest: str, results: tuple[dict[str, Any], dict[str, Any]], clean: dict[str, list[str]],
@@ -211,6 +212,13 @@ def judge(dest: str, results: tuple[dict[str, Any], dict[str, Any]], clean: dict
         if not overwrite or race.published != later:
             race.problems.append(f"both runs reported success; published: {race.published}")
     race.problems += watcher.violations[:1]
+    named = {"_manifest.json"}
+    if report is not None:
+        m = report.manifest
+        named |= {*m.paths, *(f"{p}.idx" for p, d in zip(m.paths, list(m.index_sha256 or [])) if d)}
+        shards = json.loads(after or b"{}").get("shards", {})
+        named |= {shards["table"]} if isinstance(shards, dict) and "table" in shards else set()
+    race.leftovers = sorted(set(watcher.versions()) - named)
     return race
 
 
@@ -282,9 +290,11 @@ def summary(races: list[Race]) -> str:
     overlapped = sum(1 for r in races
                      if max(x["started_at"] for x in r.results) < min(x["ended_at"] for x in r.results))
     both = sum(1 for r in races if all(x["ok"] for x in r.results))
+    left = [r for r in races if r.leftovers]
+    kept = f"; files left in {len(left)} (e.g. {left[0].leftovers[:3]})" if left else ""
     first = f"; first: {damaged[0].problems[0]}" if damaged else ""
     return (f"{len(damaged)}/{len(races)} damaged ({overlapped} with both runs at once; both reported success in "
-            f"{both}), published {ends}{first}")
+            f"{both}), published {ends}{kept}{first}")
 
 
 # -- the runner process ----------------------------------------------------------------------------------------
