@@ -172,7 +172,8 @@ def readme_tree() -> set[str]:
     """The paths the README's layout tree names (``dataset/collate.py``), from its indentation."""
     readme = (ROOT / "README.md").read_text()
     section = readme.split("## Layout", 1)[1].split("\n## ", 1)[0]
-    tree = section.split("```", 2)[1]
+    blocks = section.split("```")[1::2]  # the section's code blocks; the tree is the one of the package
+    tree = next(block for block in blocks if block.lstrip("\n").startswith("shardstream/"))
     named, folder = set(), ""
     for line in tree.splitlines()[2:]:
         if not line.strip():

@@ -19,7 +19,7 @@ def path_problem(path: object) -> str | None:
     """What keeps ``path`` from being a shard path (relative, '/'-separated, inside the dataset's
     folder, no control character or backslash, nothing an HTTP server decodes), or None."""
     if not isinstance(path, str):
-        return f"is {_kind(path)}, not a string"
+        return f"is {kind_of(path)}, not a string"
     if not path:
         return "is empty"
     bad = _BAD_PATH_CHAR.search(path)
@@ -35,7 +35,7 @@ def path_problem(path: object) -> str | None:
     return "has an empty segment ('//' or a trailing '/')" if "" in segments else None
 
 
-def _paths_fine(paths: list[Any]) -> bool:
+def paths_fine(paths: list[Any]) -> bool:
     """Whether all ``paths`` pass :func:`path_problem`, checked as joined strings of a few thousand."""
     import numpy as np
 
@@ -59,7 +59,7 @@ def _paths_fine(paths: list[Any]) -> bool:
     return True
 
 
-def _checksums_fine(sha: list[Any]) -> list[str] | None:
+def checksums_fine(sha: list[Any]) -> list[str] | None:
     """``sha`` in lower case if each is 64 hex digits, checked as joined strings; else None."""
     out: list[str] = []
     for start in range(0, len(sha), _CHUNK):
@@ -81,6 +81,6 @@ def _checksums_fine(sha: list[Any]) -> list[str] | None:
     return out
 
 
-def _kind(value: object) -> str:
+def kind_of(value: object) -> str:
     return {dict: "an object", list: "a list", str: "a string", bool: "a boolean", int: "a number",
             float: "a number", type(None): "null"}.get(type(value), f"a {type(value).__name__}")

@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     import numpy as np
 
 from ..errors import ManifestError
-from .checks import _checksums_fine, _kind, _paths_fine, path_problem
+from .checks import checksums_fine, kind_of, path_problem, paths_fine
 from .table import HexColumn, decode_table, reference_problem
 
 MANIFEST_NAME = "_manifest.json"
@@ -153,15 +153,15 @@ class Manifest:
         shards = _shard_columns(doc, check, read_table)
         for column in ("path", "samples", "bytes", "sha256"):
             if not isinstance(shards.get(column), (list, HexColumn)) and not hasattr(shards.get(column), "dtype"):
-                raise check.fail(f"the shard column {column!r} is {_kind(shards.get(column))}, not a list")
+                raise check.fail(f"the shard column {column!r} is {kind_of(shards.get(column))}, not a list")
         if "shard_format" not in doc:
             raise check.fail("'shard_format' is missing")
         for key, kind in (("fields", list), ("classes", list), ("arrow_schema", str), ("created", dict),
                           ("tokens", dict)):
             if doc.get(key) is not None and not isinstance(doc[key], kind):
-                raise check.fail(f"{key!r} is {_kind(doc[key])}, not {_kind(kind())}")
+                raise check.fail(f"{key!r} is {kind_of(doc[key])}, not {kind_of(kind())}")
         if shards.get("index_sha256") is not None and not isinstance(shards["index_sha256"], (list, HexColumn)):
-            raise check.fail(f"the shard column 'index_sha256' is {_kind(shards['index_sha256'])}, not a list")
+            raise check.fail(f"the shard column 'index_sha256' is {kind_of(shards['index_sha256'])}, not a list")
         manifest = cls(doc["shard_format"], shards["path"], shards["samples"], shards["bytes"], shards["sha256"],
                        doc.get("fields") or [], doc.get("classes"), doc.get("arrow_schema"),
                        doc.get("created") or {}, doc.get("tokens"), shards.get("index_sha256"), source=source)
@@ -198,7 +198,7 @@ def _shard_columns(doc: dict[str, Any], check: _Checker, read_table: Callable[[s
     """The manifest's ``shards`` object: its columns as they are, or read from the shard table it names."""
     shards = doc.get("shards")
     if not isinstance(shards, dict):
-        raise check.fail(f"'shards' is {_kind(shards)}, not an object")
+        raise check.fail(f"'shards' is {kind_of(shards)}, not an object")
     if "table" in shards:
         problem = reference_problem(shards)
         if problem is None and read_table is None:
@@ -244,7 +244,7 @@ def _show(value: object) -> str:
     if isinstance(value, str):
         return repr(value) if len(value) <= 60 else repr(value[:60])[:-1] + "..." + repr(value[:60])[-1]
     small = value is None or isinstance(value, (bool, float)) or isinstance(value, int) and abs(value) < 10**30
-    return repr(value) if small else _kind(value)
+    return repr(value) if small else kind_of(value)
 
 
 def _scalar(value: object) -> bool:
@@ -278,7 +278,7 @@ class _Checker:
         for name, column in columns.items():
             counts = name in ("samples", "bytes") and isinstance(column, np.ndarray) and column.ndim == 1
             if not (isinstance(column, (list, tuple, HexColumn)) or counts):
-                raise self.fail(f"the shard column {name!r} is {_kind(column)}, not a list")
+                raise self.fail(f"the shard column {name!r} is {kind_of(column)}, not a list")
         if len({len(column) for column in columns.values()}) > 1:
             lengths = ", ".join(f"{name} {len(column)}" for name, column in columns.items())
             raise self.fail(f"the shard columns have different lengths ({lengths})")
@@ -294,7 +294,7 @@ class _Checker:
         if m.classes is not None:
             m.classes = self.texts(m.classes, "classes")
         if m.arrow_schema is not None and not (isinstance(m.arrow_schema, str) and _BASE64.fullmatch(m.arrow_schema)):
-            raise self.fail(f"arrow_schema is {_kind(m.arrow_schema)}, not base64 text")
+            raise self.fail(f"arrow_schema is {kind_of(m.arrow_schema)}, not base64 text")
         if not isinstance(m.created, dict) or not all(isinstance(k, str) and _scalar(k) and _scalar(v)
                                                       for k, v in m.created.items()):
             raise self.fail("'created' is not an object of strings, numbers, booleans and nulls")
@@ -307,7 +307,7 @@ class _Checker:
                 raise self.fail(problem)
 
     def check_paths(self, paths: list[Any]) -> list[str]:
-        if not _paths_fine(paths):
+        if not paths_fine(paths):
             for i, path in enumerate(paths):
                 problem = path_problem(path)
                 if problem is not None:
@@ -353,7 +353,7 @@ class _Checker:
         if isinstance(sha, HexColumn):  # 32-byte digests: well-formed by construction
             return sha  # type: ignore[return-value]
         sha = list(sha)
-        fine = _checksums_fine(sha)
+        fine = checksums_fine(sha)
         if fine is not None:
             return fine
         for i, digest in enumerate(sha):
@@ -363,7 +363,7 @@ class _Checker:
 
     def check_fields(self, fields: Any, shard_format: str) -> list[dict[str, Any]]:
         if not isinstance(fields, (list, tuple)):
-            raise self.fail(f"'fields' is {_kind(fields)}, not a list")
+            raise self.fail(f"'fields' is {kind_of(fields)}, not a list")
         for j, entry in enumerate(fields):
             if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
                 raise self.fail(f"fields[{j}] is {_show(entry)}, not an object with a name")
@@ -380,7 +380,7 @@ class _Checker:
 
     def texts(self, values: Any, what: str) -> list[str]:
         if not isinstance(values, (list, tuple)):
-            raise self.fail(f"{what!r} is {_kind(values)}, not a list")
+            raise self.fail(f"{what!r} is {kind_of(values)}, not a list")
         values = list(values)
         if not set(map(type, values)) <= {str} or _BAD_TEXT_CHAR.search("".join(values)):
             for i, value in enumerate(values):

@@ -41,7 +41,7 @@ def default_workers() -> int:
     return usable_cores()
 
 
-def _pool_context() -> multiprocessing.context.BaseContext:
+def pool_context() -> multiprocessing.context.BaseContext:
     # fork starts workers instantly; it is only safe while this process has no other threads.
     if "fork" in multiprocessing.get_all_start_methods() and threading.active_count() == 1:
         return multiprocessing.get_context("fork")
@@ -132,7 +132,7 @@ def run_local(job: Callable[..., R], jobs: Sequence[tuple[Any, ...]], workers: i
     kwargs: dict[str, Any] = {}
     run = None
     if processes:
-        context = _pool_context()
+        context = pool_context()
         kwargs = {"mp_context": context, "initializer": die_with_parent, "initargs": (os.getpid(),)}
         if context.get_start_method() == "fork":  # the pool forks its workers at the first submit
             run = next(_RUNS)

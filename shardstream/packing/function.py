@@ -26,7 +26,7 @@ import numpy as np
 from ..errors import ShardstreamError, SourceError
 from ..manifest import Manifest, creation_info
 from ..storage import Store
-from .engine import _pool_context, default_workers, die_with_parent, progress_bar
+from .engine import default_workers, die_with_parent, pool_context, progress_bar
 from .fields import encode_field
 from .rules import DEFAULT_SHARD_SIZE
 from .writer import ShardWriter
@@ -136,7 +136,7 @@ def map_ordered(fn: SampleFn, items: Sequence[Any], workers: int, encode: bool =
         for i, item in enumerate(items):
             yield i, _call(fn, item, encode)
         return
-    context = _pool_context()
+    context = pool_context()
     pool: Executor
     if context.get_start_method() != "fork" and not _picklable(fn):
         log.warning("fn %s cannot be sent to worker processes (this process runs threads, so workers are spawned, "

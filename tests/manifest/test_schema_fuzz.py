@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from shardstream.errors import ManifestError
 from shardstream.manifest import MANIFEST_NAME, Manifest, checks
-from shardstream.manifest.schema import _checksums_fine, _paths_fine, path_problem
+from shardstream.manifest.checks import checksums_fine, path_problem, paths_fine
 from shardstream.packing.writer import ShardWriter
 from shardstream.storage import Store
 
@@ -159,9 +159,9 @@ PATH_CHARS = st.sampled_from(list("ab./%2eEfFc5\\\n\x00\x1b\x7f") + ["\x85", "\x
 @given(st.lists(st.text(PATH_CHARS, max_size=8), max_size=6))
 def test_the_joined_path_check_is_the_value_by_value_rule(paths):
     expected = all(path_problem(p) is None for p in paths)
-    assert _paths_fine(paths) == expected
+    assert paths_fine(paths) == expected
     with mock.patch.object(checks, "_CHUNK", 2):  # checked in pieces: the pieces' edges too
-        assert _paths_fine(paths) == expected
+        assert paths_fine(paths) == expected
 
 
 @FUZZ
@@ -171,7 +171,7 @@ def test_the_joined_checksum_check_is_the_value_by_value_rule(sha):
     valid = all(re.fullmatch(r"[0-9a-fA-F]{64}", s) for s in sha)
     for chunk in (checks._CHUNK, 2):
         with mock.patch.object(checks, "_CHUNK", chunk):
-            fine = _checksums_fine(sha)
+            fine = checksums_fine(sha)
         assert (fine is not None) == valid
         if fine is not None:
             assert fine == [s.lower() for s in sha]

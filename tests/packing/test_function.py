@@ -98,7 +98,7 @@ def test_unpicklable_fn_under_spawn_runs_in_threads(monkeypatch: pytest.MonkeyPa
     from shardstream.packing import function
 
     ss.pack(list(range(9)), tmp_path / "forked", fn=one_number, workers=2, samples_per_shard=2, progress=False)
-    monkeypatch.setattr(function, "_pool_context", lambda: multiprocessing.get_context("spawn"))
+    monkeypatch.setattr(function, "pool_context", lambda: multiprocessing.get_context("spawn"))
     with caplog.at_level("WARNING", logger="shardstream.packing.function"):
         ss.pack(list(range(9)), tmp_path / "threads", fn=lambda i: {"cls": i}, workers=2, samples_per_shard=2,
                 progress=False)
