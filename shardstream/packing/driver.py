@@ -1,4 +1,10 @@
-"""``pack``: turn a folder tree or a table into a sharded dataset, in parallel, deterministically."""
+"""Packing a source: a folder tree or a table into a sharded dataset, in parallel, deterministically.
+
+The source is listed, then packed by the writer its kind and the shard format call for (:data:`PACKERS`):
+folder trees into tar shards and tables into Arrow shards by parallel shard jobs (the process pool or
+Ray), the other two pairs sample by sample through :class:`ShardWriter`; files of samples (HDF5, LMDB,
+NumPy, Hugging Face, shards) are read in workers (:mod:`.function`).
+"""
 
 from __future__ import annotations
 
@@ -6,69 +12,21 @@ import contextlib
 import gc
 import os
 import time
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from ..errors import ShardstreamError
 from ..manifest import Manifest, creation_info
-from ..sizes import count, format_size
 from ..sources import FolderSource, TableSource, open_source, sample_permutation
 from ..sources.remote import is_remote
 from ..storage import Store
 from .destination import Claim, check_written, prepare_destination
-from .engine import Execution, default_workers, progress_bar, run_jobs
+from .engine import Execution, progress_bar, run_jobs
 from .folder import ShardJob, ShardResult, check_sample_names, plan_shards, read_file, write_shard
-from .rules import DEFAULT_SHARD_SIZE, ShardSpec, check_shard_limits, resolve_format, warn_small_shards
+from .options import PackOptions
+from .result import PackResult
+from .rules import ShardSpec, check_shard_limits, resolve_format, warn_small_shards
 from .writer import ShardWriter
-
-
-@dataclass
-class PackResult:
-    """What a pack produced, and how fast."""
-
-    url: str
-    manifest: Manifest
-    seconds: float
-    skipped_hidden: int = 0
-    source_bytes: int | None = None  # a folder's file bytes: what the progress bar counts
-
-    @property
-    def fingerprint(self) -> str:
-        """sha256 of the dataset's contents (shards, counts, fields, classes), not of its creation info:
-        equal for two packs of the same source, whose manifests differ in their creation time."""
-        return self.manifest.fingerprint
-
-    @property
-    def samples(self) -> int:
-        return self.manifest.num_samples
-
-    @property
-    def shards(self) -> int:
-        return self.manifest.num_shards
-
-    @property
-    def nbytes(self) -> int:
-        return self.manifest.total_bytes
-
-    def summary(self) -> str:
-        if self.manifest.shard_format == "tokens":  # documents and tokens, not samples
-            from .tokens import summary
-
-            return summary(self.url, self.manifest, self.seconds)
-        rate = self.nbytes / self.seconds / 1e6 if self.seconds > 0 else float("inf")
-        files = "" if self.source_bytes is None else f" (from {format_size(self.source_bytes)} of files)"
-        line = (
-            f"packed {count(self.samples, 'sample')} into {count(self.shards, self.manifest.shard_format + ' shard')}, "
-            f"{format_size(self.nbytes)}{files} in {self.seconds:.2f} s ({rate:.1f} MB/s) -> {self.url}"
-        )
-        layout = (self.manifest.created or {}).get("layout")
-        classes = self.manifest.classes
-        if layout:
-            line += f"; layout {layout}" + ("" if classes is None else f", {count(len(classes), 'class', 'classes')}")
-        if self.skipped_hidden:
-            line += f" (skipped {self.skipped_hidden} hidden files and folders)"
-        return line
 
 
 @contextlib.contextmanager
@@ -96,139 +54,66 @@ def _check_not_inside(source: str, store: Store) -> None:
         raise ShardstreamError(f"destination {store.root} is inside the source {source}; choose a folder outside it")
 
 
-def pack(  # noqa: PLR0913 - the public pack: one keyword per setting, as the command's options
-    source: str | os.PathLike[str],
-    dest: str | os.PathLike[str],
-    *,
-    format: str | None = None,
-    shard_size: int | str = DEFAULT_SHARD_SIZE,
-    samples_per_shard: int | None = None,
-    compression: str | None = None,
-    workers: int | None = None,
-    layout: str = "auto",
-    overwrite: bool = False,
-    storage_options: dict[str, Any] | None = None,
-    progress: bool = True,
-    fsync: bool = True,
-    shuffle: bool = True,
-    seed: int = 0,
-    split_by: str | None = None,
-    fn: Callable[[Any], Any] | None = None,
-    fields: Sequence[str] | None = None,
-    field_name: str | None = None,
-    decode_value: Callable[[bytes, bytes], Any] | None = None,
-    engine: str = "local",
-    ray_address: str | None = None,
-    source_options: dict[str, Any] | None = None,
-    index: bool | None = None,
-    _source: FolderSource | None = None,
-    **token_options: Any,
-) -> PackResult:
-    """Pack ``source`` (a folder tree, or table files) into a dataset at ``dest``.
-
-    Folders become tar shards by default (ImageFolder trees get an integer ``cls``
-    field and the class names), tables become Arrow shards. The same input always
-    gives the same shards, whatever ``workers`` is. The manifest is written last;
-    if anything fails, none is written. With ``fsync`` (default) the shards and then the manifest
-    are on disk before each appears, so a power loss never leaves a manifest without its shards.
-    Sample keys in tar shards must stay inside the folder ``tar -xf`` extracts to (see
-    :func:`~shardstream.packing.fields.key_problem`); a file whose key does not is refused.
-    With ``shuffle`` (default), samples are written in a random order drawn from ``seed`` (keys are
-    unchanged), so no shard holds one class; a table is then shuffled in memory (``shuffle=False``
-    streams a table larger than memory, in its own order).
-    ``format="tokens"`` tokenizes a text corpus into token shards: ``token_options`` (``tokenizer``,
-    ``text_field``, ``eos``, ``eos_id``, ``vocab_size``, ``dtype``, ``per_file``) go to
-    :func:`shardstream.packing.tokens.pack_tokens`.
-    ``engine="ray"`` runs the shard jobs of a folder pack as Ray tasks (the cluster at ``ray_address``,
-    else ``RAY_ADDRESS``, else a local instance), with the same output bytes as ``engine="local"``
-    (:mod:`shardstream.packing.ray_engine`); for ``fn=`` and the sources read sample by sample, Ray
-    tasks make the samples and this process writes the shards in order.
-    ``split_by="cls"`` packs an ImageFolder tree as one dataset per class under ``dest`` plus a label
-    index (see :func:`shardstream.packing.split.pack_split`), for class-balanced mixes.
-    ``fn`` packs from a function: ``source`` is then a list of inputs and ``fn(input)`` returns or
-    yields sample dicts, written in input order (:mod:`shardstream.packing.function`). HDF5, LMDB,
-    NumPy, Hugging Face ``save_to_disk`` folders and existing shards are packed too: ``fields`` picks
-    HDF5 datasets or ``.npy`` files, ``field_name`` names an LMDB value's field (default ``bin``), and
-    ``decode_value(key, value)`` turns an LMDB value into a sample dict.
-    ``index``: write each uncompressed tar shard's sample index (``<shard>.idx``), with which readers
-    fetch an epoch's first samples by ranged reads; default: when ``dest`` is object storage (pass
-    ``True`` to pack locally for an upload).
-    """
-    common = {"shard_size": shard_size, "samples_per_shard": samples_per_shard, "compression": compression,
-              "workers": workers, "overwrite": overwrite, "storage_options": storage_options,
-              "progress": progress, "fsync": fsync, "engine": engine, "ray_address": ray_address}
-    if fn is not None:  # a function over a list of inputs: see packing.function
-        from .function import pack_function
-
-        return PackResult(*pack_function(source, dest, fn, format=format, **common))  # type: ignore[arg-type]
-    if split_by is not None:
-        from .split import pack_split
-
-        return pack_split(pack, source, dest, split_by=split_by, format=format, shard_size=shard_size,  # type: ignore[return-value]
-                          samples_per_shard=samples_per_shard, compression=compression, workers=workers,
-                          layout=layout, overwrite=overwrite, storage_options=storage_options, progress=progress,
-                          fsync=fsync, shuffle=shuffle, seed=seed, engine=engine, ray_address=ray_address,
-                          index=index)
-    if format == "tokens" or token_options:  # text or token files to token shards: see packing.tokens
-        if format != "tokens":
-            raise ShardstreamError(f"{', '.join(sorted(token_options))} apply to format='tokens' only")
-        from .tokens import pack_tokens
-
-        return PackResult(*pack_tokens(source, dest, shard_size=shard_size, workers=workers, overwrite=overwrite,
-                                       storage_options=storage_options, progress=progress, fsync=fsync,
-                                       **token_options))
+def pack_source(source: str | os.PathLike[str], dest: str | os.PathLike[str], options: PackOptions,
+                src: Any = None) -> PackResult:
+    """Pack a source (a folder tree, table files, or files of samples: HDF5, LMDB, NumPy, Hugging Face,
+    shards) into a dataset at ``dest``; ``src``: the source already opened (a split pack's class)."""
     started = time.perf_counter()
     source, dest = os.fspath(source), os.fspath(dest)
     source = source[len("file://"):] if source.startswith("file://") else source
-    limit, per_shard = check_shard_limits(shard_size, samples_per_shard)
-    if workers is not None and (isinstance(workers, bool) or int(workers) < 1):
-        raise ShardstreamError(f"workers must be at least 1, not {workers!r}")
-    workers = default_workers() if workers is None else int(workers)
-    options = {k: v for k, v in (("fields", fields), ("field_name", field_name), ("decode_value", decode_value))
-               if v is not None}
-    if is_remote(source):  # a folder tree in a bucket: listed here, read by the workers
-        options["storage_options"] = storage_options if source_options is None else source_options
-    with _no_gc():
-        src = open_source(source, layout, **options) if _source is None else _source  # (a split pack's class)
-    if hasattr(src, "sample_jobs"):  # HDF5, LMDB, NumPy, tar shards: samples read in workers (packing.function)
-        from .function import pack_source
+    limit, per_shard = check_shard_limits(options.shard_size, options.samples_per_shard)
+    run = options.execution()
+    if src is None:
+        src = _open(source, options)
+    kind = source_kind(src)
+    if kind == "samples":  # HDF5, LMDB, NumPy, tar shards: samples read in workers (packing.function)
+        from .function import pack_source as pack_samples
 
-        return PackResult(*pack_source(src, dest, format=format, shuffle=shuffle, seed=seed, **common))
-    if isinstance(src, FolderSource) and shuffle:
-        src.samples = [src.samples[i] for i in sample_permutation(len(src.samples), seed).tolist()]
-    order_seed = int(seed) if shuffle and not getattr(src, "keeps_order", False) else None  # resharded: as is
-    shard_format, comp = resolve_format(format or ("arrow" if isinstance(src, TableSource) else "tar"), compression)
-    if isinstance(src, FolderSource):
+        return PackResult(*pack_samples(src, dest, format=options.format, shuffle=options.shuffle, seed=options.seed,
+                                        **options.common()))
+    if kind == "folder" and options.shuffle:
+        src.samples = [src.samples[i] for i in sample_permutation(len(src.samples), options.seed).tolist()]
+    order_seed = int(options.seed) if options.shuffle and not getattr(src, "keeps_order", False) else None
+    shard_format, comp = resolve_format(options.format or ("arrow" if kind == "table" else "tar"), options.compression)
+    if kind == "folder":
         check_sample_names(src.samples, shard_format)
-    store = Store(dest, storage_options)
+    store = Store(dest, options.storage_options)
     _check_not_inside(source, store)
-    claim = prepare_destination(store, overwrite, fsync)
-    info = creation_info(source=source if is_remote(source) else os.path.abspath(source),
-                         layout=getattr(src, "layout", "table"))
-    _check_engine(engine, src, shard_format, source)
-    spec, run = ShardSpec(shard_format, comp, limit, per_shard, index), Execution(workers, progress, engine, ray_address)
-    with claim.guard():
-        if isinstance(src, FolderSource) and shard_format != "arrow":
-            manifest = _pack_folder_tar(src, claim, spec, run, info)
-            warn_small_shards(manifest, limit)
-        elif isinstance(src, TableSource) and shard_format == "arrow":
-            manifest = _pack_table_arrow(src, claim, spec, run, info, order_seed)
-            warn_small_shards(manifest, limit)
-        else:  # ShardWriter.finish warns of small shards itself
-            manifest = _pack_with_writer(src, claim, spec, progress, info, order_seed)
-        claim.publish(manifest)
-    skipped = src.skipped_hidden if isinstance(src, FolderSource) else 0
-    return PackResult(store.url, manifest, time.perf_counter() - started, skipped,
-                      src.total_bytes if isinstance(src, FolderSource) else None)
-
-
-def _check_engine(engine: str, src: Any, shard_format: str, source: str) -> None:
-    """Refuse what an engine other than the local one does not pack (before anything is written)."""
-    if engine != "local" and not (isinstance(src, FolderSource) and shard_format != "arrow"
-                                  or isinstance(src, TableSource) and shard_format == "arrow"):
-        raise ShardstreamError(f"engine={engine!r} packs folder trees into tar shards, tables into Arrow shards, "
+    packer = PACKERS[(kind, "arrow" if shard_format == "arrow" else "tar")]
+    if run.engine != "local" and packer is _pack_with_writer:  # refused before anything is written
+        raise ShardstreamError(f"engine={run.engine!r} packs folder trees into tar shards, tables into Arrow shards, "
                                f"fn= inputs and the sources read sample by sample; pack {source} into "
                                f"{shard_format} shards with engine='local'")
+    claim = prepare_destination(store, options.overwrite, options.fsync)
+    info = creation_info(source=source if is_remote(source) else os.path.abspath(source),
+                         layout=getattr(src, "layout", "table"))
+    with claim.guard():
+        manifest = packer(src, claim, ShardSpec(shard_format, comp, limit, per_shard, options.index), run, info,
+                          order_seed)
+        claim.publish(manifest)
+    skipped = src.skipped_hidden if kind == "folder" else 0
+    return PackResult(store.url, manifest, time.perf_counter() - started, skipped,
+                      src.total_bytes if kind == "folder" else None)
+
+
+def _open(source: str, options: PackOptions) -> Any:
+    """The source listed: a folder tree or tables (local or in a bucket), or files of samples."""
+    settings = options.source_settings()
+    if is_remote(source):  # a folder tree in a bucket: listed here, read by the workers
+        given = options.source_options
+        settings["storage_options"] = options.storage_options if given is None else given
+    with _no_gc():
+        return open_source(source, options.layout, **settings)
+
+
+def source_kind(src: Any) -> str:
+    """``"folder"`` (files grouped by key), ``"table"`` (rows), or ``"samples"`` (read in workers, sample by
+    sample: HDF5, LMDB, NumPy, Hugging Face, existing shards)."""
+    if isinstance(src, FolderSource):
+        return "folder"
+    if isinstance(src, TableSource):
+        return "table"
+    return "samples"
 
 
 def _manifest(shard_format: str, results: list[ShardResult], **kw: Any) -> Manifest:
@@ -243,8 +128,10 @@ def _manifest(shard_format: str, results: list[ShardResult], **kw: Any) -> Manif
     )
 
 
-def _pack_folder_tar(src: FolderSource, claim: Claim, spec: ShardSpec, run: Execution, info: dict[str, Any]
-                     ) -> Manifest:
+def _pack_folder_tar(src: FolderSource, claim: Claim, spec: ShardSpec, run: Execution, info: dict[str, Any],
+                     order_seed: int | None = None) -> Manifest:
+    """Folder trees into tar shards: one job per shard, on the pool or on Ray (the order is the listing's,
+    shuffled already)."""
     with _no_gc():
         plan = plan_shards(src.samples, spec.limit, spec.per_shard)
     store, comp, shard_format = claim.store, spec.compression, spec.shard_format
@@ -269,11 +156,14 @@ def _pack_folder_tar(src: FolderSource, claim: Claim, spec: ShardSpec, run: Exec
         for name, n in r.field_counts.items():
             counts[name] = counts.get(name, 0) + n
     fields = [{"name": n, "type": "bytes", "samples": c} for n, c in sorted(counts.items())]
-    return _manifest(shard_format, results, fields=fields, classes=src.classes, created=info)
+    manifest = _manifest(shard_format, results, fields=fields, classes=src.classes, created=info)
+    warn_small_shards(manifest, spec.limit)
+    return manifest
 
 
 def _pack_table_arrow(src: TableSource, claim: Claim, spec: ShardSpec, run: Execution, info: dict[str, Any],
                       order_seed: int | None = None) -> Manifest:
+    """Tables into Arrow shards: record batches cut into shards, written by the pool or on Ray."""
     from ..formats import arrow as arrow_format
     from .table import pack_table_arrow
 
@@ -286,16 +176,19 @@ def _pack_table_arrow(src: TableSource, claim: Claim, spec: ShardSpec, run: Exec
         schema = pack_table_arrow(src, claim, spec, run, done, order_seed)
     if run.engine != "local":
         check_written(claim.store, [r.path for r in results], [r.nbytes for r in results])
-    return _manifest(
+    manifest = _manifest(
         "arrow", results, fields=arrow_format.describe_schema(schema),
         arrow_schema=arrow_format.schema_to_text(schema), created=info, classes=getattr(src, "classes", None),
     )
+    warn_small_shards(manifest, spec.limit)
+    return manifest
 
 
-def _pack_with_writer(src: FolderSource | TableSource, claim: Claim, spec: ShardSpec, progress: bool,
+def _pack_with_writer(src: FolderSource | TableSource, claim: Claim, spec: ShardSpec, run: Execution,
                       info: dict[str, Any], order_seed: int | None = None) -> Manifest:
-    """Sequential packing through :class:`ShardWriter` (on this run's claim): folders to Arrow, tables to tar.
-    Returns the manifest, not published."""
+    """Sequential packing through :class:`ShardWriter` (on this run's claim): folders to Arrow, tables to tar
+    (the writer warns of small shards itself). Returns the manifest, not published."""
+    progress = run.progress
     from .table import pack_table_tar
 
     fmt = "arrow" if spec.shard_format == "arrow" else "tar"
@@ -330,3 +223,12 @@ def _pack_with_writer(src: FolderSource | TableSource, claim: Claim, spec: Shard
         raise
     manifest.created = info
     return manifest
+
+
+# (source kind, shard format family) -> how such a pack is written
+PACKERS: dict[tuple[str, str], Callable[..., Manifest]] = {
+    ("folder", "tar"): _pack_folder_tar,
+    ("folder", "arrow"): _pack_with_writer,
+    ("table", "arrow"): _pack_table_arrow,
+    ("table", "tar"): _pack_with_writer,
+}

@@ -42,7 +42,8 @@ def default_workers() -> int:
 
 
 def pool_context() -> multiprocessing.context.BaseContext:
-    # fork starts workers instantly; it is only safe while this process has no other threads.
+    """How pack's worker processes start: fork (instant) while this process has no other threads, for
+    which it is safe; spawn otherwise."""
     if "fork" in multiprocessing.get_all_start_methods() and threading.active_count() == 1:
         return multiprocessing.get_context("fork")
     return multiprocessing.get_context("spawn")

@@ -28,6 +28,8 @@ from ..manifest import Manifest, creation_info
 from ..storage import Store
 from .engine import default_workers, die_with_parent, pool_context, progress_bar
 from .fields import encode_field
+from .options import PackOptions
+from .result import PackResult
 from .rules import DEFAULT_SHARD_SIZE
 from .writer import ShardWriter
 
@@ -251,3 +253,8 @@ def pack_source(src: SampleSource, dest: str | os.PathLike[str], *, format: str 
     url, manifest = write_samples(reader, jobs, os.fspath(dest), what=what, format=format or "tar", info=info,
                                   total=src.num_samples, classes=getattr(src, "classes", None), **options)
     return url, manifest, time.perf_counter() - started
+
+
+def pack_inputs(inputs: Iterable[Any], dest: str | os.PathLike[str], options: PackOptions) -> PackResult:
+    """``pack(inputs, dest, fn=...)``: :func:`pack_function` with the pack's settings."""
+    return PackResult(*pack_function(inputs, dest, options.fn, format=options.format, **options.common()))

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,6 +20,8 @@ from ..sizes import count, format_size
 from ..sources import FolderSource, open_source
 from ..sources.remote import is_remote
 from ..storage import Store
+from .driver import pack_source
+from .options import PackOptions
 
 SPLIT_FIELDS = ("cls",)
 _UNSAFE = str.maketrans({c: "_" for c in '/\\:*?"<>|'})
@@ -61,17 +62,13 @@ def folder_name(label: str, value: int) -> str:
     return name if name and not name.startswith(".") else f"label-{value}"
 
 
-def pack_split(pack: Callable[..., Any], source: str | os.PathLike[str], dest: str | os.PathLike[str], *,
-               split_by: str,
-               layout: str = "auto", overwrite: bool = False, storage_options: dict[str, Any] | None = None,
-               fsync: bool = True, **pack_options: Any) -> SplitResult:
-    """Pack ``source`` (an ImageFolder tree) as one dataset per class under ``dest``, then the index.
-
-    ``pack`` (:func:`~shardstream.packing.driver.pack`, which calls this) packs each class with
-    ``pack_options``.
-    """
+def pack_split(source: str | os.PathLike[str], dest: str | os.PathLike[str], options: PackOptions) -> SplitResult:
+    """Pack ``source`` (an ImageFolder tree) as one dataset per class under ``dest`` (each packed with
+    ``options``), then the index."""
     started = time.perf_counter()
     source, dest = os.fspath(source), os.fspath(dest)
+    split_by, layout, overwrite = options.split_by, options.layout, options.overwrite
+    storage_options = options.storage_options
     if split_by not in SPLIT_FIELDS:
         raise SourceError(f"cannot split by {split_by!r}: pack splits by {', '.join(SPLIT_FIELDS)} (the class of an "
                           "ImageFolder tree); for other labels pack one dataset per label and give "
@@ -99,11 +96,10 @@ def pack_split(pack: Callable[..., Any], source: str | os.PathLike[str], dest: s
         names[name] = value
         subset = FolderSource(src.root, src.layout, [s for s in src.samples if s.label == value], src.classes, 0,
                               src.storage_options)
-        parts.append(pack(source, f"{root.url}/{name}", layout=layout, overwrite=overwrite,
-                          storage_options=storage_options, fsync=fsync, _source=subset, **pack_options))
+        parts.append(pack_source(source, f"{root.url}/{name}", options.replace(split_by=None), src=subset))
         entries.append(LabelEntry(label, value, name, counts[value]))
     index = LabelIndex(split_by, tuple(entries))
-    write_labels(root, index, fsync)
+    write_labels(root, index, options.fsync)
     return SplitResult(root.url, index, parts, time.perf_counter() - started)
 
 

@@ -22,12 +22,14 @@ import numpy as np
 from ..errors import EncodeError, ShardstreamError, UsageError
 from ..formats import tokens as token_format
 from ..manifest import Manifest, creation_info, shard_name
-from ..sizes import count, format_size, parse_size
+from ..sizes import parse_size
 from ..sources import REGISTRY
 from ..sources.text import TextSource
 from ..storage import Store
 from .destination import prepare_destination
 from .engine import default_workers, progress_bar
+from .options import PackOptions
+from .result import PackResult
 
 EOS_NAMES = ("<|endoftext|>", "</s>", "<eos>", "[EOS]", "<|end_of_text|>", "<|eot_id|>", "<|im_end|>")
 BATCH = 1024  # documents per tokenizer call
@@ -225,10 +227,8 @@ def pack_tokens(  # noqa: PLR0913 - pack(format="tokens"): one keyword per setti
     return store.url, manifest, time.perf_counter() - started
 
 
-def summary(url: str, manifest: Manifest, seconds: float) -> str:
-    """A token pack's result line: documents, tokens, shards and rate."""
-    t, m = manifest.tokens or {}, manifest
-    rate = t.get("total", 0) / seconds if seconds > 0 else float("inf")
-    return (f"packed {count(m.num_samples, 'document')}, {count(t.get('total', 0), str(t.get('dtype')) + ' token')} "
-            f"into {count(m.num_shards, 'token shard')}, {format_size(m.total_bytes)} in "
-            f"{seconds:.2f} s ({rate:,.0f} tokens/s) -> {url}")
+def pack_text(source: str | os.PathLike[str], dest: str | os.PathLike[str], options: PackOptions) -> PackResult:
+    """``pack(..., format="tokens")``: :func:`pack_tokens` with the pack's settings and token options."""
+    return PackResult(*pack_tokens(source, dest, shard_size=options.shard_size, workers=options.workers,
+                                   overwrite=options.overwrite, storage_options=options.storage_options,
+                                   progress=options.progress, fsync=options.fsync, **options.token_options))

@@ -36,6 +36,7 @@ folder_module = importlib.import_module("shardstream.packing.folder")
 # after saying so with a file named by their pid: the test kills the main process meanwhile.
 PACK_SCRIPT = """
 import os, sys, time
+import shardstream
 from shardstream.packing import driver, folder
 
 real_write_shard = folder.write_shard
@@ -51,7 +52,7 @@ def blocking_write_shard(job):
 driver.write_shard = blocking_write_shard
 
 if __name__ == "__main__":
-    driver.pack(sys.argv[1], sys.argv[2], workers=2, samples_per_shard=2, progress=False)
+    shardstream.pack(sys.argv[1], sys.argv[2], workers=2, samples_per_shard=2, progress=False)
 """
 
 

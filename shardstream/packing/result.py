@@ -1,0 +1,66 @@
+"""``PackResult``: what a pack produced, and how fast."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..manifest import Manifest
+from ..sizes import count, format_size
+
+
+@dataclass
+class PackResult:
+    """What a pack produced, and how fast."""
+
+    url: str
+    manifest: Manifest
+    seconds: float
+    skipped_hidden: int = 0
+    source_bytes: int | None = None  # a folder's file bytes: what the progress bar counts
+
+    @property
+    def fingerprint(self) -> str:
+        """sha256 of the dataset's contents (shards, counts, fields, classes), not of its creation info:
+        equal for two packs of the same source, whose manifests differ in their creation time."""
+        return self.manifest.fingerprint
+
+    @property
+    def samples(self) -> int:
+        return self.manifest.num_samples
+
+    @property
+    def shards(self) -> int:
+        return self.manifest.num_shards
+
+    @property
+    def nbytes(self) -> int:
+        return self.manifest.total_bytes
+
+    def summary(self) -> str:
+        if self.manifest.shard_format == "tokens":  # documents and tokens, not samples
+            return token_summary(self.url, self.manifest, self.seconds)
+        rate = self.nbytes / self.seconds / 1e6 if self.seconds > 0 else float("inf")
+        files = "" if self.source_bytes is None else f" (from {format_size(self.source_bytes)} of files)"
+        line = (
+            f"packed {count(self.samples, 'sample')} into {count(self.shards, self.manifest.shard_format + ' shard')}, "
+            f"{format_size(self.nbytes)}{files} in {self.seconds:.2f} s ({rate:.1f} MB/s) -> {self.url}"
+        )
+        layout = (self.manifest.created or {}).get("layout")
+        classes = self.manifest.classes
+        if layout:
+            line += f"; layout {layout}" + ("" if classes is None else f", {count(len(classes), 'class', 'classes')}")
+        if self.skipped_hidden:
+            line += f" (skipped {self.skipped_hidden} hidden files and folders)"
+        return line
+
+
+def token_summary(url: str, manifest: Manifest, seconds: float) -> str:
+    """A token pack's result line: documents, tokens, shards and rate."""
+    t, m = manifest.tokens or {}, manifest
+    rate = t.get("total", 0) / seconds if seconds > 0 else float("inf")
+    return (f"packed {count(m.num_samples, 'document')}, {count(t.get('total', 0), str(t.get('dtype')) + ' token')} "
+            f"into {count(m.num_shards, 'token shard')}, {format_size(m.total_bytes)} in "
+            f"{seconds:.2f} s ({rate:,.0f} tokens/s) -> {url}")
+
+
+__all__ = ["PackResult", "token_summary"]
