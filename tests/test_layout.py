@@ -41,7 +41,8 @@ LATE_BOUND_UP = {("shardstream.dataset.base", "shardstream.loader")}
 # A base class that makes its backends by name, as fsspec's registry does: Store(url) imports the backend the
 # URL needs, and each backend imports the base it extends.
 LATE_BOUND_UP |= {("shardstream.storage.store", "shardstream.storage.local_store"),
-                  ("shardstream.storage.store", "shardstream.storage.fsspec_store")}
+                  ("shardstream.storage.store", "shardstream.storage.fsspec_store"),
+                  ("shardstream.storage.store", "shardstream.storage.s3_store")}
 
 
 def modules() -> dict[str, Path]:

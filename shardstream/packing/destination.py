@@ -11,7 +11,7 @@ is a hard link of the finished file (or a check and rename under a lock on the f
 publishes; the other removes what it wrote and says so in its one-line error. On object storage the run
 also re-reads the manifest after writing it and fails loudly if it is not its own: the only check a store
 that ignores the condition allows (asked once per publish,
-:func:`~shardstream.storage.conditional.honours_conditions`; there two packs at once are not safe, the
+:meth:`~shardstream.storage.store.Store.honours_conditions`; there two packs at once are not safe, the
 README says so), and a second line of defence where a server checks the condition apart from the write.
 
 Only once its manifest is published does a run remove what it replaces: the files shardstream makes that
@@ -44,7 +44,7 @@ from ..errors import DatasetExistsError, ShardstreamError, StorageError
 from ..manifest import MANIFEST_NAME, Manifest, shard_name
 from ..manifest.files import IN_PROGRESS, manifest_files, sync_folder, write_durably
 from ..storage import Store
-from ..storage.conditional import Expect, WriteConflict, folder_lock, honours_conditions, read_tagged, write_if
+from ..storage.conditional import Expect, WriteConflict
 
 __all__ = ["IN_PROGRESS", "Claim", "DestinationLost", "check_claim", "check_written", "prepare_destination"]
 
@@ -136,7 +136,7 @@ class Claim:
         store = self.store
         with self.guard():
             self.check()
-            honoured = honours_conditions(store, f".shardstream-probe-{self.token}")
+            honoured = store.honours_conditions(f".shardstream-probe-{self.token}")
             files = manifest_files(manifest)
             head = files[-1][1]
             for name, data in files[:-1]:  # the shard table
@@ -145,10 +145,10 @@ class Claim:
             if self.fsync:
                 sync_folder(store)  # every shard (and the table) on disk before the manifest
         try:
-            with self.guard(), folder_lock(store):  # locally, no run claims the folder between check and write
+            with self.guard(), store.locked():  # locally, no run claims the folder between check and write
                 self.check()
                 if honoured:
-                    write_if(store, MANIFEST_NAME, head, Expect(self.replaces), self.fsync, locked=store.local)
+                    store.write_if(MANIFEST_NAME, head, Expect(self.replaces), self.fsync, locked=store.local)
                 else:
                     store.write_bytes(MANIFEST_NAME, head)
             if self.fsync:
@@ -172,7 +172,7 @@ class Claim:
                         store.url, " ".join(str(exc).split()))
 
     def _is_published(self, head: bytes) -> bool:
-        found = read_tagged(self.store, MANIFEST_NAME)
+        found = self.store.read_tagged(MANIFEST_NAME)
         return found is not None and found[0] == head
 
     def _holds_claim(self) -> bool:
@@ -228,8 +228,8 @@ def prepare_destination(store: Store, overwrite: bool, fsync: bool = True) -> Cl
     if store.local and os.path.exists(store.root) and not os.path.isdir(store.root):
         raise StorageError(f"{store.url} is a file; the destination must be a folder")
     store.makedirs()
-    with folder_lock(store):
-        current = read_tagged(store, MANIFEST_NAME)
+    with store.locked():
+        current = store.read_tagged(MANIFEST_NAME)
         if current is not None and not overwrite:
             raise DatasetExistsError(
                 f"{store.url} already holds a dataset ({MANIFEST_NAME}); pass --overwrite "

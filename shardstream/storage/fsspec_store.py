@@ -9,6 +9,7 @@ file and uploaded in one put, which object stores make visible atomically.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import posixpath
 import tempfile
@@ -204,6 +205,19 @@ class FsspecStore(Store):
             paths = [e["name"] for e in entries if e["type"] == "file"]
         prefix = self.root + "/"
         return sorted(p[len(prefix):] for p in paths if p.startswith(prefix))
+
+    def read_tagged(self, name: str) -> tuple[bytes, str] | None:
+        """The bytes and the object's ETag (or generation; their sha256 where the store gives neither)."""
+        path = self.path(name)
+        try:
+            found = self._call("cannot stat", name, lambda fs, kw: fs.info(path, **kw), lookup=True)
+            data = bytes(self.read_bytes(name))
+        except StorageError as exc:
+            if isinstance(exc.__cause__, FileNotFoundError):
+                return None
+            raise
+        tag = found.get("ETag") or found.get("etag") or found.get("generation")
+        return data, str(tag) if tag is not None else hashlib.sha256(data).hexdigest()
 
 
 def _spool() -> tuple[IO[bytes], str]:

@@ -7,6 +7,8 @@ and are renamed into place, so a reader sees a whole file or none.
 from __future__ import annotations
 
 import contextlib
+import errno
+import hashlib
 import mmap
 import os
 import posixpath
@@ -14,9 +16,14 @@ import uuid
 from collections.abc import Iterator
 from typing import IO, Any
 
-from .classify import storage_errors
+from ..errors import StorageError
+from .classify import describe_os_error, storage_errors
+from .conditional import Expect
 from .retry import DamagedRead, RetryPolicy
 from .store import Check, PartCheck, Store, sink_errors
+
+_NO_LINKS = (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EMLINK, errno.EXDEV, errno.ENOSYS)
+_CANNOT_SYNC = {errno.EINVAL, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EBADF}
 
 
 class LocalStore(Store):
@@ -118,6 +125,85 @@ class LocalStore(Store):
                 for fn in files:
                     out.append(fn if rel == "." else posixpath.join(*rel.split(os.sep), fn))
             return sorted(out)
+
+    def read_tagged(self, name: str) -> tuple[bytes, str] | None:
+        """The bytes and their sha256 (the tag of a local file's version)."""
+        try:
+            data = bytes(self.read_bytes(name))
+        except StorageError as exc:
+            if isinstance(exc.__cause__, FileNotFoundError):
+                return None
+            raise
+        return data, hashlib.sha256(data).hexdigest()
+
+    def write_if(self, name: str, data: bytes, expect: Expect, fsync: bool = False, locked: bool = False) -> None:
+        _place(self.path(name), data, expect, fsync, self.url_of(name), locked)
+
+    def honours_conditions(self, scratch: str) -> bool:
+        return True
+
+    @contextlib.contextmanager
+    def locked(self) -> Iterator[None]:
+        """An exclusive ``flock`` on the folder itself (no lock file is left behind)."""
+        with storage_errors("cannot lock", self.url):
+            os.makedirs(self.root, exist_ok=True)
+        with _lock_folder(self.root):
+            yield
+
+
+@contextlib.contextmanager
+def _lock_folder(folder: str) -> Iterator[None]:
+    import fcntl  # POSIX
+
+    fd = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # and the lock with it
+
+
+def _tag_of(path: str) -> str | None:
+    try:
+        with open(path, "rb") as f:
+            return hashlib.sha256(f.read()).hexdigest()
+    except FileNotFoundError:
+        return None
+
+
+def _place(final: str, data: bytes, expect: Expect, fsync: bool, url: str, locked: bool) -> None:
+    """Write ``final`` through a temporary file: a hard link for a new name, a checked rename for a version."""
+    tmp = os.path.join(os.path.dirname(final), f".{os.path.basename(final)}.{uuid.uuid4().hex[:8]}.tmp")
+    try:
+        with storage_errors("cannot write", url):
+            os.makedirs(os.path.dirname(final), exist_ok=True)
+            with open(tmp, "wb") as f:
+                f.write(data)
+                if fsync:
+                    f.flush()
+                    try:
+                        os.fsync(f.fileno())
+                    except OSError as exc:
+                        if exc.errno not in _CANNOT_SYNC:
+                            raise StorageError(f"cannot write {url}: {describe_os_error(exc)}") from exc
+            if expect.tag is None:
+                try:
+                    os.link(tmp, final)  # exclusive: fails if the name exists
+                    return
+                except FileExistsError:
+                    raise expect.conflict(url) from None
+                except OSError as exc:
+                    if exc.errno not in _NO_LINKS:
+                        raise
+                    # no hard links on this file system: the same check as for a version, under the lock
+            with contextlib.nullcontext() if locked else _lock_folder(os.path.dirname(final)):
+                found = _tag_of(final)
+                if found != expect.tag:
+                    raise expect.conflict(url, found)
+                os.replace(tmp, final)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
 
 
 __all__ = ["LocalStore"]

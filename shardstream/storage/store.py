@@ -19,11 +19,13 @@ from collections.abc import Callable, Iterator
 from typing import IO, Any
 
 from ..errors import StorageError
+from .conditional import Expect
 from .retry import DamagedRead, RetryPolicy
 from .urls import READ_ONLY, connection_options, is_url, normalize, protocol_of
 
 # protocol -> the backend's class by dotted path, imported when first used (as fsspec's registry); "*": any other
-BACKENDS = {"file": "shardstream.storage.local_store:LocalStore", "*": "shardstream.storage.fsspec_store:FsspecStore"}
+BACKENDS = {"file": "shardstream.storage.local_store:LocalStore", "s3": "shardstream.storage.s3_store:S3Store",
+            "s3a": "shardstream.storage.s3_store:S3Store", "*": "shardstream.storage.fsspec_store:FsspecStore"}
 Check = Callable[[bytes], "str | None"]  # what is wrong with bytes read (``None``: nothing)
 PartCheck = Callable[[int, bytes], "str | None"]  # the same for the i-th of several reads
 
@@ -158,6 +160,31 @@ class Store:
     def list_files(self, recursive: bool = False) -> list[str]:
         """Names of the files in this folder (relative, ``/``-separated, sorted)."""
         raise NotImplementedError
+
+    # -- conditional writes: an exclusive publish (see :mod:`.conditional`) ------------------------
+    def read_tagged(self, name: str) -> tuple[bytes, str] | None:
+        """The object's bytes and a tag of their version, for a later :meth:`write_if`; ``None`` if there is
+        none. The tag is read before the bytes: bytes newer than their tag make a write conditional on it
+        fail, never succeed."""
+        raise NotImplementedError
+
+    def write_if(self, name: str, data: bytes, expect: Expect, fsync: bool = False, locked: bool = False) -> None:
+        """Write ``data`` to ``name`` atomically, only if ``name`` holds what ``expect`` says; else
+        :class:`~shardstream.storage.conditional.WriteConflict`. With ``fsync`` (local folders) the bytes are
+        on disk before they get the name; ``locked``: the caller holds :meth:`locked`. A store without
+        conditional writes (:meth:`honours_conditions` is ``False``) just writes."""
+        self._writable(self.url_of(name))
+        self.write_bytes(name, data)
+
+    def honours_conditions(self, scratch: str) -> bool:
+        """Whether this store refuses a conditional write whose condition fails (``scratch``: a name of the
+        caller's that a store may write and remove to find out)."""
+        return False
+
+    def locked(self) -> contextlib.AbstractContextManager[None]:
+        """Within the block, this process holds the folder's exclusive lock (local folders; a no-op
+        elsewhere). Not reentrant."""
+        return contextlib.nullcontext()
 
 
 @contextlib.contextmanager

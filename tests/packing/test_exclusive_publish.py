@@ -18,10 +18,9 @@ from shardstream.errors import DatasetExistsError
 from shardstream.manifest import MANIFEST_NAME, load_manifest
 from shardstream.manifest.files import IN_PROGRESS, write_manifest
 from shardstream.manifest.verify import verify
-from shardstream.packing import destination
 from shardstream.packing.destination import DestinationLost
 from shardstream.storage import Store
-from shardstream.storage.conditional import Expect, WriteConflict, honours_conditions, read_tagged, write_if
+from shardstream.storage.conditional import Expect, WriteConflict
 from tests.sample_datasets import make_files
 
 
@@ -45,23 +44,23 @@ def written(writer: ShardWriter, n: int = 3) -> ShardWriter:
 
 def test_a_local_conditional_write_creates_once_and_replaces_only_the_version_read(tmp_path):
     store = Store(str(tmp_path))
-    assert honours_conditions(store, ".probe")
-    write_if(store, "m.json", b"one", Expect(None), fsync=True)
+    assert store.honours_conditions(".probe")
+    store.write_if("m.json", b"one", Expect(None), fsync=True)
     with pytest.raises(WriteConflict, match="m.json: it already exists"):
-        write_if(store, "m.json", b"two", Expect(None))
-    data, tag = read_tagged(store, "m.json")
+        store.write_if("m.json", b"two", Expect(None))
+    data, tag = store.read_tagged("m.json")
     assert data == b"one"
-    write_if(store, "m.json", b"three", Expect(tag))
+    store.write_if("m.json", b"three", Expect(tag))
     with pytest.raises(WriteConflict, match="holds another version than expected"):
-        write_if(store, "m.json", b"four", Expect(tag))  # the version read is gone: refused
+        store.write_if("m.json", b"four", Expect(tag))  # the version read is gone: refused
     os.unlink(tmp_path / "m.json")
     with pytest.raises(WriteConflict, match="is gone"):
-        write_if(store, "m.json", b"five", Expect(read_tagged(store, "x") or "0" * 64))
-    assert read_tagged(store, "m.json") is None and os.listdir(tmp_path) == []  # no temporary file left
+        store.write_if("m.json", b"five", Expect(store.read_tagged("x") or "0" * 64))
+    assert store.read_tagged("m.json") is None and os.listdir(tmp_path) == []  # no temporary file left
 
 
 def test_stores_without_conditional_writes_say_so():
-    assert not honours_conditions(Store(f"memory://cond-{uuid.uuid4().hex}/ds"), ".probe")
+    assert not Store(f"memory://cond-{uuid.uuid4().hex}/ds").honours_conditions(".probe")
 
 
 # -- names ---------------------------------------------------------------------------------------------------------
@@ -152,7 +151,7 @@ def test_a_store_without_conditional_writes_checks_its_manifest_after_writing_it
             real(name, theirs)  # another pack's publish, a moment later
 
     monkeypatch.setattr(store, "write_bytes", and_then_another)
-    monkeypatch.setattr(destination, "honours_conditions", lambda *a: False)
+    monkeypatch.setattr(store, "honours_conditions", lambda *a: False)
     with pytest.raises(DestinationLost, match=r"another pack published a dataset over this one \(_manifest.json is "
                        r"not this run's right after it was written; memory:// takes no conditional writes\); this "
                        r"run's shards were not published and its 6 files were removed"):  # 3 shards, their indexes

@@ -19,7 +19,7 @@ from shardstream.manifest import dataset_store, load_manifest
 from shardstream.manifest.files import write_manifest
 from shardstream.packing.destination import DestinationLost
 from shardstream.storage import Store
-from shardstream.storage.conditional import Expect, WriteConflict, honours_conditions, read_tagged, write_if
+from shardstream.storage.conditional import Expect, WriteConflict
 from tests.packing.races import Runner, run_races, summary
 
 from .data import image_folder, parquet_table
@@ -109,16 +109,16 @@ def test_two_overwrites_of_a_dataset_in_a_bucket_leave_it_whole(sources, pairs, 
 
 def check_conditional_writes(store: Store) -> None:
     """The store refuses a second create and a replace of a version that is no longer there."""
-    assert honours_conditions(store, ".probe") and not store.exists(".probe")
-    write_if(store, "m.json", b"one", Expect(None))
+    assert store.honours_conditions(".probe") and not store.exists(".probe")
+    store.write_if("m.json", b"one", Expect(None))
     with pytest.raises(WriteConflict, match="m.json: it already exists"):
-        write_if(store, "m.json", b"two", Expect(None))
-    data, tag = read_tagged(store, "m.json")
+        store.write_if("m.json", b"two", Expect(None))
+    data, tag = store.read_tagged("m.json")
     assert data == b"one"
-    write_if(store, "m.json", b"three", Expect(tag))
+    store.write_if("m.json", b"three", Expect(tag))
     with pytest.raises(WriteConflict, match="holds another version than expected"):
-        write_if(store, "m.json", b"four", Expect(tag))
-    assert read_tagged(store, "m.json")[0] == b"three"
+        store.write_if("m.json", b"four", Expect(tag))
+    assert store.read_tagged("m.json")[0] == b"three"
 
 
 def test_moto_honours_if_none_match_and_if_match(s3_bucket):
