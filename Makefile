@@ -43,6 +43,7 @@ demo: $(VENV)/.installed
 
 test: $(VENV)/.installed-test
 	$(BIN)/ruff check shardstream tests benchmarks examples docker
+	$(BIN)/ruff format --check shardstream tests benchmarks examples docker
 	$(BIN)/python -m pytest -q
 
 # The container tests with a real engine (podman or docker, see README "Containers"): a base image made

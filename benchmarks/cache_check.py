@@ -56,15 +56,25 @@ print(json.dumps({"seconds": time.perf_counter() - start, "samples": n,
 
 def read_epoch(tree: Path, url: str, endpoint: str, cache: Path) -> dict:
     env = {**os.environ, "PYTHONPATH": str(tree)}
-    out = subprocess.run([sys.executable, "-c", READ, url, endpoint, str(cache)], env=env, check=True,
-                         capture_output=True, text=True, cwd=tempfile.gettempdir())
+    out = subprocess.run(
+        [sys.executable, "-c", READ, url, endpoint, str(cache)],
+        env=env,
+        check=True,
+        capture_output=True,
+        text=True,
+        cwd=tempfile.gettempdir(),
+    )
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-    parser.add_argument("--before", type=Path, required=True, help="a source tree without the cache check")
-    parser.add_argument("--count", type=int, default=20_000, help="JPEGs in the set [default: 20000]")
+    parser.add_argument(
+        "--before", type=Path, required=True, help="a source tree without the cache check"
+    )
+    parser.add_argument(
+        "--count", type=int, default=20_000, help="JPEGs in the set [default: 20000]"
+    )
     parser.add_argument("--repeat", type=int, default=5, help="timed runs of each [default: 5]")
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA_DIR)
     args = parser.parse_args()
@@ -76,17 +86,35 @@ def main() -> int:
     try:
         server.create_bucket("cache-check")
         url = "s3://cache-check/ds"
-        subprocess.run([sys.executable, "-m", "shardstream", "pack", str(images.train), url, "--shard-size", "64MB",
-                        "-q", "-o", f"endpoint_url={server.endpoint_url}"], check=True,
-                       env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
-        readers = {"before": (args.before, scratch / "before"), "after": (REPO_ROOT, scratch / "after"),
-                   "after, unrecorded": (REPO_ROOT, scratch / "unrecorded")}
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "shardstream",
+                "pack",
+                str(images.train),
+                url,
+                "--shard-size",
+                "64MB",
+                "-q",
+                "-o",
+                f"endpoint_url={server.endpoint_url}",
+            ],
+            check=True,
+            env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
+        )
+        readers = {
+            "before": (args.before, scratch / "before"),
+            "after": (REPO_ROOT, scratch / "after"),
+            "after, unrecorded": (REPO_ROOT, scratch / "unrecorded"),
+        }
         for tree, cache in readers.values():
-            read_epoch(tree, url, server.endpoint_url, cache)  # warm: every shard downloaded into the cache
+            # warm: every shard downloaded into the cache
+            read_epoch(tree, url, server.endpoint_url, cache)
         times: dict[str, list[float]] = {name: [] for name in readers}
         names = list(readers)
         for run in range(args.repeat):
-            for name in names[run % len(names):] + names[: run % len(names)]:
+            for name in names[run % len(names) :] + names[: run % len(names)]:
                 tree, cache = readers[name]
                 if name == "after, unrecorded":
                     shutil.rmtree(cache / "checked", ignore_errors=True)
@@ -94,11 +122,15 @@ def main() -> int:
                 assert got["samples"] == images.count and not got["healed"], got
                 times[name].append(got["seconds"])
         base = statistics.median(times["before"])
-        print(f"warm-cache epoch from S3 (moto), {images.count} JPEGs, raw, 2 workers, batch 64, {args.repeat} runs")
+        print(
+            f"warm-cache epoch from S3 (moto), {images.count} JPEGs, raw, 2 workers, batch 64, {args.repeat} runs"
+        )
         for name, seconds in times.items():
             median = statistics.median(seconds)
-            print(f"  {name:<18} median {median:6.3f} s  best {min(seconds):6.3f} s  "
-                  f"{median / base:5.3f}x before (median)")
+            print(
+                f"  {name:<18} median {median:6.3f} s  best {min(seconds):6.3f} s  "
+                f"{median / base:5.3f}x before (median)"
+            )
     finally:
         server.stop()
         shutil.rmtree(scratch, ignore_errors=True)

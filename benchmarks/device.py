@@ -62,30 +62,40 @@ def sleep_cycles_per_ms() -> float:
     return cycles / start.elapsed_time(stop)
 
 
-def fed_steps(pinned: list[torch.Tensor], n: int, device: torch.device, prefetch: int, cycles: int) -> float:
+def fed_steps(
+    pinned: list[torch.Tensor], n: int, device: torch.device, prefetch: int, cycles: int
+) -> float:
     """Seconds for ``n`` steps of ``cycles`` GPU sleep, each fed its batch by DeviceLoader."""
+
     def body() -> None:
-        for batch in DeviceLoader((pinned[i % len(pinned)] for i in range(n)), device, prefetch=prefetch):
+        for batch in DeviceLoader(
+            (pinned[i % len(pinned)] for i in range(n)), device, prefetch=prefetch
+        ):
             torch.cuda._sleep(cycles)
             batch[:1].add_(1)  # the step reads its batch
+
     return timed(body)
 
 
 def naive_steps(pageable: list[torch.Tensor], n: int, device: torch.device, cycles: int) -> float:
     """The same steps with a blocking ``.to(device)`` from pageable memory."""
+
     def body() -> None:
         for i in range(n):
             batch = pageable[i % len(pageable)].to(device)
             torch.cuda._sleep(cycles)
             batch[:1].add_(1)
+
     return timed(body)
 
 
 def drain(batch: torch.Tensor, n: int, device: torch.device, **options) -> float:
     """Seconds to move ``n`` copies of ``batch`` through DeviceLoader, doing nothing with them."""
+
     def body() -> None:
         for out in DeviceLoader((batch for _ in range(n)), device, **options):
             del out
+
     return timed(body)
 
 
@@ -103,9 +113,13 @@ def main() -> int:
 
     device = torch.device("cuda", torch.cuda.current_device())
     n, numel = args.batches, int(args.batch_mb * 1e6)
-    print(f"GPU: {torch.cuda.get_device_name(device)}; torch {torch.__version__}, CUDA {torch.version.cuda}, "
-          f"Python {platform.python_version()}")
-    print(f"{n} batches of {numel / 1e6:.0f} MB per measurement, prefetch {args.prefetch}, best of {args.repeat}\n")
+    print(
+        f"GPU: {torch.cuda.get_device_name(device)}; torch {torch.__version__}, CUDA {torch.version.cuda}, "
+        f"Python {platform.python_version()}"
+    )
+    print(
+        f"{n} batches of {numel / 1e6:.0f} MB per measurement, prefetch {args.prefetch}, best of {args.repeat}\n"
+    )
     pinned = [torch.randint(0, 256, (numel,), dtype=torch.uint8).pin_memory() for _ in range(4)]
     gigabytes = n * numel / 1e9
 
@@ -118,19 +132,25 @@ def main() -> int:
             with torch.cuda.stream(stream):
                 for i in range(n):
                     dst.copy_(pinned[i % 4], non_blocking=True)
+
         return timed(body)
 
     def through_loader() -> float:
         def body() -> None:
-            for batch in DeviceLoader((pinned[i % 4] for i in range(n)), device, prefetch=args.prefetch):
+            for batch in DeviceLoader(
+                (pinned[i % 4] for i in range(n)), device, prefetch=args.prefetch
+            ):
                 del batch
+
         return timed(body)
 
     raw_s, loader_s = best(raw, args.repeat), best(through_loader, args.repeat)
     raw_bw, loader_bw = gigabytes / raw_s, gigabytes / loader_s
     print("1. host-to-device bandwidth")
     print(f"   raw pinned copy_:  {raw_bw:6.2f} GB/s")
-    print(f"   DeviceLoader:      {loader_bw:6.2f} GB/s  = {loader_bw / raw_bw:.1%} of the raw copy (target >= 90%)\n")
+    print(
+        f"   DeviceLoader:      {loader_bw:6.2f} GB/s  = {loader_bw / raw_bw:.1%} of the raw copy (target >= 90%)\n"
+    )
 
     # 2. step time ------------------------------------------------------------------------------
     copy_ms = raw_s / n * 1e3
@@ -140,11 +160,17 @@ def main() -> int:
     for factor in (0.5, 1.0, 2.0):
         compute_ms = factor * copy_ms
         cycles = int(compute_ms * per_ms)
-        step_ms = best(lambda c=cycles: fed_steps(pinned, n, device, args.prefetch, c), args.repeat) / n * 1e3
+        step_ms = (
+            best(lambda c=cycles: fed_steps(pinned, n, device, args.prefetch, c), args.repeat)
+            / n
+            * 1e3
+        )
         naive_ms = best(lambda c=cycles: naive_steps(pageable, n, device, c), args.repeat) / n * 1e3
         bound = max(compute_ms, copy_ms)
-        print(f"   compute {compute_ms:6.2f} ms: DeviceLoader {step_ms:6.2f} ms/step = {step_ms / bound:.3f} x "
-              f"max(compute, data) (target <= 1.05); blocking .to() from pageable memory {naive_ms:6.2f} ms/step")
+        print(
+            f"   compute {compute_ms:6.2f} ms: DeviceLoader {step_ms:6.2f} ms/step = {step_ms / bound:.3f} x "
+            f"max(compute, data) (target <= 1.05); blocking .to() from pageable memory {naive_ms:6.2f} ms/step"
+        )
 
     # 3. uint8 on the wire -------------------------------------------------------------------------
     shape = (args.images, 3, 224, 224)
@@ -153,10 +179,14 @@ def main() -> int:
     normalize = ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))
     u8_ms = best(lambda: drain(as_uint8, n, device, normalize=normalize), args.repeat) / n * 1e3
     f32_ms = best(lambda: drain(as_float, n, device), args.repeat) / n * 1e3
-    print(f"\n3. {args.images} RGB images of 224x224 ({as_uint8.numel() / 1e6:.1f} MB as uint8, "
-          f"{as_float.numel() * 4 / 1e6:.1f} MB as float32) to normalized float32 on the GPU")
+    print(
+        f"\n3. {args.images} RGB images of 224x224 ({as_uint8.numel() / 1e6:.1f} MB as uint8, "
+        f"{as_float.numel() * 4 / 1e6:.1f} MB as float32) to normalized float32 on the GPU"
+    )
     print(f"   uint8 copied, converted on the GPU: {u8_ms:6.2f} ms per batch")
-    print(f"   float32 copied as it is:            {f32_ms:6.2f} ms per batch ({f32_ms / u8_ms:.2f}x)")
+    print(
+        f"   float32 copied as it is:            {f32_ms:6.2f} ms per batch ({f32_ms / u8_ms:.2f}x)"
+    )
     return 0
 
 

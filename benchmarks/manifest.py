@@ -32,8 +32,14 @@ def synthetic(n: int, index: bool) -> Manifest:
     digest = rng.integers(0, 256, (n, 32), np.uint8).tobytes().hex()
     sha = [digest[64 * i : 64 * i + 64] for i in range(n)]
     idx = [hashlib.sha256(s.encode()).hexdigest() for s in sha] if index else None
-    return Manifest("tar", [f"shard-{i:07d}.tar" for i in range(n)], rng.integers(900, 1100, n),
-                    rng.integers(60_000_000, 70_000_000, n), sha, index_sha256=idx)
+    return Manifest(
+        "tar",
+        [f"shard-{i:07d}.tar" for i in range(n)],
+        rng.integers(900, 1100, n),
+        rng.integers(60_000_000, 70_000_000, n),
+        sha,
+        index_sha256=idx,
+    )
 
 
 def folder_bytes(folder: Path) -> int:
@@ -63,20 +69,31 @@ def main() -> None:
         for form, folder in folders.items():
             folder.mkdir()
             start = time.perf_counter()
-            write_manifest(Store(str(folder)), m, fsync=False, table_threshold=(1 << 62) if form == "json" else 1)
-            print(f"write {form:5}: {time.perf_counter() - start:.2f} s, {folder_bytes(folder) / 1e6:.1f} MB")
+            write_manifest(
+                Store(str(folder)),
+                m,
+                fsync=False,
+                table_threshold=(1 << 62) if form == "json" else 1,
+            )
+            print(
+                f"write {form:5}: {time.perf_counter() - start:.2f} s, {folder_bytes(folder) / 1e6:.1f} MB"
+            )
         rows = []
         for form, folder in folders.items():
             best, median, fp = timed(Store(str(folder)), args.repeat)
             rows.append(("local", form, best, median, folder_bytes(folder), fp))
         if args.s3:
             rows += remote(folders, args.repeat)
-    print(f"\n{args.shards} shards{' + index_sha256' if args.index else ''}, best/median of {args.repeat}\n")
+    print(
+        f"\n{args.shards} shards{' + index_sha256' if args.index else ''}, best/median of {args.repeat}\n"
+    )
     print("| where | form | load best s | load median s | MB transferred |")
     print("|---|---|---|---|---|")
     base = {where: best for where, form, best, *_ in rows if form == "json"}
     for where, form, best, median, size, _ in rows:
-        print(f"| {where} | {form} | {best:.3f} ({best / base[where]:.2f}x) | {median:.3f} | {size / 1e6:.1f} |")
+        print(
+            f"| {where} | {form} | {best:.3f} ({best / base[where]:.2f}x) | {median:.3f} | {size / 1e6:.1f} |"
+        )
     assert len({fp for *_, fp in rows}) == 1, "the fingerprint differs between forms"
     print("\nfingerprint: the same in every form")
 

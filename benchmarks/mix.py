@@ -47,7 +47,11 @@ TOOLS = ["one", "mix", "litdata", "mosaic"]
 
 
 def source_files(train: Path, classes: list[str], group: range) -> list[tuple[str, int]]:
-    return [(str(train / classes[c] / name), c) for c in group for name in sorted(os.listdir(train / classes[c]))]
+    return [
+        (str(train / classes[c] / name), c)
+        for c in group
+        for name in sorted(os.listdir(train / classes[c]))
+    ]
 
 
 def convert(tool: str, train: Path, classes: list[str], out: Path) -> None:
@@ -63,22 +67,37 @@ def convert(tool: str, train: Path, classes: list[str], out: Path) -> None:
             name = "all" if i == 3 else f"s{i}"
             with ss.ShardWriter(str(out / "ss" / name), shard_size="64MB", overwrite=True) as w:
                 for path, label in files:
-                    w.write({"__key__": Path(path).stem + f"_{label}", "jpg": Path(path).read_bytes(), "cls": label,
-                             "src": next(k for k, g in enumerate(GROUPS) if label in g)})
+                    w.write(
+                        {
+                            "__key__": Path(path).stem + f"_{label}",
+                            "jpg": Path(path).read_bytes(),
+                            "cls": label,
+                            "src": next(k for k, g in enumerate(GROUPS) if label in g),
+                        }
+                    )
         (out / "one.done").touch()
     elif tool == "litdata":
         from litdata import optimize
 
         for i, files in enumerate(sources):
-            optimize(fn=_litdata_sample, inputs=[(p, c, i) for p, c in files],
-                     output_dir=str(out / "litdata" / f"s{i}"), chunk_bytes="64MB", num_workers=WORKERS,
-                     reorder_files=False, verbose=False)
+            optimize(
+                fn=_litdata_sample,
+                inputs=[(p, c, i) for p, c in files],
+                output_dir=str(out / "litdata" / f"s{i}"),
+                chunk_bytes="64MB",
+                num_workers=WORKERS,
+                reorder_files=False,
+                verbose=False,
+            )
     elif tool == "mosaic":
         from streaming import MDSWriter
 
         for i, files in enumerate(sources):
-            with MDSWriter(out=str(out / "mosaic" / f"s{i}"), columns={"jpg": "bytes", "cls": "int", "src": "int"},
-                           size_limit=64 << 20) as w:
+            with MDSWriter(
+                out=str(out / "mosaic" / f"s{i}"),
+                columns={"jpg": "bytes", "cls": "int", "src": "int"},
+                size_limit=64 << 20,
+            ) as w:
                 for path, label in files:
                     w.write({"jpg": Path(path).read_bytes(), "cls": label, "src": i})
     marker.touch()
@@ -97,12 +116,16 @@ def make_loader(tool: str, out: Path, count: int) -> Any:
     if tool == "mix":
         import shardstream as ss
 
-        sources = [ss.ShardDataset(str(out / "ss" / f"s{i}"), decode=None, seed=i) for i in range(3)]
+        sources = [
+            ss.ShardDataset(str(out / "ss" / f"s{i}"), decode=None, seed=i) for i in range(3)
+        ]
         return ss.MixedDataset(sources, WEIGHTS, samples_per_epoch=count).loader(BATCH, WORKERS)
     if tool == "litdata":
         from litdata import CombinedStreamingDataset, StreamingDataLoader, StreamingDataset
 
-        parts = [StreamingDataset(str(out / "litdata" / f"s{i}"), shuffle=True, seed=0) for i in range(3)]
+        parts = [
+            StreamingDataset(str(out / "litdata" / f"s{i}"), shuffle=True, seed=0) for i in range(3)
+        ]
         combined = CombinedStreamingDataset(parts, seed=0, weights=WEIGHTS, iterate_over_all=False)
         return StreamingDataLoader(combined, batch_size=BATCH, num_workers=WORKERS)
     from streaming import Stream, StreamingDataset
@@ -110,8 +133,12 @@ def make_loader(tool: str, out: Path, count: int) -> Any:
     from torch.utils.data import DataLoader
 
     clean_stale_shared_memory()
-    streams = [Stream(local=str(out / "mosaic" / f"s{i}"), proportion=w) for i, w in enumerate(WEIGHTS)]
-    dataset = StreamingDataset(streams=streams, batch_size=BATCH, shuffle=True, shuffle_seed=0, epoch_size=count)
+    streams = [
+        Stream(local=str(out / "mosaic" / f"s{i}"), proportion=w) for i, w in enumerate(WEIGHTS)
+    ]
+    dataset = StreamingDataset(
+        streams=streams, batch_size=BATCH, shuffle=True, shuffle_seed=0, epoch_size=count
+    )
     return DataLoader(dataset, batch_size=BATCH, num_workers=WORKERS)
 
 
@@ -124,19 +151,36 @@ def child(tool: str, out: Path, count: int) -> dict[str, Any]:
     for batch in loader:
         values = batch["jpg"]
         payload += sum(memoryview(v).nbytes for v in values)
-        src = batch["__source__"] if tool in ("one", "mix") and "__source__" in batch else batch["src"]
-        src = [int(bytes(s)) if isinstance(s, (bytes, bytearray, memoryview)) else int(s) for s in src]
+        src = (
+            batch["__source__"]
+            if tool in ("one", "mix") and "__source__" in batch
+            else batch["src"]
+        )
+        src = [
+            int(bytes(s)) if isinstance(s, (bytes, bytearray, memoryview)) else int(s) for s in src
+        ]
         per_batch.append([src.count(i) for i in range(3)])
         samples += len(values)
         if samples >= count:
             break
     seconds = time.perf_counter() - started
-    return {"tool": tool, "seconds": seconds, "samples": samples, "payload": payload, "per_batch": per_batch}
+    return {
+        "tool": tool,
+        "seconds": seconds,
+        "samples": samples,
+        "payload": payload,
+        "per_batch": per_batch,
+    }
 
 
 def deviation(per_batch: list[list[int]]) -> tuple[float, float]:
     """(worst, mean) over full batches and sources of |count - w * batch size|."""
-    devs = [abs(n - w * sum(row)) for row in per_batch if sum(row) == BATCH for n, w in zip(row, WEIGHTS)]
+    devs = [
+        abs(n - w * sum(row))
+        for row in per_batch
+        if sum(row) == BATCH
+        for n, w in zip(row, WEIGHTS)
+    ]
     return (max(devs), statistics.fmean(devs)) if devs else (float("nan"), float("nan"))
 
 
@@ -162,17 +206,25 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{tool}: left out ({exc})")
     results: dict[str, list[dict[str, Any]]] = {t: [] for t in tools}
     for r in range(args.repeat):
-        for tool in tools[r % len(tools):] + tools[: r % len(tools)]:  # rotate which goes first
-            done = subprocess.run([sys.executable, __file__, "--count", str(args.count), "--child", tool, str(out)],
-                                  capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
+        for tool in tools[r % len(tools) :] + tools[: r % len(tools)]:  # rotate which goes first
+            done = subprocess.run(
+                [sys.executable, __file__, "--count", str(args.count), "--child", tool, str(out)],
+                capture_output=True,
+                text=True,
+                env={**os.environ, "OMP_NUM_THREADS": "1"},
+            )
             if done.returncode != 0:
                 print(f"{tool}: run failed\n{done.stderr[-3000:]}")
                 continue
             results[tool].append(json.loads(done.stdout.strip().splitlines()[-1]))
     base = max((r["samples"] / r["seconds"] for r in results.get("one", [])), default=None)
-    print(f"\n{args.count:,} JPEGs in 3 sources (weights {WEIGHTS}), raw bytes, {WORKERS} workers, batch {BATCH}, "
-          f"{args.repeat} runs\n")
-    print(f"{'tool':10} {'best/s':>9} {'median/s':>9} {'vs one':>7} {'worst dev':>10} {'mean dev':>9}  shares")
+    print(
+        f"\n{args.count:,} JPEGs in 3 sources (weights {WEIGHTS}), raw bytes, {WORKERS} workers, batch {BATCH}, "
+        f"{args.repeat} runs\n"
+    )
+    print(
+        f"{'tool':10} {'best/s':>9} {'median/s':>9} {'vs one':>7} {'worst dev':>10} {'mean dev':>9}  shares"
+    )
     for tool, runs in results.items():
         if not runs:
             continue
@@ -181,8 +233,10 @@ def main(argv: list[str] | None = None) -> int:
         totals = [sum(row[i] for row in runs[0]["per_batch"]) for i in range(3)]
         shares = "/".join(f"{t / max(sum(totals), 1):.3f}" for t in totals)
         ratio = f"{max(rates) / base:.2f}x" if base else "-"
-        print(f"{tool:10} {max(rates):9,.0f} {statistics.median(rates):9,.0f} {ratio:>7} {worst:10.2f} {mean:9.2f}  "
-              f"{shares}")
+        print(
+            f"{tool:10} {max(rates):9,.0f} {statistics.median(rates):9,.0f} {ratio:>7} {worst:10.2f} {mean:9.2f}  "
+            f"{shares}"
+        )
     return 0
 
 

@@ -58,12 +58,21 @@ from _data import DEFAULT_DATA_DIR, FULL_COUNT, ImageSet, ensure_image_folder, w
 from readbench.procfs import busy_seconds, own_seconds
 
 TOOLS = ("shardstream", "webdataset", "tar", "pack-fsync", "pack-nofsync")
-RAY_TOOLS = ("pack-ray", "raydata", "pack-fsync")  # --engine ray: the Ray engine against the local pool and Ray Data
-SPEEDUP_TARGETS = {"webdataset": 3.0, "tar": 0.8}  # shardstream speed / other speed (issue 17: >= 0.8x tar cf)
+# --engine ray: the Ray engine against the local pool and Ray Data
+RAY_TOOLS = (
+    "pack-ray",
+    "raydata",
+    "pack-fsync",
+)
+SPEEDUP_TARGETS = {
+    "webdataset": 3.0,
+    "tar": 0.8,
+}  # shardstream speed / other speed (issue 17: >= 0.8x tar cf)
 IMAGE_DESC = "256x256 RGB, 10 classes"
 QUIET_CORES = 0.2  # before each round, wait (up to --quiet-wait) until other processes use fewer cores than this
 NOISY_CORES = 0.1  # a timed run during which other processes used more is counted as noisy
-MAX_TAR_OVERHEAD_PER_SAMPLE = 4096  # headers and padding: a sane tar of N files is at most this much bigger
+# headers and padding: a sane tar of N files is at most this much bigger
+MAX_TAR_OVERHEAD_PER_SAMPLE = 4096
 
 # What a webdataset user would write to pack an ImageFolder tree. argv: SRC PATTERN
 WEBDATASET_PROGRAM = """\
@@ -167,9 +176,12 @@ class Result:
     tool: str
     description: str
     times: list[float] = field(default_factory=list)
-    loop_times: list[float] = field(default_factory=list)  # after the tool's imports, where it reports them
-    other_load: list[float] = field(default_factory=list)  # cores other processes used during each timed run
-    extra: dict[str, float] = field(default_factory=dict)  # what else a tool reports (Ray's warm-up)
+    # after the tool's imports, where it reports them
+    loop_times: list[float] = field(default_factory=list)
+    # cores other processes used during each timed run
+    other_load: list[float] = field(default_factory=list)
+    # what else a tool reports (Ray's warm-up)
+    extra: dict[str, float] = field(default_factory=dict)
     output: Output | None = None
     problems: list[str] = field(default_factory=list)
 
@@ -199,7 +211,9 @@ def count_tar_samples(tars: list[Path]) -> int:
     """Members ending in ``.jpg`` over ``tars``, as ``tar -tf`` lists them."""
     total = 0
     for tar in tars:
-        listing = subprocess.run(["tar", "-tf", str(tar)], check=True, capture_output=True, text=True).stdout
+        listing = subprocess.run(
+            ["tar", "-tf", str(tar)], check=True, capture_output=True, text=True
+        ).stdout
         total += sum(1 for line in listing.splitlines() if line.endswith(".jpg"))
     return total
 
@@ -222,20 +236,32 @@ def inspect_tars(out: Path) -> Output:
 
 
 # ``shardstream`` from another copy of the package (``--baseline``): before/after in one run. argv: PATH, then the CLI's
-BASELINE_PROGRAM = "import sys; sys.path.insert(0, sys.argv.pop(1)); from shardstream.cli import main; main()"
+BASELINE_PROGRAM = (
+    "import sys; sys.path.insert(0, sys.argv.pop(1)); from shardstream.cli import main; main()"
+)
 
 
 def baseline_contestant(name: str, package: Path, pack_args: list[str]) -> Contestant:
     return Contestant(
         name,
-        lambda src, out: [sys.executable, "-c", BASELINE_PROGRAM, str(package), "pack", str(src), str(out), *pack_args],
+        lambda src, out: [
+            sys.executable,
+            "-c",
+            BASELINE_PROGRAM,
+            str(package),
+            "pack",
+            str(src),
+            str(out),
+            *pack_args,
+        ],
         inspect_shardstream,
         f"the same command from the package copy at {package} (before/after in one run)",
     )
 
 
-def contestants(workers: int, shard_size: str = "256MB", baselines: dict[str, Path] | None = None
-                ) -> dict[str, Contestant]:
+def contestants(
+    workers: int, shard_size: str = "256MB", baselines: dict[str, Path] | None = None
+) -> dict[str, Contestant]:
     ss = shardstream_command()
     pack_args = ["--workers", str(workers), "--shard-size", shard_size, "--overwrite", "-q"]
     return {
@@ -245,10 +271,19 @@ def contestants(workers: int, shard_size: str = "256MB", baselines: dict[str, Pa
             inspect_shardstream,
             f"shardstream pack --workers {workers} ({shard_size} tar shards)",
         ),
-        **{name: baseline_contestant(name, path, pack_args) for name, path in (baselines or {}).items()},
+        **{
+            name: baseline_contestant(name, path, pack_args)
+            for name, path in (baselines or {}).items()
+        },
         "webdataset": Contestant(
             "webdataset",
-            lambda src, out: [sys.executable, "-c", WEBDATASET_PROGRAM, str(src), str(out / "shard-%06d.tar")],
+            lambda src, out: [
+                sys.executable,
+                "-c",
+                WEBDATASET_PROGRAM,
+                str(src),
+                str(out / "shard-%06d.tar"),
+            ],
             inspect_tars,
             "webdataset.ShardWriter(maxsize=256e6), one process",
         ),
@@ -260,21 +295,44 @@ def contestants(workers: int, shard_size: str = "256MB", baselines: dict[str, Pa
         ),
         "pack-ray": Contestant(
             "pack-ray",
-            lambda src, out: [sys.executable, "-c", RAY_PROGRAM, str(src), str(out), str(workers), shard_size],
+            lambda src, out: [
+                sys.executable,
+                "-c",
+                RAY_PROGRAM,
+                str(src),
+                str(out),
+                str(workers),
+                shard_size,
+            ],
             inspect_shardstream,
             f"shardstream.pack(engine='ray', shard_size={shard_size!r}) on a local Ray of {workers} CPUs",
         ),
         "raydata": Contestant(
             "raydata",
-            lambda src, out: [sys.executable, "-c", RAYDATA_PROGRAM, str(src), str(out), str(workers)],
+            lambda src, out: [
+                sys.executable,
+                "-c",
+                RAYDATA_PROGRAM,
+                str(src),
+                str(out),
+                str(workers),
+            ],
             inspect_tars,
             f"Ray Data read_binary_files -> map -> write_webdataset, {workers} CPUs",
         ),
         **{
             f"pack-{mode}": Contestant(
                 f"pack-{mode}",
-                lambda src, out, on=on: [sys.executable, "-c", PACK_PROGRAM, str(src), str(out), str(workers), on,
-                                         shard_size],
+                lambda src, out, on=on: [
+                    sys.executable,
+                    "-c",
+                    PACK_PROGRAM,
+                    str(src),
+                    str(out),
+                    str(workers),
+                    on,
+                    shard_size,
+                ],
                 inspect_shardstream,
                 f"shardstream.pack(workers={workers}, shard_size={shard_size!r}, fsync={on == 'on'})",
             )
@@ -312,14 +370,19 @@ def contestant_env(cache: Path) -> dict[str, str]:
     return env
 
 
-def run_once(contestant: Contestant, result: Result, images: ImageSet, out: Path, timed: bool = True) -> None:
+def run_once(
+    contestant: Contestant, result: Result, images: ImageSet, out: Path, timed: bool = True
+) -> None:
     fresh_dir(out)
     argv = contestant.command(images.train, out)
     busy, own = busy_seconds(), own_seconds()
     started = time.perf_counter()
-    proc = subprocess.run(argv, capture_output=True, text=True, env=contestant_env(out.parent.parent / "pycache"))
+    proc = subprocess.run(
+        argv, capture_output=True, text=True, env=contestant_env(out.parent.parent / "pycache")
+    )
     seconds = time.perf_counter() - started
-    other = max(busy_seconds() - busy - (own_seconds() - own), 0.0) / seconds  # the contestant's tree excluded
+    # the contestant's tree excluded
+    other = max(busy_seconds() - busy - (own_seconds() - own), 0.0) / seconds
     if proc.returncode != 0:
         tail = (proc.stderr or proc.stdout).strip().splitlines()[-5:]
         result.problems.append(f"exit status {proc.returncode}: " + " | ".join(tail))
@@ -337,10 +400,15 @@ def run_once(contestant: Contestant, result: Result, images: ImageSet, out: Path
         if line.startswith("LOOP_SECONDS="):
             result.loop_times.append(float(line.split("=", 1)[1]))
         if line.startswith("WARMUP_SECONDS="):
-            result.extra["warmup"] = min(result.extra.get("warmup", 1e9), float(line.split("=", 1)[1]))
+            result.extra["warmup"] = min(
+                result.extra.get("warmup", 1e9), float(line.split("=", 1)[1])
+            )
     check_output(result, output, images)
-    print(f"  {contestant.name:<12} {seconds:8.2f} s  {output.samples:,} samples, {output.nbytes / 1e6:,.1f} MB"
-          f"  (other processes: {other:.2f} cores)", flush=True)
+    print(
+        f"  {contestant.name:<12} {seconds:8.2f} s  {output.samples:,} samples, {output.nbytes / 1e6:,.1f} MB"
+        f"  (other processes: {other:.2f} cores)",
+        flush=True,
+    )
 
 
 def wait_for_quiet(max_wait: float) -> float:
@@ -355,17 +423,32 @@ def wait_for_quiet(max_wait: float) -> float:
         time.sleep(2.0)
 
 
-def run_all(chosen: list[Contestant], images: ImageSet, out_root: Path, repeat: int,
-            quiet_wait: float = 0.0) -> list[Result]:
+def run_all(
+    chosen: list[Contestant], images: ImageSet, out_root: Path, repeat: int, quiet_wait: float = 0.0
+) -> list[Result]:
     results = {c.name: Result(c.name, c.description) for c in chosen}
     try:
         print("warm-up run (untimed: bytecode caches written)", flush=True)
         for contestant in chosen:
-            run_once(contestant, results[contestant.name], images, out_root / contestant.name, timed=False)
+            run_once(
+                contestant,
+                results[contestant.name],
+                images,
+                out_root / contestant.name,
+                timed=False,
+            )
         for attempt in range(1, repeat + 1):
             load = wait_for_quiet(quiet_wait) if quiet_wait > 0 else 0.0
-            print(f"run {attempt}/{repeat}" + (f" (other processes still use {load:.1f} cores after waiting "
-                                                f"{quiet_wait:.0f} s)" if load >= QUIET_CORES else ""), flush=True)
+            print(
+                f"run {attempt}/{repeat}"
+                + (
+                    f" (other processes still use {load:.1f} cores after waiting "
+                    f"{quiet_wait:.0f} s)"
+                    if load >= QUIET_CORES
+                    else ""
+                ),
+                flush=True,
+            )
             # Interleaved, and each round starts with the next tool, so drift and "who goes first" hit all alike.
             shift = (attempt - 1) % len(chosen)
             for contestant in chosen[shift:] + chosen[:shift]:
@@ -374,7 +457,9 @@ def run_all(chosen: list[Contestant], images: ImageSet, out_root: Path, repeat: 
                     continue
                 run_once(contestant, result, images, out_root / contestant.name)
                 if result.problems:
-                    print(f"  {contestant.name:<12} FAILED: {'; '.join(result.problems)}", flush=True)
+                    print(
+                        f"  {contestant.name:<12} FAILED: {'; '.join(result.problems)}", flush=True
+                    )
     finally:
         shutil.rmtree(out_root, ignore_errors=True)
     return list(results.values())
@@ -412,8 +497,13 @@ def machine() -> dict[str, Any]:
         except metadata.PackageNotFoundError:
             versions[package] = None
     return {
-        "nproc": nproc, "cpu": cpu, "memory_gib": memory, "python": platform.python_version(),
-        "system": f"{platform.system()} {platform.release()}", "tar": tar[0] if tar else None, **versions,
+        "nproc": nproc,
+        "cpu": cpu,
+        "memory_gib": memory,
+        "python": platform.python_version(),
+        "system": f"{platform.system()} {platform.release()}",
+        "tar": tar[0] if tar else None,
+        **versions,
     }
 
 
@@ -438,10 +528,16 @@ def rows(images: ImageSet, results: list[Result]) -> list[list[str]]:
         if not r.ok:
             table.append([r.tool, "failed", "-", "-", "-", "-"])
             continue
-        table.append([
-            r.tool, f"{r.best:.2f}", f"{r.median:.2f}", f"{speed(images, r) / 1e6:.0f}",
-            f"{images.count / r.best:,.0f}", f"{r.output.nbytes / 1e6:,.0f}" if r.output else "-",
-        ])
+        table.append(
+            [
+                r.tool,
+                f"{r.best:.2f}",
+                f"{r.median:.2f}",
+                f"{speed(images, r) / 1e6:.0f}",
+                f"{images.count / r.best:,.0f}",
+                f"{r.output.nbytes / 1e6:,.0f}" if r.output else "-",
+            ]
+        )
     return table
 
 
@@ -452,7 +548,12 @@ def print_table(images: ImageSet, results: list[Result]) -> None:
     table = [HEADER, *rows(images, results)]
     widths = [max(len(row[i]) for row in table) for i in range(len(HEADER))]
     for n, row in enumerate(table):
-        print("  ".join(cell.ljust(w) if i == 0 else cell.rjust(w) for i, (cell, w) in enumerate(zip(row, widths))))
+        print(
+            "  ".join(
+                cell.ljust(w) if i == 0 else cell.rjust(w)
+                for i, (cell, w) in enumerate(zip(row, widths))
+            )
+        )
         if n == 0:
             print("  ".join("-" * w for w in widths))
 
@@ -469,20 +570,30 @@ def ratio_lines(results: list[Result]) -> list[str]:
     loads = [x for r in results for x in r.other_load]
     if loads:
         noisy = sum(x > NOISY_CORES for x in loads)
-        lines.append(f"other processes during the timed runs: median {statistics.median(loads):.2f} cores, "
-                     f"max {max(loads):.2f}; {noisy} of {len(loads)} runs above {NOISY_CORES} cores (a loaded "
-                     "machine slows shardstream's two worker processes more than tar's one)")
-        quiet = {r.tool: [t for t, x in zip(r.times, r.other_load) if x <= NOISY_CORES] for r in results if r.ok}
+        lines.append(
+            f"other processes during the timed runs: median {statistics.median(loads):.2f} cores, "
+            f"max {max(loads):.2f}; {noisy} of {len(loads)} runs above {NOISY_CORES} cores (a loaded "
+            "machine slows shardstream's two worker processes more than tar's one)"
+        )
+        quiet = {
+            r.tool: [t for t, x in zip(r.times, r.other_load) if x <= NOISY_CORES]
+            for r in results
+            if r.ok
+        }
         for other in ("tar", "before"):
             if quiet.get("shardstream") and quiet.get(other):
-                lines.append(f"quiet runs only (other processes under {NOISY_CORES} cores): shardstream best "
-                             f"{min(quiet['shardstream']):.2f} s of {len(quiet['shardstream'])}, {other} best "
-                             f"{min(quiet[other]):.2f} s of {len(quiet[other])}: shardstream speed / {other} speed "
-                             f"{min(quiet[other]) / min(quiet['shardstream']):.2f}x")
+                lines.append(
+                    f"quiet runs only (other processes under {NOISY_CORES} cores): shardstream best "
+                    f"{min(quiet['shardstream']):.2f} s of {len(quiet['shardstream'])}, {other} best "
+                    f"{min(quiet[other]):.2f} s of {len(quiet[other])}: shardstream speed / {other} speed "
+                    f"{min(quiet[other]) / min(quiet['shardstream']):.2f}x"
+                )
     by_name = {r.tool: r for r in results}
     cost = fsync_cost(results)
     if cost is not None:
-        lines.append(f"fsync cost: pack with fsync / without = {cost:.3f}x (best times, same program and run)")
+        lines.append(
+            f"fsync cost: pack with fsync / without = {cost:.3f}x (best times, same program and run)"
+        )
     for other, value in ratios(results).items():
         target = SPEEDUP_TARGETS[other]
         if value is None:
@@ -490,31 +601,45 @@ def ratio_lines(results: list[Result]) -> list[str]:
         else:
             verdict = "meets" if value >= target else "misses"
             median = by_name[other].median / by_name["shardstream"].median
-            lines.append(f"shardstream speed / {other} speed: {value:.2f}x best, {median:.2f}x median "
-                         f"({verdict} the target >= {target:g}x)")
+            lines.append(
+                f"shardstream speed / {other} speed: {value:.2f}x best, {median:.2f}x median "
+                f"({verdict} the target >= {target:g}x)"
+            )
     for base in results:
         if base.description.startswith("the same command from the package copy") and base.ok:
             for other in ("tar", "shardstream"):
                 if other in by_name and by_name[other].ok:
-                    lines.append(f"{base.tool} (--baseline) speed / {other} speed: "
-                                 f"{by_name[other].best / base.best:.2f}x best, "
-                                 f"{by_name[other].median / base.median:.2f}x median")
+                    lines.append(
+                        f"{base.tool} (--baseline) speed / {other} speed: "
+                        f"{by_name[other].best / base.best:.2f}x best, "
+                        f"{by_name[other].median / base.median:.2f}x median"
+                    )
     by_tool = {r.tool: r for r in results}
-    ray_pack, pool, raydata = by_tool.get("pack-ray"), by_tool.get("pack-fsync"), by_tool.get("raydata")
+    ray_pack, pool, raydata = (
+        by_tool.get("pack-ray"),
+        by_tool.get("pack-fsync"),
+        by_tool.get("raydata"),
+    )
     for r in (pool, ray_pack, raydata):
         if r is not None and r.ok and r.loop_times and ray_pack is not None:
-            lines.append(f"{r.tool} after start-up: best {min(r.loop_times):.2f} s, "
-                         f"median {statistics.median(r.loop_times):.2f} s")
+            lines.append(
+                f"{r.tool} after start-up: best {min(r.loop_times):.2f} s, "
+                f"median {statistics.median(r.loop_times):.2f} s"
+            )
     if ray_pack is not None and ray_pack.ok and ray_pack.loop_times:
         if pool is not None and pool.ok and pool.loop_times:
             ratio = min(ray_pack.loop_times) / min(pool.loop_times)
             verdict = "meets" if ratio <= 1.5 else "misses"
-            lines.append(f"Ray engine time / local pool time, after start-up (best): {ratio:.2f}x ({verdict} the "
-                         f"target <= 1.5x; Ray's start-up, not counted, took {ray_pack.extra.get('warmup', 0):.2f} s "
-                         "for its worker processes)")
+            lines.append(
+                f"Ray engine time / local pool time, after start-up (best): {ratio:.2f}x ({verdict} the "
+                f"target <= 1.5x; Ray's start-up, not counted, took {ray_pack.extra.get('warmup', 0):.2f} s "
+                "for its worker processes)"
+            )
         if raydata is not None and raydata.ok and raydata.loop_times:
-            lines.append(f"Ray Data's pack time / the Ray engine's, after start-up (best): "
-                         f"{min(raydata.loop_times) / min(ray_pack.loop_times):.2f}x")
+            lines.append(
+                f"Ray Data's pack time / the Ray engine's, after start-up (best): "
+                f"{min(raydata.loop_times) / min(ray_pack.loop_times):.2f}x"
+            )
     ours = by_tool.get("shardstream")
     for r in results:
         if r.loop_times and ours is not None and ours.ok:
@@ -545,22 +670,33 @@ def markdown(images: ImageSet, results: list[Result], repeat: int, info: dict[st
     return "\n".join(lines)
 
 
-
-def to_json(images: ImageSet, results: list[Result], warmup: tuple[int, float], repeat: int,
-            info: dict[str, Any]) -> dict[str, Any]:
+def to_json(
+    images: ImageSet,
+    results: list[Result],
+    warmup: tuple[int, float],
+    repeat: int,
+    info: dict[str, Any],
+) -> dict[str, Any]:
     return {
         "benchmark": "pack",
         "machine": info,
         "dataset": {
-            "path": str(images.train), "count": images.count, "classes": len(images.classes),
-            "total_bytes": images.total_bytes, "mean_bytes": round(images.mean_bytes, 1),
-            "generation_seconds": round(images.generation_seconds, 2), "reused": images.reused,
+            "path": str(images.train),
+            "count": images.count,
+            "classes": len(images.classes),
+            "total_bytes": images.total_bytes,
+            "mean_bytes": round(images.mean_bytes, 1),
+            "generation_seconds": round(images.generation_seconds, 2),
+            "reused": images.reused,
         },
         "warmup": {"bytes": warmup[0], "seconds": round(warmup[1], 3)},
         "repeat": repeat,
         "results": [
             {
-                "tool": r.tool, "description": r.description, "ok": r.ok, "problems": r.problems,
+                "tool": r.tool,
+                "description": r.description,
+                "ok": r.ok,
+                "problems": r.problems,
                 "times": [round(t, 4) for t in r.times],
                 "loop_times": [round(t, 4) for t in r.loop_times],
                 "other_process_cores": [round(x, 3) for x in r.other_load],
@@ -573,7 +709,10 @@ def to_json(images: ImageSet, results: list[Result], warmup: tuple[int, float], 
             }
             for r in results
         ],
-        "speed_ratios": {f"shardstream/{k}": None if v is None else round(v, 3) for k, v in ratios(results).items()},
+        "speed_ratios": {
+            f"shardstream/{k}": None if v is None else round(v, 3)
+            for k, v in ratios(results).items()
+        },
         "targets": {f"shardstream/{k}": v for k, v in SPEEDUP_TARGETS.items()},
         "fsync_cost_ratio": None if fsync_cost(results) is None else round(fsync_cost(results), 4),
     }
@@ -584,24 +723,51 @@ def to_json(images: ImageSet, results: list[Result], warmup: tuple[int, float], 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-    parser.add_argument("--data", type=Path, default=DEFAULT_DATA_DIR,
-                        help=f"folder for generated data and outputs [default: {DEFAULT_DATA_DIR}]")
-    parser.add_argument("--count", type=int, default=FULL_COUNT,
-                        help=f"number of images [default: {FULL_COUNT:,}]; other counts go to DATA/count-N/")
+    parser.add_argument(
+        "--data",
+        type=Path,
+        default=DEFAULT_DATA_DIR,
+        help=f"folder for generated data and outputs [default: {DEFAULT_DATA_DIR}]",
+    )
+    parser.add_argument(
+        "--count",
+        type=int,
+        default=FULL_COUNT,
+        help=f"number of images [default: {FULL_COUNT:,}]; other counts go to DATA/count-N/",
+    )
     parser.add_argument("--repeat", type=int, default=3, help="timed runs per tool [default: 3]")
     parser.add_argument("--workers", type=int, default=2, help="shardstream --workers [default: 2]")
-    parser.add_argument("--shard-size", default="256MB", help="shardstream --shard-size [default: 256MB]")
-    parser.add_argument("--tools", default=None, help=f"comma-separated subset of {','.join(TOOLS + RAY_TOOLS[:2])}")
-    parser.add_argument("--engine", choices=["local", "ray"], default="local",
-                        help="ray: the Ray engine, Ray Data and the local pool (tools " + ",".join(RAY_TOOLS) + ")")
-    parser.add_argument("--json", type=Path, default=None, help="also write the results as JSON to this file")
-    parser.add_argument("--quiet-wait", type=float, default=60.0,
-                        help=f"before each round wait up to this many seconds for other processes to use under "
-                             f"{QUIET_CORES} cores [default: 60; 0: do not wait]")
-    parser.add_argument("--baseline", action="append", default=[], metavar="[NAME=]DIR",
-                        help="also time `shardstream pack` from this copy of the package (a folder holding "
-                             "shardstream/, e.g. from `git archive REV shardstream | tar x -C DIR`), as NAME "
-                             "[baseline]: before/after in one run; repeatable")
+    parser.add_argument(
+        "--shard-size", default="256MB", help="shardstream --shard-size [default: 256MB]"
+    )
+    parser.add_argument(
+        "--tools", default=None, help=f"comma-separated subset of {','.join(TOOLS + RAY_TOOLS[:2])}"
+    )
+    parser.add_argument(
+        "--engine",
+        choices=["local", "ray"],
+        default="local",
+        help="ray: the Ray engine, Ray Data and the local pool (tools " + ",".join(RAY_TOOLS) + ")",
+    )
+    parser.add_argument(
+        "--json", type=Path, default=None, help="also write the results as JSON to this file"
+    )
+    parser.add_argument(
+        "--quiet-wait",
+        type=float,
+        default=60.0,
+        help=f"before each round wait up to this many seconds for other processes to use under "
+        f"{QUIET_CORES} cores [default: 60; 0: do not wait]",
+    )
+    parser.add_argument(
+        "--baseline",
+        action="append",
+        default=[],
+        metavar="[NAME=]DIR",
+        help="also time `shardstream pack` from this copy of the package (a folder holding "
+        "shardstream/, e.g. from `git archive REV shardstream | tar x -C DIR`), as NAME "
+        "[baseline]: before/after in one run; repeatable",
+    )
     args = parser.parse_args(argv)
     args.baselines = {}
     for value in args.baseline:
@@ -611,7 +777,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             parser.error(f"--baseline {value}: no shardstream/cli package in {path}")
     unknown = set(args.tools.split(",") if args.tools else ()) - set(TOOLS + RAY_TOOLS)
     if unknown:
-        parser.error(f"unknown tools {sorted(unknown)}; choose from {', '.join(TOOLS + RAY_TOOLS[:2])}")
+        parser.error(
+            f"unknown tools {sorted(unknown)}; choose from {', '.join(TOOLS + RAY_TOOLS[:2])}"
+        )
     if args.repeat < 1 or args.count < 1 or args.workers < 1:
         parser.error("--repeat, --count and --workers must be at least 1")
     return args
@@ -619,20 +787,32 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    tools = args.tools.split(",") if args.tools else list(RAY_TOOLS if args.engine == "ray" else TOOLS)
+    tools = (
+        args.tools.split(",") if args.tools else list(RAY_TOOLS if args.engine == "ray" else TOOLS)
+    )
     tools += [name for name in args.baselines if name not in tools]
-    chosen = [c for name, c in contestants(args.workers, args.shard_size, args.baselines).items() if name in tools]
+    chosen = [
+        c
+        for name, c in contestants(args.workers, args.shard_size, args.baselines).items()
+        if name in tools
+    ]
     info = machine()
     print(f"machine: {info['nproc']} cores ({info['cpu']}), Python {info['python']}", flush=True)
 
     images = ensure_image_folder(args.data.resolve(), args.count)
     how = "reused" if images.reused else "generated"
-    print(f"data: {images.count:,} JPEGs in {images.train} ({how}; generation took {images.generation_seconds:.1f} s), "
-          f"{images.total_bytes / 1e6:,.1f} MB, mean {images.mean_bytes / 1e3:.1f} KB", flush=True)
+    print(
+        f"data: {images.count:,} JPEGs in {images.train} ({how}; generation took {images.generation_seconds:.1f} s), "
+        f"{images.total_bytes / 1e6:,.1f} MB, mean {images.mean_bytes / 1e3:.1f} KB",
+        flush=True,
+    )
 
     warmup = warm_page_cache(images.files())
-    print(f"warm-up: read all {warmup[0] / 1e6:,.1f} MB once, untimed ({warmup[1]:.1f} s); the page cache is not "
-          "dropped (that needs root), so every contestant runs against a warm page cache", flush=True)
+    print(
+        f"warm-up: read all {warmup[0] / 1e6:,.1f} MB once, untimed ({warmup[1]:.1f} s); the page cache is not "
+        "dropped (that needs root), so every contestant runs against a warm page cache",
+        flush=True,
+    )
 
     results = run_all(chosen, images, images.root / "pack-out", args.repeat, args.quiet_wait)
 
@@ -644,7 +824,9 @@ def main(argv: list[str] | None = None) -> int:
     print(markdown(images, results, args.repeat, info))
     problems = [f"{r.tool}: {p}" for r in results for p in r.problems]
     if args.json is not None:
-        args.json.write_text(json.dumps(to_json(images, results, warmup, args.repeat, info), indent=2) + "\n")
+        args.json.write_text(
+            json.dumps(to_json(images, results, warmup, args.repeat, info), indent=2) + "\n"
+        )
         print(f"\nresults written to {args.json}")
     for problem in problems:
         print(f"problem: {problem}", file=sys.stderr)

@@ -71,8 +71,10 @@ def main() -> int:
     total = int(counts.sum())
     seed, epoch = 1234, 3
     print(f"python {platform.python_version()}, numpy {np.__version__}, {platform.machine()}")
-    print(f"{SHARDS:,} shards, {total:,} samples, {WORLD:,} ranks x {WORKERS} workers, batch {BATCH}, "
-          f"rank {RANK}, worker {WORKER}; best/median of {args.repeat} runs\n")
+    print(
+        f"{SHARDS:,} shards, {total:,} samples, {WORLD:,} ranks x {WORKERS} workers, batch {BATCH}, "
+        f"rank {RANK}, worker {WORKER}; best/median of {args.repeat} runs\n"
+    )
 
     rows = []
 
@@ -85,7 +87,15 @@ def main() -> int:
         return full.restrict(*plan.span_bounds(segment, span))
 
     best, med, peak, order = measure(worker_plan, args.repeat)
-    rows.append(("(a) EpochOrder.create + restrict", best, med, peak, f"{len(order.shard_order):,} shards kept"))
+    rows.append(
+        (
+            "(a) EpochOrder.create + restrict",
+            best,
+            med,
+            peak,
+            f"{len(order.shard_order):,} shards kept",
+        )
+    )
     held = order.shard_order.nbytes + order.ends.nbytes
 
     # (b) the first batch of rank 513, worker 5
@@ -107,7 +117,9 @@ def main() -> int:
     rows.append(("(c) expand one full window", best, med, peak, f"{len(window):,} samples"))
 
     # (d) a resume: the segment left after every rank read CONSUMED samples
-    best, med, peak, rest = measure(lambda: plan.remaining(segment, WORLD, CONSUMED, False), args.repeat)
+    best, med, peak, rest = measure(
+        lambda: plan.remaining(segment, WORLD, CONSUMED, False), args.repeat
+    )
     rows.append(("(d) remaining() for a resume", best, med, peak, f"{len(rest):,} intervals"))
 
     # (e) batch_size=None: one chunk per sample
@@ -120,7 +132,9 @@ def main() -> int:
             order.samples(plan.segment_positions(segment, np.arange(lo, hi)))
 
     best, med, peak, _ = measure(one_by_one, max(1, args.repeat // 3))
-    rows.append(("(e) 1,000 samples one by one", best, med, peak, f"{best / 1000 * 1e6:.0f} us/sample"))
+    rows.append(
+        ("(e) 1,000 samples one by one", best, med, peak, f"{best / 1000 * 1e6:.0f} us/sample")
+    )
 
     print(f"{'step':40s} {'best':>10s} {'median':>10s} {'peak mem':>10s}  note")
     for name, b, m, p, note in rows:
@@ -128,18 +142,26 @@ def main() -> int:
 
     plan_time = rows[0][2] + rows[1][2]
     peak_mb = max(r[3] for r in rows[:3]) / MB
-    print(f"\narrays a worker's plan holds: shard_order {order.shard_order.nbytes / MB:.3f} MB + ends "
-          f"{order.ends.nbytes / MB:.3f} MB = {held / MB:.3f} MB "
-          f"(+ the manifest's counts, {order.counts.nbytes / MB:.1f} MB, loaded once per rank and shared "
-          f"copy-on-write with its workers)")
-    print(f"largest array built: {max(len(window), len(positions)):,} elements (never one of {total:,})")
+    print(
+        f"\narrays a worker's plan holds: shard_order {order.shard_order.nbytes / MB:.3f} MB + ends "
+        f"{order.ends.nbytes / MB:.3f} MB = {held / MB:.3f} MB "
+        f"(+ the manifest's counts, {order.counts.nbytes / MB:.1f} MB, loaded once per rank and shared "
+        f"copy-on-write with its workers)"
+    )
+    print(
+        f"largest array built: {max(len(window), len(positions)):,} elements (never one of {total:,})"
+    )
     fast = plan_time < 0.25
     small = held / MB <= 8
-    print(f"\nplan time to the first batch (a)+(b), median: {plan_time * 1e3:.1f} ms -> "
-          f"'well under a second': {'holds' if fast else 'does NOT hold'}")
-    print(f"memory per worker: {held / MB:.3f} MB held for the epoch -> 'a few MB per worker' "
-          f"(taken as <= 8 MB held): {'holds' if small else 'does NOT hold'}; the shard permutation "
-          f"needs a transient {peak_mb:.1f} MB peak once per epoch while it is made")
+    print(
+        f"\nplan time to the first batch (a)+(b), median: {plan_time * 1e3:.1f} ms -> "
+        f"'well under a second': {'holds' if fast else 'does NOT hold'}"
+    )
+    print(
+        f"memory per worker: {held / MB:.3f} MB held for the epoch -> 'a few MB per worker' "
+        f"(taken as <= 8 MB held): {'holds' if small else 'does NOT hold'}; the shard permutation "
+        f"needs a transient {peak_mb:.1f} MB peak once per epoch while it is made"
+    )
     return 0
 
 

@@ -37,7 +37,9 @@ from shardstream.loader import stats  # noqa: E402
 from tests.sample_datasets import write_dataset  # noqa: E402
 
 
-def _untimed_decode(self: samples.SampleReader, shards: Any, shard: int, offset: int, batched: bool) -> Any:
+def _untimed_decode(
+    self: samples.SampleReader, shards: Any, shard: int, offset: int, batched: bool
+) -> Any:
     """SampleReader.decode as it was before the stats (no clock reads)."""
     if self.raw and batched:
         return shards.get(shard).views(offset)
@@ -53,10 +55,18 @@ def _untimed_decode(self: samples.SampleReader, shards: Any, shard: int, offset:
 @contextlib.contextmanager
 def stats_off():
     """Every part the stats add, replaced by nothing (or by the code before them)."""
-    saved = [(counters.StageCounters, "add"), (counters.StageCounters, "skipped"),
-             (stats.StatsRecorder, "begin"), (stats.StatsRecorder, "resumed"), (stats.StatsRecorder, "delivered"),
-             (counters.CountedShards, "_load"), (counters.CountedShards, "timed"), (samples.SampleReader, "decode"),
-             (samples.SampleReader, "_account"), (samples.SampleReader, "collate")]
+    saved = [
+        (counters.StageCounters, "add"),
+        (counters.StageCounters, "skipped"),
+        (stats.StatsRecorder, "begin"),
+        (stats.StatsRecorder, "resumed"),
+        (stats.StatsRecorder, "delivered"),
+        (counters.CountedShards, "_load"),
+        (counters.CountedShards, "timed"),
+        (samples.SampleReader, "decode"),
+        (samples.SampleReader, "_account"),
+        (samples.SampleReader, "collate"),
+    ]
     originals = [(owner, name, owner.__dict__[name]) for owner, name in saved]
     nothing = lambda *a, **k: None  # noqa: E731
     try:
@@ -112,24 +122,31 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--samples", type=int, default=100_000)
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--batch-size", type=int, default=256)
-    parser.add_argument("--workers", type=int, default=0, help="DataLoader workers (0: all in this process)")
+    parser.add_argument(
+        "--workers", type=int, default=0, help="DataLoader workers (0: all in this process)"
+    )
     parser.add_argument("--cases", default="mapped,bytes,decoded")
     args = parser.parse_args(argv)
     shards = 20
     counts = [args.samples // shards] * shards
     with tempfile.TemporaryDirectory() as tmp:
-        urls = {"mapped": write_dataset(Path(tmp), counts, name="plain"),
-                "bytes": write_dataset(Path(tmp), counts, compression="zstd", name="zstd")}
+        urls = {
+            "mapped": write_dataset(Path(tmp), counts, name="plain"),
+            "bytes": write_dataset(Path(tmp), counts, compression="zstd", name="zstd"),
+        }
         urls["decoded"] = urls["mapped"]
-        print(f"{args.samples:,} samples in {shards} shards, batch {args.batch_size}, {args.workers} workers, "
-              f"{args.rounds} rounds")
+        print(
+            f"{args.samples:,} samples in {shards} shards, batch {args.batch_size}, {args.workers} workers, "
+            f"{args.rounds} rounds"
+        )
         print(f"{'case':>8} {'stats on':>10} {'stats off':>10} {'overhead':>9}")
         b_mapped = float("nan")
         for case in args.cases.split(","):
             on, off = [], []
-            epoch(urls[case], case, args.batch_size, args.workers)  # warm the page cache and imports
+            # warm the page cache and imports
+            epoch(urls[case], case, args.batch_size, args.workers)
             for r in range(args.rounds):
-                for mode in (("on", "off") if r % 2 == 0 else ("off", "on")):
+                for mode in ("on", "off") if r % 2 == 0 else ("off", "on"):
                     if mode == "on":
                         on.append(epoch(urls[case], case, args.batch_size, args.workers))
                     else:
@@ -140,9 +157,11 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{case:>8} {a:>9.3f}s {b:>9.3f}s {100 * (a / b - 1):>+8.1f}%")
         per_batch, per_sample = unit_costs(urls["mapped"])
         batches = -(-args.samples // args.batch_size)
-        print(f"unit costs: {per_batch / 1000:.1f} us per batch, {per_sample:.0f} ns per decoded sample; per epoch "
-              f"{batches * per_batch / 1e6:.2f} ms raw ({100 * batches * per_batch / 1e9 / b_mapped:.2f}% of the "
-              f"stats-off mapped epoch), {(batches * per_batch + args.samples * per_sample) / 1e6:.1f} ms decoded")
+        print(
+            f"unit costs: {per_batch / 1000:.1f} us per batch, {per_sample:.0f} ns per decoded sample; per epoch "
+            f"{batches * per_batch / 1e6:.2f} ms raw ({100 * batches * per_batch / 1e9 / b_mapped:.2f}% of the "
+            f"stats-off mapped epoch), {(batches * per_batch + args.samples * per_sample) / 1e6:.1f} ms decoded"
+        )
     return 0
 
 

@@ -34,10 +34,12 @@ from pathlib import Path
 
 import numpy as np
 
-WORDS = ("time person year way day thing man world life hand part child eye woman place work week case point "  # noqa: SIM905
-         "government company number group problem fact be have do say get make go know take see come think look "
-         "want give use find tell ask seem feel try leave call good new first last long great little own other old "
-         "right big high different small large next early young important few public bad same able").split()
+WORDS = (  # noqa: SIM905 - one long line of words, read as words
+    "time person year way day thing man world life hand part child eye woman place work week case point "
+    "government company number group problem fact be have do say get make go know take see come think look "
+    "want give use find tell ask seem feel try leave call good new first last long great little own other old "
+    "right big high different small large next early young important few public bad same able"
+).split()
 
 
 def make_data(root: Path, docs: int, vocab: int) -> tuple[Path, Path]:
@@ -48,8 +50,13 @@ def make_data(root: Path, docs: int, vocab: int) -> tuple[Path, Path]:
     shutil.rmtree(root, ignore_errors=True)
     corpus.mkdir(parents=True)
     rng = random.Random(0)
-    texts = [" ".join(rng.choice(WORDS) + rng.choice(("", "", "s", "ed", ",", "."))
-                      for _ in range(int(rng.lognormvariate(5, 0.8)) + 1)) for _ in range(docs)]
+    texts = [
+        " ".join(
+            rng.choice(WORDS) + rng.choice(("", "", "s", "ed", ",", "."))
+            for _ in range(int(rng.lognormvariate(5, 0.8)) + 1)
+        )
+        for _ in range(docs)
+    ]
     for part in range(4):
         with open(corpus / f"part-{part}.jsonl", "w") as f:
             for text in texts[part::4]:
@@ -58,8 +65,10 @@ def make_data(root: Path, docs: int, vocab: int) -> tuple[Path, Path]:
 
     tok = Tokenizer(models.BPE(unk_token="[UNK]"))
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.train_from_iterator(texts[:20000], trainers.BpeTrainer(vocab_size=vocab,
-                                                               special_tokens=["[UNK]", "<|endoftext|>"]))
+    tok.train_from_iterator(
+        texts[:20000],
+        trainers.BpeTrainer(vocab_size=vocab, special_tokens=["[UNK]", "<|endoftext|>"]),
+    )
     tok.save(str(tokenizer))
     marker.write_text(json.dumps({"docs": docs, "vocab": vocab}))
     return corpus, tokenizer
@@ -91,8 +100,15 @@ def bare_pack(texts: list[str], tokenizer: Path, out: Path) -> int:
 def ss_pack(corpus: Path, tokenizer: Path, out: Path) -> int:
     import shardstream as ss
 
-    return ss.pack(corpus, out, format="tokens", tokenizer=str(tokenizer), overwrite=True, progress=False,
-                   shard_size="64MB").manifest.tokens["total"]
+    return ss.pack(
+        corpus,
+        out,
+        format="tokens",
+        tokenizer=str(tokenizer),
+        overwrite=True,
+        progress=False,
+        shard_size="64MB",
+    ).manifest.tokens["total"]
 
 
 def nanogpt_read(flat: Path, seq_len: int, tokens: int) -> int:
@@ -103,7 +119,9 @@ def nanogpt_read(flat: Path, seq_len: int, tokens: int) -> int:
     while done < tokens:  # nanoGPT's get_batch
         ix = torch.randint(len(data) - seq_len - 1, (batch,))
         x = torch.stack([torch.from_numpy(data[i : i + seq_len].astype(np.int64)) for i in ix])
-        y = torch.stack([torch.from_numpy(data[i + 1 : i + 1 + seq_len].astype(np.int64)) for i in ix])
+        y = torch.stack(
+            [torch.from_numpy(data[i + 1 : i + 1 + seq_len].astype(np.int64)) for i in ix]
+        )
         done += int(x.numel())
         del y
     return done
@@ -135,8 +153,14 @@ def litdata_convert(flat: Path, root: Path, seq_len: int) -> Path:
     if not (out / "index.json").exists():
         data = np.fromfile(flat, dtype=np.uint16)
         pieces = np.array_split(data, 16)
-        ld.optimize(fn=_litdata_piece, inputs=[torch.from_numpy(p.astype(np.int32)) for p in pieces],
-                    output_dir=str(out), chunk_size=(seq_len + 1) * 2048, item_loader=TokensLoader(), num_workers=1)
+        ld.optimize(
+            fn=_litdata_piece,
+            inputs=[torch.from_numpy(p.astype(np.int32)) for p in pieces],
+            output_dir=str(out),
+            chunk_size=(seq_len + 1) * 2048,
+            item_loader=TokensLoader(),
+            num_workers=1,
+        )
     return out
 
 
@@ -144,7 +168,9 @@ def litdata_read(out: Path, seq_len: int) -> int:
     import litdata as ld
     from litdata.streaming.item_loader import TokensLoader
 
-    ds = ld.StreamingDataset(str(out), item_loader=TokensLoader(block_size=seq_len + 1), shuffle=True)
+    ds = ld.StreamingDataset(
+        str(out), item_loader=TokensLoader(block_size=seq_len + 1), shuffle=True
+    )
     done = 0
     for batch in ld.StreamingDataLoader(ds, batch_size=8, num_workers=2):
         done += int(batch[:, :-1].numel())
@@ -168,12 +194,15 @@ def main() -> None:
     parser.add_argument("--seq-len", type=int, default=1024)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--tools", default="shardstream", help="shardstream[,litdata]")
-    parser.add_argument("--workers", default="0,2", help="DataLoader workers of the read, one pass each [0,2]")
+    parser.add_argument(
+        "--workers", default="0,2", help="DataLoader workers of the read, one pass each [0,2]"
+    )
     parser.add_argument("--data-dir", type=Path, default=Path("bench-data") / "tokens")
     args = parser.parse_args()
     import torch  # noqa: F401 - imported before any timing, as a training script has it
 
     import shardstream  # noqa: F401
+
     root = args.data_dir.resolve()
     corpus, tokenizer = make_data(root, args.docs, args.vocab)
     texts = read_texts(corpus)
@@ -211,20 +240,30 @@ def main() -> None:
                 keep("litdata read", n / seconds)
             except Exception as exc:  # reported, the others still run
                 print(f"litdata: {type(exc).__name__}: {exc}", file=sys.stderr)
-    print(f"{args.docs:,} documents, {total:,} tokens, vocabulary {args.vocab}, seq_len {args.seq_len}, "
-          f"best of {args.repeat}, {os.cpu_count()} cores")
-    print(f"pack   shardstream {best['shardstream pack']:>14,.0f} tokens/s   bare encode_batch+write "
-          f"{best['bare pack']:>14,.0f}   ratio {best['shardstream pack'] / best['bare pack']:.2f} (target >= 0.80)")
+    print(
+        f"{args.docs:,} documents, {total:,} tokens, vocabulary {args.vocab}, seq_len {args.seq_len}, "
+        f"best of {args.repeat}, {os.cpu_count()} cores"
+    )
+    print(
+        f"pack   shardstream {best['shardstream pack']:>14,.0f} tokens/s   bare encode_batch+write "
+        f"{best['bare pack']:>14,.0f}   ratio {best['shardstream pack'] / best['bare pack']:.2f} (target >= 0.80)"
+    )
     nano = best["nanoGPT read"]
     for w in counts:
-        print(f"read   shardstream {best[f'steady {w}']:>14,.0f} tokens/s, {w} workers   nanoGPT memmap get_batch "
-              f"{nano:>12,.0f}   ratio {best[f'steady {w}'] / nano:.2f} (target >= 0.80; after the first batch)")
-        print(f"epoch  shardstream {best[f'read {w}']:>14,.0f} tokens/s, {w} workers (the whole epoch, with the "
-              f"start of its workers)   ratio {best[f'read {w}'] / nano:.2f}; first batch after {first_batch[w]:.2f} s")
+        print(
+            f"read   shardstream {best[f'steady {w}']:>14,.0f} tokens/s, {w} workers   nanoGPT memmap get_batch "
+            f"{nano:>12,.0f}   ratio {best[f'steady {w}'] / nano:.2f} (target >= 0.80; after the first batch)"
+        )
+        print(
+            f"epoch  shardstream {best[f'read {w}']:>14,.0f} tokens/s, {w} workers (the whole epoch, with the "
+            f"start of its workers)   ratio {best[f'read {w}'] / nano:.2f}; first batch after {first_batch[w]:.2f} s"
+        )
         if "litdata read" in best:
-            print(f"epoch  shardstream {best[f'read {w}']:>14,.0f} tokens/s, {w} workers   litdata TokensLoader "
-                  f"(2 workers) {best['litdata read']:>12,.0f}   ratio {best[f'read {w}'] / best['litdata read']:.2f} "
-                  "(target >= 2)")
+            print(
+                f"epoch  shardstream {best[f'read {w}']:>14,.0f} tokens/s, {w} workers   litdata TokensLoader "
+                f"(2 workers) {best['litdata read']:>12,.0f}   ratio {best[f'read {w}'] / best['litdata read']:.2f} "
+                "(target >= 2)"
+            )
 
 
 if __name__ == "__main__":

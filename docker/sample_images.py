@@ -23,7 +23,9 @@ def make_images(root: Path, count: int, classes: int, size: int, seed: int = 0) 
         c = i % classes
         folder = root / f"class_{c}"
         folder.mkdir(parents=True, exist_ok=True)
-        rgb = np.stack([(x + 40 * c) % 256, (y + 7 * i) % 256, (x + y) // 2 % 256], axis=-1).astype(np.float32)
+        rgb = np.stack([(x + 40 * c) % 256, (y + 7 * i) % 256, (x + y) // 2 % 256], axis=-1).astype(
+            np.float32
+        )
         rgb = np.clip(rgb + rng.normal(0, 8, rgb.shape), 0, 255).astype(np.uint8)
         buf = io.BytesIO()
         Image.fromarray(rgb).save(buf, format="JPEG", quality=85)

@@ -36,29 +36,43 @@ def one_line(exc: BaseException) -> str:
 
 def read_epochs(args: argparse.Namespace, device: torch.device) -> tuple[list[str], Any]:
     options = {"endpoint_url": args.endpoint_url} if args.endpoint_url else None
-    ds = ss.ShardDataset(args.url, shuffle=True, seed=args.seed, decode="torch", storage_options=options)
-    loader = ds.loader(batch_size=args.batch_size, num_workers=args.workers, shm_check=args.shm_check)
+    ds = ss.ShardDataset(
+        args.url, shuffle=True, seed=args.seed, decode="torch", storage_options=options
+    )
+    loader = ds.loader(
+        batch_size=args.batch_size, num_workers=args.workers, shm_check=args.shm_check
+    )
     keys: list[str] = []
     total = torch.zeros((), device=device)
     for epoch in range(args.epochs):
         ds.set_epoch(epoch)
         for batch in ss.DeviceLoader(loader, device):
             keys.extend(batch["__key__"])
-            image = next(v for k, v in batch.items() if isinstance(v, torch.Tensor) and v.dim() == 4)
+            image = next(
+                v for k, v in batch.items() if isinstance(v, torch.Tensor) and v.dim() == 4
+            )
             total += image.float().mean()  # a stand-in for the training step, on the device
     return keys, ds.manifest
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description="Read the dataset at URL on every rank; check each sample once.")
+    parser = argparse.ArgumentParser(
+        description="Read the dataset at URL on every rank; check each sample once."
+    )
     parser.add_argument("url")
-    parser.add_argument("--endpoint-url", default=None, help="S3-compatible endpoint, e.g. http://store:8333")
+    parser.add_argument(
+        "--endpoint-url", default=None, help="S3-compatible endpoint, e.g. http://store:8333"
+    )
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--epochs", type=int, default=1)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--shm-check", choices=["raise", "warn", "off"], default="raise",
-                        help="The loader's /dev/shm guard: off shows what happens without it (Bus error)")
+    parser.add_argument(
+        "--shm-check",
+        choices=["raise", "warn", "off"],
+        default="raise",
+        help="The loader's /dev/shm guard: off shows what happens without it (Bus error)",
+    )
     args = parser.parse_args()
     world = int(os.environ.get("WORLD_SIZE", "1"))
     cuda = torch.cuda.is_available()
@@ -81,15 +95,24 @@ def main() -> int:
     counts = collections.Counter(k for part in every for k in part)
     expected = manifest.num_samples * args.epochs
     wrong = {k: n for k, n in counts.items() if n != args.epochs}
-    report = {"ranks": world, "device": device.type, "samples": manifest.num_samples, "epochs": args.epochs,
-              "read": sum(counts.values()), "distinct": len(counts), "per_rank": [len(p) for p in every],
-              "exactly_once": not wrong and len(counts) == manifest.num_samples}
+    report = {
+        "ranks": world,
+        "device": device.type,
+        "samples": manifest.num_samples,
+        "epochs": args.epochs,
+        "read": sum(counts.values()),
+        "distinct": len(counts),
+        "per_rank": [len(p) for p in every],
+        "exactly_once": not wrong and len(counts) == manifest.num_samples,
+    }
     print(json.dumps(report), flush=True)
     if not report["exactly_once"]:
-        print(f"error: expected every one of {manifest.num_samples} samples {args.epochs} time(s), {expected} reads; "
-              f"got {report['read']} reads of {len(counts)} samples (e.g. {dict(list(wrong.items())[:3])}); "
-              "with drop_last=False a world size that does not divide the samples repeats a few to pad",
-              file=sys.stderr)
+        print(
+            f"error: expected every one of {manifest.num_samples} samples {args.epochs} time(s), {expected} reads; "
+            f"got {report['read']} reads of {len(counts)} samples (e.g. {dict(list(wrong.items())[:3])}); "
+            "with drop_last=False a world size that does not divide the samples repeats a few to pad",
+            file=sys.stderr,
+        )
         return 1
     return 0
 

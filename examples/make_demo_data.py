@@ -1,6 +1,6 @@
 """Make a small demo source: an ImageFolder tree of JPEGs and a Parquet table.
 
-    python examples/make_demo_data.py demo
+python examples/make_demo_data.py demo
 """
 
 from __future__ import annotations
@@ -24,7 +24,9 @@ def make_images(root: Path, per_class: int = 20, seed: int = 0) -> None:
         folder.mkdir(parents=True, exist_ok=True)
         for i in range(per_class):
             y, x = np.mgrid[0:64, 0:64]
-            rgb = np.stack([(x * 4 + c * 80) % 256, (y * 4 + i * 9) % 256, (x + y) * 2 % 256], axis=-1)
+            rgb = np.stack(
+                [(x * 4 + c * 80) % 256, (y * 4 + i * 9) % 256, (x + y) * 2 % 256], axis=-1
+            )
             rgb = np.clip(rgb + rng.normal(0, 12, rgb.shape), 0, 255).astype(np.uint8)
             buf = io.BytesIO()
             Image.fromarray(rgb).save(buf, format="JPEG", quality=85)
@@ -33,12 +35,14 @@ def make_images(root: Path, per_class: int = 20, seed: int = 0) -> None:
 
 def make_table(path: Path, rows: int = 1000, seed: int = 0) -> None:
     rng = np.random.default_rng(seed)
-    table = pa.table({
-        "id": np.arange(rows, dtype=np.int64),
-        "text": [f"sentence number {i}" for i in range(rows)],
-        "features": list(rng.normal(size=(rows, 4)).astype(np.float32)),
-        "label": rng.integers(0, 10, rows),
-    })
+    table = pa.table(
+        {
+            "id": np.arange(rows, dtype=np.int64),
+            "text": [f"sentence number {i}" for i in range(rows)],
+            "features": list(rng.normal(size=(rows, 4)).astype(np.float32)),
+            "label": rng.integers(0, 10, rows),
+        }
+    )
     pq.write_table(table, path, row_group_size=250)
 
 

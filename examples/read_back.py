@@ -23,12 +23,16 @@ def read_with_shardstream(image_dataset: str, table_dataset: str) -> None:
     for i, batch in enumerate(loader):
         if i == 1:
             state = loader.state_dict()
-            print(f"ShardDataset: batch of {tuple(batch['jpg'].shape)} {batch['jpg'].dtype} images, "
-                  f"labels {batch['cls'][:6].tolist()}...; resume state after 2 batches: {state}")
+            print(
+                f"ShardDataset: batch of {tuple(batch['jpg'].shape)} {batch['jpg'].dtype} images, "
+                f"labels {batch['cls'][:6].tolist()}...; resume state after 2 batches: {state}"
+            )
             break
     table = ss.ShardDataset(table_dataset, shuffle=False, decode=None, batch_size=256)
     first = next(iter(table))
-    columns = ", ".join(f"{name} {tuple(value.shape)}" for name, value in first.items() if hasattr(value, "shape"))
+    columns = ", ".join(
+        f"{name} {tuple(value.shape)}" for name, value in first.items() if hasattr(value, "shape")
+    )
     print(f"ShardDataset (Arrow batch mode): {columns}")
 
 
@@ -44,7 +48,9 @@ def main(image_dataset: str, table_dataset: str) -> None:
         for i, sample in enumerate(wds.WebDataset(shards, shardshuffle=False)):
             image = Image.open(io.BytesIO(sample["jpg"]))
             label = manifest["classes"][int(sample["cls"])]
-            print(f"webdataset read {sample['__key__']}: {image.size[0]}x{image.size[1]} {image.mode}, class {label}")
+            print(
+                f"webdataset read {sample['__key__']}: {image.size[0]}x{image.size[1]} {image.mode}, class {label}"
+            )
             if i == 2:
                 break
     table_manifest = json.loads((Path(table_dataset) / "_manifest.json").read_text())

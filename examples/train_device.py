@@ -34,8 +34,13 @@ def main(url: str, epochs: int = 3) -> None:
     batches = ss.DeviceLoader(loader, "cuda", normalize=(MEAN, STD), channels_last=True)
     device = batches.device  # cuda when present, else cpu
     classes = len(ds.manifest.classes or []) or 3
-    model = nn.Sequential(nn.Conv2d(3, 16, 3, stride=2), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
-                          nn.Linear(16, classes)).to(device, memory_format=torch.channels_last)
+    model = nn.Sequential(
+        nn.Conv2d(3, 16, 3, stride=2),
+        nn.ReLU(),
+        nn.AdaptiveAvgPool2d(1),
+        nn.Flatten(),
+        nn.Linear(16, classes),
+    ).to(device, memory_format=torch.channels_last)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     print(f"training on {device}, {loader.num_workers} workers, {len(loader)} batches per epoch")
     for epoch in range(epochs):

@@ -24,14 +24,22 @@ MOVED: dict[str, str | tuple[str, ...]] = {
     "shardstream.guards": "shardstream.loader.guards",
     "shardstream.index": "shardstream.manifest.index_tars",
     "shardstream.inspect": "shardstream.manifest.lookup",
-    "shardstream.packing.sources": ("shardstream.sources", "shardstream.sources.folder", "shardstream.sources.table"),
+    "shardstream.packing.sources": (
+        "shardstream.sources",
+        "shardstream.sources.folder",
+        "shardstream.sources.table",
+    ),
     "shardstream.prefetch": "shardstream.storage.prefetch",
     "shardstream.reader": "shardstream.dataset.readers",
     "shardstream.seeding": "shardstream.dataset.seeding",
     "shardstream.transport": "shardstream.loader.transport",
     "shardstream.verify": "shardstream.manifest.verify",
-    "shardstream.writer": ("shardstream.packing.writer", "shardstream.packing.fields", "shardstream.packing.rules",
-                           "shardstream.packing.destination"),
+    "shardstream.writer": (
+        "shardstream.packing.writer",
+        "shardstream.packing.fields",
+        "shardstream.packing.rules",
+        "shardstream.packing.destination",
+    ),
 }
 
 
@@ -41,7 +49,8 @@ class _Split(ModuleType):
     def __init__(self, name: str, homes: tuple[str, ...]):
         super().__init__(name)
         self._homes = [importlib.import_module(home) for home in homes]
-        self.__all__ = sorted({n for home in self._homes for n in _public(home)})  # star imports, as in 0.1
+        # star imports, as in 0.1
+        self.__all__ = sorted({n for home in self._homes for n in _public(home)})
 
     def __dir__(self) -> list[str]:
         return sorted(set(super().__dir__()) | set(self.__all__))
@@ -50,7 +59,9 @@ class _Split(ModuleType):
         for home in self._homes:
             if hasattr(home, attr):
                 return getattr(home, attr)
-        raise AttributeError(f"{self.__name__} has no {attr!r} (it moved to {', '.join(MOVED[self.__name__])})")
+        raise AttributeError(
+            f"{self.__name__} has no {attr!r} (it moved to {', '.join(MOVED[self.__name__])})"
+        )
 
 
 def _public(module: ModuleType) -> list[str]:
@@ -62,7 +73,11 @@ def resolve(old: str) -> ModuleType:
     """The module that ``old`` names now, with a warning that says so."""
     new = MOVED[old]
     where = new if isinstance(new, str) else " and ".join(new)
-    warnings.warn(f"{old} moved to {where}; the old name goes in the next release", DeprecationWarning, stacklevel=3)
+    warnings.warn(
+        f"{old} moved to {where}; the old name goes in the next release",
+        DeprecationWarning,
+        stacklevel=3,
+    )
     if isinstance(new, str):
         return importlib.import_module(new)
     return sys.modules.get(old) or _Split(old, new)

@@ -80,8 +80,14 @@ def _tensors(batch: Any) -> list[torch.Tensor]:
 class _Converter:
     """dtype, scaling, normalization and memory format for the selected tensors of a batch."""
 
-    def __init__(self, dtype: torch.dtype | None, scale: bool, normalize: Any, channels_last: bool,
-                 fields: Fields):
+    def __init__(
+        self,
+        dtype: torch.dtype | None,
+        scale: bool,
+        normalize: Any,
+        channels_last: bool,
+        fields: Fields,
+    ):
         if normalize is not None and dtype is None:
             dtype = torch.float32
         if normalize is not None and not dtype.is_floating_point:
@@ -90,12 +96,15 @@ class _Converter:
         self.mean = self.std = None
         if normalize is not None:
             mean, std = normalize
-            self.mean = torch.as_tensor(mean, dtype=dtype).reshape(-1, 1, 1)  # channel dim of ...xCxHxW
+            # channel dim of ...xCxHxW
+            self.mean = torch.as_tensor(mean, dtype=dtype).reshape(-1, 1, 1)
             self.std = torch.as_tensor(std, dtype=dtype).reshape(-1, 1, 1)
             if (self.std == 0).any():
                 raise ValueError("normalize: std must not be 0")
         self.keys = None if fields is None or callable(fields) else set(fields)
-        self.predicate: Callable[[torch.Tensor], bool] = fields if callable(fields) else _is_image_batch
+        self.predicate: Callable[[torch.Tensor], bool] = (
+            fields if callable(fields) else _is_image_batch
+        )
         self.active = dtype is not None or channels_last
         self._consts: dict[torch.device, tuple[torch.Tensor, torch.Tensor]] = {}
 
@@ -107,9 +116,21 @@ class _Converter:
         if self.keys is None:
             return map_tensors(lambda t: self.convert(t) if self.predicate(t) else t, batch)
         if isinstance(batch, dict):
-            return _like(batch, {k: map_tensors(self.convert, v) if k in self.keys else v for k, v in batch.items()})
+            return _like(
+                batch,
+                {
+                    k: map_tensors(self.convert, v) if k in self.keys else v
+                    for k, v in batch.items()
+                },
+            )
         if isinstance(batch, (list, tuple)):
-            return _like(batch, [map_tensors(self.convert, v) if i in self.keys else v for i, v in enumerate(batch)])
+            return _like(
+                batch,
+                [
+                    map_tensors(self.convert, v) if i in self.keys else v
+                    for i, v in enumerate(batch)
+                ],
+            )
         return batch
 
     def convert(self, t: torch.Tensor) -> torch.Tensor:
@@ -156,10 +177,20 @@ class DeviceLoader:
             the tensor; default: uint8 tensors of 4 dims (image batches).
     """
 
-    def __init__(self, loader: Iterable[Any], device: str | int | torch.device = "cuda", prefetch: int = 2,  # noqa: PLR0913 - settings
-                 non_blocking: bool = True, *, pin: bool = True, dtype: torch.dtype | None = None,
-                 scale: bool = True, normalize: tuple[Sequence[float] | float, Sequence[float] | float] | None = None,
-                 channels_last: bool = False, fields: Fields = None):
+    def __init__(  # noqa: PLR0913 - keyword settings with defaults
+        self,
+        loader: Iterable[Any],
+        device: str | int | torch.device = "cuda",
+        prefetch: int = 2,
+        non_blocking: bool = True,
+        *,
+        pin: bool = True,
+        dtype: torch.dtype | None = None,
+        scale: bool = True,
+        normalize: tuple[Sequence[float] | float, Sequence[float] | float] | None = None,
+        channels_last: bool = False,
+        fields: Fields = None,
+    ):
         if prefetch < 1:
             raise ValueError(f"prefetch must be at least 1, not {prefetch}")
         self.loader = loader
@@ -173,7 +204,8 @@ class DeviceLoader:
         self._steps = StepClock()
 
     def __len__(self) -> int:
-        return len(self.loader)  # TypeError when the wrapped iterable has no length, as for any iterable
+        # TypeError when the wrapped iterable has no length, as for any iterable
+        return len(self.loader)
 
     def __iter__(self) -> Iterator[Any]:
         steps = self._steps
@@ -192,9 +224,15 @@ class DeviceLoader:
         loop's step time went to waiting for a batch (``data_wait_fraction``, with a one-line ``verdict``)."""
         inner = self.loader.stats() if callable(getattr(self.loader, "stats", None)) else None
         s = self._steps
-        return DeviceStats(loader=inner if isinstance(inner, LoaderStats) else None, steps=s.steps,
-                           wait_s=s.wait_ns / 1e9, compute_s=s.compute_ns / 1e9, copy_s=s.copy_ns / 1e9,
-                           h2d_bytes=s.h2d_bytes, history=[(w / 1e9, c / 1e9) for w, c in s.history])
+        return DeviceStats(
+            loader=inner if isinstance(inner, LoaderStats) else None,
+            steps=s.steps,
+            wait_s=s.wait_ns / 1e9,
+            compute_s=s.compute_ns / 1e9,
+            copy_s=s.copy_ns / 1e9,
+            h2d_bytes=s.h2d_bytes,
+            history=[(w / 1e9, c / 1e9) for w, c in s.history],
+        )
 
     def report_stats(self, every: int = 100, callback: Callback | None = None) -> None:
         """Every ``every`` batches, pass ``stats().scalars()`` to ``callback`` (``wandb.log``, Lightning's
@@ -223,7 +261,8 @@ class DeviceLoader:
     # -- CUDA --------------------------------------------------------------------------
     def _iter_cuda(self) -> Iterator[Any]:
         queue: collections.deque[_InFlight] = collections.deque()
-        done: collections.deque[_InFlight] = collections.deque()  # handed out; host memory kept until copied
+        # handed out; host memory kept until copied
+        done: collections.deque[_InFlight] = collections.deque()
         source = iter(self.loader)
         failure: BaseException | None = None
         self._in_flight = 0
@@ -258,7 +297,8 @@ class DeviceLoader:
             for item in (*done, *queue):
                 item.event.synchronize()  # no host memory is let go while a copy may still read it
                 self._copied(item)
-            self._in_flight = len(queue)  # after a break: copied ahead, never handed out, so not consumed
+            # after a break: copied ahead, never handed out, so not consumed
+            self._in_flight = len(queue)
 
     def _hand_over(self, item: _InFlight) -> Any:
         """The batch for the training loop's current stream, which waits for its copy; its tensors
@@ -280,7 +320,8 @@ class DeviceLoader:
         hosts: list[torch.Tensor] = []
         device, non_blocking = self.device, self.non_blocking
         if any(t.is_cuda for t in _tensors(batch)):
-            stream.wait_stream(torch.cuda.current_stream(device))  # made by the training loop's stream
+            # made by the training loop's stream
+            stream.wait_stream(torch.cuda.current_stream(device))
 
         def copy(t: torch.Tensor) -> torch.Tensor:
             if t.device == device:
@@ -311,9 +352,12 @@ class DeviceLoader:
             return self.loader.state_dict(pending=self._in_flight)
         if self._in_flight and not self._warned_state:
             self._warned_state = True
-            warnings.warn(f"{type(self.loader).__name__}.state_dict() counts the {self._in_flight} batches "
-                          f"DeviceLoader copied ahead as consumed; a resume from it skips them",
-                          RuntimeWarning, stacklevel=2)
+            warnings.warn(
+                f"{type(self.loader).__name__}.state_dict() counts the {self._in_flight} batches "
+                f"DeviceLoader copied ahead as consumed; a resume from it skips them",
+                RuntimeWarning,
+                stacklevel=2,
+            )
         return self.loader.state_dict()  # AttributeError when it has none
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -325,8 +369,21 @@ class DeviceLoader:
 class _InFlight:
     __slots__ = ("batch", "outputs", "hosts", "event", "start")
 
-    def __init__(self, batch: Any, outputs: list[torch.Tensor], hosts: list[torch.Tensor], event: Any, start: Any):
-        self.batch, self.outputs, self.hosts, self.event, self.start = batch, outputs, hosts, event, start
+    def __init__(
+        self,
+        batch: Any,
+        outputs: list[torch.Tensor],
+        hosts: list[torch.Tensor],
+        event: Any,
+        start: Any,
+    ):
+        self.batch, self.outputs, self.hosts, self.event, self.start = (
+            batch,
+            outputs,
+            hosts,
+            event,
+            start,
+        )
 
 
 _warned_cpu_fallback = False
@@ -339,10 +396,13 @@ def _warn_cpu_fallback(device: torch.device) -> None:
         return
     _warned_cpu_fallback = True
     built = f"built for CUDA {torch.version.cuda}" if torch.version.cuda else "a CPU-only build"
-    warnings.warn(f"DeviceLoader: device {str(device)!r} asked for, but CUDA is not available (torch "
-                  f"{torch.__version__}, {built}): batches stay on the CPU, so training runs there; "
-                  "fix the CUDA install (nvidia-smi, a CUDA build of torch), or pass device='cpu' to mean it",
-                  RuntimeWarning, stacklevel=4)
+    warnings.warn(
+        f"DeviceLoader: device {str(device)!r} asked for, but CUDA is not available (torch "
+        f"{torch.__version__}, {built}): batches stay on the CPU, so training runs there; "
+        "fix the CUDA install (nvidia-smi, a CUDA build of torch), or pass device='cpu' to mean it",
+        RuntimeWarning,
+        stacklevel=4,
+    )
 
 
 def _resolve(device: str | int | torch.device) -> torch.device:

@@ -8,10 +8,20 @@ from decimal import Decimal, InvalidOperation
 from .errors import ShardstreamError
 
 _UNITS = {
-    "": 1, "b": 1,
-    "k": 1000, "kb": 1000, "m": 1000**2, "mb": 1000**2, "g": 1000**3, "gb": 1000**3,
-    "t": 1000**4, "tb": 1000**4,
-    "kib": 1024, "mib": 1024**2, "gib": 1024**3, "tib": 1024**4,
+    "": 1,
+    "b": 1,
+    "k": 1000,
+    "kb": 1000,
+    "m": 1000**2,
+    "mb": 1000**2,
+    "g": 1000**3,
+    "gb": 1000**3,
+    "t": 1000**4,
+    "tb": 1000**4,
+    "kib": 1024,
+    "mib": 1024**2,
+    "gib": 1024**3,
+    "tib": 1024**4,
 }
 _SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*([a-zA-Z]*)\s*$")
 _MAX_SIZE = 1 << 62  # far beyond any shard; keeps the value a plain machine integer
@@ -20,7 +30,9 @@ _MAX_SIZE = 1 << 62  # far beyond any shard; keeps the value a plain machine int
 def parse_size(value: int | str, what: str = "shard size") -> int:
     """Bytes in ``value``: an int, or a string like ``"256MB"`` (decimal) or ``"1GiB"`` (binary)."""
     if isinstance(value, bool):
-        raise ShardstreamError(f"{what} {value!r} is not a size; give bytes or a string like '256MB'")
+        raise ShardstreamError(
+            f"{what} {value!r} is not a size; give bytes or a string like '256MB'"
+        )
     if isinstance(value, int):
         size = value
     else:
@@ -35,7 +47,9 @@ def parse_size(value: int | str, what: str = "shard size") -> int:
         try:
             size = int(Decimal(match.group(1)) * _UNITS[unit])
         except InvalidOperation:  # pragma: no cover - the pattern admits only decimals
-            raise ShardstreamError(f"{what} {value!r} is not a size; write it like '256MB'") from None
+            raise ShardstreamError(
+                f"{what} {value!r} is not a size; write it like '256MB'"
+            ) from None
     if size <= 0:
         raise ShardstreamError(f"{what} {value!r} must be more than 0 bytes, for example '256MB'")
     if size > _MAX_SIZE:

@@ -26,8 +26,12 @@ def permission_preexec(tmp_path: Path):
     probe.write_bytes(b"x")
     probe.chmod(0)
     try:
-        proc = subprocess.run([sys.executable, "-c", f"open({str(probe)!r}, 'rb')"], capture_output=True,
-                              preexec_fn=preexec, timeout=60)
+        proc = subprocess.run(
+            [sys.executable, "-c", f"open({str(probe)!r}, 'rb')"],
+            capture_output=True,
+            preexec_fn=preexec,
+            timeout=60,
+        )
     except (OSError, subprocess.SubprocessError) as exc:  # prctl refused
         pytest.skip(f"cannot take away root's permission override here: {exc}")
     finally:

@@ -23,8 +23,14 @@ def text_sample(i: int) -> dict[str, Any]:
     return {"__key__": key_of(i), "txt": f"text {i}", "cls": i}
 
 
-def write_dataset(root: Path, counts, fmt: str = "tar", compression: str | None = None,
-                  make: Callable[[int], dict[str, Any]] = text_sample, name: str = "ds") -> str:
+def write_dataset(
+    root: Path,
+    counts,
+    fmt: str = "tar",
+    compression: str | None = None,
+    make: Callable[[int], dict[str, Any]] = text_sample,
+    name: str = "ds",
+) -> str:
     """A dataset whose shards hold exactly ``counts`` samples; keys ``key_of(0..N-1)`` in manifest order.
 
     Each shard is written by its own ShardWriter, then the shards are gathered under one manifest.
@@ -49,7 +55,9 @@ def write_dataset(root: Path, counts, fmt: str = "tar", compression: str | None 
         samples += m.samples.tolist()
         nbytes += m.nbytes.tolist()
         sha256 += m.sha256
-    manifest = dataclasses.replace(first, paths=paths, samples=samples, nbytes=nbytes, sha256=sha256)
+    manifest = dataclasses.replace(
+        first, paths=paths, samples=samples, nbytes=nbytes, sha256=sha256
+    )
     write_manifest(Store(str(url)), manifest)
     return str(url)
 

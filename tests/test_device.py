@@ -48,7 +48,10 @@ def nested_batch() -> dict:
         "label": torch.tensor([1, 2, 3]),
         "__key__": ["a", "b", "c"],
         "raw": raw,
-        "meta": {"boxes": [torch.ones(2, 4), torch.zeros(0, 4)], "pair": Pair(torch.arange(3), "x")},
+        "meta": {
+            "boxes": [torch.ones(2, 4), torch.zeros(0, 4)],
+            "pair": Pair(torch.arange(3), "x"),
+        },
         "extra": (torch.full((2,), 7.0), 5),
     }
 
@@ -66,7 +69,10 @@ def test_without_cuda_batches_pass_through_unchanged(monkeypatch):
     assert out["image"] is batch["image"] and out["label"] is batch["label"]  # no copies on the CPU
     assert out["__key__"] is batch["__key__"] and out["raw"] is batch["raw"]
     assert out["meta"]["boxes"][0] is batch["meta"]["boxes"][0]
-    assert isinstance(out["meta"]["pair"], Pair) and out["meta"]["pair"].image is batch["meta"]["pair"].image
+    assert (
+        isinstance(out["meta"]["pair"], Pair)
+        and out["meta"]["pair"].image is batch["meta"]["pair"].image
+    )
     assert isinstance(out["extra"], tuple) and out["extra"][1] == 5
 
 
@@ -77,8 +83,11 @@ def test_asking_for_cuda_without_it_warns_once_naming_the_cpu_fallback(monkeypat
 
     monkeypatch.setattr(device_module, "_warned_cpu_fallback", False)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # as a broken driver makes it
-    with pytest.warns(RuntimeWarning, match=r"device 'cuda' asked for, but CUDA is not available.*on the CPU.*"
-                                            r"device='cpu'"):
+    with pytest.warns(
+        RuntimeWarning,
+        match=r"device 'cuda' asked for, but CUDA is not available.*on the CPU.*"
+        r"device='cpu'",
+    ):
         DeviceLoader([1], "cuda")
     with warnings.catch_warnings():
         warnings.simplefilter("error")
@@ -88,13 +97,18 @@ def test_asking_for_cuda_without_it_warns_once_naming_the_cpu_fallback(monkeypat
 
 def test_batches_move_to_the_given_device_with_their_structure():
     batch = nested_batch()
-    (out,) = list(DeviceLoader([batch], "meta"))  # a device without data: every tensor must have moved
+    # a device without data: every tensor must have moved
+    (out,) = list(DeviceLoader([batch], "meta"))
     assert out["image"].device.type == "meta" and out["image"].shape == batch["image"].shape
     assert out["meta"]["boxes"][1].device.type == "meta" and out["meta"]["boxes"][1].shape == (0, 4)
     assert isinstance(out["meta"]["pair"], Pair) and out["meta"]["pair"].image.device.type == "meta"
     assert out["meta"]["pair"].label == "x" and out["extra"][1] == 5
     assert out["__key__"] == ["a", "b", "c"]
-    assert isinstance(out["raw"], RaggedBytes) and list(out["raw"]) == [b"ab", b"c", b""]  # bytes stay on the host
+    assert isinstance(out["raw"], RaggedBytes) and list(out["raw"]) == [
+        b"ab",
+        b"c",
+        b"",
+    ]  # bytes stay on the host
     assert out["label"].device.type == "meta"
 
 
@@ -110,14 +124,20 @@ def test_map_tensors_keeps_container_types():
 
 
 def test_conversion_equals_a_hand_written_reference():
-    batch = {"image": images(n=4, h=6, w=9), "label": torch.tensor([0, 1, 2, 3]),
-             "mask": torch.zeros(4, 6, 9, dtype=torch.uint8)}
-    loader = DeviceLoader([batch], "cpu", dtype=torch.float32, normalize=(MEAN, STD), channels_last=True)
+    batch = {
+        "image": images(n=4, h=6, w=9),
+        "label": torch.tensor([0, 1, 2, 3]),
+        "mask": torch.zeros(4, 6, 9, dtype=torch.uint8),
+    }
+    loader = DeviceLoader(
+        [batch], "cpu", dtype=torch.float32, normalize=(MEAN, STD), channels_last=True
+    )
     (out,) = list(loader)
     assert out["image"].dtype == torch.float32
     assert np.array_equal(out["image"].numpy(), reference(batch["image"]))  # bit for bit
     assert out["image"].is_contiguous(memory_format=torch.channels_last)
-    assert out["label"] is batch["label"] and out["mask"] is batch["mask"]  # not image batches: untouched
+    # not image batches: untouched
+    assert out["label"] is batch["label"] and out["mask"] is batch["mask"]
     assert batch["image"].dtype == torch.uint8  # the input is not changed
 
 
@@ -135,13 +155,19 @@ def test_fields_by_key_position_and_predicate():
     batch = {"left": image, "right": other, "n": torch.tensor([1, 2, 3])}
     (out,) = list(DeviceLoader([batch], "cpu", normalize=(MEAN, STD), fields=["left"]))
     assert np.array_equal(out["left"].numpy(), reference(image)) and out["right"] is other
-    (pair,) = list(DeviceLoader([Pair(image, torch.tensor([1, 2, 3]))], "cpu", normalize=(MEAN, STD), fields=[0]))
+    (pair,) = list(
+        DeviceLoader(
+            [Pair(image, torch.tensor([1, 2, 3]))], "cpu", normalize=(MEAN, STD), fields=[0]
+        )
+    )
     assert isinstance(pair, Pair) and np.array_equal(pair.image.numpy(), reference(image))
     assert pair.label.dtype == torch.int64
     chw = image[0]  # a single 3-d image is no image batch by default
     (same,) = list(DeviceLoader([chw], "cpu", dtype=torch.float32))
     assert same is chw
-    (converted,) = list(DeviceLoader([chw], "cpu", dtype=torch.float32, fields=lambda t: t.dtype == torch.uint8))
+    (converted,) = list(
+        DeviceLoader([chw], "cpu", dtype=torch.float32, fields=lambda t: t.dtype == torch.uint8)
+    )
     assert torch.equal(converted, chw.float() / 255)
 
 
@@ -213,15 +239,23 @@ def test_shard_loader_batches_through_device_loader_with_workers(image_url):
 
 
 def test_resume_through_device_loader(image_url):
-    first = DeviceLoader(ShardDataset(image_url, seed=3).loader(batch_size=3, num_workers=1), "cuda")
+    first = DeviceLoader(
+        ShardDataset(image_url, seed=3).loader(batch_size=3, num_workers=1), "cuda"
+    )
     it = iter(first)
     before = [k for _ in range(2) for k in next(it)["__key__"]]
     state = json.loads(json.dumps(first.state_dict()))
     assert state["consumed"] == 6
-    second = DeviceLoader(ShardDataset(image_url, seed=3).loader(batch_size=3, num_workers=2), "cuda")
+    second = DeviceLoader(
+        ShardDataset(image_url, seed=3).loader(batch_size=3, num_workers=2), "cuda"
+    )
     second.load_state_dict(state)
     after = [k for b in second for k in b["__key__"]]
-    expected = [k for b in ShardDataset(image_url, seed=3).loader(batch_size=3, num_workers=0) for k in b["__key__"]]
+    expected = [
+        k
+        for b in ShardDataset(image_url, seed=3).loader(batch_size=3, num_workers=0)
+        for k in b["__key__"]
+    ]
     assert before + after == expected
 
 
@@ -232,7 +266,8 @@ def test_state_of_a_foreign_loader_with_batches_copied_ahead_warns():
 
     loader = DeviceLoader(Stateful([torch.zeros(1)]), "cpu")
     assert loader.state_dict() == {"at": 7}  # nothing in flight on the CPU path
-    loader._in_flight = 2  # what the CUDA path counts while it holds copies ahead (tests/gpu runs it for real)
+    # what the CUDA path counts while it holds copies ahead (tests/gpu runs it for real)
+    loader._in_flight = 2
     with pytest.warns(RuntimeWarning, match="2 batches"):
         assert loader.state_dict() == {"at": 7}
     with pytest.raises(AttributeError):
@@ -310,7 +345,8 @@ def test_cuda_path_copies_prefetch_batches_ahead_and_waits_for_each_batch_s_own_
         got.append(i)
         assert batch["x"].device.type == "meta"
         assert pulled == list(range(min(i + 3, 5)))  # this batch and two more already sent
-        assert fake_cuda.consumer.waited[-1] is fake_cuda.events[2 * i + 1]  # exactly this batch's copy
+        # exactly this batch's copy
+        assert fake_cuda.consumer.waited[-1] is fake_cuda.events[2 * i + 1]
         assert loader._in_flight == min(2, 4 - i)
     assert got == [0, 1, 2, 3, 4] and len(fake_cuda.consumer.waited) == 5
 
@@ -329,17 +365,22 @@ def test_cuda_path_keeps_host_tensors_until_their_copy_is_done(fake_cuda):
     next(it)
     next(it)
     gc.collect()
-    assert all(h() is not None for h in hosts)  # no copy has finished: every source is still referenced
+    # no copy has finished: every source is still referenced
+    assert all(h() is not None for h in hosts)
     fake_cuda.events[1].done = True
     next(it)
     gc.collect()
-    assert hosts[0]() is None and hosts[1]() is not None  # let go once its own copy is done, not before
+    # let go once its own copy is done, not before
+    assert hosts[0]() is None and hosts[1]() is not None
     it.close()
-    assert all(e.synchronized for e in fake_cuda.events[3::2])  # an early stop waits for the copies in flight
+    # an early stop waits for the copies in flight
+    assert all(e.synchronized for e in fake_cuda.events[3::2])
 
 
 def test_cuda_path_state_counts_batches_copied_ahead_as_not_consumed(fake_cuda, image_url):
-    loader = fake_cuda.make(ShardDataset(image_url, seed=3, decode=None).loader(batch_size=3, num_workers=0))
+    loader = fake_cuda.make(
+        ShardDataset(image_url, seed=3, decode=None).loader(batch_size=3, num_workers=0)
+    )
     it = iter(loader)
     before = [k for _ in range(2) for k in next(it)["__key__"]]
     assert loader._in_flight == 2
@@ -347,12 +388,16 @@ def test_cuda_path_state_counts_batches_copied_ahead_as_not_consumed(fake_cuda, 
     assert state["consumed"] == 6  # 2 received; the 2 copied ahead are read again after a resume
     resumed = ShardDataset(image_url, seed=3, decode=None).loader(batch_size=3, num_workers=0)
     resumed.load_state_dict(state)
-    expected = [k for b in ShardDataset(image_url, seed=3, decode=None).loader(3, 0) for k in b["__key__"]]
+    expected = [
+        k for b in ShardDataset(image_url, seed=3, decode=None).loader(3, 0) for k in b["__key__"]
+    ]
     assert before + [k for b in resumed for k in b["__key__"]] == expected
 
 
 def test_cuda_path_state_after_a_break_still_counts_batches_copied_ahead(fake_cuda, image_url):
-    loader = fake_cuda.make(ShardDataset(image_url, seed=3, decode=None).loader(batch_size=3, num_workers=0))
+    loader = fake_cuda.make(
+        ShardDataset(image_url, seed=3, decode=None).loader(batch_size=3, num_workers=0)
+    )
     before = []
     for batch in loader:  # train two steps, then stop (the loop's iterator is closed)
         before += batch["__key__"]
@@ -362,7 +407,9 @@ def test_cuda_path_state_after_a_break_still_counts_batches_copied_ahead(fake_cu
     assert state["consumed"] == 6
     resumed = ShardDataset(image_url, seed=3, decode=None).loader(batch_size=3, num_workers=0)
     resumed.load_state_dict(state)
-    expected = [k for b in ShardDataset(image_url, seed=3, decode=None).loader(3, 0) for k in b["__key__"]]
+    expected = [
+        k for b in ShardDataset(image_url, seed=3, decode=None).loader(3, 0) for k in b["__key__"]
+    ]
     assert before + [k for b in resumed for k in b["__key__"]] == expected
 
 
@@ -370,8 +417,13 @@ def test_nested_mappings_that_are_not_dicts_are_moved_too():
     from collections import UserDict
 
     batch = UserDict({"x": torch.ones(2), "y": [torch.zeros(1)]})
-    out = next(iter(DeviceLoader([batch], "cpu", dtype=torch.float64, fields=lambda t: True)))  # reaches every one
-    assert isinstance(out, UserDict) and out["x"].dtype == torch.float64 and out["y"][0].dtype == torch.float64
+    # reaches every one
+    out = next(iter(DeviceLoader([batch], "cpu", dtype=torch.float64, fields=lambda t: True)))
+    assert (
+        isinstance(out, UserDict)
+        and out["x"].dtype == torch.float64
+        and out["y"][0].dtype == torch.float64
+    )
 
 
 def test_cuda_path_raises_an_error_after_the_batches_before_it(fake_cuda):
@@ -389,8 +441,11 @@ def test_cuda_path_raises_an_error_after_the_batches_before_it(fake_cuda):
 
 # -- stats: the training loop's wait for data against its step, and the copies ------------------
 
+
 def test_device_stats_count_every_step_and_carry_the_loader_s(image_url):
-    device = DeviceLoader(ShardDataset(image_url, seed=3).loader(batch_size=4, num_workers=0), "cpu")
+    device = DeviceLoader(
+        ShardDataset(image_url, seed=3).loader(batch_size=4, num_workers=0), "cpu"
+    )
     assert device.stats().verdict() == "no batches yet"
     batches = list(device)
     s = device.stats()
@@ -404,7 +459,9 @@ def test_device_stats_count_every_step_and_carry_the_loader_s(image_url):
 
 
 def test_device_stats_count_the_bytes_copied_and_report_every_n_steps():
-    batches = [{"x": torch.zeros(4, 8, dtype=torch.float32), "y": torch.ones(4, dtype=torch.int64)}] * 5
+    batches = [
+        {"x": torch.zeros(4, 8, dtype=torch.float32), "y": torch.ones(4, dtype=torch.int64)}
+    ] * 5
     device = DeviceLoader(batches, "cpu", pin=False)
     device.device = torch.device("meta")  # a device other than the batches': every tensor crosses
     got: list[dict[str, float]] = []
@@ -420,16 +477,26 @@ def test_device_stats_data_wait_fraction_and_verdict_from_known_times():
     from shardstream.loader.stats import DeviceStats, LoaderStats
 
     inner = LoaderStats(batches=10, decode_s=8.0, read_s=1.0)
-    s = DeviceStats(loader=inner, steps=10, wait_s=3.0, compute_s=1.0, copy_s=0.1, h2d_bytes=0, history=[])
+    s = DeviceStats(
+        loader=inner, steps=10, wait_s=3.0, compute_s=1.0, copy_s=0.1, h2d_bytes=0, history=[]
+    )
     assert s.data_wait_fraction == 0.75
-    assert s.verdict().startswith("input-bound: 75% of step time waiting for data; decode dominates; try more workers")
-    quiet = DeviceStats(loader=inner, steps=10, wait_s=0.01, compute_s=1.0, copy_s=0.1, h2d_bytes=0, history=[])
-    assert quiet.verdict() == "compute-bound: 1% of step time waiting for data; the input pipeline keeps up"
+    assert s.verdict().startswith(
+        "input-bound: 75% of step time waiting for data; decode dominates; try more workers"
+    )
+    quiet = DeviceStats(
+        loader=inner, steps=10, wait_s=0.01, compute_s=1.0, copy_s=0.1, h2d_bytes=0, history=[]
+    )
+    assert (
+        quiet.verdict()
+        == "compute-bound: 1% of step time waiting for data; the input pipeline keeps up"
+    )
 
 
 def test_cuda_path_times_each_copy_with_its_events(fake_cuda):
     loader = fake_cuda.make([{"x": torch.zeros(3)} for _ in range(4)], prefetch=2)
     list(loader)
     s = loader.stats()
-    assert s.steps == 4 and s.copy_s == pytest.approx(4 * 0.5e-3)  # every copy counted once, when done
+    # every copy counted once, when done
+    assert s.steps == 4 and s.copy_s == pytest.approx(4 * 0.5e-3)
     assert s.h2d_bytes == 4 * 3 * 4

@@ -32,7 +32,8 @@ TREE = {
     "données/été 2024/photo 1.jpg": bytes(range(256)) * 4,
     "données/été 2024/photo 1.seg.png": b"\x89PNG fake",
     "日本語/ファイル.txt": "日本語".encode(),
-    "deep/" + "folder name " * 14 + "/x.bin": bytes(1000),  # 181 bytes, prefix too long for ustar: PAX
+    # 181 bytes, prefix too long for ustar: PAX
+    "deep/" + "folder name " * 14 + "/x.bin": bytes(1000),
     "empty.bin": b"",
 }
 
@@ -65,7 +66,9 @@ def writer_samples() -> list[dict]:
 
 
 def as_stored(sample: dict) -> dict:
-    return {k: (v.encode() if isinstance(v, str) and k != "__key__" else v) for k, v in sample.items()}
+    return {
+        k: (v.encode() if isinstance(v, str) and k != "__key__" else v) for k, v in sample.items()
+    }
 
 
 @pytest.fixture(scope="module")
@@ -102,7 +105,8 @@ def test_webdataset_reads_writer_shards_in_order(writer_dataset):
 
 def test_webdataset_reads_writer_shards_by_brace_pattern(writer_dataset):
     root, manifest = writer_dataset
-    run = manifest.paths[0].split("-")[-1].split(".")[0]  # the token of the run that wrote them, in every name
+    # the token of the run that wrote them, in every name
+    run = manifest.paths[0].split("-")[-1].split(".")[0]
     samples = wds_samples(f"{root}/shard-{{000000..000002}}-{run}.tar")
     assert [s["__key__"] for s in samples] == [s["__key__"] for s in writer_samples()]
 
@@ -133,7 +137,11 @@ def test_tar_lists_writer_shards(writer_dataset):
     listed = []
     for p in manifest.paths:
         listed += run_tar("--quoting-style=literal", "-tf", str(root / p)).splitlines()
-    expected = [f"{s['__key__']}.{f}" for s in writer_samples() for f in sorted(k for k in s if k != "__key__")]
+    expected = [
+        f"{s['__key__']}.{f}"
+        for s in writer_samples()
+        for f in sorted(k for k in s if k != "__key__")
+    ]
     assert listed == expected
 
 
@@ -149,7 +157,8 @@ def test_tar_lists_and_extracts_a_packed_folder(packed_tree, tmp_path):
     run_tar("-xf", shard, cwd=out)
     extracted = {
         os.path.relpath(os.path.join(d, f), out).replace(os.sep, "/")
-        for d, _, files in os.walk(out) for f in files
+        for d, _, files in os.walk(out)
+        for f in files
     }
     assert extracted == set(TREE)
     for rel, data in TREE.items():
@@ -173,14 +182,21 @@ def test_tar_reads_gzip_shards(tmp_path):
     with ShardWriter(str(tmp_path / "ds"), compression="gzip") as w:
         for s in writer_samples():
             w.write(s)
-    listed = run_tar("--quoting-style=literal", "-tzf", str(tmp_path / "ds" / w.manifest.paths[0])).splitlines()
+    listed = run_tar(
+        "--quoting-style=literal", "-tzf", str(tmp_path / "ds" / w.manifest.paths[0])
+    ).splitlines()
     assert listed[:3] == ["000.cls", "000.jpg", "000.txt"]
     assert len(listed) == sum(len(s) - 1 for s in writer_samples())
 
 
 def write_with_webdataset(pattern: str, n: int, maxcount: int, **kw) -> list[dict]:
     samples = [
-        {"__key__": f"sample{i:04d}", "txt": f"text {i}", "cls": i % 3, "bin": bytes([i % 256]) * (i * 37 % 900)}
+        {
+            "__key__": f"sample{i:04d}",
+            "txt": f"text {i}",
+            "cls": i % 3,
+            "bin": bytes([i % 256]) * (i * 37 % 900),
+        }
         for i in range(n)
     ]
     with wds.ShardWriter(pattern, maxcount=maxcount, verbose=0, **kw) as sink:
@@ -250,7 +266,10 @@ def test_webdataset_reads_back_what_shardstream_indexed(tmp_path):
 
 
 def arrow_dataset(root) -> tuple[list[dict], object]:
-    rows = [{"__key__": f"r{i:03d}", "label": i % 5, "text": f"row {i}", "blob": bytes([i]) * i} for i in range(25)]
+    rows = [
+        {"__key__": f"r{i:03d}", "label": i % 5, "text": f"row {i}", "blob": bytes([i]) * i}
+        for i in range(25)
+    ]
     with ShardWriter(str(root), format="arrow", samples_per_shard=7) as w:
         for r in rows:
             w.write(r)

@@ -28,7 +28,18 @@ ALLOWED = {
     "dataset": {"errors", "sizes", "formats", "storage", "manifest", "plan"},
     "loader": {"errors", "plan", "dataset"},
     "device": {"loader"},
-    "cli": {"errors", "version", "sizes", "storage", "manifest", "packing", "plan", "dataset", "loader", "device"},
+    "cli": {
+        "errors",
+        "version",
+        "sizes",
+        "storage",
+        "manifest",
+        "packing",
+        "plan",
+        "dataset",
+        "loader",
+        "device",
+    },
 }
 FOUNDATIONS = {"sizes", "host"}  # byte sizes and machine facts: every stage may use them
 for _stage, _allowed in ALLOWED.items():
@@ -40,9 +51,11 @@ ENTRY_POINTS = {"__init__", "__main__", "_moved"}  # the package root may name a
 LATE_BOUND_UP = {("shardstream.dataset.base", "shardstream.loader")}
 # A base class that makes its backends by name, as fsspec's registry does: Store(url) imports the backend the
 # URL needs, and each backend imports the base it extends.
-LATE_BOUND_UP |= {("shardstream.storage.store", "shardstream.storage.local_store"),
-                  ("shardstream.storage.store", "shardstream.storage.fsspec_store"),
-                  ("shardstream.storage.store", "shardstream.storage.s3_store")}
+LATE_BOUND_UP |= {
+    ("shardstream.storage.store", "shardstream.storage.local_store"),
+    ("shardstream.storage.store", "shardstream.storage.fsspec_store"),
+    ("shardstream.storage.store", "shardstream.storage.s3_store"),
+}
 
 
 def modules() -> dict[str, Path]:
@@ -64,12 +77,25 @@ def imports(name: str, path: Path, known: dict[str, Path]) -> set[str]:
     package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
     found: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(node.func, "id", "")) == "import_module":
-            found.update(a.value for a in node.args if isinstance(a, ast.Constant) and isinstance(a.value, str)
-                         and a.value.startswith("shardstream"))
+        if (
+            isinstance(node, ast.Call)
+            and getattr(node.func, "attr", getattr(node.func, "id", "")) == "import_module"
+        ):
+            found.update(
+                a.value
+                for a in node.args
+                if isinstance(a, ast.Constant)
+                and isinstance(a.value, str)
+                and a.value.startswith("shardstream")
+            )
             continue
-        if (isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.startswith("shardstream.")
-                and re.fullmatch(r"[\w.]+:\w+", node.value)):  # a registry entry, "module:attribute"
+        # a registry entry, "module:attribute"
+        if (
+            isinstance(node, ast.Constant)
+            and isinstance(node.value, str)
+            and node.value.startswith("shardstream.")
+            and re.fullmatch(r"[\w.]+:\w+", node.value)
+        ):
             found.add(node.value.split(":", 1)[0])
             continue
         if isinstance(node, ast.Import):
@@ -81,11 +107,15 @@ def imports(name: str, path: Path, known: dict[str, Path]) -> set[str]:
                 module = ".".join(base + ([node.module] if node.module else []))
             else:
                 module = node.module or ""
-            targets = [f"{module}.{alias.name}" if f"{module}.{alias.name}" in known else module
-                       for alias in node.names]
+            targets = [
+                f"{module}.{alias.name}" if f"{module}.{alias.name}" in known else module
+                for alias in node.names
+            ]
         else:
             continue
-        found.update(t for t in targets if (t in known or t.startswith("shardstream")) and t != name)
+        found.update(
+            t for t in targets if (t in known or t.startswith("shardstream")) and t != name
+        )
     return found
 
 
@@ -99,21 +129,32 @@ GRAPH = {name: imports(name, path, modules()) for name, path in modules().items(
 
 @pytest.mark.parametrize("module", sorted(GRAPH))
 def test_every_import_names_a_module_of_today(module):
-    stale = sorted(t for t in GRAPH[module] if t not in modules() and module != "shardstream._moved")
-    assert not stale, f"{module} imports {stale}: not modules of the package (old paths? see _moved.MOVED)"
+    stale = sorted(
+        t for t in GRAPH[module] if t not in modules() and module != "shardstream._moved"
+    )
+    assert not stale, (
+        f"{module} imports {stale}: not modules of the package (old paths? see _moved.MOVED)"
+    )
 
 
 def test_every_top_level_module_or_folder_is_a_known_stage():
     names = {stage(m) for m in GRAPH} - ENTRY_POINTS
-    assert names == set(ALLOWED), "a new stage needs its place in ALLOWED (and in the README's layout)"
+    assert names == set(ALLOWED), (
+        "a new stage needs its place in ALLOWED (and in the README's layout)"
+    )
 
 
 @pytest.mark.parametrize("module", sorted(m for m in GRAPH if stage(m) not in ENTRY_POINTS))
 def test_imports_follow_the_data_flow(module):
     own = stage(module)
-    wrong = sorted(t for t in GRAPH[module] if stage(t) != own and stage(t) not in ALLOWED[own]
-                   and (module, t) not in LATE_BOUND_UP)
-    assert not wrong, f"{module} ({own}) imports {wrong}; {own} may import only {sorted(ALLOWED[own])}"
+    wrong = sorted(
+        t
+        for t in GRAPH[module]
+        if stage(t) != own and stage(t) not in ALLOWED[own] and (module, t) not in LATE_BOUND_UP
+    )
+    assert not wrong, (
+        f"{module} ({own}) imports {wrong}; {own} may import only {sorted(ALLOWED[own])}"
+    )
 
 
 def test_no_import_cycles():
@@ -126,7 +167,7 @@ def test_no_import_cycles():
         path.append(node)
         for nxt in sorted(graph[node]):
             if seen.get(nxt) == 1:
-                cycle = path[path.index(nxt):] + [nxt]
+                cycle = path[path.index(nxt) :] + [nxt]
                 pytest.fail(f"import cycle: {' -> '.join(cycle)}")
             if nxt not in seen:
                 visit(nxt)
@@ -139,7 +180,10 @@ def test_no_import_cycles():
 
 
 def graph_without_late_binding() -> dict[str, set[str]]:
-    return {m: {t for t in targets if (m, t) not in LATE_BOUND_UP and t in GRAPH} for m, targets in GRAPH.items()}
+    return {
+        m: {t for t in targets if (m, t) not in LATE_BOUND_UP and t in GRAPH}
+        for m, targets in GRAPH.items()
+    }
 
 
 def test_the_layering_check_sees_lazy_relative_old_and_named_imports(tmp_path):
@@ -150,30 +194,48 @@ def test_the_layering_check_sees_lazy_relative_old_and_named_imports(tmp_path):
         "import importlib\n"
         "def f():\n    from ..loader import shard_loader\n    from ... import os\n"
         "    from ..transport import Ring\n    import shardstream.collate\n"
-        "    importlib.import_module('shardstream.dataset')\n")
-    known = {"shardstream.storage.x": fake / "x.py", "shardstream.loader": Path("-"),
-             "shardstream.loader.shard_loader": Path("-"), "shardstream.dataset": Path("-")}
+        "    importlib.import_module('shardstream.dataset')\n"
+    )
+    known = {
+        "shardstream.storage.x": fake / "x.py",
+        "shardstream.loader": Path("-"),
+        "shardstream.loader.shard_loader": Path("-"),
+        "shardstream.dataset": Path("-"),
+    }
     assert imports("shardstream.storage.x", fake / "x.py", known) == {
-        "shardstream.loader.shard_loader", "shardstream.transport", "shardstream.collate", "shardstream.dataset"}
+        "shardstream.loader.shard_loader",
+        "shardstream.transport",
+        "shardstream.collate",
+        "shardstream.dataset",
+    }
 
 
 def test_functions_not_files_are_limited():
     """Size is limited per function (ruff's complexity, argument and statement rules, which make test runs),
     not per file: a long but coherent module is fine, a 24-parameter function is not."""
-    tomllib = pytest.importorskip("tomllib", reason="tomllib is in the standard library from Python 3.11")
+    tomllib = pytest.importorskip(
+        "tomllib", reason="tomllib is in the standard library from Python 3.11"
+    )
     ruff = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["ruff"]
     assert {"C901", "PLR0913", "PLR0915"} <= set(ruff["lint"]["select"])
     assert ruff["lint"]["mccabe"]["max-complexity"] <= 12
-    assert ruff["lint"]["pylint"]["max-args"] <= 8 and ruff["lint"]["pylint"]["max-statements"] <= 50
-    assert not any(rule in ruff["lint"]["per-file-ignores"].get(path, []) for path in ("shardstream/**",)
-                   for rule in ("C901", "PLR0913", "PLR0915"))
+    assert (
+        ruff["lint"]["pylint"]["max-args"] <= 8 and ruff["lint"]["pylint"]["max-statements"] <= 50
+    )
+    assert not any(
+        rule in ruff["lint"]["per-file-ignores"].get(path, [])
+        for path in ("shardstream/**",)
+        for rule in ("C901", "PLR0913", "PLR0915")
+    )
 
 
 def readme_tree() -> set[str]:
     """The paths the README's layout tree names (``dataset/collate.py``), from its indentation."""
     readme = (ROOT / "README.md").read_text()
     section = readme.split("## Layout", 1)[1].split("\n## ", 1)[0]
-    blocks = section.split("```")[1::2]  # the section's code blocks; the tree is the one of the package
+    blocks = section.split("```")[
+        1::2
+    ]  # the section's code blocks; the tree is the one of the package
     tree = next(block for block in blocks if block.lstrip("\n").startswith("shardstream/"))
     named, folder = set(), ""
     for line in tree.splitlines()[2:]:

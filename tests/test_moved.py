@@ -30,7 +30,9 @@ def test_an_old_path_gives_the_new_module_itself(fresh, old):
     assert module.__spec__.name == new  # its own spec, not the alias's
 
 
-@pytest.mark.parametrize("old", sorted(o for o, n in _moved.MOVED.items() if not isinstance(n, str)))
+@pytest.mark.parametrize(
+    "old", sorted(o for o, n in _moved.MOVED.items() if not isinstance(n, str))
+)
 def test_an_old_module_split_in_several_finds_each_name(fresh, old):
     with pytest.warns(DeprecationWarning, match=f"{old} moved to"):
         module = importlib.import_module(old)
@@ -50,16 +52,30 @@ def test_from_imports_of_old_names_work(fresh):
 
 
 def test_old_names_as_attributes_of_the_package(fresh):
-    with pytest.warns(DeprecationWarning, match="shardstream.transport moved to shardstream.loader.transport"):
+    with pytest.warns(
+        DeprecationWarning, match="shardstream.transport moved to shardstream.loader.transport"
+    ):
         assert shardstream.transport is importlib.import_module("shardstream.loader.transport")
 
 
 def test_the_packages_that_kept_their_names_keep_their_public_names():
     from shardstream.dataset import ShardDataset, resolve_rank  # noqa: F401
     from shardstream.loader import ShardLoader, default_num_workers  # noqa: F401
-    from shardstream.manifest import MANIFEST_NAME, Manifest, dataset_store, load_manifest, write_manifest  # noqa: F401
+    from shardstream.manifest import (  # noqa: F401
+        MANIFEST_NAME,
+        Manifest,
+        dataset_store,
+        load_manifest,
+        write_manifest,
+    )
     from shardstream.plan import EpochOrder, per_rank, rank_range, remaining, worker_chunks  # noqa: F401
-    from shardstream.storage import RetryPolicy, Store, connection_options, describe_os_error, is_url  # noqa: F401
+    from shardstream.storage import (  # noqa: F401
+        RetryPolicy,
+        Store,
+        connection_options,
+        describe_os_error,
+        is_url,
+    )
 
 
 def test_unknown_attributes_still_fail():

@@ -12,7 +12,10 @@ ENTRY_POINTS = {"_moved"}  # the package root imports its table of moved names
 
 
 def trees() -> dict[str, ast.Module]:
-    return {str(p.relative_to(ROOT.parent)): ast.parse(p.read_text()) for p in sorted(ROOT.rglob("*.py"))}
+    return {
+        str(p.relative_to(ROOT.parent)): ast.parse(p.read_text())
+        for p in sorted(ROOT.rglob("*.py"))
+    }
 
 
 def defined_names(tree: ast.Module) -> set[str]:
@@ -46,15 +49,24 @@ def test_no_module_reads_another_modules_private_names():
         own = ours[module]
         for node in ast.walk(tree):
             if isinstance(node, ast.ImportFrom):
-                bad += [f"{module}:{node.lineno} imports {a.name}" for a in node.names
-                        if private(a.name) and a.name not in ENTRY_POINTS and (node.module or "").startswith(".")]
-                bad += [f"{module}:{node.lineno} imports {a.name}" for a in node.names
-                        if private(a.name) and node.level > 0 and a.name not in ENTRY_POINTS]
+                bad += [
+                    f"{module}:{node.lineno} imports {a.name}"
+                    for a in node.names
+                    if private(a.name)
+                    and a.name not in ENTRY_POINTS
+                    and (node.module or "").startswith(".")
+                ]
+                bad += [
+                    f"{module}:{node.lineno} imports {a.name}"
+                    for a in node.names
+                    if private(a.name) and node.level > 0 and a.name not in ENTRY_POINTS
+                ]
             elif isinstance(node, ast.Attribute) and private(node.attr):
                 base = node.value
                 if isinstance(base, ast.Name) and base.id in ("self", "cls"):
                     continue
-                if node.attr in everywhere and node.attr not in own:  # a private name of another module's
+                # a private name of another module's
+                if node.attr in everywhere and node.attr not in own:
                     bad.append(f"{module}:{node.lineno} reads .{node.attr}")
     assert not sorted(set(bad))
 
@@ -62,11 +74,17 @@ def test_no_module_reads_another_modules_private_names():
 def test_the_loader_asks_datasets_only_what_the_contract_names():
     bad = []
     for module, tree in trees().items():
-        if not module.startswith(("shardstream/loader/", "shardstream/cli/bench", "shardstream/device")):
+        if not module.startswith(
+            ("shardstream/loader/", "shardstream/cli/bench", "shardstream/device")
+        ):
             continue
         for node in ast.walk(tree):
-            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
-                    and node.func.id in ("getattr", "hasattr") and node.args):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Name)
+                and node.func.id in ("getattr", "hasattr")
+                and node.args
+            ):
                 target = ast.unparse(node.args[0])
                 if target in ("dataset", "ds", "self.dataset") or target.endswith(".dataset"):
                     bad.append(f"{module}:{node.lineno} {ast.unparse(node)}")
@@ -78,14 +96,26 @@ def test_nothing_writes_into_another_objects_dict():
     for module, tree in trees().items():
         for node in ast.walk(tree):
             owner = None
-            if (isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Store)
-                    and isinstance(node.value, ast.Attribute) and node.value.attr == "__dict__"):
+            if (
+                isinstance(node, ast.Subscript)
+                and isinstance(node.ctx, ast.Store)
+                and isinstance(node.value, ast.Attribute)
+                and node.value.attr == "__dict__"
+            ):
                 owner = node.value.value
-            elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
-                  and node.func.attr in ("update", "setdefault", "pop") and isinstance(node.func.value, ast.Attribute)
-                  and node.func.value.attr == "__dict__"):
+            elif (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr in ("update", "setdefault", "pop")
+                and isinstance(node.func.value, ast.Attribute)
+                and node.func.value.attr == "__dict__"
+            ):
                 owner = node.func.value.value
-            elif (isinstance(node, ast.Call) and ast.unparse(node.func) == "object.__setattr__" and node.args):
+            elif (
+                isinstance(node, ast.Call)
+                and ast.unparse(node.func) == "object.__setattr__"
+                and node.args
+            ):
                 owner = node.args[0]
             if owner is not None and not (isinstance(owner, ast.Name) and owner.id == "self"):
                 bad.append(f"{module}:{node.lineno} {ast.unparse(node)[:80]}")

@@ -50,8 +50,28 @@ def test_decimal_and_binary_units_differ():
 
 @pytest.mark.parametrize(
     "value",
-    [0, -1, -(2**40), "0", "0MB", "0.0001B", "-5MB", "-1", "abc", "10 parsecs", "", "   ", "MB", "1.2.3MB",
-     "1e6", "5 M B", "0x10", None, True, False],
+    [
+        0,
+        -1,
+        -(2**40),
+        "0",
+        "0MB",
+        "0.0001B",
+        "-5MB",
+        "-1",
+        "abc",
+        "10 parsecs",
+        "",
+        "   ",
+        "MB",
+        "1.2.3MB",
+        "1e6",
+        "5 M B",
+        "0x10",
+        None,
+        True,
+        False,
+    ],
 )
 def test_parse_size_rejects_bad_values(value):
     with pytest.raises(ShardstreamError) as info:
@@ -72,7 +92,9 @@ def test_bools_are_not_sizes_even_though_they_are_ints():
         parse_size(True)
 
 
-@pytest.mark.parametrize(("value", "expected"), [("2.01KB", 2010), ("8.19KB", 8190), ("16.06KB", 16060)])
+@pytest.mark.parametrize(
+    ("value", "expected"), [("2.01KB", 2010), ("8.19KB", 8190), ("16.06KB", 16060)]
+)
 def test_parse_size_decimal_fractions_are_exact(value, expected):
     assert parse_size(value) == expected
 

@@ -59,9 +59,12 @@ def train(batches_per_epoch, seed: int, x_test, y_test) -> float:
 
 
 def in_memory(x, y, seed):
-    data = torch.utils.data.TensorDataset(torch.from_numpy(x.reshape(len(x), -1)), torch.from_numpy(y))
-    loader = torch.utils.data.DataLoader(data, batch_size=BATCH, shuffle=True,
-                                         generator=torch.Generator().manual_seed(seed))
+    data = torch.utils.data.TensorDataset(
+        torch.from_numpy(x.reshape(len(x), -1)), torch.from_numpy(y)
+    )
+    loader = torch.utils.data.DataLoader(
+        data, batch_size=BATCH, shuffle=True, generator=torch.Generator().manual_seed(seed)
+    )
     return lambda epoch: loader
 
 
@@ -72,8 +75,12 @@ def through_shards(url, seed, **kw):
         ds.set_epoch(epoch)
         samples = list(ds)
         for i in range(0, len(samples), BATCH):
-            chunk = samples[i:i + BATCH]
-            yield (torch.from_numpy(np.stack([s[0] for s in chunk])), torch.tensor([s[1] for s in chunk]))
+            chunk = samples[i : i + BATCH]
+            yield (
+                torch.from_numpy(np.stack([s[0] for s in chunk])),
+                torch.tensor([s[1] for s in chunk]),
+            )
+
     return epoch_batches
 
 
@@ -101,7 +108,9 @@ def test_a_class_sorted_pack_trains_as_well_as_an_in_memory_shuffle(digits, tmp_
     result = pack(root, url, samples_per_shard=200, progress=False)
     assert result.shards == 7 and result.manifest.classes == [str(c) for c in range(10)]
     shards = mean_accuracy(lambda s: through_shards(url, s), x_test, y_test)
-    assert shards >= reference - 1.5, f"ShardDataset {shards:.1f}% against in-memory {reference:.1f}%"
+    assert shards >= reference - 1.5, (
+        f"ShardDataset {shards:.1f}% against in-memory {reference:.1f}%"
+    )
 
 
 def test_a_sorted_pack_read_with_the_default_window_trains_as_well(digits, tmp_path):
@@ -110,4 +119,6 @@ def test_a_sorted_pack_read_with_the_default_window_trains_as_well(digits, tmp_p
     url = tmp_path / "sorted"
     pack(root, url, samples_per_shard=200, shuffle=False, progress=False)
     shards = mean_accuracy(lambda s: through_shards(url, s), x_test, y_test)
-    assert shards >= reference - 1.5, f"ShardDataset {shards:.1f}% against in-memory {reference:.1f}%"
+    assert shards >= reference - 1.5, (
+        f"ShardDataset {shards:.1f}% against in-memory {reference:.1f}%"
+    )

@@ -9,8 +9,27 @@ from pathlib import Path
 
 import numpy as np
 
-WORDS = ["the", "quick", "brown", "fox", "jumps", "over", "a", "lazy", "dog", "while", "cats", "run",
-         "fast", "and", "slow", "under", "red", "blue", "skies"]
+WORDS = [
+    "the",
+    "quick",
+    "brown",
+    "fox",
+    "jumps",
+    "over",
+    "a",
+    "lazy",
+    "dog",
+    "while",
+    "cats",
+    "run",
+    "fast",
+    "and",
+    "slow",
+    "under",
+    "red",
+    "blue",
+    "skies",
+]
 
 
 def texts(n: int, seed: int = 0) -> list[str]:
@@ -25,7 +44,9 @@ def train_tokenizer(path: Path, corpus: list[str] | None = None, eos: bool = Tru
     tok = Tokenizer(models.BPE(unk_token="[UNK]"))
     tok.pre_tokenizer = pre_tokenizers.Whitespace()
     special = ["[UNK]"] + (["<|endoftext|>"] if eos else [])
-    tok.train_from_iterator(corpus or texts(300), trainers.BpeTrainer(vocab_size=120, special_tokens=special))
+    tok.train_from_iterator(
+        corpus or texts(300), trainers.BpeTrainer(vocab_size=120, special_tokens=special)
+    )
     tok.save(str(path))
     return path
 
@@ -50,11 +71,22 @@ def int_tokens(text: str) -> list[int]:
     return [int(x) for x in text.split()]
 
 
-def pack_positions(tmp: Path, lengths: list[int], shard_size: str = "256B", name: str = "ds") -> tuple[str, np.ndarray]:
+def pack_positions(
+    tmp: Path, lengths: list[int], shard_size: str = "256B", name: str = "ds"
+) -> tuple[str, np.ndarray]:
     """A token dataset of :func:`position_corpus` (no EOS, so ids are unique); (url, offsets)."""
     from shardstream import pack
 
     src, offsets = position_corpus(tmp / f"{name}-src", lengths)
-    pack(src, tmp / name, format="tokens", tokenizer=int_tokens, eos=False, vocab_size=int(offsets[-1]) + 1,
-         shard_size=shard_size, progress=False, workers=2)
+    pack(
+        src,
+        tmp / name,
+        format="tokens",
+        tokenizer=int_tokens,
+        eos=False,
+        vocab_size=int(offsets[-1]) + 1,
+        shard_size=shard_size,
+        progress=False,
+        workers=2,
+    )
     return str(tmp / name), offsets

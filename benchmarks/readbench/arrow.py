@@ -26,7 +26,9 @@ def write_table(out: Path, rows: int) -> None:
     import pyarrow.parquet as pq
 
     rng = np.random.default_rng(ARROW_SEED)
-    columns: dict[str, Any] = {f"x{i}": rng.standard_normal(rows, dtype=np.float32) for i in range(ARROW_FLOAT_COLUMNS)}
+    columns: dict[str, Any] = {
+        f"x{i}": rng.standard_normal(rows, dtype=np.float32) for i in range(ARROW_FLOAT_COLUMNS)
+    }
     columns["label"] = rng.integers(0, 1000, rows, dtype=np.int64)
     out.mkdir(parents=True)
     pq.write_table(pa.table(columns), out / "table.parquet")
@@ -47,11 +49,19 @@ def run_arrow(tool: str, read_root: Path) -> dict[str, Any]:
                 table = pa.ipc.open_file(source).read_all()
                 arrays = [column.to_numpy() for column in table.columns]
                 rows += table.num_rows
-                first_batch = first_batch or ", ".join(f"{n}: {a.dtype}[{len(a)}]" for n, a in
-                                                       zip(table.column_names, arrays))
+                first_batch = first_batch or ", ".join(
+                    f"{n}: {a.dtype}[{len(a)}]" for n, a in zip(table.column_names, arrays)
+                )
         seconds = time.perf_counter() - started
-        return {"rate": rows / seconds, "samples": rows, "seconds": seconds, "ttfb": None, "setup": 0.0,
-                "first_batch": first_batch, "shards": len(files)}
+        return {
+            "rate": rows / seconds,
+            "samples": rows,
+            "seconds": seconds,
+            "ttfb": None,
+            "setup": 0.0,
+            "first_batch": first_batch,
+            "shards": len(files),
+        }
     from shardstream import ShardDataset
 
     started = time.perf_counter()

@@ -5,7 +5,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-SCRIPT = Path(__file__).resolve().parent.parent / "read.py"  # the entry point; children run it again
+# the entry point; children run it again
+SCRIPT = Path(__file__).resolve().parent.parent / "read.py"
 LOADER_MODES = ("raw", "pillow", "fast")
 MODES = (*LOADER_MODES, "limit", "memory", "arrow")
 BATCH_SIZE = 64

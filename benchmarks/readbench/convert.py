@@ -46,22 +46,37 @@ def folder_size(path: Path) -> tuple[int, int]:
     return sum(p.stat().st_size for p in files), len(files)
 
 
-def conversion_argv(name: str, images: ImageSet, read_root: Path, args: argparse.Namespace) -> list[str]:
+def conversion_argv(
+    name: str, images: ImageSet, read_root: Path, args: argparse.Namespace
+) -> list[str]:
     out = read_root / name
     if name == "shardstream":
         return pack_argv(images.train, out)
     if name == "arrow":
         return pack_argv(read_root / "table" / "table.parquet", out)
-    return [sys.executable, str(SCRIPT), "--convert", name, "--data", str(args.data),
-            "--count", str(images.count), "--arrow-rows", str(args.arrow_rows)]
+    return [
+        sys.executable,
+        str(SCRIPT),
+        "--convert",
+        name,
+        "--data",
+        str(args.data),
+        "--count",
+        str(images.count),
+        "--arrow-rows",
+        str(args.arrow_rows),
+    ]
 
 
 def convert(name: str, images: ImageSet, read_root: Path, args: argparse.Namespace) -> Conversion:
     """The tool's copy of the data: reused when its marker matches, else written now (untimed)."""
     out = read_root / name
     marker = read_root / f"{name}.json"
-    expected = {"count": images.count, "version": READ_DATA_VERSION,
-                "rows": args.arrow_rows if name in ("table", "arrow") else None}
+    expected = {
+        "count": images.count,
+        "version": READ_DATA_VERSION,
+        "rows": args.arrow_rows if name in ("table", "arrow") else None,
+    }
     try:
         doc = json.loads(marker.read_text())
         if {k: doc.get(k) for k in expected} == expected and out.is_dir():
@@ -73,14 +88,23 @@ def convert(name: str, images: ImageSet, read_root: Path, args: argparse.Namespa
     read_root.mkdir(parents=True, exist_ok=True)
     print(f"converting for {name} into {out} ...", flush=True)
     started = time.perf_counter()
-    proc = subprocess.run(conversion_argv(name, images, read_root, args), capture_output=True, text=True,
-                          env=child_env())
+    proc = subprocess.run(
+        conversion_argv(name, images, read_root, args),
+        capture_output=True,
+        text=True,
+        env=child_env(),
+    )
     seconds = time.perf_counter() - started
     if proc.returncode != 0 or not out.is_dir():
         tail = " | ".join((proc.stderr or proc.stdout).strip().splitlines()[-4:])
-        return Conversion(name, out, seconds, problem=f"conversion failed (exit {proc.returncode}): {tail}")
+        return Conversion(
+            name, out, seconds, problem=f"conversion failed (exit {proc.returncode}): {tail}"
+        )
     nbytes, files = folder_size(out)
-    marker.write_text(json.dumps({**expected, "seconds": round(seconds, 2), "bytes": nbytes, "files": files}) + "\n")
+    marker.write_text(
+        json.dumps({**expected, "seconds": round(seconds, 2), "bytes": nbytes, "files": files})
+        + "\n"
+    )
     return Conversion(name, out, seconds, nbytes, files)
 
 
@@ -102,6 +126,8 @@ def conversion_lines(conversions: list[Conversion]) -> list[str]:
             lines.append(f"{c.name}: {c.problem}")
         else:
             how = "reused" if c.reused else "written"
-            lines.append(f"{c.name}: {c.files} files, {c.nbytes / 1e6:,.1f} MB in {c.path} ({how}; conversion took "
-                         f"{c.seconds:.1f} s)")
+            lines.append(
+                f"{c.name}: {c.files} files, {c.nbytes / 1e6:,.1f} MB in {c.path} ({how}; conversion took "
+                f"{c.seconds:.1f} s)"
+            )
     return lines

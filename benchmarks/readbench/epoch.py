@@ -72,18 +72,32 @@ def timed_epoch(loader: Iterable[Any]) -> dict[str, Any]:
         samples += batch_length(batch)
         payload += payload_bytes(batch)
     seconds = time.perf_counter() - started
-    return {"seconds": seconds, "samples": samples, "payload_bytes": payload, "ttfb": ttfb,
-            "first_samples": first_samples, "first_batch": described}
+    return {
+        "seconds": seconds,
+        "samples": samples,
+        "payload_bytes": payload,
+        "ttfb": ttfb,
+        "first_samples": first_samples,
+        "first_batch": described,
+    }
 
 
-def run_loader(tool: str, mode: str, read_root: Path, remote: RemoteSource | None = None) -> dict[str, Any]:
+def run_loader(
+    tool: str, mode: str, read_root: Path, remote: RemoteSource | None = None
+) -> dict[str, Any]:
     """The loader modes (raw, pillow, fast; memory: 3 epochs with RSS after each) for one tool, in this process."""
     started = time.perf_counter()
     loader = LOADERS[tool](read_root / DATA_OF[tool], mode, remote)
     setup = time.perf_counter() - started
     epochs = []
     # remote shardstream: a second epoch from the local cache the first one filled (reported apart)
-    count = MEMORY_EPOCHS if mode == "memory" else 2 if remote is not None and tool == "shardstream" else 1
+    count = (
+        MEMORY_EPOCHS
+        if mode == "memory"
+        else 2
+        if remote is not None and tool == "shardstream"
+        else 1
+    )
     for epoch in range(count):
         if mode == "memory" or epoch > 0:
             loader.dataset.set_epoch(epoch)
@@ -93,8 +107,15 @@ def run_loader(tool: str, mode: str, read_root: Path, remote: RemoteSource | Non
     first = epochs[0]
     # In pillow mode `import simplejpeg` fails in this process and its workers (see cli.child_run), so
     # shardstream cannot take its simplejpeg path there.
-    decoder = {"raw": "none", "pillow": "Pillow", "fast": "simplejpeg", "memory": "simplejpeg"}[mode]
+    decoder = {"raw": "none", "pillow": "Pillow", "fast": "simplejpeg", "memory": "simplejpeg"}[
+        mode
+    ]
     keep = ("samples", "seconds", "payload_bytes", "first_samples", "ttfb", "first_batch")
-    return {"rate": first["samples"] / first["seconds"], **{k: first[k] for k in keep}, "setup": setup,
-            "decoder": decoder, "epochs": epochs,
-            "warm_rate": epochs[1]["samples"] / epochs[1]["seconds"] if count == 2 else None}
+    return {
+        "rate": first["samples"] / first["seconds"],
+        **{k: first[k] for k in keep},
+        "setup": setup,
+        "decoder": decoder,
+        "epochs": epochs,
+        "warm_rate": epochs[1]["samples"] / epochs[1]["seconds"] if count == 2 else None,
+    }

@@ -28,7 +28,8 @@ from typing import Any
 
 BENCH = Path(__file__).resolve().parent.parent
 if str(BENCH) not in sys.path:
-    sys.path.insert(0, str(BENCH))  # _remote, _data, pack and readbench as the benchmark imports them
+    # _remote, _data, pack and readbench as the benchmark imports them
+    sys.path.insert(0, str(BENCH))
 
 from _data import DEFAULT_DATA_DIR, FULL_COUNT, set_root  # noqa: E402
 from _remote import RemoteSeaweed  # noqa: E402
@@ -48,15 +49,26 @@ def record_requests() -> None:
 
     forward = proxy_module._Handler._forward
 
-    def timed(self: Any, proxy: Any, method: str, target: str, headers: list[tuple[str, str]], body: bytes) -> Any:
+    def timed(
+        self: Any, proxy: Any, method: str, target: str, headers: list[tuple[str, str]], body: bytes
+    ) -> Any:
         start = time.perf_counter() - ADDED[0]
         response = forward(self, proxy, method, target, headers, body)
         end = time.perf_counter()
         ranged = next((v for k, v in headers if k.lower() == "range"), None)
         with _LOCK:
-            LOG.append({"start": start, "end": end, "method": method,  # absolute: made relative in main()
-                        "target": urllib.parse.unquote(target), "range": ranged, "status": response.status,
-                        "bytes": len(response.body), "thread": threading.get_ident()})
+            LOG.append(
+                {
+                    "start": start,
+                    "end": end,
+                    "method": method,  # absolute: made relative in main()
+                    "target": urllib.parse.unquote(target),
+                    "range": ranged,
+                    "status": response.status,
+                    "bytes": len(response.body),
+                    "thread": threading.get_ident(),
+                }
+            )
         return response
 
     proxy_module._Handler._forward = timed
@@ -64,7 +76,11 @@ def record_requests() -> None:
 
 def kind(entry: dict[str, Any]) -> str:
     """A request's kind: ``GET ranged``, ``GET whole``, ``HEAD``, ``LIST``..."""
-    if "list-type" in entry["target"] or entry["target"].rstrip("/").count("/") <= 1 and entry["method"] == "GET":
+    if (
+        "list-type" in entry["target"]
+        or entry["target"].rstrip("/").count("/") <= 1
+        and entry["method"] == "GET"
+    ):
         return f"{entry['method']} list"
     if entry["method"] == "GET":
         return "GET ranged" if entry["range"] else "GET whole"
@@ -85,12 +101,18 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA_DIR)
     parser.add_argument("--count", type=int, default=FULL_COUNT)
-    parser.add_argument("--rows", type=int, default=40, help="log rows printed before the first batch")
-    parser.add_argument("--latency", type=float, default=0.0, help="seconds the proxy adds to every request")
+    parser.add_argument(
+        "--rows", type=int, default=40, help="log rows printed before the first batch"
+    )
+    parser.add_argument(
+        "--latency", type=float, default=0.0, help="seconds the proxy adds to every request"
+    )
     args = parser.parse_args(argv)
     pack = set_root(args.data, args.count) / "read" / "shardstream"
     if not pack.is_dir():
-        raise SystemExit(f"no shardstream pack in {pack}: run read.py --remote seaweedfs --count {args.count} first")
+        raise SystemExit(
+            f"no shardstream pack in {pack}: run read.py --remote seaweedfs --count {args.count} first"
+        )
     from tests.remote.proxy import FaultProxy
 
     record_requests()
@@ -98,15 +120,19 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with RemoteSeaweed(latencies=()) as remote:
             upload = remote.upload(pack, "shardstream")
-            print(f"uploaded {upload.files} objects, {upload.nbytes / 1e6:,.1f} MB to weed mini at "
-                  f"{remote.endpoint_url}", flush=True)
+            print(
+                f"uploaded {upload.files} objects, {upload.nbytes / 1e6:,.1f} MB to weed mini at "
+                f"{remote.endpoint_url}",
+                flush=True,
+            )
             with FaultProxy.to_url(remote.endpoint_url) as proxy:
                 if args.latency > 0:
                     proxy.inject("delay", seconds=args.latency)  # every request
                     ADDED[0] = args.latency
                 source = RemoteSource(proxy.url, remote.bucket, scratch)
                 T0[0] = time.perf_counter()
-                made = loader(pack, "raw", source)  # its requests get negative times: setup, as in read.py
+                # its requests get negative times: setup, as in read.py
+                made = loader(pack, "raw", source)
                 setup = time.perf_counter() - T0[0]
                 T0[0] = time.perf_counter()
                 it = iter(made)
@@ -117,18 +143,24 @@ def main(argv: list[str] | None = None) -> int:
                 epoch = time.perf_counter() - T0[0]
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-    entries = sorted(({**e, "start": e["start"] - T0[0], "end": e["end"] - T0[0]} for e in LOG),
-                     key=lambda e: e["start"])
+    entries = sorted(
+        ({**e, "start": e["start"] - T0[0], "end": e["end"] - T0[0]} for e in LOG),
+        key=lambda e: e["start"],
+    )
     before = [e for e in entries if e["end"] <= ttfb]
-    print(f"setup (the loader made) {setup:.3f} s, then the first batch after {ttfb:.3f} s "
-          f"(+{args.latency * 1000:g} ms per request); epoch {epoch:.2f} s, "
-          f"{batches} batches")
+    print(
+        f"setup (the loader made) {setup:.3f} s, then the first batch after {ttfb:.3f} s "
+        f"(+{args.latency * 1000:g} ms per request); epoch {epoch:.2f} s, "
+        f"{batches} batches"
+    )
     print(f"{'start s':>8} {'end s':>8} {'ms':>6}  {'MB':>7}  request")
     shown = [e for e in entries if e["start"] <= ttfb]
     for e in shown[: args.rows]:
         mark = "" if e["end"] <= ttfb else "  (ends after the first batch)"
-        print(f"{e['start']:8.3f} {e['end']:8.3f} {(e['end'] - e['start']) * 1000:6.0f}  {e['bytes'] / 1e6:7.3f}  "
-              f"{e['method']} {e['target']} {e['range'] or ''} -> {e['status']}{mark}")
+        print(
+            f"{e['start']:8.3f} {e['end']:8.3f} {(e['end'] - e['start']) * 1000:6.0f}  {e['bytes'] / 1e6:7.3f}  "
+            f"{e['method']} {e['target']} {e['range'] or ''} -> {e['status']}{mark}"
+        )
     if len(shown) > args.rows:
         print(f"... {len(shown) - args.rows} more requests started before the first batch")
     print(f"finished before the first batch: {summary(before)}")

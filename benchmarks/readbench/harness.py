@@ -32,7 +32,11 @@ if TYPE_CHECKING:
 
 SAMPLE_INTERVAL = 0.05  # seconds between RSS samples of a running child
 QUIET_CORES = 0.2  # before each run, wait until other processes use less than this many cores
-QUIET_PROBE, QUIET_RETRY = 0.5, 5.0  # seconds: how long one load probe lasts, and the pause between probes
+# seconds: how long one load probe lasts, and the pause between probes
+QUIET_PROBE, QUIET_RETRY = (
+    0.5,
+    5.0,
+)
 NOISY_CORES = 0.1  # a run during which other processes used more than this is flagged
 
 
@@ -47,8 +51,10 @@ def wait_for_quiet(max_wait: float) -> float:
         if load < QUIET_CORES or time.perf_counter() >= deadline:
             return load
         if not announced:
-            print(f"  (other processes use {load:.1f} cores; waiting up to {max_wait:.0f} s for a quiet machine)",
-                  flush=True)
+            print(
+                f"  (other processes use {load:.1f} cores; waiting up to {max_wait:.0f} s for a quiet machine)",
+                flush=True,
+            )
             announced = True
         time.sleep(QUIET_RETRY)
 
@@ -61,20 +67,41 @@ class ChildFailed(RuntimeError):
         self.output = output
 
 
-def run_job(job: Job, args: argparse.Namespace, images: ImageSet, remote: RemoteS3 | None = None) -> dict[str, Any]:
+def run_job(
+    job: Job, args: argparse.Namespace, images: ImageSet, remote: RemoteS3 | None = None
+) -> dict[str, Any]:
     """Run one (tool, mode) in a fresh subprocess, sampling its process tree's memory; its result.
 
     A remote job gets its endpoint and an empty scratch folder (removed afterwards); the CPU
     time of the servers (moto, the proxies) during the run is measured apart from other load.
     """
-    argv = [sys.executable, str(SCRIPT), "--child", job.tool, job.mode, "--data", str(args.data),
-            "--count", str(images.count), "--limit-images", str(args.limit_images),
-            "--arrow-rows", str(args.arrow_rows)]
+    argv = [
+        sys.executable,
+        str(SCRIPT),
+        "--child",
+        job.tool,
+        job.mode,
+        "--data",
+        str(args.data),
+        "--count",
+        str(images.count),
+        "--limit-images",
+        str(args.limit_images),
+        "--arrow-rows",
+        str(args.arrow_rows),
+    ]
     scratch = None
     if job.place != LOCAL:
         assert remote is not None
         scratch = Path(tempfile.mkdtemp(prefix="read-bench-"))
-        argv += ["--endpoint", remote.endpoints[job.place], "--bucket", remote.bucket, "--scratch", str(scratch)]
+        argv += [
+            "--endpoint",
+            remote.endpoints[job.place],
+            "--bucket",
+            remote.bucket,
+            "--scratch",
+            str(scratch),
+        ]
     try:
         return _run_child(argv, args, remote)
     finally:
@@ -82,7 +109,9 @@ def run_job(job: Job, args: argparse.Namespace, images: ImageSet, remote: Remote
             shutil.rmtree(scratch, ignore_errors=True)
 
 
-def _run_child(argv: list[str], args: argparse.Namespace, remote: RemoteS3 | None) -> dict[str, Any]:
+def _run_child(
+    argv: list[str], args: argparse.Namespace, remote: RemoteS3 | None
+) -> dict[str, Any]:
     load_before = wait_for_quiet(args.quiet_wait)
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
         servers_before = remote.server_cpu() if remote is not None else {}
@@ -102,7 +131,9 @@ def _run_child(argv: list[str], args: argparse.Namespace, remote: RemoteS3 | Non
                 proc.wait()
         wall = time.perf_counter() - started
         servers_after = remote.server_cpu() if remote is not None else {}
-        server_cpu = {name: servers_after[name] - servers_before.get(name, 0.0) for name in servers_after}
+        server_cpu = {
+            name: servers_after[name] - servers_before.get(name, 0.0) for name in servers_after
+        }
         other = max(busy_seconds() - busy - (own_seconds() - own) - sum(server_cpu.values()), 0.0)
         out.seek(0)
         err.seek(0)
@@ -111,9 +142,16 @@ def _run_child(argv: list[str], args: argparse.Namespace, remote: RemoteS3 | Non
     if proc.returncode != 0 or not lines:
         tail = " | ".join((stderr or stdout).strip().splitlines()[-4:])
         raise ChildFailed(f"exit status {proc.returncode}: {tail}", stderr or stdout)
-    result = json.loads(lines[-1][len(RESULT_PREFIX):])
-    result.update(peak_rss=sampler.peak_rss, peak_anon=sampler.peak_anon, peak_processes=sampler.peak_processes,
-                  wall=wall, other_cores=other / wall, other_cores_before=load_before, server_cpu=server_cpu)
+    result = json.loads(lines[-1][len(RESULT_PREFIX) :])
+    result.update(
+        peak_rss=sampler.peak_rss,
+        peak_anon=sampler.peak_anon,
+        peak_processes=sampler.peak_processes,
+        wall=wall,
+        other_cores=other / wall,
+        other_cores_before=load_before,
+        server_cpu=server_cpu,
+    )
     return result
 
 
@@ -125,8 +163,9 @@ def unsupported(job: Job, exc: Exception) -> str | None:
     return limitation(getattr(exc, "output", str(exc)))
 
 
-def run_all(jobs: list[Job], args: argparse.Namespace, images: ImageSet, remote: RemoteS3 | None = None
-            ) -> list[Result]:
+def run_all(
+    jobs: list[Job], args: argparse.Namespace, images: ImageSet, remote: RemoteS3 | None = None
+) -> list[Result]:
     results = {job.label: Result(job.tool, job.mode, job.place) for job in jobs}
     for attempt in range(1, args.repeat + 1):
         print(f"run {attempt}/{args.repeat}", flush=True)
@@ -149,15 +188,34 @@ def run_all(jobs: list[Job], args: argparse.Namespace, images: ImageSet, remote:
                 print(f"  {job.label:<32} FAILED: {exc}", flush=True)
                 continue
             result.runs.append(run)
-            expected = args.arrow_rows if job.mode == "arrow" else None if job.mode == "limit" else images.count
+            expected = (
+                args.arrow_rows
+                if job.mode == "arrow"
+                else None
+                if job.mode == "limit"
+                else images.count
+            )
             if expected is not None and run["samples"] != expected:
                 result.problems.append(f"read {run['samples']:,} samples, expected {expected:,}")
             if job.mode == "raw" and run["payload_bytes"] != images.total_bytes:
-                result.problems.append(f"read {run['payload_bytes']:,} JPEG bytes, expected {images.total_bytes:,}")
+                result.problems.append(
+                    f"read {run['payload_bytes']:,} JPEG bytes, expected {images.total_bytes:,}"
+                )
             ttfb = f"  TTFB {run['ttfb']:.3f} s" if run.get("ttfb") is not None else ""
-            noisy = f"  NOISY: others used {run['other_cores']:.2f} cores" if run["other_cores"] > NOISY_CORES else ""
+            noisy = (
+                f"  NOISY: others used {run['other_cores']:.2f} cores"
+                if run["other_cores"] > NOISY_CORES
+                else ""
+            )
             warm = f"  warm 2nd epoch {run['warm_rate']:,.0f}/s" if run.get("warm_rate") else ""
-            servers = (f"  servers {sum(run['server_cpu'].values()):.1f} CPU s" if job.place != LOCAL else "")
-            print(f"  {job.label:<32} {run['rate']:>10,.0f}/s  {run['samples']:,} in {run['seconds']:.2f} s{ttfb}"
-                  f"  peak RSS {run['peak_rss'] / 2**20:,.0f} MiB{warm}{servers}{noisy}", flush=True)
+            servers = (
+                f"  servers {sum(run['server_cpu'].values()):.1f} CPU s"
+                if job.place != LOCAL
+                else ""
+            )
+            print(
+                f"  {job.label:<32} {run['rate']:>10,.0f}/s  {run['samples']:,} in {run['seconds']:.2f} s{ttfb}"
+                f"  peak RSS {run['peak_rss'] / 2**20:,.0f} MiB{warm}{servers}{noisy}",
+                flush=True,
+            )
     return list(results.values())

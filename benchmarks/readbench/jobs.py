@@ -18,7 +18,8 @@ from .tools import DATA_OF
 class Job:
     tool: str
     mode: str
-    place: str = LOCAL  # or one of RemoteS3.places: read from the bucket directly or through a proxy
+    # or one of RemoteS3.places: read from the bucket directly or through a proxy
+    place: str = LOCAL
 
     @property
     def label(self) -> str:
@@ -32,7 +33,8 @@ class Result:
     place: str = LOCAL
     runs: list[dict[str, Any]] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
-    unsupported: str | None = None  # a known limitation of the tool (litdata and plain-http endpoints), not a failure
+    # a known limitation of the tool (litdata and plain-http endpoints), not a failure
+    unsupported: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -61,8 +63,13 @@ class Result:
     @property
     def steady(self) -> float | None:
         """Best rate after the first batch: the epoch without the start-up that TTFB measures."""
-        found = [(r["samples"] - r["first_samples"]) / (r["seconds"] - r["ttfb"]) for r in self.runs
-                 if r.get("ttfb") is not None and r.get("first_samples") is not None and r["seconds"] > r["ttfb"]]
+        found = [
+            (r["samples"] - r["first_samples"]) / (r["seconds"] - r["ttfb"])
+            for r in self.runs
+            if r.get("ttfb") is not None
+            and r.get("first_samples") is not None
+            and r["seconds"] > r["ttfb"]
+        ]
         return max(found) if found else None
 
     @property
@@ -89,8 +96,13 @@ def find(results: list[Result], tool: str, mode: str, place: str = LOCAL) -> Res
 
 def jobs_for(tools: list[str], modes: list[str], places: list[str] | None = None) -> list[Job]:
     if places is not None:  # remote: the loader modes at each place
-        return [Job(tool, mode, place) for place in places for mode in LOADER_MODES if mode in modes
-                for tool in tools]
+        return [
+            Job(tool, mode, place)
+            for place in places
+            for mode in LOADER_MODES
+            if mode in modes
+            for tool in tools
+        ]
     jobs = [Job(tool, mode) for mode in LOADER_MODES if mode in modes for tool in tools]
     if "limit" in modes:
         jobs += [Job("pillow", "limit"), Job("simplejpeg", "limit")]
@@ -104,6 +116,12 @@ def jobs_for(tools: list[str], modes: list[str], places: list[str] | None = None
 def conversions_for(jobs: list[Job]) -> list[str]:
     names: list[str] = []
     for job in jobs:
-        needed = ["table", "arrow"] if job.mode == "arrow" else [] if job.mode == "limit" else [DATA_OF[job.tool]]
+        needed = (
+            ["table", "arrow"]
+            if job.mode == "arrow"
+            else []
+            if job.mode == "limit"
+            else [DATA_OF[job.tool]]
+        )
         names += [n for n in needed if n not in names]
     return names

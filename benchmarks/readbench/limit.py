@@ -73,5 +73,12 @@ def run_limit(tool: str, images: ImageSet, count: int) -> dict[str, Any]:
     ways = [pil_chw] if tool == "pillow" else [simplejpeg_chw, IntoBatch()]
     rates = [_rates(decode, blobs, n) for decode in ways]
     one, together = max(r[0] for r in rates), max(r[1] for r in rates)
-    return {"rate": one, "samples": len(blobs), "seconds": len(blobs) / one, "ttfb": None,
-            "decoder": tool, "parallel_processes": n, "parallel_rate": together}
+    return {
+        "rate": one,
+        "samples": len(blobs),
+        "seconds": len(blobs) / one,
+        "ttfb": None,
+        "decoder": tool,
+        "parallel_processes": n,
+        "parallel_rate": together,
+    }

@@ -14,8 +14,16 @@ from pack import machine as pack_machine
 def machine() -> dict[str, Any]:
     info = pack_machine()
     versions: dict[str, str | None] = {}
-    for package in ("shardstream", "torch", "webdataset", "mosaicml-streaming", "litdata", "simplejpeg", "pillow",
-                    "pyarrow"):
+    for package in (
+        "shardstream",
+        "torch",
+        "webdataset",
+        "mosaicml-streaming",
+        "litdata",
+        "simplejpeg",
+        "pillow",
+        "pyarrow",
+    ):
         try:
             versions[package] = metadata.version(package)
         except metadata.PackageNotFoundError:
@@ -43,10 +51,20 @@ def shardstream_source() -> dict[str, str | None]:
 def commit() -> str | None:
     """The repository's commit, with ``+dirty`` when shardstream/ has uncommitted changes."""
     try:
-        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True,
-                              check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--", "shardstream"], cwd=REPO_ROOT,
-                               capture_output=True, text=True, check=True).stdout.strip()
+        head = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            cwd=REPO_ROOT,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--", "shardstream"],
+            cwd=REPO_ROOT,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return None
     return head + ("+dirty" if dirty else "")

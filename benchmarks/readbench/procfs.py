@@ -85,7 +85,10 @@ def own_seconds() -> float:
     """CPU seconds of this process and its finished (waited-for) descendants."""
     import resource
 
-    me, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    me, children = (
+        resource.getrusage(resource.RUSAGE_SELF),
+        resource.getrusage(resource.RUSAGE_CHILDREN),
+    )
     return me.ru_utime + me.ru_stime + children.ru_utime + children.ru_stime
 
 

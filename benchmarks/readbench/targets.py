@@ -25,7 +25,8 @@ PILLOW_VS_WDS_TARGET = 1.5
 FAST_VS_WDS_PILLOW_TARGET = 2.5
 TTFB_TARGET = 0.3
 ARROW_VS_PYARROW_TARGET = 2.0
-MEMORY_GROWTH_LIMIT = 0.05  # RSS after the last epoch at most 5% above the first's counts as "no growth"
+# RSS after the last epoch at most 5% above the first's counts as "no growth"
+MEMORY_GROWTH_LIMIT = 0.05
 # ...and for --remote s3 (issue 4, item 6).
 REMOTE_RAW_VS_WDS_TARGET = 3.0
 REMOTE_TTFB_TARGET = 1.0
@@ -44,8 +45,9 @@ class Target:
         return "n/a" if self.met is None else "met" if self.met else "MISSED"
 
 
-def ratio_target(name: str, goal: str, top: Result | None, bottom: float | None, target: float,
-                 what: str) -> Target:
+def ratio_target(
+    name: str, goal: str, top: Result | None, bottom: float | None, target: float, what: str
+) -> Target:
     if top is None or not bottom:
         return Target(name, goal, "n/a", None)
     value = top.best / bottom
@@ -55,45 +57,101 @@ def ratio_target(name: str, goal: str, top: Result | None, bottom: float | None,
 def targets(results: list[Result]) -> list[Target]:
     out: list[Target] = []
     raw = find(results, "shardstream", "raw")
-    out.append(Target("raw bytes", f">= {RAW_RATE_TARGET:,.0f} samples/s", f"{raw.best:,.0f} samples/s" if raw else
-                      "n/a", None if raw is None else raw.best >= RAW_RATE_TARGET))
+    out.append(
+        Target(
+            "raw bytes",
+            f">= {RAW_RATE_TARGET:,.0f} samples/s",
+            f"{raw.best:,.0f} samples/s" if raw else "n/a",
+            None if raw is None else raw.best >= RAW_RATE_TARGET,
+        )
+    )
     others = [r for tool in TOOLS[1:] if (r := find(results, tool, "raw")) is not None]
     fastest = max(others, key=lambda r: r.best) if others else None
-    out.append(ratio_target("raw bytes vs others", f">= {RAW_VS_OTHERS_TARGET:g}x the fastest of webdataset/mosaic/"
-                            "litdata", raw, fastest.best if fastest else None, RAW_VS_OTHERS_TARGET,
-                            f"vs {fastest.tool}" if fastest else ""))
+    out.append(
+        ratio_target(
+            "raw bytes vs others",
+            f">= {RAW_VS_OTHERS_TARGET:g}x the fastest of webdataset/mosaic/litdata",
+            raw,
+            fastest.best if fastest else None,
+            RAW_VS_OTHERS_TARGET,
+            f"vs {fastest.tool}" if fastest else "",
+        )
+    )
     pillow = find(results, "shardstream", "pillow")
     for mode, decoder in (("pillow", "pillow"), ("fast", "simplejpeg")):
         loop = find(results, decoder, "limit")
         limit = max(loop.values("parallel_rate")) if loop else None
-        out.append(ratio_target(f"{decoder} decode vs decode limit", f">= {PILLOW_VS_LIMIT_TARGET:.0%} of {cores()} "
-                                f"{decoder} loops at once", find(results, "shardstream", mode), limit,
-                                PILLOW_VS_LIMIT_TARGET, f"limit {limit:,.0f}/s" if limit else ""))
+        out.append(
+            ratio_target(
+                f"{decoder} decode vs decode limit",
+                f">= {PILLOW_VS_LIMIT_TARGET:.0%} of {cores()} {decoder} loops at once",
+                find(results, "shardstream", mode),
+                limit,
+                PILLOW_VS_LIMIT_TARGET,
+                f"limit {limit:,.0f}/s" if limit else "",
+            )
+        )
     wds_pillow = find(results, "webdataset", "pillow")
-    out.append(ratio_target("Pillow decode vs webdataset", f">= {PILLOW_VS_WDS_TARGET:g}x webdataset (Pillow)", pillow,
-                            wds_pillow.best if wds_pillow else None, PILLOW_VS_WDS_TARGET, "both Pillow"))
-    out.append(ratio_target("fast decoder vs webdataset", f">= {FAST_VS_WDS_PILLOW_TARGET:g}x webdataset (Pillow)",
-                            find(results, "shardstream", "fast"), wds_pillow.best if wds_pillow else None,
-                            FAST_VS_WDS_PILLOW_TARGET, "simplejpeg vs Pillow"))
+    out.append(
+        ratio_target(
+            "Pillow decode vs webdataset",
+            f">= {PILLOW_VS_WDS_TARGET:g}x webdataset (Pillow)",
+            pillow,
+            wds_pillow.best if wds_pillow else None,
+            PILLOW_VS_WDS_TARGET,
+            "both Pillow",
+        )
+    )
+    out.append(
+        ratio_target(
+            "fast decoder vs webdataset",
+            f">= {FAST_VS_WDS_PILLOW_TARGET:g}x webdataset (Pillow)",
+            find(results, "shardstream", "fast"),
+            wds_pillow.best if wds_pillow else None,
+            FAST_VS_WDS_PILLOW_TARGET,
+            "simplejpeg vs Pillow",
+        )
+    )
     for mode in LOADER_MODES:
         r = find(results, "shardstream", mode)
         ttfb = r.ttfb if r else None
-        out.append(Target(f"TTFB ({mode})", f"<= {TTFB_TARGET:g} s (median)",
-                          "n/a" if ttfb is None else f"{ttfb:.3f} s", None if ttfb is None else ttfb <= TTFB_TARGET))
+        out.append(
+            Target(
+                f"TTFB ({mode})",
+                f"<= {TTFB_TARGET:g} s (median)",
+                "n/a" if ttfb is None else f"{ttfb:.3f} s",
+                None if ttfb is None else ttfb <= TTFB_TARGET,
+            )
+        )
     memory = find(results, "shardstream", "memory")
     if memory is None:
         out.append(Target("memory over 3 epochs", "no growth", "n/a", None))
     else:
         growth = max(memory_growth(run) for run in memory.runs)
-        out.append(Target("memory over 3 epochs", f"no growth (RSS after epoch {MEMORY_EPOCHS} <= epoch 1 "
-                          f"+ {MEMORY_GROWTH_LIMIT:.0%})", f"{growth:+.1%} (worst run)", growth <= MEMORY_GROWTH_LIMIT))
+        out.append(
+            Target(
+                "memory over 3 epochs",
+                f"no growth (RSS after epoch {MEMORY_EPOCHS} <= epoch 1 "
+                f"+ {MEMORY_GROWTH_LIMIT:.0%})",
+                f"{growth:+.1%} (worst run)",
+                growth <= MEMORY_GROWTH_LIMIT,
+            )
+        )
     ours, theirs = find(results, "shardstream", "arrow"), find(results, "pyarrow", "arrow")
     if ours is None or theirs is None:
-        out.append(Target("Arrow batches vs pyarrow", f"within {ARROW_VS_PYARROW_TARGET:g}x", "n/a", None))
+        out.append(
+            Target("Arrow batches vs pyarrow", f"within {ARROW_VS_PYARROW_TARGET:g}x", "n/a", None)
+        )
     else:
         slower = theirs.best / ours.best
-        out.append(Target("Arrow batches vs pyarrow", f"within {ARROW_VS_PYARROW_TARGET:g}x of pyarrow's own read",
-                          f"{slower:,.1f}x slower", slower <= ARROW_VS_PYARROW_TARGET))
+        out.append(
+            Target(
+                "Arrow batches vs pyarrow",
+                f"within {ARROW_VS_PYARROW_TARGET:g}x of pyarrow's own read",
+                f"{slower:,.1f}x slower",
+                slower <= ARROW_VS_PYARROW_TARGET,
+            )
+        )
     return out
 
 
@@ -115,26 +173,50 @@ def remote_targets(results: list[Result], places: list[str]) -> list[Target]:
     """
     direct, proxied, slowed = places
     out: list[Target] = []
-    raw, wds = find(results, "shardstream", "raw", direct), find(results, "webdataset", "raw", direct)
-    out.append(ratio_target(f"raw bytes @{direct} vs webdataset", f">= {REMOTE_RAW_VS_WDS_TARGET:g}x webdataset "
-                            "(fsspec opener)", raw, wds.best if wds else None, REMOTE_RAW_VS_WDS_TARGET,
-                            f"{raw.best:,.0f} vs {wds.best:,.0f} samples/s" if raw and wds else ""))
+    raw, wds = (
+        find(results, "shardstream", "raw", direct),
+        find(results, "webdataset", "raw", direct),
+    )
+    out.append(
+        ratio_target(
+            f"raw bytes @{direct} vs webdataset",
+            f">= {REMOTE_RAW_VS_WDS_TARGET:g}x webdataset (fsspec opener)",
+            raw,
+            wds.best if wds else None,
+            REMOTE_RAW_VS_WDS_TARGET,
+            f"{raw.best:,.0f} vs {wds.best:,.0f} samples/s" if raw and wds else "",
+        )
+    )
     for mode in remote_modes(results):
         r = find(results, "shardstream", mode, direct)
         ttfb = r.ttfb if r else None
-        out.append(Target(f"TTFB ({mode} @{direct}, cold cache)", f"<= {REMOTE_TTFB_TARGET:g} s (median)",
-                          "n/a" if ttfb is None else f"{ttfb:.3f} s",
-                          None if ttfb is None else ttfb <= REMOTE_TTFB_TARGET))
+        out.append(
+            Target(
+                f"TTFB ({mode} @{direct}, cold cache)",
+                f"<= {REMOTE_TTFB_TARGET:g} s (median)",
+                "n/a" if ttfb is None else f"{ttfb:.3f} s",
+                None if ttfb is None else ttfb <= REMOTE_TTFB_TARGET,
+            )
+        )
     for mode in remote_modes(results):
-        slow, base = find(results, "shardstream", mode, slowed), find(results, "shardstream", mode, proxied)
+        slow, base = (
+            find(results, "shardstream", mode, slowed),
+            find(results, "shardstream", mode, proxied),
+        )
         name = f"{mode} @{slowed} vs @{proxied}"
         goal = f">= {LATENCY_RATIO_TARGET:.0%} of the rate without the added latency"
         if slow is None or base is None:
             out.append(Target(name, goal, "n/a", None))
             continue
         ratio = slow.best / base.best
-        out.append(Target(name, goal, f"{ratio:.0%} ({slow.best:,.0f} vs {base.best:,.0f} samples/s)",
-                          ratio >= LATENCY_RATIO_TARGET))
+        out.append(
+            Target(
+                name,
+                goal,
+                f"{ratio:.0%} ({slow.best:,.0f} vs {base.best:,.0f} samples/s)",
+                ratio >= LATENCY_RATIO_TARGET,
+            )
+        )
     return out
 
 

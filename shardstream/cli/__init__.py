@@ -11,10 +11,25 @@ from typing import Any
 
 from .common import COMMANDS, cli, load_commands, storage_option
 
-__all__ = ["bench", "cat", "cli", "doctor", "index_", "info", "ls_", "main", "pack", "storage_option", "verify"]
+__all__ = [
+    "bench",
+    "cat",
+    "cli",
+    "doctor",
+    "index_",
+    "info",
+    "ls_",
+    "main",
+    "pack",
+    "storage_option",
+    "verify",
+]
 
-_ATTRIBUTES = {"index_": "check", "ls_": "show", **{name: module for name, module in COMMANDS.items()
-                                                   if name not in ("index", "ls")}}
+_ATTRIBUTES = {
+    "index_": "check",
+    "ls_": "show",
+    **{name: module for name, module in COMMANDS.items() if name not in ("index", "ls")},
+}
 
 
 def __getattr__(name: str) -> Any:

@@ -41,9 +41,12 @@ class Point:
     samples_per_s: float = 0.0
     mb_per_s: float = 0.0
     peak_rss_mb: float = 0.0
-    stages: dict[str, float] = dataclasses.field(default_factory=dict)  # share of worker time, and "wait"
-    stats: dict[str, Any] = dataclasses.field(default_factory=dict)  # loader.stats().as_dict() (DeviceLoader's)
-    data_wait: list[float] = dataclasses.field(default_factory=list)  # per step, seconds (with a device)
+    # share of worker time, and "wait"
+    stages: dict[str, float] = dataclasses.field(default_factory=dict)
+    # loader.stats().as_dict() (DeviceLoader's)
+    stats: dict[str, Any] = dataclasses.field(default_factory=dict)
+    # per step, seconds (with a device)
+    data_wait: list[float] = dataclasses.field(default_factory=list)
     interrupted: bool = False
 
 
@@ -79,7 +82,9 @@ def check_decode(decode: str) -> None:
         try:
             import simplejpeg  # noqa: F401
         except ImportError as exc:
-            raise UsageError("--decode fast needs simplejpeg: pip install 'shardstream[fast]'") from exc
+            raise UsageError(
+                "--decode fast needs simplejpeg: pip install 'shardstream[fast]'"
+            ) from exc
 
 
 def why_no_ideal(settings: Settings) -> str | None:
@@ -92,13 +97,16 @@ def why_no_ideal(settings: Settings) -> str | None:
     if settings.device is not None:
         from ..device import DeviceLoader
 
-        if DeviceLoader((), settings.device).device.type != "cpu":  # copies to an accelerator: real work
+        # copies to an accelerator: real work
+        if DeviceLoader((), settings.device).device.type != "cpu":
             return None
         if not str(settings.device).startswith("cpu"):
             why = f"--device {settings.device} is the CPU here, where nothing is copied"
-    return (f"not measured: nothing takes the batches (no --step-ms, {why}), so replaying them from memory "
-            "would time an empty loop; give --step-ms your training step's time (or --device cuda on a GPU) to "
-            "see how far the loader is from keeping that step busy")
+    return (
+        f"not measured: nothing takes the batches (no --step-ms, {why}), so replaying them from memory "
+        "would time an empty loop; give --step-ms your training step's time (or --device cuda on a GPU) to "
+        "see how far the loader is from keeping that step busy"
+    )
 
 
 def default_workers() -> list[int]:
@@ -139,8 +147,13 @@ def rss_bytes() -> int:
 Progress = Callable[[int], None]  # samples so far
 
 
-def _consume(batches: Iterable[Any], settings: Settings, samples_in: Callable[[Any], int], tick: Progress,
-             point: Point) -> None:
+def _consume(
+    batches: Iterable[Any],
+    settings: Settings,
+    samples_in: Callable[[Any], int],
+    tick: Progress,
+    point: Point,
+) -> None:
     """Take batches until the point's limit, timing the first one; memory sampled a few times a second."""
     started = time.perf_counter()
     first_at, first_samples, last_rss = None, 0, 0.0
@@ -159,7 +172,9 @@ def _consume(batches: Iterable[Any], settings: Settings, samples_in: Callable[[A
             if settings.step_ms:
                 time.sleep(settings.step_ms / 1000)
             tick(point.samples)
-            if (limit is not None and point.samples >= limit) or (seconds is not None and now - started >= seconds):
+            if (limit is not None and point.samples >= limit) or (
+                seconds is not None and now - started >= seconds
+            ):
                 break
     except KeyboardInterrupt:
         point.interrupted = True
@@ -167,7 +182,9 @@ def _consume(batches: Iterable[Any], settings: Settings, samples_in: Callable[[A
     point.seconds = end - started
     steady = point.samples - first_samples
     span = end - first_at if first_at is not None else 0.0
-    point.samples_per_s = steady / span if steady > 0 and span > 0 else point.samples / max(point.seconds, 1e-9)
+    point.samples_per_s = (
+        steady / span if steady > 0 and span > 0 else point.samples / max(point.seconds, 1e-9)
+    )
     point.peak_rss_mb = max(peak, rss_bytes()) / 1e6
 
 
@@ -182,8 +199,14 @@ def _endless(loader: Any) -> Iterator[Any]:
             return
 
 
-def measure(url: str, workers: int, settings: Settings, phase: str = "local", cache_dir: str | None = None,
-            tick: Progress = lambda n: None) -> Point:
+def measure(
+    url: str,
+    workers: int,
+    settings: Settings,
+    phase: str = "local",
+    cache_dir: str | None = None,
+    tick: Progress = lambda n: None,
+) -> Point:
     """One point: a fresh dataset and loader with ``workers`` workers, read until the limit."""
     from ..device import DeviceLoader
 
@@ -211,8 +234,13 @@ def measure(url: str, workers: int, settings: Settings, phase: str = "local", ca
     return point
 
 
-def sweep(url: str, workers: Iterable[int], settings: Settings, remote: bool,
-          progress: Callable[[str], Any] | None = None) -> list[Point]:
+def sweep(
+    url: str,
+    workers: Iterable[int],
+    settings: Settings,
+    remote: bool,
+    progress: Callable[[str], Any] | None = None,
+) -> list[Point]:
     """Every worker count, each in a fresh loader (cold then warm over remote storage); a Ctrl-C stops
     the sweep with the points measured so far (the one cut short is marked ``interrupted``)."""
     points: list[Point] = []
@@ -222,7 +250,11 @@ def sweep(url: str, workers: Iterable[int], settings: Settings, remote: bool,
             for phase in phases:
                 label = count(w, "worker") + ("" if phase == "local" else f", {phase} cache")
                 bar = progress(label) if progress else None
-                tick = (lambda n, bar=bar: bar.update(n - bar.n)) if bar is not None else (lambda n: None)
+                tick = (
+                    (lambda n, bar=bar: bar.update(n - bar.n))
+                    if bar is not None
+                    else (lambda n: None)
+                )
                 try:
                     point = measure(url, w, settings, phase, cache if remote else None, tick)
                 except KeyboardInterrupt:

@@ -15,18 +15,29 @@ from .common import cli, safe, storage_option, storage_options_for
 @click.argument("dataset")
 @click.option("--workers", type=int, default=4, show_default=True, help="Shards checked at once.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
-@click.option("--decode", is_flag=True,
-              help="Also decode every image, label, text, JSON and numpy field (slower; finds a non-image .jpg).")
+@click.option(
+    "--decode",
+    is_flag=True,
+    help="Also decode every image, label, text, JSON and numpy field (slower; finds a non-image .jpg).",
+)
 @storage_option
-def verify(dataset: str, workers: int, quiet: bool, decode: bool, storage_options: tuple[str, ...]) -> None:
+def verify(
+    dataset: str, workers: int, quiet: bool, decode: bool, storage_options: tuple[str, ...]
+) -> None:
     """Check every shard's size and checksum, and that every sample parses (--decode: and decodes)."""
     from ..manifest.verify import verify as run_verify
 
     options = storage_options_for(storage_options, dataset)
     store = dataset_store(dataset, options)
     m = load_manifest(store)
-    with tqdm(total=m.total_bytes, unit="B", unit_scale=True, desc="verifying", leave=False,
-              disable=True if quiet else None) as bar:
+    with tqdm(
+        total=m.total_bytes,
+        unit="B",
+        unit_scale=True,
+        desc="verifying",
+        leave=False,
+        disable=True if quiet else None,
+    ) as bar:
         report = run_verify(dataset, options, workers, on_shard=bar.update, decode=decode)
     if report.ok:
         summary = f"{count(m.num_shards, 'shard')}, {count(m.num_samples, 'sample')}, {format_size(m.total_bytes)}"
@@ -35,32 +46,54 @@ def verify(dataset: str, workers: int, quiet: bool, decode: bool, storage_option
     for problem in report.problems:
         click.echo(f"damaged: {safe(problem)}", err=True)
     damaged = len(report.problems)
-    raise ShardstreamError(f"{damaged:,} of {count(m.num_shards, 'shard')} {'is' if damaged == 1 else 'are'} "
-                           f"damaged in {store.url}")
+    raise ShardstreamError(
+        f"{damaged:,} of {count(m.num_shards, 'shard')} {'is' if damaged == 1 else 'are'} "
+        f"damaged in {store.url}"
+    )
 
 
 @cli.command(name="index")
 @click.argument("shards", nargs=-1, required=True)
-@click.option("--output", default=None, help="Folder for _manifest.json [default: the shards' folder].")
+@click.option(
+    "--output", default=None, help="Folder for _manifest.json [default: the shards' folder]."
+)
 @click.option("--overwrite", is_flag=True, help="Replace an existing manifest.")
-@click.option("--force", is_flag=True,
-              help="Index a folder that an unfinished pack left (it holds .shardstream-writing); "
-                   "re-running the pack is usually the better fix.")
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Index a folder that an unfinished pack left (it holds .shardstream-writing); "
+    "re-running the pack is usually the better fix.",
+)
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
 @storage_option
-def index_(shards: tuple[str, ...], output: str | None, overwrite: bool, force: bool, quiet: bool,
-           storage_options: tuple[str, ...]) -> None:
+def index_(
+    shards: tuple[str, ...],
+    output: str | None,
+    overwrite: bool,
+    force: bool,
+    quiet: bool,
+    storage_options: tuple[str, ...],
+) -> None:
     """Write a manifest for existing WebDataset tars: files, 'shard-{000..009}.tar' or a folder."""
     from ..manifest.index_tars import index as run_index
 
-    with tqdm(unit="B", unit_scale=True, desc="indexing", leave=False, disable=True if quiet else None) as bar:
+    with tqdm(
+        unit="B", unit_scale=True, desc="indexing", leave=False, disable=True if quiet else None
+    ) as bar:
         options = storage_options_for(storage_options, output or shards[0])
-        result = run_index(list(shards), output, options, overwrite, on_shard=bar.update, force=force)
+        result = run_index(
+            list(shards), output, options, overwrite, on_shard=bar.update, force=force
+        )
     m = result.manifest
     if result.unkeyed:
         one = len(result.unkeyed) == 1
-        click.echo(f"warning: {count(len(result.unkeyed), 'member')} {'has' if one else 'have'} no KEY.EXT name and "
-                   f"{'belongs' if one else 'belong'} to no sample (webdataset skips them too), e.g. "
-                   f"{safe(repr(result.unkeyed[0]))}", err=True)
-    click.echo(f"indexed {count(m.num_shards, 'shard')}, {count(m.num_samples, 'sample')}, "
-               f"{format_size(m.total_bytes)} -> {safe(result.url)}/_manifest.json")
+        click.echo(
+            f"warning: {count(len(result.unkeyed), 'member')} {'has' if one else 'have'} no KEY.EXT name and "
+            f"{'belongs' if one else 'belong'} to no sample (webdataset skips them too), e.g. "
+            f"{safe(repr(result.unkeyed[0]))}",
+            err=True,
+        )
+    click.echo(
+        f"indexed {count(m.num_shards, 'shard')}, {count(m.num_samples, 'sample')}, "
+        f"{format_size(m.total_bytes)} -> {safe(result.url)}/_manifest.json"
+    )

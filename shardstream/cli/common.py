@@ -40,7 +40,9 @@ def _needs_escape(ch: str) -> bool:
 
 def _repr_escape(ch: str) -> str:
     o = ord(ch)
-    return _SHORT.get(ch) or (f"\\x{o:02x}" if o < 0x100 else f"\\u{o:04x}" if o < 0x10000 else f"\\U{o:08x}")
+    return _SHORT.get(ch) or (
+        f"\\x{o:02x}" if o < 0x100 else f"\\u{o:04x}" if o < 0x10000 else f"\\U{o:08x}"
+    )
 
 
 def _json_escape(ch: str) -> str:
@@ -87,13 +89,23 @@ def _unexpected(exc: Exception) -> str:
     where = f" at {os.path.basename(frames[-1].filename)}:{frames[-1].lineno}" if frames else ""
     text = str(exc)
     text = text if len(text) <= 300 else text[:300] + " ..."
-    return (f"unexpected {type(exc).__name__}{where}: {text}; this is a bug in shardstream, please report it "
-            "(shardstream --traceback ... shows the traceback)")
+    return (
+        f"unexpected {type(exc).__name__}{where}: {text}; this is a bug in shardstream, please report it "
+        "(shardstream --traceback ... shows the traceback)"
+    )
 
 
 # command -> the module of this package that defines it, imported when the command runs (or --help lists them)
-COMMANDS = {"pack": "pack", "info": "show", "ls": "show", "cat": "show", "verify": "check", "index": "check",
-            "doctor": "doctor", "bench": "bench"}
+COMMANDS = {
+    "pack": "pack",
+    "info": "show",
+    "ls": "show",
+    "cat": "show",
+    "verify": "check",
+    "index": "check",
+    "doctor": "doctor",
+    "bench": "bench",
+}
 
 
 def load_commands(module: str) -> Any:
@@ -158,23 +170,48 @@ def _remember(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
 
 def storage_option(command: Callable[..., Any]) -> Callable[..., Any]:
     """The options that say how to reach object storage, for every command."""
-    for option in reversed([
-        click.option("--endpoint-url", expose_value=False, callback=_remember, metavar="URL",
-                     help="S3-compatible or GCS endpoint, e.g. http://127.0.0.1:9000 (MinIO, R2, Ceph)."),
-        click.option("--anon", is_flag=True, expose_value=False, callback=_remember,
-                     help="Anonymous access to a public bucket."),
-        click.option("--profile", expose_value=False, callback=_remember, metavar="NAME",
-                     help="AWS credentials profile (s3://)."),
-        click.option("--storage-option", "-o", "storage_options", multiple=True, metavar="KEY=VALUE",
-                     help="fsspec storage option (repeatable); VALUE is parsed as JSON when it can be."),
-    ]):
+    for option in reversed(
+        [
+            click.option(
+                "--endpoint-url",
+                expose_value=False,
+                callback=_remember,
+                metavar="URL",
+                help="S3-compatible or GCS endpoint, e.g. http://127.0.0.1:9000 (MinIO, R2, Ceph).",
+            ),
+            click.option(
+                "--anon",
+                is_flag=True,
+                expose_value=False,
+                callback=_remember,
+                help="Anonymous access to a public bucket.",
+            ),
+            click.option(
+                "--profile",
+                expose_value=False,
+                callback=_remember,
+                metavar="NAME",
+                help="AWS credentials profile (s3://).",
+            ),
+            click.option(
+                "--storage-option",
+                "-o",
+                "storage_options",
+                multiple=True,
+                metavar="KEY=VALUE",
+                help="fsspec storage option (repeatable); VALUE is parsed as JSON when it can be.",
+            ),
+        ]
+    ):
         command = option(command)
     return command
 
 
 @click.group(cls=_Cli, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="shardstream")
-@click.option("--traceback", is_flag=True, help="Show the traceback of an unexpected error (for bug reports).")
+@click.option(
+    "--traceback", is_flag=True, help="Show the traceback of an unexpected error (for bug reports)."
+)
 def cli(traceback: bool) -> None:
     """Pack folders and tables into sharded datasets; inspect and verify them."""
     _lenient_output()

@@ -85,7 +85,10 @@ def cgroup_cpu_limit(root: str = CGROUP_ROOT) -> tuple[float, str] | None:
             return int(quota) / int(period or 100000), os.path.join(d, "cpu.max")
     for controller in ("cpu,cpuacct", "cpu"):
         for d in _cgroup_dirs(root, controller):
-            quota, period = _read(os.path.join(d, "cpu.cfs_quota_us")), _read(os.path.join(d, "cpu.cfs_period_us"))
+            quota, period = (
+                _read(os.path.join(d, "cpu.cfs_quota_us")),
+                _read(os.path.join(d, "cpu.cfs_period_us")),
+            )
             if quota is not None and period:
                 if not quota.isdigit() or not period.isdigit() or int(period) == 0:  # -1: no quota
                     return None
@@ -99,8 +102,12 @@ def cores_report(root: str = CGROUP_ROOT) -> dict[str, Any]:
     limit = cgroup_cpu_limit(root)
     quota = limit[0] if limit else None
     usable = affinity if quota is None else max(1, min(affinity, math.ceil(quota)))
-    return {"affinity": affinity, "cgroup_quota": quota, "cgroup_file": limit[1] if limit else None,
-            "usable": usable}
+    return {
+        "affinity": affinity,
+        "cgroup_quota": quota,
+        "cgroup_file": limit[1] if limit else None,
+        "usable": usable,
+    }
 
 
 def cuda_report() -> dict[str, Any]:
@@ -108,14 +115,22 @@ def cuda_report() -> dict[str, Any]:
     import torch
 
     available = torch.cuda.is_available()
-    doc: dict[str, Any] = {"torch": torch.__version__, "available": available,
-                           "devices": [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
-                           if available else [], "pinned_memory": False, "pinned_error": None}
+    doc: dict[str, Any] = {
+        "torch": torch.__version__,
+        "available": available,
+        "devices": [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+        if available
+        else [],
+        "pinned_memory": False,
+        "pinned_error": None,
+    }
     if not available:
         doc["pinned_error"] = "no CUDA: batches stay in pageable memory"
         return doc
     try:
-        doc["pinned_memory"] = bool(torch.empty(1 << 20, dtype=torch.uint8, pin_memory=True).is_pinned())
+        doc["pinned_memory"] = bool(
+            torch.empty(1 << 20, dtype=torch.uint8, pin_memory=True).is_pinned()
+        )
     except RuntimeError as exc:  # e.g. a locked-memory ulimit (ulimit -l) too low
         doc["pinned_error"] = " ".join(str(exc).split())[:200]
     return doc
@@ -133,23 +148,34 @@ def _in_flight(pin: bool, num_workers: int, default_collate: bool = True) -> tup
     return loader_in_flight({"prefetch_factor": prefetch, "pin_memory": pin}, ring, prefetch + 2)
 
 
-def loader_check_bytes(batch_bytes: int, num_workers: int, pin: bool, basis: str,
-                       free: int | None) -> dict[str, Any]:
+def loader_check_bytes(
+    batch_bytes: int, num_workers: int, pin: bool, basis: str, free: int | None
+) -> dict[str, Any]:
     """:func:`guards.check_shm` for a loader of ``num_workers`` whose batches take ``batch_bytes``."""
     from ..loader import guards
 
     per_worker, extra = _in_flight(pin, num_workers)
-    needed = guards.check_shm(batch_bytes, num_workers, per_worker, extra_batches=extra, action="off")
+    needed = guards.check_shm(
+        batch_bytes, num_workers, per_worker, extra_batches=extra, action="off"
+    )
     doc = {"batch_bytes": batch_bytes, "needed": needed, "basis": basis, "ok": True, "error": None}
     try:
-        guards.check_shm(batch_bytes, num_workers, per_worker, extra_batches=extra, basis=basis, free=free)
+        guards.check_shm(
+            batch_bytes, num_workers, per_worker, extra_batches=extra, basis=basis, free=free
+        )
     except guards.SharedMemoryError as exc:
         doc.update(ok=False, error=str(exc))
     return doc
 
 
-def loader_check_dataset(make: Callable[[], Any], batch_size: int, num_workers: int, pin: bool,
-                         read_batch: bool, free: int | None) -> dict[str, Any]:
+def loader_check_dataset(
+    make: Callable[[], Any],
+    batch_size: int,
+    num_workers: int,
+    pin: bool,
+    read_batch: bool,
+    free: int | None,
+) -> dict[str, Any]:
     """Build the real ``ShardLoader`` over the dataset ``make()`` opens (its guard runs on the
     manifest's sizes); with ``read_batch``, also read the first batch in this process (no workers,
     no shared memory) and check its measured size, as each worker does before sending it."""
@@ -159,21 +185,39 @@ def loader_check_dataset(make: Callable[[], Any], batch_size: int, num_workers: 
     estimate = ds.batch_bytes(batch_size)
     per_worker, extra = _in_flight(pin, num_workers, ds.default_collate)
     needed = guards.check_shm(estimate, num_workers, per_worker, extra_batches=extra, action="off")
-    doc = {"batch_bytes": estimate, "needed": needed, "ok": True, "error": None,
-           "basis": "estimated from the manifest's stored sample sizes; decoded images take more"}
+    doc = {
+        "batch_bytes": estimate,
+        "needed": needed,
+        "ok": True,
+        "error": None,
+        "basis": "estimated from the manifest's stored sample sizes; decoded images take more",
+    }
     try:
         ShardLoader(ds, batch_size, num_workers, pin_memory=pin)
     except guards.SharedMemoryError as exc:
         return dict(doc, ok=False, error=str(exc))
     if read_batch:
         batch = next(iter(ShardLoader(make(), batch_size, 0, pin_memory=False)))
-        doc.update(loader_check_bytes(guards.batch_nbytes(batch), num_workers, pin, "measured on the first batch",
-                                      free))
+        doc.update(
+            loader_check_bytes(
+                guards.batch_nbytes(batch), num_workers, pin, "measured on the first batch", free
+            )
+        )
     return doc
 
 
-_DENIED = ("Forbidden", "AccessDenied", "Access Denied", "InvalidAccessKeyId", "SignatureDoesNotMatch",
-           "permission denied", "credentials", "Unauthorized", "401", "403")
+_DENIED = (
+    "Forbidden",
+    "AccessDenied",
+    "Access Denied",
+    "InvalidAccessKeyId",
+    "SignatureDoesNotMatch",
+    "permission denied",
+    "credentials",
+    "Unauthorized",
+    "401",
+    "403",
+)
 
 
 def storage_report(url: str, options: dict[str, Any], timeout: float) -> dict[str, Any]:
@@ -188,11 +232,21 @@ def storage_report(url: str, options: dict[str, Any], timeout: float) -> dict[st
     except ShardstreamError as exc:
         text = str(exc)
         if any(word in text for word in _DENIED):
-            text += ("; check the credentials this process gets (for s3://: AWS_ACCESS_KEY_ID and "
-                     "AWS_SECRET_ACCESS_KEY, or --profile; in a container: the env_file or the mounted secret)")
+            text += (
+                "; check the credentials this process gets (for s3://: AWS_ACCESS_KEY_ID and "
+                "AWS_SECRET_ACCESS_KEY, or --profile; in a container: the env_file or the mounted secret)"
+            )
         return {"url": url, "ok": False, "error": text}
-    return {"url": store.url, "ok": True, "error": None, "samples": m.num_samples, "shards": m.num_shards,
-            "bytes": m.total_bytes, "format": m.shard_format, "seconds": round(time.perf_counter() - start, 3)}
+    return {
+        "url": store.url,
+        "ok": True,
+        "error": None,
+        "samples": m.num_samples,
+        "shards": m.num_shards,
+        "bytes": m.total_bytes,
+        "format": m.shard_format,
+        "seconds": round(time.perf_counter() - start, 3),
+    }
 
 
 # -- the command --------------------------------------------------------------------------------
@@ -204,9 +258,12 @@ def _size(n: int | None) -> str:
 
 def _text(doc: dict[str, Any]) -> list[str]:
     shm, cores, cuda, loader = doc["shm"], doc["cores"], doc["cuda"], doc["loader"]
-    quota = (f", cgroup quota {cores['cgroup_quota']:g} core{'' if cores['cgroup_quota'] == 1 else 's'} "
-             f"({cores['cgroup_file']})"
-             if cores["cgroup_quota"] is not None else ", no cgroup CPU quota")
+    quota = (
+        f", cgroup quota {cores['cgroup_quota']:g} core{'' if cores['cgroup_quota'] == 1 else 's'} "
+        f"({cores['cgroup_file']})"
+        if cores["cgroup_quota"] is not None
+        else ", no cgroup CPU quota"
+    )
     gpus = ", ".join(cuda["devices"]) if cuda["available"] else "not available"
     lines = [
         ("shm", f"{shm['path']}: {_size(shm['total'])}, {_size(shm['free'])} free"),
@@ -217,47 +274,114 @@ def _text(doc: dict[str, Any]) -> list[str]:
     ]
     if loader is not None:
         verdict = "ok" if loader["ok"] else "TOO SMALL"
-        lines.append(("loader", f"{count(doc['workers'], 'worker')} x batch {doc['batch_size']}"
-                      f"{' x ' + str(doc['local_ranks']) + ' local ranks' if doc['local_ranks'] > 1 else ''}"
-                      f" (pin_memory={doc['pin_memory']}): about {_size(loader['needed'])} in shared memory, "
-                      f"{_size(loader['batch_bytes'])} per batch ({loader['basis']}): {verdict}"))
+        lines.append(
+            (
+                "loader",
+                f"{count(doc['workers'], 'worker')} x batch {doc['batch_size']}"
+                f"{' x ' + str(doc['local_ranks']) + ' local ranks' if doc['local_ranks'] > 1 else ''}"
+                f" (pin_memory={doc['pin_memory']}): about {_size(loader['needed'])} in shared memory, "
+                f"{_size(loader['batch_bytes'])} per batch ({loader['basis']}): {verdict}",
+            )
+        )
     storage = doc["storage"]
     if storage is not None:
-        lines.append(("storage", f"{safe(storage['url'])}: " + (
-            f"{count(storage['samples'], 'sample')} in {count(storage['shards'], storage['format'] + ' shard')}, "
-            f"{_size(storage['bytes'])}; manifest read in {storage['seconds']:.2f} s" if storage["ok"]
-            else "FAILED")))
+        lines.append(
+            (
+                "storage",
+                f"{safe(storage['url'])}: "
+                + (
+                    f"{count(storage['samples'], 'sample')} in {count(storage['shards'], storage['format'] + ' shard')}, "
+                    f"{_size(storage['bytes'])}; manifest read in {storage['seconds']:.2f} s"
+                    if storage["ok"]
+                    else "FAILED"
+                ),
+            )
+        )
     return [f"{name:<14}{value}" for name, value in lines]
 
 
 @cli.command()
 @click.argument("url", required=False)
-@click.option("--workers", type=click.IntRange(min=0), default=None,
-              help="DataLoader workers per rank [default: what ShardLoader picks here].")
+@click.option(
+    "--workers",
+    type=click.IntRange(min=0),
+    default=None,
+    help="DataLoader workers per rank [default: what ShardLoader picks here].",
+)
 @click.option("--batch-size", type=click.IntRange(min=1), default=64, show_default=True)
-@click.option("--sample-size", default=DEFAULT_SAMPLE_SIZE, show_default=True, metavar="SIZE",
-              help="Bytes per sample in a batch when no URL is given (150KB: a decoded 224x224 RGB image).")
-@click.option("--decode", type=click.Choice(["none", "pil", "torch"]), default="torch", show_default=True,
-              help="How the dataset at URL is decoded (for --read-batch).")
-@click.option("--read-batch", is_flag=True,
-              help="Read the first batch of URL here and check its measured size (decoded images take more).")
-@click.option("--local-ranks", type=click.IntRange(min=1), default=None,
-              help="Training processes on this machine sharing /dev/shm [default: LOCAL_WORLD_SIZE or 1].")
-@click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=10.0, show_default=True,
-              help="Seconds one storage request may take.")
-@click.option("--wait", type=click.FloatRange(min=0), default=0, show_default=True, metavar="SECONDS",
-              help="Retry reading URL's manifest for up to this long (a store or a pack job still starting).")
+@click.option(
+    "--sample-size",
+    default=DEFAULT_SAMPLE_SIZE,
+    show_default=True,
+    metavar="SIZE",
+    help="Bytes per sample in a batch when no URL is given (150KB: a decoded 224x224 RGB image).",
+)
+@click.option(
+    "--decode",
+    type=click.Choice(["none", "pil", "torch"]),
+    default="torch",
+    show_default=True,
+    help="How the dataset at URL is decoded (for --read-batch).",
+)
+@click.option(
+    "--read-batch",
+    is_flag=True,
+    help="Read the first batch of URL here and check its measured size (decoded images take more).",
+)
+@click.option(
+    "--local-ranks",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Training processes on this machine sharing /dev/shm [default: LOCAL_WORLD_SIZE or 1].",
+)
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=0, min_open=True),
+    default=10.0,
+    show_default=True,
+    help="Seconds one storage request may take.",
+)
+@click.option(
+    "--wait",
+    type=click.FloatRange(min=0),
+    default=0,
+    show_default=True,
+    metavar="SECONDS",
+    help="Retry reading URL's manifest for up to this long (a store or a pack job still starting).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @storage_option
 @click.pass_context
-def doctor(ctx: click.Context, url: str | None, workers: int | None, batch_size: int, sample_size: str,  # noqa: PLR0913 - one per option
-           decode: str, read_batch: bool, local_ranks: int | None, timeout: float, wait: float, as_json: bool,
-           storage_options: tuple[str, ...]) -> None:
+def doctor(  # noqa: PLR0913 - one per option
+    ctx: click.Context,
+    url: str | None,
+    workers: int | None,
+    batch_size: int,
+    sample_size: str,
+    decode: str,
+    read_batch: bool,
+    local_ranks: int | None,
+    timeout: float,
+    wait: float,
+    as_json: bool,
+    storage_options: tuple[str, ...],
+) -> None:
     """Check /dev/shm, cores, CUDA, pinned memory and the start method for a loader of --workers
     and --batch-size, and that URL's storage answers; exit 1 with the fix when something would fail."""
     with _local_world_size(local_ranks):
-        doc = _examine(Checkup(url, workers, batch_size, sample_size, decode, read_batch, timeout, wait,
-                               storage_options))
+        doc = _examine(
+            Checkup(
+                url,
+                workers,
+                batch_size,
+                sample_size,
+                decode,
+                read_batch,
+                timeout,
+                wait,
+                storage_options,
+            )
+        )
     if as_json:
         click.echo(safe_json(doc, indent=2))
     else:
@@ -314,13 +438,25 @@ def _examine(asked: Checkup) -> dict[str, Any]:
     pin = bool(cuda["available"])  # ShardLoader's default
     shm = shm_report()
     doc: dict[str, Any] = {
-        "shm": shm, "cores": cores_report(), "cuda": cuda, "start_method": guards.start_method(),
-        "workers": workers, "batch_size": batch_size, "local_ranks": guards.local_ranks(), "pin_memory": pin,
-        "loader": None, "storage": None,
+        "shm": shm,
+        "cores": cores_report(),
+        "cuda": cuda,
+        "start_method": guards.start_method(),
+        "workers": workers,
+        "batch_size": batch_size,
+        "local_ranks": guards.local_ranks(),
+        "pin_memory": pin,
+        "loader": None,
+        "storage": None,
     }
     if url is None:
-        doc["loader"] = loader_check_bytes(batch_size * parse_size(asked.sample_size, "sample size"), workers, pin,
-                                           f"{batch_size} x --sample-size {asked.sample_size}", shm["free"])
+        doc["loader"] = loader_check_bytes(
+            batch_size * parse_size(asked.sample_size, "sample size"),
+            workers,
+            pin,
+            f"{batch_size} x --sample-size {asked.sample_size}",
+            shm["free"],
+        )
     else:
         options = storage_options_for(asked.storage_options, url)
         deadline = time.monotonic() + asked.wait
@@ -333,18 +469,34 @@ def _examine(asked: Checkup) -> dict[str, Any]:
             from .bench_run import DECODE
 
             def make() -> Any:
-                return ShardDataset(url, shuffle=False, decode=DECODE[asked.decode], storage_options=options,
-                                    retries=1, timeout=timeout)
+                return ShardDataset(
+                    url,
+                    shuffle=False,
+                    decode=DECODE[asked.decode],
+                    storage_options=options,
+                    retries=1,
+                    timeout=timeout,
+                )
 
-            doc["loader"] = loader_check_dataset(make, batch_size, workers, pin, asked.read_batch, shm["free"])
-    problems = [part["error"] for part in (doc["loader"], doc["storage"]) if part is not None and not part["ok"]]
+            doc["loader"] = loader_check_dataset(
+                make, batch_size, workers, pin, asked.read_batch, shm["free"]
+            )
+    problems = [
+        part["error"]
+        for part in (doc["loader"], doc["storage"])
+        if part is not None and not part["ok"]
+    ]
     if cuda["available"] and not cuda["pinned_memory"]:
-        problems.append(f"CUDA is available but pinned memory is not ({cuda['pinned_error']}); raise the "
-                        "locked-memory limit (docker run --ulimit memlock=-1) or pass pin_memory=False")
+        problems.append(
+            f"CUDA is available but pinned memory is not ({cuda['pinned_error']}); raise the "
+            "locked-memory limit (docker run --ulimit memlock=-1) or pass pin_memory=False"
+        )
     warnings = []
     if workers > max(doc["cores"]["usable"] - 1, 1) * 2:
-        warnings.append(f"{count(workers, 'worker')} on {count(doc['cores']['usable'], 'usable core')}: they will "
-                        "fight over them; "
-                        f"use about {max(doc['cores']['usable'] - 1, 1)} (cores - 1, shared by the local ranks)")
+        warnings.append(
+            f"{count(workers, 'worker')} on {count(doc['cores']['usable'], 'usable core')}: they will "
+            "fight over them; "
+            f"use about {max(doc['cores']['usable'] - 1, 1)} (cores - 1, shared by the local ranks)"
+        )
     doc.update(ok=not problems, problems=problems, warnings=warnings)
     return doc

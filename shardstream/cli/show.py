@@ -16,21 +16,45 @@ from .common import cli, has_controls, open_dataset, safe, safe_json, storage_op
 @cli.command()
 @click.argument("dataset")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-@click.option("--shuffle-quality", "quality", is_flag=True,
-              help="Read the cls field once and report the classes per batch of a shuffled epoch against i.i.d.")
-@click.option("--batch-size", type=click.IntRange(min=1), default=256, show_default=True,
-              help="Batch size for --shuffle-quality.")
-@click.option("--seq-len", type=click.IntRange(min=1), default=None,
-              help="Token datasets: the windows of this length, and the tokens they leave out.")
+@click.option(
+    "--shuffle-quality",
+    "quality",
+    is_flag=True,
+    help="Read the cls field once and report the classes per batch of a shuffled epoch against i.i.d.",
+)
+@click.option(
+    "--batch-size",
+    type=click.IntRange(min=1),
+    default=256,
+    show_default=True,
+    help="Batch size for --shuffle-quality.",
+)
+@click.option(
+    "--seq-len",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Token datasets: the windows of this length, and the tokens they leave out.",
+)
 @storage_option
-def info(dataset: str, as_json: bool, quality: bool, batch_size: int, storage_options: tuple[str, ...],
-         seq_len: int | None = None) -> None:
+def info(
+    dataset: str,
+    as_json: bool,
+    quality: bool,
+    batch_size: int,
+    storage_options: tuple[str, ...],
+    seq_len: int | None = None,
+) -> None:
     """Summarise DATASET: format, counts, sizes, fields, classes."""
     store, m = open_dataset(dataset, storage_options)
     doc = {
-        "url": store.url, "shard_format": m.shard_format, "num_shards": m.num_shards,
-        "num_samples": m.num_samples, "total_bytes": m.total_bytes, "fields": m.fields,
-        "classes": m.classes, "created": m.created,
+        "url": store.url,
+        "shard_format": m.shard_format,
+        "num_shards": m.num_shards,
+        "num_samples": m.num_samples,
+        "total_bytes": m.total_bytes,
+        "fields": m.fields,
+        "classes": m.classes,
+        "created": m.created,
     }
     if m.tokens is not None:
         from ..manifest.token_stats import describe, window_stats
@@ -44,37 +68,65 @@ def info(dataset: str, as_json: bool, quality: bool, batch_size: int, storage_op
     mean = m.total_bytes / m.num_shards if m.num_shards else 0
     fewest, most = (int(m.samples.min()), int(m.samples.max())) if m.num_shards else (0, 0)
     fields = ", ".join(
-        f"{safe(f.get('name'))} ({_count(f['samples'])})" if "samples" in f
-        else f"{safe(f.get('name'))}: {safe(f.get('type'))}" for f in m.fields
+        f"{safe(f.get('name'))} ({_count(f['samples'])})"
+        if "samples" in f
+        else f"{safe(f.get('name'))}: {safe(f.get('type'))}"
+        for f in m.fields
     )
     lines = [
         ("dataset", safe(store.url)),
         ("format", safe(m.shard_format)),
         ("samples", f"{m.num_samples:,}"),
-        ("shards", f"{m.num_shards:,} (mean {format_size(mean)}, {_per_shard(fewest, most, m.num_shards)})"),
+        (
+            "shards",
+            f"{m.num_shards:,} (mean {format_size(mean)}, {_per_shard(fewest, most, m.num_shards)})",
+        ),
         ("size", format_size(m.total_bytes)),
         ("fields", fields or "-"),
     ]
     if m.classes is not None:
-        shown = ", ".join(safe(c) for c in m.classes[:10]) + (", ..." if len(m.classes) > 10 else "")
+        shown = ", ".join(safe(c) for c in m.classes[:10]) + (
+            ", ..." if len(m.classes) > 10 else ""
+        )
         lines.append(("classes", f"{len(m.classes):,}: {shown}"))
     if m.tokens is not None:
         lines += [(k, safe(str(v))) for k, v in describe(m, seq_len)]
     if quality:
         q = doc["shuffle_quality"]
         window = count(q["window"], "sample")
-        lines.append(("shuffle", f"{q['classes_per_batch']:.1f} classes per batch of {batch_size} "
-                                 f"(i.i.d.: {q['iid_classes_per_batch']:.1f}; default window {window})"))
+        lines.append(
+            (
+                "shuffle",
+                f"{q['classes_per_batch']:.1f} classes per batch of {batch_size} "
+                f"(i.i.d.: {q['iid_classes_per_batch']:.1f}; default window {window})",
+            )
+        )
     created = m.created
     if created:
-        lines.append(("created", " ".join(safe(x) for x in (created.get("at"), "by", created.get("by"),
-                                                           "from", created.get("source")) if x)))
+        lines.append(
+            (
+                "created",
+                " ".join(
+                    safe(x)
+                    for x in (
+                        created.get("at"),
+                        "by",
+                        created.get("by"),
+                        "from",
+                        created.get("source"),
+                    )
+                    if x
+                ),
+            )
+        )
     width = max(len(k) for k, _ in lines)
     for key, value in lines:
         click.echo(f"{key:<{width}}  {value}")
 
 
-def _shuffle_quality(dataset: str, m: Any, batch_size: int, storage_options: tuple[str, ...]) -> dict[str, Any]:
+def _shuffle_quality(
+    dataset: str, m: Any, batch_size: int, storage_options: tuple[str, ...]
+) -> dict[str, Any]:
     """Classes per batch of epoch 0 under the default read-time shuffle, from the cls labels read once."""
     import numpy as np
 
@@ -83,15 +135,29 @@ def _shuffle_quality(dataset: str, m: Any, batch_size: int, storage_options: tup
     from .common import storage_options_for
 
     if not any(f.get("name") == "cls" for f in m.fields):
-        raise ShardstreamError("--shuffle-quality needs a 'cls' field (an ImageFolder pack); this dataset has none")
-    ds = ShardDataset(dataset, shuffle=False, decode=None, transform=_label, rank=0, world_size=1,
-                      storage_options=storage_options_for(storage_options, dataset))
+        raise ShardstreamError(
+            "--shuffle-quality needs a 'cls' field (an ImageFolder pack); this dataset has none"
+        )
+    ds = ShardDataset(
+        dataset,
+        shuffle=False,
+        decode=None,
+        transform=_label,
+        rank=0,
+        world_size=1,
+        storage_options=storage_options_for(storage_options, dataset),
+    )
     labels = np.fromiter(iter(ds), dtype=np.int64, count=m.num_samples)
     per_shard = np.split(labels, np.cumsum(m.samples)[:-1])
     window = plan.default_window(m.samples)
     order = plan.EpochOrder.create(m.samples, seed=0, epoch=0, shuffle=True, window=window)
     seen, iid = plan.batch_diversity(order, per_shard, batch_size)
-    return {"batch_size": batch_size, "window": window, "classes_per_batch": seen, "iid_classes_per_batch": iid}
+    return {
+        "batch_size": batch_size,
+        "window": window,
+        "classes_per_batch": seen,
+        "iid_classes_per_batch": iid,
+    }
 
 
 def _label(sample: dict[str, Any]) -> int:
@@ -101,7 +167,9 @@ def _label(sample: dict[str, Any]) -> int:
     try:
         return int(bytes(value) if isinstance(value, (bytes, bytearray, memoryview)) else value)
     except (TypeError, ValueError):
-        raise ShardstreamError(f"sample {sample.get('__key__')!r}: cls {value!r} is not an integer") from None
+        raise ShardstreamError(
+            f"sample {sample.get('__key__')!r}: cls {value!r} is not an integer"
+        ) from None
 
 
 def _per_shard(fewest: int, most: int, shards: int) -> str:
@@ -132,7 +200,9 @@ def ls_(dataset: str, as_json: bool, storage_options: tuple[str, ...]) -> None:
     click.echo(f"{'shard':<{width}}  {'samples':>10}  {'size':>10}  sha256")
     for path, (_, n, size, digest) in zip(paths, rows):
         click.echo(f"{path:<{width}}  {n:>10,}  {format_size(size):>10}  {safe(str(digest)[:16])}")
-    click.echo(f"{count(m.num_shards, 'shard')}, {count(m.num_samples, 'sample')}, {format_size(m.total_bytes)}")
+    click.echo(
+        f"{count(m.num_shards, 'shard')}, {count(m.num_samples, 'sample')}, {format_size(m.total_bytes)}"
+    )
 
 
 def _preview(value: Any) -> str:
@@ -161,11 +231,20 @@ def _shorten(value: Any) -> str:
 @click.argument("index", type=int, required=False)
 @click.option("--key", default=None, help="Find the sample by its key instead of its index.")
 @click.option("--field", default=None, help="Write this field's raw bytes to stdout.")
-@click.option("--raw", is_flag=True,
-              help="With --field: write the bytes to a terminal even if they are binary or hold control characters.")
+@click.option(
+    "--raw",
+    is_flag=True,
+    help="With --field: write the bytes to a terminal even if they are binary or hold control characters.",
+)
 @storage_option
-def cat(dataset: str, index: int | None, key: str | None, field: str | None, raw: bool,
-        storage_options: tuple[str, ...]) -> None:
+def cat(
+    dataset: str,
+    index: int | None,
+    key: str | None,
+    field: str | None,
+    raw: bool,
+    storage_options: tuple[str, ...],
+) -> None:
     """Show one sample of DATASET, by INDEX (default 0) or --key.
 
     Names and values are shown with control characters escaped. --field writes the field's
@@ -182,8 +261,10 @@ def cat(dataset: str, index: int | None, key: str | None, field: str | None, raw
     sample = sample_by_key(store, m, key) if key is not None else sample_at(store, m, index or 0)
     if field is not None:
         if field not in sample:
-            raise ShardstreamError(f"sample {sample.get('__key__')!r} has no field {field!r}; "
-                                   f"it has {', '.join(k for k in sample if k != '__key__')}")
+            raise ShardstreamError(
+                f"sample {sample.get('__key__')!r} has no field {field!r}; "
+                f"it has {', '.join(k for k in sample if k != '__key__')}"
+            )
         value = sample[field]
         if not isinstance(value, (bytes, bytearray)):
             value = _encode(value if isinstance(value, str) else json.dumps(value, default=str))
@@ -203,7 +284,8 @@ def cat(dataset: str, index: int | None, key: str | None, field: str | None, raw
 
 def _encode(text: str) -> bytes:
     try:
-        return text.encode("utf-8", "surrogateescape")  # a tar name's undecodable bytes, as they were
+        # a tar name's undecodable bytes, as they were
+        return text.encode("utf-8", "surrogateescape")
     except UnicodeEncodeError:
         return text.encode("utf-8", "replace")
 

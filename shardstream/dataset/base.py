@@ -27,7 +27,13 @@ from ..errors import ShardstreamError
 from .contract import Counters, PassStart, WorkerSlot
 from .ranks import process_group_ready, resolve_rank
 from .seeding import seed_batch
-from .setup import LoaderSetup, reader_is, refuse_change, refuse_foreign_reader, refuse_reconfiguration
+from .setup import (
+    LoaderSetup,
+    reader_is,
+    refuse_change,
+    refuse_foreign_reader,
+    refuse_reconfiguration,
+)
 from .state import (
     OrderKey,
     Position,
@@ -68,7 +74,8 @@ class Emitter:
         """The batch ``make()`` returns, checked, and shipped through the transport when ``ship``."""
         if self.sender is None or not ship:
             return self.checked(make())
-        with self.sender.batch() as send:  # the batch is allocated in the transport's arena inside this block
+        # the batch is allocated in the transport's arena inside this block
+        with self.sender.batch() as send:
             shipment = send(self.checked(make()))
         return shipment  # outside the block: its allocator must not stay active while the generator waits
 
@@ -90,7 +97,9 @@ class PassRun:
 
     def chunks(self) -> Iterator[tuple[int, int]]:
         """This worker's chunks of the rank's span, as [lo, hi) into the segment, the skipped ones left out."""
-        chunks = plan.worker_chunks(self.span, self.chunk, self.slot.count, self.slot.id, self.position.consumed)
+        chunks = plan.worker_chunks(
+            self.span, self.chunk, self.slot.count, self.slot.id, self.position.consumed
+        )
         for n, bounds in enumerate(chunks):
             if n >= self.skip:
                 yield bounds
@@ -124,14 +133,19 @@ class PlannedDataset(IterableDataset):
     world_size: int
     epoch: int
 
-    def _start_planning(self, rank: int | None, world_size: int | None, batch_size: int | None) -> None:
+    def _start_planning(
+        self, rank: int | None, world_size: int | None, batch_size: int | None
+    ) -> None:
         """The reading state every dataset starts with (at the end of a subclass's ``__init__``)."""
         self.batch_size = batch_size
-        self.seed_workers = True  # without a loader's setup: reseed per batch (see shardstream.dataset.seeding)
-        self._setup: LoaderSetup | None = None  # set by the loader that reads this dataset (configure)
+        # without a loader's setup: reseed per batch (see shardstream.dataset.seeding)
+        self.seed_workers = True
+        # set by the loader that reads this dataset (configure)
+        self._setup: LoaderSetup | None = None
         self._loader: Callable[[], Any] | None = None  # a weak reference to that loader
         self._explicit_rank = (rank, world_size)
-        self.rank, self.world_size = resolve_rank(rank, world_size, strict=False)  # provisional: see begin_pass
+        # provisional: see begin_pass
+        self.rank, self.world_size = resolve_rank(rank, world_size, strict=False)
         self.epoch = 0
         self._position = SharedPosition()
         self._local = ProcessLocal()
@@ -203,7 +217,11 @@ class PlannedDataset(IterableDataset):
     # -- settings, and the loader's one configuring call ------------------------------------------
     def __setattr__(self, name: str, value: Any) -> None:
         refuse_change(name, self._reading())
-        if name in ("seed_workers", "batch_size"):  # properties over the dataset's own values (see setup)
+        # properties over the dataset's own values (see setup)
+        if name in (
+            "seed_workers",
+            "batch_size",
+        ):
             name = "_" + name
         super().__setattr__(name, value)
 
@@ -233,7 +251,8 @@ class PlannedDataset(IterableDataset):
         if current is not None and current is not loader:
             raise ShardstreamError(
                 f"this {type(self).__name__} already feeds a loader, whose batches and resume state depend on "
-                f"it; make another {type(self).__name__} for a second loader (or drop the first one)")
+                f"it; make another {type(self).__name__} for a second loader (or drop the first one)"
+            )
         refuse_reconfiguration(self._setup if current is loader else None, setup)
         self._setup = setup
         self._loader = weakref.ref(loader)
@@ -248,10 +267,13 @@ class PlannedDataset(IterableDataset):
     @property
     def setup(self) -> LoaderSetup:
         """How batches are made now: the loader's setup, or one from this dataset's own settings."""
-        return self._current_setup() or LoaderSetup(batch_size=self.batch_size or 1,
-                                                    seed_workers=self.__dict__["_seed_workers"])
+        return self._current_setup() or LoaderSetup(
+            batch_size=self.batch_size or 1, seed_workers=self.__dict__["_seed_workers"]
+        )
 
-    def loader(self, batch_size: int, num_workers: int | None = None, **dataloader_kwargs: Any) -> Any:
+    def loader(
+        self, batch_size: int, num_workers: int | None = None, **dataloader_kwargs: Any
+    ) -> Any:
         """A :class:`~shardstream.loader.ShardLoader` over this dataset: a DataLoader whose
         in-order output is this rank's planned order, with ``state_dict()``."""
         # by name, like fsspec's registry: the dataset stage never imports the loader stage above it
@@ -264,8 +286,14 @@ class PlannedDataset(IterableDataset):
         the fingerprint is computed once, on the first resume state."""
         if self._order_fingerprint is None:
             self._order_fingerprint = self.fingerprint
-        return OrderKey(self.seed, self.num_samples, self.drop_last, self.shuffle, self.window,
-                        self._order_fingerprint)
+        return OrderKey(
+            self.seed,
+            self.num_samples,
+            self.drop_last,
+            self.shuffle,
+            self.window,
+            self._order_fingerprint,
+        )
 
     @property
     def generation(self) -> int:
@@ -276,8 +304,11 @@ class PlannedDataset(IterableDataset):
         """Start epoch ``epoch`` (default: the current one) from its beginning."""
         self.rank, self.world_size = resolve_rank(*self._explicit_rank, strict=False)
         self.epoch = self.epoch if epoch is None else int(epoch)
-        self._position.set(Position(self.epoch, self.rank, self.world_size, [(0, self.num_samples)],
-                                    self.world_size, 0))
+        self._position.set(
+            Position(
+                self.epoch, self.rank, self.world_size, [(0, self.num_samples)], self.world_size, 0
+            )
+        )
 
     def _fresh(self, p: Position) -> bool:
         return p.segment == [(0, self.num_samples)] and p.consumed == 0
@@ -288,8 +319,11 @@ class PlannedDataset(IterableDataset):
         p = self._position.get()
         fresh = self._fresh(p)
         if epoch != p.epoch and not fresh:
-            warnings.warn(f"set_epoch({epoch}) drops the resume position loaded for epoch {p.epoch} "
-                          f"({p.remaining(self.drop_last)} samples of it still unread on this rank)", stacklevel=2)
+            warnings.warn(
+                f"set_epoch({epoch}) drops the resume position loaded for epoch {p.epoch} "
+                f"({p.remaining(self.drop_last)} samples of it still unread on this rank)",
+                stacklevel=2,
+            )
         if epoch != p.epoch or fresh:
             self.reset(epoch)
 
@@ -310,7 +344,9 @@ class PlannedDataset(IterableDataset):
     def begin_pass(self) -> PassStart:
         """A loader's pass starts (main process): rank and world size resolved now; where it starts."""
         p = self._resolve_rank()
-        return PassStart(to_state(p, self.order_key()), self.generation, p.remaining(self.drop_last))
+        return PassStart(
+            to_state(p, self.order_key()), self.generation, p.remaining(self.drop_last)
+        )
 
     def __len__(self) -> int:
         """Samples this rank reads in a full epoch (rank and world size as they are now)."""
@@ -323,8 +359,9 @@ class PlannedDataset(IterableDataset):
 
     def span_length(self, state: dict[str, Any]) -> int:
         """Samples of this rank's span in the segment a resume state names."""
-        start, stop = plan.rank_range([tuple(iv) for iv in state["segment"]], state["world_size"], self.rank,
-                                      self.drop_last)
+        start, stop = plan.rank_range(
+            [tuple(iv) for iv in state["segment"]], state["world_size"], self.rank, self.drop_last
+        )
         return stop - start
 
     def pass_state(self) -> dict[str, Any]:
@@ -344,9 +381,12 @@ class PlannedDataset(IterableDataset):
         slot = WorkerSlot.current()
         rank, world = resolve_rank(*self._explicit_rank, strict=False)
         key = self.order_key()
-        p, skip = loaded_position(state, key, rank, world, (slot.id, slot.count) if slot.in_worker else None)
+        p, skip = loaded_position(
+            state, key, rank, world, (slot.id, slot.count) if slot.in_worker else None
+        )
         self._local.progress = None
-        if slot.in_worker:  # this worker's next pass only; the shared position is the main process's
+        # this worker's next pass only; the shared position is the main process's
+        if slot.in_worker:
             self._local.loaded = (self._position.generation, p, skip)
             self._local.progress = dict(state) if skip else to_state(p, key)
             return
@@ -361,10 +401,21 @@ class PlannedDataset(IterableDataset):
         setup = self.setup
         slot = WorkerSlot.current()
         p, skip, own = self._pass_start(slot)
-        user_code = any(part is not None for part in self.worker_parts().values())  # may draw random numbers
-        emit = Emitter(self._sender(slot, setup), setup.check_first_batch if slot.in_worker else None)
-        run = PassRun(p, p.span(self.drop_last), (self.batch_size or 1) * setup.batches_per_chunk, slot, skip, emit,
-                      reseed=slot.in_worker and setup.seed_workers and user_code, seed=self.seed)
+        # may draw random numbers
+        user_code = any(part is not None for part in self.worker_parts().values())
+        emit = Emitter(
+            self._sender(slot, setup), setup.check_first_batch if slot.in_worker else None
+        )
+        run = PassRun(
+            p,
+            p.span(self.drop_last),
+            (self.batch_size or 1) * setup.batches_per_chunk,
+            slot,
+            skip,
+            emit,
+            reseed=slot.in_worker and setup.seed_workers and user_code,
+            seed=self.seed,
+        )
         yield from self._tracked(self.read_pass(run), run, own)
 
     def _pass_start(self, slot: WorkerSlot) -> tuple[Position, int, bool]:
@@ -387,8 +438,14 @@ class PlannedDataset(IterableDataset):
         rank, world = resolve_rank(*self._explicit_rank, strict=True)
         p = self._position.get()
         if world != p.segment_world:
-            return Position(p.epoch, rank, world, plan.remaining(p.segment, p.segment_world, p.consumed,
-                                                                 self.drop_last), world, 0), 0
+            return Position(
+                p.epoch,
+                rank,
+                world,
+                plan.remaining(p.segment, p.segment_world, p.consumed, self.drop_last),
+                world,
+                0,
+            ), 0
         return dataclasses.replace(p, rank=rank, world_size=world), 0
 
     def _tracked(self, items: Iterable[Any], run: PassRun, own: bool) -> Iterator[Any]:
@@ -401,7 +458,9 @@ class PlannedDataset(IterableDataset):
         key, done = self.order_key(), run.skip
         for item in items:
             done += 1
-            self._local.progress = progress_state(p, key, run.span, run.chunk, done, slot.count, slot.id)
+            self._local.progress = progress_state(
+                p, key, run.span, run.chunk, done, slot.count, slot.id
+            )
             yield item
         following = next_epoch(p, self.num_samples)
         self._local.progress = to_state(following, key)
@@ -421,7 +480,8 @@ class PlannedDataset(IterableDataset):
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
-        state["_local"] = ProcessLocal()  # open shards, transports and a pass's progress stay in this process
+        # open shards, transports and a pass's progress stay in this process
+        state["_local"] = ProcessLocal()
         state["_setup"] = self._current_setup()  # a gone loader's transport is nobody's
         state["_loader"] = None
         if process_group_ready():  # a spawned worker has no process group: it inherits this rank

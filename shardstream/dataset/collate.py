@@ -108,8 +108,10 @@ def ragged_fields(fields: list[Sequence[bytes | bytearray | memoryview]]) -> lis
     """Several bytes fields of a batch in ONE shared-memory arena: one storage crosses to the
     main process instead of one per field (each costs a file-descriptor hand-over)."""
     counts = [len(values) for values in fields]
-    sizes = [np.fromiter((memoryview(v).nbytes for v in values), dtype=np.int64, count=len(values))
-             for values in fields]
+    sizes = [
+        np.fromiter((memoryview(v).nbytes for v in values), dtype=np.int64, count=len(values))
+        for values in fields
+    ]
     index_bytes = 8 * sum(n + 1 for n in counts)  # every field's offsets, int64, first in the arena
     arena = empty_batch_tensor((index_bytes + int(sum(int(z.sum()) for z in sizes)),), torch.uint8)
     index = arena[:index_bytes].view(torch.int64)
@@ -122,7 +124,8 @@ def ragged_fields(fields: list[Sequence[bytes | bytearray | memoryview]]) -> lis
         np.cumsum(size, out=bounds[1:])
         offsets.copy_(torch.from_numpy(bounds))
         for value, start, stop in zip(values, bounds[:-1].tolist(), bounds[1:].tolist()):
-            flat[pos + start : pos + stop] = value  # one copy, from the shard's memory into the batch's
+            # one copy, from the shard's memory into the batch's
+            flat[pos + start : pos + stop] = value
         out.append(RaggedBytes(arena[pos : pos + int(bounds[-1])], offsets))
         at += len(values) + 1
         pos += int(bounds[-1])
@@ -145,7 +148,9 @@ def split(batch: dict[str, Any], size: int) -> list[dict[str, Any]]:
 def _stack_images(values: list[torch.Tensor]) -> torch.Tensor | None:
     """C×H×W views of H×W×C arrays (what decoders give) stacked with contiguous copies, or None."""
     first = values[0]
-    if first.dim() != 3 or not all(v.shape == first.shape and v.dtype == first.dtype for v in values):
+    if first.dim() != 3 or not all(
+        v.shape == first.shape and v.dtype == first.dtype for v in values
+    ):
         return None
     hwc = [v.permute(1, 2, 0) for v in values]
     if not all(h.is_contiguous() for h in hwc):
@@ -208,9 +213,13 @@ def _stack(values: list[Any]) -> Any:
         return out
     if isinstance(first, bool):
         return _numbers(values, torch.bool) if all(isinstance(v, bool) for v in values) else None
-    if isinstance(first, (int, np.integer)) and all(isinstance(v, (int, np.integer)) for v in values):
+    if isinstance(first, (int, np.integer)) and all(
+        isinstance(v, (int, np.integer)) for v in values
+    ):
         return _numbers(values, torch.int64)
-    if isinstance(first, (float, np.floating)) and all(isinstance(v, (int, float, np.number)) for v in values):
+    if isinstance(first, (float, np.floating)) and all(
+        isinstance(v, (int, float, np.number)) for v in values
+    ):
         return _numbers(values, torch.float64)
     return None
 
@@ -225,7 +234,8 @@ def collate(samples: list[dict[str, Any]]) -> dict[str, Any]:
     (strings, ragged shapes, PIL images) in lists."""
     batch: dict[str, Any] = {}
     raw: dict[str, list[Any]] = {}
-    for name in dict.fromkeys(name for s in samples for name in s):  # every field, in first-seen order
+    # every field, in first-seen order
+    for name in dict.fromkeys(name for s in samples for name in s):
         values = [s.get(name) for s in samples]
         if _is_bytes(values):
             raw[name] = values
@@ -233,8 +243,14 @@ def collate(samples: list[dict[str, Any]]) -> dict[str, Any]:
             continue
         stacked = None if any(v is None for v in values) else _stack(values)
         if stacked is None:  # a list: shard memory (memoryview) cannot leave the worker; bytes can
-            values = [bytes(v) if isinstance(v, memoryview) else v.decode() if type(v) is PendingJpeg else v
-                      for v in values]
+            values = [
+                bytes(v)
+                if isinstance(v, memoryview)
+                else v.decode()
+                if type(v) is PendingJpeg
+                else v
+                for v in values
+            ]
         batch[name] = stacked if stacked is not None else values
     if raw:
         batch.update(zip(raw, ragged_fields(list(raw.values()))))
@@ -249,8 +265,9 @@ def _as_tensor(value: Any) -> torch.Tensor:
     return torch.as_tensor(value)
 
 
-def pad_sequences(values: Sequence[Any], padding_value: float = 0, *, max_length: int | None = None
-                  ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def pad_sequences(
+    values: Sequence[Any], padding_value: float = 0, *, max_length: int | None = None
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Sequences of varying length as one batch: ``(padded, lengths, mask)``.
 
     ``values`` are tensors, numpy arrays or lists, each ``L_i x ...`` with the same
@@ -265,7 +282,9 @@ def pad_sequences(values: Sequence[Any], padding_value: float = 0, *, max_length
     tensors = [_as_tensor(v) for v in values]
     first = tensors[0]
     if any(t.dim() == 0 for t in tensors):
-        raise ValueError("pad_sequences needs sequences (tensors of at least one dimension), not scalars")
+        raise ValueError(
+            "pad_sequences needs sequences (tensors of at least one dimension), not scalars"
+        )
     if any(t.shape[1:] != first.shape[1:] for t in tensors):
         shapes = sorted({tuple(t.shape[1:]) for t in tensors})
         raise ValueError(f"pad_sequences needs one trailing shape after the length, not {shapes}")
@@ -296,7 +315,8 @@ def pad_sequences(values: Sequence[Any], padding_value: float = 0, *, max_length
 def _list_item(value: Any) -> Any:
     if isinstance(value, np.ndarray):
         return torch.from_numpy(value)
-    return bytes(value) if isinstance(value, memoryview) else value  # shard memory cannot leave the worker
+    # shard memory cannot leave the worker
+    return bytes(value) if isinstance(value, memoryview) else value
 
 
 class FieldCollate:
@@ -314,8 +334,14 @@ class FieldCollate:
     shardstream's reused arenas: see :mod:`shardstream.loader.transport`.)
     """
 
-    def __init__(self, pad: Mapping[str, float] | Iterable[str] = (), lists: Iterable[str] = (), *,
-                 padding_value: float = 0, max_length: int | None = None):
+    def __init__(
+        self,
+        pad: Mapping[str, float] | Iterable[str] = (),
+        lists: Iterable[str] = (),
+        *,
+        padding_value: float = 0,
+        max_length: int | None = None,
+    ):
         self.pad = dict(pad) if isinstance(pad, Mapping) else dict.fromkeys(pad, padding_value)
         self.lists = list(lists)
         both = set(self.pad) & set(self.lists)
@@ -332,7 +358,8 @@ class FieldCollate:
             if unknown:
                 raise ShardstreamError(
                     f"FieldCollate({kind}=...) names {unknown}, which the samples do not have; "
-                    f"their fields are {list(have)}")
+                    f"their fields are {list(have)}"
+                )
         self._checked = True
 
     def __call__(self, samples: list[dict[str, Any]]) -> dict[str, Any]:
@@ -341,12 +368,17 @@ class FieldCollate:
         special = set(self.pad) | set(self.lists)
         rest = collate([{k: v for k, v in s.items() if k not in special} for s in samples])
         batch: dict[str, Any] = {}
-        for name in dict.fromkeys(name for s in samples for name in s):  # every field, in first-seen order
+        # every field, in first-seen order
+        for name in dict.fromkeys(name for s in samples for name in s):
             if name in self.pad:
                 values = [s.get(name) for s in samples]
                 if any(v is None for v in values):
-                    raise ValueError(f"field {name!r} is missing from some samples, so it cannot be padded")
-                padded, lengths, mask = pad_sequences(values, self.pad[name], max_length=self.max_length)
+                    raise ValueError(
+                        f"field {name!r} is missing from some samples, so it cannot be padded"
+                    )
+                padded, lengths, mask = pad_sequences(
+                    values, self.pad[name], max_length=self.max_length
+                )
                 batch[name], batch[f"{name}_lengths"], batch[f"{name}_mask"] = padded, lengths, mask
             elif name in self.lists:
                 batch[name] = [_list_item(s.get(name)) for s in samples]
@@ -355,4 +387,6 @@ class FieldCollate:
         return batch
 
     def __repr__(self) -> str:
-        return f"FieldCollate(pad={self.pad!r}, lists={self.lists!r}, max_length={self.max_length!r})"
+        return (
+            f"FieldCollate(pad={self.pad!r}, lists={self.lists!r}, max_length={self.max_length!r})"
+        )

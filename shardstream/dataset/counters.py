@@ -72,7 +72,11 @@ class StageCounters:
         """Note the sample skipped last (the newest over all processes is reported)."""
         row, lock = self._row()
         with lock:
-            row[INDEX["skip_shard"] : INDEX["skip_ms"] + 1] = (shard + 1, sample, time.time() * 1000)
+            row[INDEX["skip_shard"] : INDEX["skip_ms"] + 1] = (
+                shard + 1,
+                sample,
+                time.time() * 1000,
+            )
 
     def totals(self) -> dict[str, int]:
         """Every field summed over the processes; ``skip_shard`` (-1 for none) and ``skip_sample`` are
@@ -99,7 +103,9 @@ class CountedShards(OpenShards):
     def _downloaded(self, nbytes: int, nanoseconds: int) -> None:
         self.stats.add(downloads=1, downloaded_bytes=nbytes, download_ns=nanoseconds)
 
-    def timed(self, take: Callable[[int], TarShard | ArrowShard]) -> Callable[[int], TarShard | ArrowShard]:
+    def timed(
+        self, take: Callable[[int], TarShard | ArrowShard]
+    ) -> Callable[[int], TarShard | ArrowShard]:
         """``take`` (called only for a shard not open yet), adding the time it blocks to :attr:`waited_ns`."""
 
         def waiting(shard: int) -> TarShard | ArrowShard:

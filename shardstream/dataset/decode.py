@@ -18,7 +18,9 @@ from typing import Any
 
 from ..errors import ShardstreamError, UsageError
 
-IMAGE_EXTENSIONS = frozenset({"jpg", "jpeg", "png", "ppm", "pgm", "pbm", "pnm", "webp", "bmp", "gif", "tif", "tiff"})
+IMAGE_EXTENSIONS = frozenset(
+    {"jpg", "jpeg", "png", "ppm", "pgm", "pbm", "pnm", "webp", "bmp", "gif", "tif", "tiff"}
+)
 MODES = ("pil", "numpy", "torch")
 
 try:  # the optional fast JPEG decoder
@@ -40,13 +42,17 @@ def parse_fields(spec: FieldSpec) -> dict[str, tuple[str, ...]] | None:
     if spec is None:
         return None
     if isinstance(spec, str):
-        raise UsageError(f"fields={spec!r} must be a list of names or a mapping, not one string; "
-                         f"write fields=[{spec!r}]")
+        raise UsageError(
+            f"fields={spec!r} must be a list of names or a mapping, not one string; "
+            f"write fields=[{spec!r}]"
+        )
     items = spec.items() if isinstance(spec, Mapping) else ((None, s) for s in spec)
     out: dict[str, tuple[str, ...]] = {}
     for name, alternatives in items:
         if not isinstance(alternatives, str) or not alternatives.strip(";"):
-            raise UsageError(f"fields: {alternatives!r} is not a field name (alternatives as \"jpg;png\")")
+            raise UsageError(
+                f'fields: {alternatives!r} is not a field name (alternatives as "jpg;png")'
+            )
         names = tuple(a.strip().lower() for a in alternatives.split(";") if a.strip())
         out[name if name is not None else names[0]] = names
     if not out:
@@ -56,7 +62,9 @@ def parse_fields(spec: FieldSpec) -> dict[str, tuple[str, ...]] | None:
 
 KNOWN = IMAGE_EXTENSIONS | {"cls", "cls2", "index", "id", "txt", "text", "json", "npy", "pth", "pt"}
 _TYPED: dict[str, Callable[[bytes], Any]] = {
-    "int": int, "float": float, "str": lambda b: b.decode("utf-8"),
+    "int": int,
+    "float": float,
+    "str": lambda b: b.decode("utf-8"),
     "bool": lambda b: {b"True": True, b"False": False}[b],
 }
 
@@ -65,7 +73,11 @@ def written_types(manifest: Any) -> dict[str, str]:
     """Tar fields packed from numbers or text (a table's int and string columns): read back as such."""
     if manifest.shard_format == "arrow":
         return {}
-    return {f["name"]: f["type"] for f in manifest.fields if isinstance(f, dict) and "name" in f and "type" in f}
+    return {
+        f["name"]: f["type"]
+        for f in manifest.fields
+        if isinstance(f, dict) and "name" in f and "type" in f
+    }
 
 
 class DecodeError(ShardstreamError):
@@ -100,7 +112,8 @@ class PendingJpeg:
     its header; ``where`` names it in errors."""
 
     __slots__ = ("data", "shape", "where")
-    decode_ns = 0  # this process's time decoding pending JPEGs (counted as decoding by the stage timers)
+    # this process's time decoding pending JPEGs (counted as decoding by the stage timers)
+    decode_ns = 0
 
     def __init__(self, data: bytes, shape: tuple[int, int, int]):
         self.data, self.shape, self.where = data, shape, "a JPEG"
@@ -127,11 +140,15 @@ class PendingJpeg:
                 if ok:
                     out[...] = done
             if not ok:
-                raise ValueError(f"it decodes to {done.shape[1]}x{done.shape[0]}, its header says "
-                                 f"{self.shape[1]}x{self.shape[0]}")
+                raise ValueError(
+                    f"it decodes to {done.shape[1]}x{done.shape[0]}, its header says "
+                    f"{self.shape[1]}x{self.shape[0]}"
+                )
         except Exception as exc:
-            raise DecodeError(f"{self.where} does not decode ({type(exc).__name__}: {exc}); the shard holds a "
-                              "damaged image: re-pack it from good files, or read with on_error='skip'") from exc
+            raise DecodeError(
+                f"{self.where} does not decode ({type(exc).__name__}: {exc}); the shard holds a "
+                "damaged image: re-pack it from good files, or read with on_error='skip'"
+            ) from exc
         finally:
             PendingJpeg.decode_ns += time.perf_counter_ns() - started
 
@@ -162,13 +179,16 @@ def decode_image(data: bytes, ext: str, mode: str, writable: bool = True) -> Any
     import torch
 
     if not array.flags.writeable:
-        with warnings.catch_warnings():  # torch warns about read-only memory; the caller only copies it
+        # torch warns about read-only memory; the caller only copies it
+        with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             return torch.from_numpy(array).permute(2, 0, 1)
     return torch.from_numpy(array).permute(2, 0, 1)
 
 
-def decode_value(data: bytes, ext: str, mode: str | None, writable: bool = True, defer: bool = False) -> Any:
+def decode_value(
+    data: bytes, ext: str, mode: str | None, writable: bool = True, defer: bool = False
+) -> Any:
     """One field's value from its bytes, by extension; ``mode=None`` keeps bytes. ``defer``: a JPEG
     as a tensor may be a :class:`PendingJpeg`, for a batch to decode straight into its memory."""
     if mode is None:
@@ -205,13 +225,23 @@ class Decoder:
     fields the mapping does not name use its ``"*"`` entry, else ``"torch"``.
     """
 
-    def __init__(self, spec: DecodeSpec = "torch", fields: FieldSpec = None, types: Mapping[str, str] | None = None):
+    def __init__(
+        self,
+        spec: DecodeSpec = "torch",
+        fields: FieldSpec = None,
+        types: Mapping[str, str] | None = None,
+    ):
         # tar fields the manifest says were written as numbers or text, where no extension says so
-        self.types = {n: t for n, t in (types or {}).items() if t in _TYPED and extension(n) not in KNOWN}
+        self.types = {
+            n: t for n, t in (types or {}).items() if t in _TYPED and extension(n) not in KNOWN
+        }
         self.select = parse_fields(fields)  # applied after decoding: decoders see the stored names
         # a decode mapping may name a field by its output name: its stored alternatives use that entry
-        self._alias = {s: out for out, alts in (self.select or {}).items() for s in alts if s != out}
-        self.copied_later = False  # set when results are only copied into a batch: read-only is fine
+        self._alias = {
+            s: out for out, alts in (self.select or {}).items() for s in alts if s != out
+        }
+        # set when results are only copied into a batch: read-only is fine
+        self.copied_later = False
         self.defer = False  # set when the default collate makes the batch: JPEGs decoded into it (PendingJpeg)
         self.whole: Callable[[dict[str, Any]], dict[str, Any]] | None = None
         self.fields: dict[str, Any] = {}
@@ -223,11 +253,15 @@ class Decoder:
             self.default = self.fields.pop("*", "torch")
             for name, how in self.fields.items():
                 if not (callable(how) or how is None or how in MODES):
-                    raise ValueError(f"decode[{name!r}] must be a callable, None or one of {MODES}, not {how!r}")
+                    raise ValueError(
+                        f"decode[{name!r}] must be a callable, None or one of {MODES}, not {how!r}"
+                    )
         else:
             self.default = spec
         if not (self.default is None or self.default in MODES):
-            raise ValueError(f"decode must be one of {MODES}, None, a callable or a mapping, not {spec!r}")
+            raise ValueError(
+                f"decode must be one of {MODES}, None, a callable or a mapping, not {spec!r}"
+            )
         self._checked = not self.fields
 
     def check_fields(self, have: list[str], where: str) -> None:
@@ -239,13 +273,20 @@ class Decoder:
         listed = [name for name in have if not name.startswith("__")]
         unknown = self._unknown_names(have)
         if unknown:
-            raise UsageError(f"{where}: decode={{...}} names fields {unknown}, which the dataset does not have; "
-                             f"its fields are {listed} (use \"*\" for the default)")
-        if self.select is not None and self.whole is None:  # a decode function may make fields of its own
-            missing = [";".join(alts) for alts in self.select.values() if not any(a in have for a in alts)]
+            raise UsageError(
+                f"{where}: decode={{...}} names fields {unknown}, which the dataset does not have; "
+                f'its fields are {listed} (use "*" for the default)'
+            )
+        # a decode function may make fields of its own
+        if self.select is not None and self.whole is None:
+            missing = [
+                ";".join(alts) for alts in self.select.values() if not any(a in have for a in alts)
+            ]
             if missing:
-                raise UsageError(f"{where}: fields= asks for {missing}, which the dataset does not have; its "
-                                 f"fields are {listed}")
+                raise UsageError(
+                    f"{where}: fields= asks for {missing}, which the dataset does not have; its "
+                    f"fields are {listed}"
+                )
 
     def _check_names(self, sample: dict[str, Any]) -> None:
         """Mapping entries the first sample has no field for are a typo, refused (every sample fails
@@ -253,8 +294,10 @@ class Decoder:
         unknown = self._unknown_names(sample)
         if unknown:
             have = [name for name in sample if not name.startswith("__")]
-            raise UsageError(f"decode={{...}} names fields {unknown}, which the samples do not have; "
-                                   f"their fields are {have} (use \"*\" for the default)")
+            raise UsageError(
+                f"decode={{...}} names fields {unknown}, which the samples do not have; "
+                f'their fields are {have} (use "*" for the default)'
+            )
         self._checked = True
 
     def _unknown_names(self, have: Any) -> list[str]:
@@ -268,8 +311,12 @@ class Decoder:
     @property
     def keeps_bytes(self) -> bool:
         """Whether every field stays as stored (``decode=None``)."""
-        return (self.whole is None and self.default is None and self.select is None
-                and all(how is None for how in self.fields.values()))
+        return (
+            self.whole is None
+            and self.default is None
+            and self.select is None
+            and all(how is None for how in self.fields.values())
+        )
 
     def __call__(self, sample: dict[str, Any]) -> dict[str, Any]:
         """The decoded sample. Any failure, in a built-in decoder or in the user's decode functions
@@ -279,7 +326,9 @@ class Decoder:
             try:
                 out = self.whole(sample)
             except Exception as exc:
-                raise DecodeError(f"the decode function raised {type(exc).__name__}: {exc}") from exc
+                raise DecodeError(
+                    f"the decode function raised {type(exc).__name__}: {exc}"
+                ) from exc
             return out if self.select is None else self._selected(out)
         if not self._checked:
             self._check_names(sample)
@@ -289,10 +338,13 @@ class Decoder:
             if name.startswith("__") or not isinstance(value, (bytes, bytearray, memoryview)):
                 if callable(how):  # named by the user: theirs, whatever its type
                     value = _call_field(name, how, value)
-                elif how is not None and _is_file_struct(value):  # a Hugging Face Image: {"bytes", "path"}
+                # a Hugging Face Image: {"bytes", "path"}
+                elif how is not None and _is_file_struct(value):
                     ext = _suffix(value.get("path")) or extension(name)
                     if ext in IMAGE_EXTENSIONS:
-                        value = _call_field(name, lambda v, e=ext, m=how: decode_image(v["bytes"], e, m), value)
+                        value = _call_field(
+                            name, lambda v, e=ext, m=how: decode_image(v["bytes"], e, m), value
+                        )
                 out[name] = value
                 continue
             try:
@@ -301,10 +353,14 @@ class Decoder:
                 elif how is not None and name in self.types:
                     out[name] = _TYPED[self.types[name]](bytes(value))
                 else:
-                    out[name] = decode_value(value, extension(name), how, not self.copied_later, self.defer)
+                    out[name] = decode_value(
+                        value, extension(name), how, not self.copied_later, self.defer
+                    )
             except Exception as exc:  # decoders raise many types; the caller adds shard and sample
                 by = "the decoder given for it raised " if callable(how) else ""
-                raise DecodeError(f"field {name!r} does not decode ({by}{type(exc).__name__}: {exc})") from exc
+                raise DecodeError(
+                    f"field {name!r} does not decode ({by}{type(exc).__name__}: {exc})"
+                ) from exc
         return out if self.select is None else self._selected(out)
 
     def _selected(self, sample: dict[str, Any]) -> dict[str, Any]:
@@ -319,17 +375,25 @@ class Decoder:
                     break
             else:
                 have = [n for n in sample if not n.startswith("__")]
-                raise DecodeError(f"no field {';'.join(alternatives)!r} for {name!r} (the sample has {have})")
+                raise DecodeError(
+                    f"no field {';'.join(alternatives)!r} for {name!r} (the sample has {have})"
+                )
         return out
 
 
 def _is_file_struct(value: Any) -> bool:
     """A Hugging Face ``Image``/``Audio`` value as Arrow stores it: ``{"bytes": ..., "path": ...}``."""
-    return isinstance(value, dict) and isinstance(value.get("bytes"), (bytes, bytearray, memoryview))
+    return isinstance(value, dict) and isinstance(
+        value.get("bytes"), (bytes, bytearray, memoryview)
+    )
 
 
 def _suffix(path: Any) -> str:
-    return path.rsplit("/", 1)[-1].rpartition(".")[2].lower() if isinstance(path, str) and "." in path else ""
+    return (
+        path.rsplit("/", 1)[-1].rpartition(".")[2].lower()
+        if isinstance(path, str) and "." in path
+        else ""
+    )
 
 
 def _call_field(name: str, how: Callable[[Any], Any], value: Any) -> Any:

@@ -62,10 +62,21 @@ class LengthBucketing:
         num_workers, loader_kwargs: for ``dataset.loader``.
     """
 
-    def __init__(self, dataset: Any, batch_tokens: int, *, window: int = 512, field: str = "input_ids",
-                 padding_value: float = 0, num_workers: int | None = None, **loader_kwargs: Any):
+    def __init__(
+        self,
+        dataset: Any,
+        batch_tokens: int,
+        *,
+        window: int = 512,
+        field: str = "input_ids",
+        padding_value: float = 0,
+        num_workers: int | None = None,
+        **loader_kwargs: Any,
+    ):
         if batch_tokens < 1 or window < 1:
-            raise ValueError(f"batch_tokens and window must be at least 1, not {batch_tokens} and {window}")
+            raise ValueError(
+                f"batch_tokens and window must be at least 1, not {batch_tokens} and {window}"
+            )
         self.batch_tokens, self.window = int(batch_tokens), int(window)
         self.field, self.padding_value = field, padding_value
         dataset.collate_fn = list  # the loader hands over each window's samples as they are
@@ -97,8 +108,15 @@ class LengthBucketing:
         positions = torch.arange(padded.shape[1]).expand(len(samples), -1).masked_fill(~mask, 1)
         cu = torch.zeros(int((lengths > 0).sum()) + 1, dtype=torch.int32)
         torch.cumsum(lengths[lengths > 0], 0, out=cu[1:])
-        return {**rest, self.field: padded, "lengths": lengths, "attention_mask": mask,
-                "position_ids": positions.contiguous(), "cu_seqlens": cu, "max_seqlen": int(lengths.max())}
+        return {
+            **rest,
+            self.field: padded,
+            "lengths": lengths,
+            "attention_mask": mask,
+            "position_ids": positions.contiguous(),
+            "cu_seqlens": cu,
+            "max_seqlen": int(lengths.max()),
+        }
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         it = iter(self.loader)
@@ -124,7 +142,11 @@ class LengthBucketing:
 
     def state_dict(self) -> dict[str, Any]:
         """Where to go on: the loader's state at the current window's start, and batches given from it."""
-        return {"loader": self._start, "emitted": self._emitted, "world_size": self.dataset.world_size}
+        return {
+            "loader": self._start,
+            "emitted": self._emitted,
+            "world_size": self.dataset.world_size,
+        }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.loader.load_state_dict(state["loader"])

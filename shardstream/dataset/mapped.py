@@ -14,7 +14,9 @@ import numpy as np
 
 from ..errors import CorruptShardError
 
-FileIdentity = tuple[int, int, int, int]  # st_dev, st_ino, st_size, st_mtime_ns: one version of one file
+FileIdentity = tuple[
+    int, int, int, int
+]  # st_dev, st_ino, st_size, st_mtime_ns: one version of one file
 
 
 def file_identity(path_or_fd: str | int) -> FileIdentity | None:
@@ -41,9 +43,11 @@ def release_stale_maps() -> None:
 
 
 def _stale(path: str, what: str = "was replaced or changed") -> CorruptShardError:
-    return CorruptShardError(f"{path}: the shard file {what} since this batch was read from it, so it no "
-                             "longer holds the batch's bytes; read the batch again (from a ShardDataset made "
-                             "after the change)")
+    return CorruptShardError(
+        f"{path}: the shard file {what} since this batch was read from it, so it no "
+        "longer holds the batch's bytes; read the batch again (from a ShardDataset made "
+        "after the change)"
+    )
 
 
 def _mapping(path: str, expected: FileIdentity | None = None) -> memoryview:
@@ -65,7 +69,8 @@ def _mapping(path: str, expected: FileIdentity | None = None) -> memoryview:
     except OSError as exc:
         raise _stale(path, "is gone (deleted or moved)") from exc
     with f:
-        identity = file_identity(f.fileno())  # what is mapped, should the file change between stat and open
+        # what is mapped, should the file change between stat and open
+        identity = file_identity(f.fileno())
         if identity is None or (expected is not None and identity != tuple(expected)):
             raise _stale(path)
         mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if identity[2] > 0 else b""
@@ -86,8 +91,14 @@ class MappedBytes(Sequence):
     replaced or deleted later is read as it was while the batch lives.
     """
 
-    def __init__(self, paths: list[str], shards: np.ndarray, starts: np.ndarray, sizes: np.ndarray,
-                 identities: Sequence[FileIdentity | None] | None = None):
+    def __init__(
+        self,
+        paths: list[str],
+        shards: np.ndarray,
+        starts: np.ndarray,
+        sizes: np.ndarray,
+        identities: Sequence[FileIdentity | None] | None = None,
+    ):
         self.paths, self.shards, self.starts, self.sizes = paths, shards, starts, sizes
         self.identities = list(identities) if identities is not None else None
         self._maps: list[memoryview | None] | None = None  # per path, once read (shared by slices)
@@ -112,13 +123,18 @@ class MappedBytes(Sequence):
         if start < 0 or size < 0 or start + size > len(mapped):
             raise CorruptShardError(
                 f"{self.paths[k]}: value {i} of this batch lies at bytes {start}-{start + size}, past the file's "
-                f"end ({len(mapped)} bytes); the shard was truncated or replaced, read the batch again")
+                f"end ({len(mapped)} bytes); the shard was truncated or replaced, read the batch again"
+            )
         return mapped[start : start + size]
 
     def __iter__(self) -> Iterator[bytes]:
         """Every value as bytes, in order (one pass, without the per-index checks of ``batch[i]``)."""
-        maps = {k: self._map(k) for k in set(self.shards.tolist())}  # the files this batch (or slice) reads
-        for i, (k, start, size) in enumerate(zip(self.shards.tolist(), self.starts.tolist(), self.sizes.tolist())):
+        maps = {
+            k: self._map(k) for k in set(self.shards.tolist())
+        }  # the files this batch (or slice) reads
+        for i, (k, start, size) in enumerate(
+            zip(self.shards.tolist(), self.starts.tolist(), self.sizes.tolist())
+        ):
             if start < 0 or size < 0 or start + size > len(maps[k]):
                 self.view(i)  # raises, naming the file and the value
             yield bytes(maps[k][start : start + size])
@@ -133,8 +149,13 @@ class MappedBytes(Sequence):
         return bytes(self.view(i))
 
     def slice(self, start: int, stop: int) -> MappedBytes:
-        part = MappedBytes(self.paths, self.shards[start:stop], self.starts[start:stop], self.sizes[start:stop],
-                           self.identities)
+        part = MappedBytes(
+            self.paths,
+            self.shards[start:stop],
+            self.starts[start:stop],
+            self.sizes[start:stop],
+            self.identities,
+        )
         if self._maps is None:
             self._maps = [None] * len(self.paths)
         part._maps = self._maps  # the same files: checked once for all parts
@@ -144,7 +165,8 @@ class MappedBytes(Sequence):
         return (MappedBytes, (self.paths, self.shards, self.starts, self.sizes, self.identities))
 
     def __eq__(self, other: object) -> bool:
-        if isinstance(other, Sequence) and not isinstance(other, (str, bytes, bytearray)):  # lists, RaggedBytes
+        # lists, RaggedBytes
+        if isinstance(other, Sequence) and not isinstance(other, (str, bytes, bytearray)):
             return list(self) == list(other)
         return NotImplemented
 

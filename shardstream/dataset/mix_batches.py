@@ -26,8 +26,10 @@ def source_name(source: Any) -> str:
 def tag(sample: Any, i: int, source: Any) -> Any:
     """``sample`` with ``__source__`` set to ``i``; a mix needs dict samples to say where each came from."""
     if not isinstance(sample, dict):
-        raise UsageError(f"source {i} of the mix ({source_name(source)}) gives {type(sample).__name__} samples; a mix "
-                         "tags each sample with __source__, so its sources' transforms must return dicts")
+        raise UsageError(
+            f"source {i} of the mix ({source_name(source)}) gives {type(sample).__name__} samples; a mix "
+            "tags each sample with __source__, so its sources' transforms must return dicts"
+        )
     sample[SOURCE] = i
     return sample
 
@@ -42,33 +44,51 @@ def _kind(value: Any) -> str:
     return type(value).__name__
 
 
-def check_fields(samples: Sequence[dict[str, Any]], seen: dict[int, dict[str, str]], sources: Sequence[Any]) -> None:
+def check_fields(
+    samples: Sequence[dict[str, Any]], seen: dict[int, dict[str, str]], sources: Sequence[Any]
+) -> None:
     """Refuse a batch whose sources give different fields, or the same field as different kinds of
     value (a collated batch would quietly hold lists with holes or mixed types); ``seen`` keeps each
     source's fields once found. Fields named ``__x__`` may differ."""
     for sample in samples:
         i = sample[SOURCE]
         if i not in seen:
-            seen[i] = {k: _kind(v) for k, v in sample.items() if not (k.startswith("__") and k.endswith("__"))}
+            seen[i] = {
+                k: _kind(v)
+                for k, v in sample.items()
+                if not (k.startswith("__") and k.endswith("__"))
+            }
     if len(seen) < 2:
         return
     (first, names), *rest = sorted(seen.items())
     for i, other in rest:
-        fix = ("a batch needs the same fields from every source, decoded alike: choose them with fields= "
-               "(e.g. fields=['jpg;png', 'cls']), decode= or a transform on each source")
+        fix = (
+            "a batch needs the same fields from every source, decoded alike: choose them with fields= "
+            "(e.g. fields=['jpg;png', 'cls']), decode= or a transform on each source"
+        )
         if other.keys() != names.keys():
-            missing, extra = sorted(names.keys() - other.keys()), sorted(other.keys() - names.keys())
+            missing, extra = (
+                sorted(names.keys() - other.keys()),
+                sorted(other.keys() - names.keys()),
+            )
             what = f"lacks field {missing[0]!r}" if missing else f"has field {extra[0]!r}"
-            raise UsageError(f"source {i} of the mix ({source_name(sources[i])}) {what} that source {first} "
-                             f"({source_name(sources[first])}) {'has' if missing else 'lacks'}; {fix}")
+            raise UsageError(
+                f"source {i} of the mix ({source_name(sources[i])}) {what} that source {first} "
+                f"({source_name(sources[first])}) {'has' if missing else 'lacks'}; {fix}"
+            )
         for name, kind in other.items():
             if kind != names[name]:
-                raise UsageError(f"field {name!r} of source {i} of the mix ({source_name(sources[i])}) is a {kind}, of "
-                                 f"source {first} ({source_name(sources[first])}) a {names[name]}; {fix}")
+                raise UsageError(
+                    f"field {name!r} of source {i} of the mix ({source_name(sources[i])}) is a {kind}, of "
+                    f"source {first} ({source_name(sources[first])}) a {names[name]}; {fix}"
+                )
 
 
-def gather_mapped(parts: Sequence[tuple[np.ndarray, Any, Any, np.ndarray, np.ndarray, int]], n: int,
-                  path_of: Callable[[int, int], str]) -> dict[str, Any] | None:
+def gather_mapped(
+    parts: Sequence[tuple[np.ndarray, Any, Any, np.ndarray, np.ndarray, int]],
+    n: int,
+    path_of: Callable[[int, int], str],
+) -> dict[str, Any] | None:
     """One batch of locations in the shard files of several sources, from each source's (rows, dataset,
     open shards, shard ids, offsets, source index), in one pass; None where a shard fails or the fields
     differ (the general path then raises, skips or names the difference). ``__source__`` is a numpy
@@ -112,7 +132,9 @@ def merge_tokens(parts: Sequence[tuple[np.ndarray, dict[str, Any], int]], n: int
     """One batch of token windows from each source's (rows, batch, source index), in the mix's order,
     with ``cu_seqlens`` and ``max_seqlen`` over the whole batch."""
     length = parts[0][1]["input_ids"].shape[1]
-    out: dict[str, Any] = {name: empty_batch_tensor((n, length), torch.int64) for name in TOKEN_FIELDS}
+    out: dict[str, Any] = {
+        name: empty_batch_tensor((n, length), torch.int64) for name in TOKEN_FIELDS
+    }
     source = empty_batch_tensor((n,), torch.int64)
     for rows, batch, i in parts:
         index = torch.from_numpy(rows)

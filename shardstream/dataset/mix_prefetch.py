@@ -13,7 +13,8 @@ from typing import Any
 
 from ..storage import Prefetcher
 
-LOOK_AHEAD = 16  # chunks whose shards are fetched ahead (the prefetchers' byte budgets bound the bytes)
+# chunks whose shards are fetched ahead (the prefetchers' byte budgets bound the bytes)
+LOOK_AHEAD = 16
 
 
 class SourcePrefetch:
@@ -26,8 +27,9 @@ class SourcePrefetch:
             if open_shards is None or source.store.local:
                 continue
             nbytes = source.manifest.nbytes
-            prefetcher: Prefetcher[Any] = Prefetcher(open_shards.load, lambda k, n=nbytes: int(n[k]),
-                                                     source.storage.prefetch_bytes)
+            prefetcher: Prefetcher[Any] = Prefetcher(
+                open_shards.load, lambda k, n=nbytes: int(n[k]), source.storage.prefetch_bytes
+            )
             open_shards.attach(prefetcher)
             self.prefetchers[i] = (prefetcher, open_shards)
 

@@ -34,7 +34,8 @@ from .mix_weights import label_weights, source_weights
 from .shard_dataset import ShardDataset
 from .tokens import TokenDataset
 
-_PASSES_KEPT = 2  # a chunk reaches at most two passes of a source (the end of one, the start of the next)
+# a chunk reaches at most two passes of a source (the end of one, the start of the next)
+_PASSES_KEPT = 2
 
 
 class MixCounters:
@@ -77,48 +78,86 @@ class MixedDataset(PlannedDataset):
         collate_fn: makes a batch from sample dicts (default: :func:`shardstream.dataset.collate.collate`).
     """
 
-    def __init__(self, sources: Sequence[ShardDataset | TokenDataset], weights: Sequence[float] | None = None, *,
-                 samples_per_epoch: int | None = None, seed: int = 0, drop_last: bool = False,
-                 collate_fn: Callable[[list[Any]], Any] | None = None, rank: int | None = None,
-                 world_size: int | None = None):
+    def __init__(
+        self,
+        sources: Sequence[ShardDataset | TokenDataset],
+        weights: Sequence[float] | None = None,
+        *,
+        samples_per_epoch: int | None = None,
+        seed: int = 0,
+        drop_last: bool = False,
+        collate_fn: Callable[[list[Any]], Any] | None = None,
+        rank: int | None = None,
+        world_size: int | None = None,
+    ):
         sources = tuple(sources) if not isinstance(sources, PlannedDataset) else (sources,)
         if not sources:
             raise ValueError("MixedDataset needs at least one source")
         for i, s in enumerate(sources):
             if not isinstance(s, (ShardDataset, TokenDataset)):
-                raise TypeError(f"source {i} of the mix is a {type(s).__name__}; give ShardDataset or TokenDataset "
-                                "objects (a mix of mixes: list their sources with the product of the weights)")
+                raise TypeError(
+                    f"source {i} of the mix is a {type(s).__name__}; give ShardDataset or TokenDataset "
+                    "objects (a mix of mixes: list their sources with the product of the weights)"
+                )
         tokens = [isinstance(s, TokenDataset) for s in sources]
         if any(tokens) and not all(tokens):
-            raise UsageError(f"source {tokens.index(not tokens[0])} of the mix is {'not ' if tokens[0] else ''}a "
-                             "TokenDataset while source 0 is" + ("" if tokens[0] else " not") +
-                             "; a batch cannot hold token windows and other samples: mix them separately")
+            raise UsageError(
+                f"source {tokens.index(not tokens[0])} of the mix is {'not ' if tokens[0] else ''}a "
+                "TokenDataset while source 0 is"
+                + ("" if tokens[0] else " not")
+                + "; a batch cannot hold token windows and other samples: mix them separately"
+            )
         if all(tokens) and len({s.seq_len for s in sources}) > 1:
             lengths = [s.seq_len for s in sources]
-            raise UsageError(f"the token sources of the mix have seq_len {lengths}; give every source the same "
-                             "seq_len (a batch stacks their windows)")
+            raise UsageError(
+                f"the token sources of the mix have seq_len {lengths}; give every source the same "
+                "seq_len (a batch stacks their windows)"
+            )
         w = source_weights(sources, weights)
-        total = sum(s.num_samples for s in sources) if samples_per_epoch is None else samples_per_epoch
+        total = (
+            sum(s.num_samples for s in sources) if samples_per_epoch is None else samples_per_epoch
+        )
         if isinstance(total, bool) or not isinstance(total, (int, np.integer)) or total < 1:
-            raise ValueError(f"samples_per_epoch must be a number of samples (1 or more), not {samples_per_epoch!r}")
+            raise ValueError(
+                f"samples_per_epoch must be a number of samples (1 or more), not {samples_per_epoch!r}"
+            )
         q = quotas(w, int(total))
         schedule = MixSchedule.create(q)
         key = {"sources": [_source_key(s) for s in sources], "quota": q.tolist()}
         per_sample = [s.manifest.total_bytes / max(s.num_samples, 1) for s in sources]
-        self.__dict__.update({  # set once: what the mix is
-            "sources": sources, "weights": w, "quota": q, "schedule": schedule, "tokens": all(tokens),
-            "_samples_per_epoch": int(total), "_bytes_per_epoch": int(sum(b * n for b, n in zip(per_sample, q))),
-            "_mix_fingerprint": hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()})
+        self.__dict__.update(
+            {  # set once: what the mix is
+                "sources": sources,
+                "weights": w,
+                "quota": q,
+                "schedule": schedule,
+                "tokens": all(tokens),
+                "_samples_per_epoch": int(total),
+                "_bytes_per_epoch": int(sum(b * n for b, n in zip(per_sample, q))),
+                "_mix_fingerprint": hashlib.sha256(
+                    json.dumps(key, sort_keys=True).encode()
+                ).hexdigest(),
+            }
+        )
         self.shuffle, self.seed, self.drop_last, self.window = True, int(seed), bool(drop_last), 1
         self.collate_fn = collate_fn or collate
         self._counters = MixCounters(sources)
         self._start_planning(rank, world_size, None)
 
     @classmethod
-    def by_label(cls, labels: str | os.PathLike[str] | Mapping[Any, str | ShardDataset],
-                 weights: str | Mapping[Any, float] | None = "balanced", *, samples_per_epoch: int | None = None,
-                 seed: int = 0, drop_last: bool = False, rank: int | None = None, world_size: int | None = None,
-                 collate_fn: Callable[[list[Any]], Any] | None = None, **dataset_kwargs: Any) -> MixedDataset:
+    def by_label(
+        cls,
+        labels: str | os.PathLike[str] | Mapping[Any, str | ShardDataset],
+        weights: str | Mapping[Any, float] | None = "balanced",
+        *,
+        samples_per_epoch: int | None = None,
+        seed: int = 0,
+        drop_last: bool = False,
+        rank: int | None = None,
+        world_size: int | None = None,
+        collate_fn: Callable[[list[Any]], Any] | None = None,
+        **dataset_kwargs: Any,
+    ) -> MixedDataset:
         """Class-balanced (or any per-label weighted) sampling of one dataset split by label.
 
         Args:
@@ -134,16 +173,29 @@ class MixedDataset(PlannedDataset):
         """
         if isinstance(labels, (str, os.PathLike)):
             options = dataset_kwargs.get("storage_options")
-            store, index = read_labels(os.fspath(labels), options if isinstance(options, dict) else None)
+            store, index = read_labels(
+                os.fspath(labels), options if isinstance(options, dict) else None
+            )
             named: dict[Any, Any] = {e.name: f"{store.url}/{e.path}" for e in index.labels}
         else:
             named = dict(labels)
         if not named:
             raise ValueError("by_label needs at least one label")
-        sources = [v if isinstance(v, ShardDataset) else ShardDataset(v, **dataset_kwargs) for v in named.values()]
+        sources = [
+            v if isinstance(v, ShardDataset) else ShardDataset(v, **dataset_kwargs)
+            for v in named.values()
+        ]
         w = label_weights(list(named), sources, weights)
-        mix = cls(sources, w, samples_per_epoch=samples_per_epoch, seed=seed, drop_last=drop_last, rank=rank,
-                  world_size=world_size, collate_fn=collate_fn)
+        mix = cls(
+            sources,
+            w,
+            samples_per_epoch=samples_per_epoch,
+            seed=seed,
+            drop_last=drop_last,
+            rank=rank,
+            world_size=world_size,
+            collate_fn=collate_fn,
+        )
         mix.labels = list(named)
         return mix
 
@@ -204,7 +256,9 @@ class MixedDataset(PlannedDataset):
     def worker_parts(self) -> dict[str, Any]:
         parts: dict[str, Any] = {}
         for i, s in enumerate(self.sources):
-            parts.update({f"{label} of source {i}": part for label, part in s.worker_parts().items()})
+            parts.update(
+                {f"{label} of source {i}": part for label, part in s.worker_parts().items()}
+            )
         if not self.default_collate:
             parts["the mix's collate_fn"] = self.collate_fn
         return parts
@@ -235,8 +289,14 @@ class MixedDataset(PlannedDataset):
 def _source_key(s: ShardDataset | TokenDataset) -> dict[str, Any]:
     """What fixes a source's passes: its manifest, seed, shuffle, window (and seq_len)."""
     k = s.order_key()
-    return {"fingerprint": k.fingerprint, "seed": k.seed, "shuffle": k.shuffle, "window": k.window,
-            "samples": k.num_samples, "seq_len": s.seq_len if isinstance(s, TokenDataset) else None}
+    return {
+        "fingerprint": k.fingerprint,
+        "seed": k.seed,
+        "shuffle": k.shuffle,
+        "window": k.window,
+        "samples": k.num_samples,
+        "seq_len": s.seq_len if isinstance(s, TokenDataset) else None,
+    }
 
 
 class MixReader:
@@ -274,7 +334,9 @@ class MixReader:
             self.orders[(i, passed)] = found
         return found
 
-    def locate(self, positions: np.ndarray) -> Iterator[tuple[int, np.ndarray, np.ndarray, np.ndarray]]:
+    def locate(
+        self, positions: np.ndarray
+    ) -> Iterator[tuple[int, np.ndarray, np.ndarray, np.ndarray]]:
         """(source, rows of ``positions`` it holds, their shards, their offsets), per source."""
         src, index = self.mix.schedule.locate(positions)
         for i in self.live:
@@ -282,8 +344,14 @@ class MixReader:
             if not len(rows):
                 continue
             s = self.mix.sources[i]
-            passes, items = stream_items(self.epoch, int(self.mix.quota[i]), s.num_samples, index[rows])
-            first, last = int(passes.min()), int(passes.max())  # (padding wraps to the epoch's start)
+            passes, items = stream_items(
+                self.epoch, int(self.mix.quota[i]), s.num_samples, index[rows]
+            )
+            # (padding wraps to the epoch's start)
+            first, last = (
+                int(passes.min()),
+                int(passes.max()),
+            )
             if first == last:  # one pass: the usual case
                 yield i, rows, *self._order(i, first).samples(items)
                 continue
@@ -297,7 +365,10 @@ class MixReader:
         s = self.mix.sources[i]
         if self.mix.tokens:
             batch = s.samples_at(ids, offsets)
-            return [{k: batch[k][r] for k in ("input_ids", "labels", "position_ids")} for r in range(len(ids))]
+            return [
+                {k: batch[k][r] for k in ("input_ids", "labels", "position_ids")}
+                for r in range(len(ids))
+            ]
         return s.sample_reader.load(self.shards[i], ids, offsets, self.batched)
 
     def samples(self, n: int, located: list[Any]) -> list[Any]:
@@ -311,7 +382,10 @@ class MixReader:
     def batch(self, n: int, located: list[Any]) -> Any:
         """A collated batch of the ``n`` located samples (``__source__`` a tensor of source indices)."""
         if self.mix.tokens:
-            parts = [(rows, self.mix.sources[i].samples_at(ids, offsets), i) for i, rows, ids, offsets in located]
+            parts = [
+                (rows, self.mix.sources[i].samples_at(ids, offsets), i)
+                for i, rows, ids, offsets in located
+            ]
             return merge_tokens(parts, n)
         samples = self.samples(n, located)
         if self.mix.default_collate:
@@ -323,7 +397,10 @@ class MixReader:
 
     def mapped(self, n: int, located: list[Any]) -> dict[str, Any] | None:
         """Raw bytes of local tar sources as locations in their files (None: take the general path)."""
-        parts = [(rows, self.mix.sources[i], self.shards[i], ids, offsets, i) for i, rows, ids, offsets in located]
+        parts = [
+            (rows, self.mix.sources[i], self.shards[i], ids, offsets, i)
+            for i, rows, ids, offsets in located
+        ]
         return gather_mapped(parts, n, self.path_of)
 
 

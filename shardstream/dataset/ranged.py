@@ -54,12 +54,23 @@ class PartialShard:
 class RangedReads:
     """Fetches the samples of a batch whose shards are not there yet, by ranged reads (see the module)."""
 
-    def __init__(self, manifest: Manifest, fetcher: ShardFetcher, prefetcher: Prefetcher[Any],
-                 budget: int = RANGED_SAMPLES):
+    def __init__(
+        self,
+        manifest: Manifest,
+        fetcher: ShardFetcher,
+        prefetcher: Prefetcher[Any],
+        budget: int = RANGED_SAMPLES,
+    ):
         digests = getattr(manifest, "index_sha256", None)
-        self.manifest, self.fetcher, self.prefetcher, self.coming = manifest, fetcher, prefetcher, prefetcher.coming
+        self.manifest, self.fetcher, self.prefetcher, self.coming = (
+            manifest,
+            fetcher,
+            prefetcher,
+            prefetcher.coming,
+        )
         self.digests = digests if manifest.shard_format == "tar" and digests is not None else None
-        if self.digests is not None:  # the first batch's requests go before the whole shards' (see fetch)
+        # the first batch's requests go before the whole shards' (see fetch)
+        if self.digests is not None:
             prefetcher.pause()
         self.budget = budget
         self.spent = 0  # samples fetched so
@@ -75,7 +86,9 @@ class RangedReads:
         """The verified sample indexes of ``shards`` (fetched at once; one that fails or has none: None, and
         the whole shard is read instead, and says what is wrong)."""
         todo = [s for s in dict.fromkeys(shards) if s not in self._indexes and self.digests[s]]
-        self._indexes.update((s, None) for s in shards if s not in self._indexes and not self.digests[s])
+        self._indexes.update(
+            (s, None) for s in shards if s not in self._indexes and not self.digests[s]
+        )
         if not todo:
             return
         m = self.manifest
@@ -83,13 +96,19 @@ class RangedReads:
         try:
             found = self.fetcher.read_checked_many(names, [self.digests[s] for s in todo])
             for s, name, data in zip(todo, names, found):
-                self._indexes[s] = parse_index(data, self.fetcher.store.url_of(name), int(m.samples[s]),
-                                               int(m.nbytes[s]))
+                self._indexes[s] = parse_index(
+                    data, self.fetcher.store.url_of(name), int(m.samples[s]), int(m.nbytes[s])
+                )
         except Exception:  # noqa: BLE001 - the whole shards are read instead, and checked
             self._indexes.update((s, self._indexes.get(s)) for s in todo)
 
-    def fetch(self, ids: np.ndarray, offsets: np.ndarray, is_open: Callable[[int], bool],
-              whole: Callable[[int], Any]) -> dict[int, PartialShard]:
+    def fetch(
+        self,
+        ids: np.ndarray,
+        offsets: np.ndarray,
+        is_open: Callable[[int], bool],
+        whole: Callable[[int], Any],
+    ) -> dict[int, PartialShard]:
         """Partial shards holding the batch's samples whose whole shards are on their way (downloading, or
         queued for the prefetcher), neither open nor cached. The prefetcher waits for the first call to end:
         whole shards downloading beside them would make the first batch's small requests wait."""
@@ -98,8 +117,13 @@ class RangedReads:
         finally:
             self.prefetcher.resume()
 
-    def _fetch(self, ids: np.ndarray, offsets: np.ndarray, is_open: Callable[[int], bool],
-               whole: Callable[[int], Any]) -> dict[int, PartialShard]:
+    def _fetch(
+        self,
+        ids: np.ndarray,
+        offsets: np.ndarray,
+        is_open: Callable[[int], bool],
+        whole: Callable[[int], Any],
+    ) -> dict[int, PartialShard]:
         if not self.active:
             return {}
         spans = self._spans(ids, offsets, is_open)
@@ -115,7 +139,9 @@ class RangedReads:
         self.spent += len(parts)
         return self._partials(spans, parts, whole)
 
-    def _spans(self, ids: np.ndarray, offsets: np.ndarray, is_open: Callable[[int], bool]) -> list[Any]:
+    def _spans(
+        self, ids: np.ndarray, offsets: np.ndarray, is_open: Callable[[int], bool]
+    ) -> list[Any]:
         """(shard, offset, index) of the batch's samples whose shards are on their way (not open, not loaded,
         not in the local cache) and whose index reads; none once a shard of a batch has arrived."""
         bridge: dict[int, bool] = {}
@@ -125,12 +151,16 @@ class RangedReads:
                 self.bridged = True
         if self.bridged:
             return []
-        wanted = list(dict.fromkeys((s, o) for s, o in zip(ids.tolist(), offsets.tolist()) if bridge[s]))
+        wanted = list(
+            dict.fromkeys((s, o) for s, o in zip(ids.tolist(), offsets.tolist()) if bridge[s])
+        )
         self.load_indexes([s for s, _ in wanted])
         spans = [(s, o, self._indexes.get(s)) for s, o in wanted]
         return [(s, o, index) for s, o, index in spans if index is not None]
 
-    def _read(self, shards: list[int], starts: list[int], ends: list[int], digests: list[bytes]) -> list[bytes]:
+    def _read(
+        self, shards: list[int], starts: list[int], ends: list[int], digests: list[bytes]
+    ) -> list[bytes]:
         """The spans' bytes, checked; the first time a few requests first: a server slow at ranged GETs
         (it works through concurrent ones one by one, each as dear as a whole object: moto) is left alone
         for the rest of the pass, while a slow link alone slows one GET and several alike."""
@@ -140,30 +170,40 @@ class RangedReads:
             waves = []
             for stop in (1, 1 + PROBE_WAVE):
                 started, done = time.perf_counter(), len(parts)
-                parts += self.fetcher.read_spans(shards[done:stop], starts[done:stop], ends[done:stop],
-                                                 digests[done:stop])
+                parts += self.fetcher.read_spans(
+                    shards[done:stop], starts[done:stop], ends[done:stop], digests[done:stop]
+                )
                 waves.append(time.perf_counter() - started)
             if len(shards) > 1 and waves[1] > max(PROBE_SECONDS, PARALLEL_SLOWDOWN * waves[0]):
                 self.bridged = True
         if not self.bridged:
             done = len(parts)
-            parts += self.fetcher.read_spans(shards[done:], starts[done:], ends[done:], digests[done:])
+            parts += self.fetcher.read_spans(
+                shards[done:], starts[done:], ends[done:], digests[done:]
+            )
         return parts
 
-    def _partials(self, spans: list[Any], parts: list[bytes], whole: Callable[[int], Any]) -> dict[int, PartialShard]:
+    def _partials(
+        self, spans: list[Any], parts: list[bytes], whole: Callable[[int], Any]
+    ) -> dict[int, PartialShard]:
         """The samples read, by shard, each parsed as strictly as a whole shard (its sha256 said the bytes
         are as packed); one that does not parse is left to the whole shard, which says what is wrong."""
         partial: dict[int, PartialShard] = {}
         for (shard, offset, _), data in zip(spans, parts):
             name = self.fetcher.store.url_of(self.manifest.paths[shard])
             try:
-                keys, fields = tar_format.index_samples(data + tar_format.END_OF_ARCHIVE, f"{name} (sample {offset})")
+                keys, fields = tar_format.index_samples(
+                    data + tar_format.END_OF_ARCHIVE, f"{name} (sample {offset})"
+                )
             except Exception:  # noqa: BLE001 - the whole shard is read instead, and says what is wrong
                 continue
             if len(keys) != 1:  # the index's span holds one sample, as packed
                 continue
             view = memoryview(data)
-            sample = {"__key__": keys[0], **{ext: bytes(view[a : a + n]) for ext, (a, n) in fields[0].items()}}
+            sample = {
+                "__key__": keys[0],
+                **{ext: bytes(view[a : a + n]) for ext, (a, n) in fields[0].items()},
+            }
             if shard not in partial:
                 partial[shard] = PartialShard(name, {}, lambda s=shard: whole(s))
             partial[shard].samples[offset] = sample

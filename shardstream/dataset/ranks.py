@@ -9,7 +9,9 @@ import torch
 from ..errors import ShardstreamError
 
 
-def resolve_rank(rank: int | None = None, world_size: int | None = None, strict: bool = True) -> tuple[int, int]:
+def resolve_rank(
+    rank: int | None = None, world_size: int | None = None, strict: bool = True
+) -> tuple[int, int]:
     """(rank, world size): explicit values, else ``torch.distributed``, else ``RANK``/``WORLD_SIZE``, else 0/1.
 
     A launcher that sets ``WORLD_SIZE`` but not ``RANK`` (Lightning's: ``LOCAL_RANK`` and ``WORLD_SIZE``,
@@ -22,7 +24,10 @@ def resolve_rank(rank: int | None = None, world_size: int | None = None, strict:
     elif dist.is_available() and dist.is_initialized():
         found_rank, found_world = dist.get_rank(), dist.get_world_size()
     elif "RANK" in os.environ or int(os.environ.get("WORLD_SIZE", 1)) <= 1:
-        found_rank, found_world = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
+        found_rank, found_world = (
+            int(os.environ.get("RANK", 0)),
+            int(os.environ.get("WORLD_SIZE", 1)),
+        )
     elif strict and rank is None:
         raise ShardstreamError(
             f"WORLD_SIZE={os.environ['WORLD_SIZE']} but neither RANK nor a torch.distributed process group: "

@@ -31,15 +31,23 @@ class TarShard:
     """Random access to the samples of one tar shard. ``identity``: the version of the local file
     ``data`` maps (:func:`file_identity`); ``owned``: bytes it holds in memory (decompressed)."""
 
-    def __init__(self, data, name: str, expected_samples: int, identity: FileIdentity | None = None,
-                 index: SampleIndex | None = None):
+    def __init__(
+        self,
+        data,
+        name: str,
+        expected_samples: int,
+        identity: FileIdentity | None = None,
+        index: SampleIndex | None = None,
+    ):
         self.name = name
         self.data = data
         self.identity = identity
         self.owned = len(data) if isinstance(data, (bytes, bytearray)) else 0
         self.view = memoryview(data)
         # the shard's sample index (checked against the manifest) says what its headers would, without parsing them
-        self.keys, self.fields = index.samples(name) if index is not None else tar_format.index_samples(data, name)
+        self.keys, self.fields = (
+            index.samples(name) if index is not None else tar_format.index_samples(data, name)
+        )
         if len(self.keys) != expected_samples:
             raise CorruptShardError(
                 f"{name}: {len(self.keys)} samples, the manifest says {expected_samples}; "
@@ -79,7 +87,8 @@ class ArrowShard:
                 f"{name}: {self.table.num_rows} rows, the manifest says {expected_samples}; "
                 "the shard or the manifest was replaced"
             )
-        self.owned = self.table.nbytes  # decompressed buffers (at most: those of an uncompressed file are mapped)
+        # decompressed buffers (at most: those of an uncompressed file are mapped)
+        self.owned = self.table.nbytes
         self._columns: dict[str, list[Any]] | None = None
 
     def sample(self, i: int) -> dict[str, Any]:
@@ -93,7 +102,8 @@ class ArrowShard:
         return self.table.take(rows)
 
 
-DECOMPRESSED_LIMIT = 1 << 30  # bytes of decompressed shards a process keeps open beyond those the plan needs
+# bytes of decompressed shards a process keeps open beyond those the plan needs
+DECOMPRESSED_LIMIT = 1 << 30
 
 
 def window_span(counts: np.ndarray, window: int) -> int:
@@ -117,8 +127,14 @@ class OpenShards:
     per sample).
     """
 
-    def __init__(self, store: Store, manifest: Manifest, capacity: int = 16, fetcher: ShardFetcher | None = None,
-                 max_owned: int = DECOMPRESSED_LIMIT):
+    def __init__(
+        self,
+        store: Store,
+        manifest: Manifest,
+        capacity: int = 16,
+        fetcher: ShardFetcher | None = None,
+        max_owned: int = DECOMPRESSED_LIMIT,
+    ):
         self.store = store
         self.manifest = manifest
         self.capacity = capacity
@@ -127,7 +143,9 @@ class OpenShards:
         self.take: Callable[[int], TarShard | ArrowShard] | None = None
         self._open: OrderedDict[int, TarShard | ArrowShard] = OrderedDict()
         self._needed: set[int] = set()  # what the plan reads next (retain): never dropped for room
-        self._failed: dict[int, BaseException] = {}  # this pass's shards that failed: not fetched again per sample
+        self._failed: dict[
+            int, BaseException
+        ] = {}  # this pass's shards that failed: not fetched again per sample
         self._fitted: int | None = None
         self.ranged: RangedReads | None = None  # a remote dataset's first samples by ranged reads
         self.partial: dict[int, PartialShard] = {}  # this batch's samples fetched so
@@ -161,8 +179,11 @@ class OpenShards:
     def prepare(self, ids: np.ndarray, offsets: np.ndarray) -> None:
         """Before a batch: fetch its samples whose shards have not arrived by ranged reads, when
         :attr:`ranged` is set (see :mod:`.ranged`); :meth:`get` hands them out for this batch."""
-        self.partial = {} if self.ranged is None else self.ranged.fetch(ids, offsets, self._open.__contains__,
-                                                                         self.get_whole)
+        self.partial = (
+            {}
+            if self.ranged is None
+            else self.ranged.fetch(ids, offsets, self._open.__contains__, self.get_whole)
+        )
 
     def get(self, shard: int) -> TarShard | ArrowShard | PartialShard:
         found = self._open.get(shard)
@@ -228,9 +249,12 @@ class OpenShards:
         before = file_identity(path) if path else None
         data = self.fetcher.fetch(shard)
         identity = file_identity(path) if path else None
-        if identity != before:  # the map may hold either version: its locations would name no file for sure
-            raise CorruptShardError(f"{name}: the shard file was replaced while it was opened; the dataset is being "
-                                    "re-written: make a new ShardDataset once that is done")
+        # the map may hold either version: its locations would name no file for sure
+        if identity != before:
+            raise CorruptShardError(
+                f"{name}: the shard file was replaced while it was opened; the dataset is being "
+                "re-written: make a new ShardDataset once that is done"
+            )
         if len(data) != m.nbytes[shard]:
             raise CorruptShardError(
                 f"{name}: {len(data)} bytes, the manifest says {m.nbytes[shard]}; the shard is truncated or "
@@ -257,11 +281,14 @@ class OpenShards:
             return None
 
 
-Chunk = tuple[int, np.ndarray, np.ndarray]  # a batch's first position in the epoch's order, its shards and offsets
+Chunk = tuple[
+    int, np.ndarray, np.ndarray
+]  # a batch's first position in the epoch's order, its shards and offsets
 
 
-def looking_ahead(chunks: Iterable[Chunk], depth: int, prefetcher: Prefetcher | None, shards: OpenShards
-                  ) -> Iterator[Chunk]:
+def looking_ahead(
+    chunks: Iterable[Chunk], depth: int, prefetcher: Prefetcher | None, shards: OpenShards
+) -> Iterator[Chunk]:
     """The chunks, while the shards of the next ``depth`` are prefetched (with a prefetcher) and the
     others closed; both are told again only when that set of shards changes."""
     it = iter(chunks)

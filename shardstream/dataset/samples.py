@@ -35,7 +35,8 @@ from .shared_memory import shared_zeros
 
 log = logging.getLogger("shardstream")
 
-_WORKER_SLOTS = 256  # DataLoader workers with their own count (more share slots, and may lose a count)
+# DataLoader workers with their own count (more share slots, and may lose a count)
+_WORKER_SLOTS = 256
 _CLAIMS = 64  # shards a process can mark "reported" for the others at once
 _CLAIM_MS = 60_000  # how long a report keeps other processes from reporting the same shard
 _LINES_PER_PASS = 20  # per process: shards logged in one pass; the rest are only counted
@@ -82,7 +83,9 @@ class SkipCount:
         return True
 
 
-Failures = dict[int, list[Any]]  # shard -> [samples skipped in this batch, the first one's description]
+Failures = dict[
+    int, list[Any]
+]  # shard -> [samples skipped in this batch, the first one's description]
 
 
 class SampleReader:
@@ -100,12 +103,14 @@ class SampleReader:
         self.on_error = "raise"
         self.raw = True
         self.count = SkipCount()
-        self.stats = StageCounters()  # stage times and counts of every process (shardstream.loader.stats)
+        # stage times and counts of every process (shardstream.loader.stats)
+        self.stats = StageCounters()
         self._decode_ns = self._transform_ns = 0  # this batch's so far (see account)
         self.candidates: Callable[[], Iterable[tuple[int, int]]] | None = None
         self.last_good: Any = None
         self.last_row: Any = None  # Arrow batch mode: the last good row, as a one-row table
-        self._reported: set[int] = set()  # shards this process reported (or chose not to) in this pass
+        # shards this process reported (or chose not to) in this pass
+        self._reported: set[int] = set()
         self._lines = 0
 
     @property
@@ -117,9 +122,15 @@ class SampleReader:
     def skipped(self, value: int) -> None:
         self.count.total = value
 
-    def begin(self, decoder: Decoder, transform: Callable[[dict[str, Any]], Any] | None, on_error: str,
-              raw: bool, candidates: Callable[[], Iterable[tuple[int, int]]] | None = None,
-              collated: bool = False) -> None:
+    def begin(
+        self,
+        decoder: Decoder,
+        transform: Callable[[dict[str, Any]], Any] | None,
+        on_error: str,
+        raw: bool,
+        candidates: Callable[[], Iterable[tuple[int, int]]] | None = None,
+        collated: bool = False,
+    ) -> None:
         """Start a pass with the dataset's settings as they are now; ``candidates`` gives the rank's
         (shard, offset) pairs in order, to find a stand-in when samples fail before any good one.
         ``collated``: the default collate makes every batch of undecoded samples, so JPEGs can be
@@ -138,7 +149,8 @@ class SampleReader:
     def decode(self, shards: OpenShards, shard: int, offset: int, batched: bool) -> Any:
         """One sample, decoded and transformed (raw views when batches keep bytes)."""
         if self.raw and batched:
-            return shards.get(shard).views(offset)  # collated (copied once) before anyone else sees it
+            # collated (copied once) before anyone else sees it
+            return shards.get(shard).views(offset)
         stored = shards.get(shard).sample(offset)
         started = perf_counter_ns()
         sample = self.decoder(stored)
@@ -146,8 +158,10 @@ class SampleReader:
         if self.decoder.defer:  # JPEGs decoded by the collate: name them for its errors
             for name, value in sample.items():
                 if type(value) is PendingJpeg:
-                    value.where = (f"field {name!r} of sample {offset} ({stored.get('__key__')!r}) of "
-                                   f"{self.store.url_of(self.manifest.paths[shard])}")
+                    value.where = (
+                        f"field {name!r} of sample {offset} ({stored.get('__key__')!r}) of "
+                        f"{self.store.url_of(self.manifest.paths[shard])}"
+                    )
         self._decode_ns += decoded - started
         if self.transform is None:
             return sample
@@ -159,11 +173,14 @@ class SampleReader:
             raise TransformError(
                 f"the transform raised {type(exc).__name__} on sample {offset}{f' ({key!r})' if key else ''} "
                 f"of {where}: {exc}; an error in the transform's code is not skipped by on_error='skip': "
-                "fix the transform (or catch the error in it)") from exc
+                "fix the transform (or catch the error in it)"
+            ) from exc
         finally:
             self._transform_ns += perf_counter_ns() - decoded
 
-    def load(self, shards: OpenShards, ids: np.ndarray, offsets: np.ndarray, batched: bool) -> list[Any]:
+    def load(
+        self, shards: OpenShards, ids: np.ndarray, offsets: np.ndarray, batched: bool
+    ) -> list[Any]:
         """The samples at (``ids``, ``offsets``); a failure raises naming shard and sample, or is skipped."""
         started = perf_counter_ns()
         shards.prepare(ids, offsets)
@@ -187,7 +204,9 @@ class SampleReader:
         self.account(shards, started, len(out))
         return out
 
-    def load_mapped(self, shards: OpenShards, ids: np.ndarray, offsets: np.ndarray) -> dict[str, Any] | None:
+    def load_mapped(
+        self, shards: OpenShards, ids: np.ndarray, offsets: np.ndarray
+    ) -> dict[str, Any] | None:
         """Raw bytes of a local tar batch as locations in the shard files (see MappedBytes);
         None if this batch cannot be put so (a field some samples lack, a shard that fails)."""
         started = perf_counter_ns()
@@ -206,18 +225,26 @@ class SampleReader:
         batch: dict[str, Any] = {"__key__": keys}
         for name in names:
             spans = np.array([e[name] for e in entries], dtype=np.int64).reshape(-1, 2)
-            batch[name] = MappedBytes(paths, local.astype(np.int32), spans[:, 0], spans[:, 1],
-                                      [getattr(shards.get(int(s)), "identity", None) for s in used])
+            batch[name] = MappedBytes(
+                paths,
+                local.astype(np.int32),
+                spans[:, 0],
+                spans[:, 1],
+                [getattr(shards.get(int(s)), "identity", None) for s in used],
+            )
         self.account(shards, started, len(ids))
         return batch
 
-    def load_columns(self, shards: OpenShards, ids: np.ndarray, offsets: np.ndarray) -> dict[str, Any]:
+    def load_columns(
+        self, shards: OpenShards, ids: np.ndarray, offsets: np.ndarray
+    ) -> dict[str, Any]:
         """Arrow batch mode: rows gathered with ``take`` per shard, columns to tensors, no per-row Python.
         Rows of a shard that fails are raised, or (skip) replaced by the last good row before them."""
         started = perf_counter_ns()
         table = None
         if (ids == ids[0]).all() and (np.diff(offsets) == 1).all():  # unshuffled: a zero-copy slice
-            with contextlib.suppress(Exception):  # a shard that fails: the general path raises or skips it
+            # a shard that fails: the general path raises or skips it
+            with contextlib.suppress(Exception):
                 table = shards.get(int(ids[0])).table.slice(int(offsets[0]), len(offsets))
         if table is None:
             table = self._gather(shards, ids, offsets)
@@ -231,10 +258,20 @@ class SampleReader:
         """Add a batch's counts and stage times: what decode and transform did not take was reading,
         except the time spent waiting for shards being downloaded."""
         waited, shards.waited_ns = getattr(shards, "waited_ns", 0), 0
-        decode, transform, self._decode_ns, self._transform_ns = self._decode_ns, self._transform_ns, 0, 0
+        decode, transform, self._decode_ns, self._transform_ns = (
+            self._decode_ns,
+            self._transform_ns,
+            0,
+            0,
+        )
         read = perf_counter_ns() - started - decode - transform - waited
-        self.stats.add(samples=samples, wait_ns=waited, read_ns=max(read, 0), decode_ns=decode,
-                       transform_ns=transform)
+        self.stats.add(
+            samples=samples,
+            wait_ns=waited,
+            read_ns=max(read, 0),
+            decode_ns=decode,
+            transform_ns=transform,
+        )
 
     def collate(self, collate_fn: Callable[[list[Any]], Any], samples: list[Any]) -> Any:
         """``collate_fn(samples)``, timed (JPEGs it decodes into the batch count as decoding)."""
@@ -249,7 +286,8 @@ class SampleReader:
         import pyarrow as pa
 
         pieces = []
-        where = np.full(len(ids), -1, dtype=np.int64)  # each position's row in the pieces put end to end
+        # each position's row in the pieces put end to end
+        where = np.full(len(ids), -1, dtype=np.int64)
         at = 0
         failed: Failures = {}
         for shard in np.unique(ids).tolist():
@@ -272,8 +310,15 @@ class SampleReader:
             self._skipped(failed)
         return pa.concat_tables(pieces).take(pa.array(where))
 
-    def _failure(self, shards: OpenShards, shard: int, offset: int, exc: Exception, failed: Failures,
-                 count: int = 1) -> None:
+    def _failure(
+        self,
+        shards: OpenShards,
+        shard: int,
+        offset: int,
+        exc: Exception,
+        failed: Failures,
+        count: int = 1,
+    ) -> None:
         """Raise ``exc`` again naming the shard and sample (``on_error="raise"``), or note it in ``failed``."""
         where = self.store.url_of(self.manifest.paths[shard])
         key = shards.key_of(shard, offset)
@@ -286,7 +331,12 @@ class SampleReader:
             raise ShardstreamError(f"{where}: {detail}") from exc
         self.stats.skipped(shard, offset)
         if shard not in failed:
-            failed[shard] = [0, f"the shard does not load: {text}" if _fails(shards, shard) else f"the first, {detail}"]
+            failed[shard] = [
+                0,
+                f"the shard does not load: {text}"
+                if _fails(shards, shard)
+                else f"the first, {detail}",
+            ]
         failed[shard][0] += count
 
     def _skipped(self, failed: Failures) -> None:
@@ -299,11 +349,22 @@ class SampleReader:
             if self._lines >= _LINES_PER_PASS or not self.count.claim(shard):
                 continue
             self._lines += 1
-            more = ("; more shards fail in this pass: they are counted, not logged"
-                    if self._lines == _LINES_PER_PASS else "")
-            log.warning("shard %d (%s): skipped %d sample%s: %s (later ones of this shard are counted, not "
-                        "logged: ds.skipped is %d)%s", shard, self.store.url_of(self.manifest.paths[shard]), n,
-                        "" if n == 1 else "s", detail, self.count.total, more)
+            more = (
+                "; more shards fail in this pass: they are counted, not logged"
+                if self._lines == _LINES_PER_PASS
+                else ""
+            )
+            log.warning(
+                "shard %d (%s): skipped %d sample%s: %s (later ones of this shard are counted, not "
+                "logged: ds.skipped is %d)%s",
+                shard,
+                self.store.url_of(self.manifest.paths[shard]),
+                n,
+                "" if n == 1 else "s",
+                detail,
+                self.count.total,
+                more,
+            )
 
     def _stand_in(self, load_one: Callable[[int, int], Any]) -> Any:
         """The first sample of the rank's order that loads, for failures before any good sample."""
@@ -315,9 +376,11 @@ class SampleReader:
                 raise
             except Exception as exc:  # looking for any sample that loads
                 first = first or exc
-        raise ShardstreamError(f"no sample of this rank's part of {self.store.url} loads, so none can stand in "
-                               f"for those that fail (the first: {first}); run 'shardstream verify "
-                               f"{self.store.url}'") from first
+        raise ShardstreamError(
+            f"no sample of this rank's part of {self.store.url} loads, so none can stand in "
+            f"for those that fail (the first: {first}); run 'shardstream verify "
+            f"{self.store.url}'"
+        ) from first
 
 
 def _fails(shards: OpenShards, shard: int) -> bool:
@@ -335,13 +398,21 @@ def column_to_batch(column) -> Any:
 
     column = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
     kind = column.type
-    if column.null_count == 0 and (pa.types.is_integer(kind) or pa.types.is_floating(kind)
-                                   or pa.types.is_boolean(kind)):
-        return torch.from_numpy(np.array(column.to_numpy(zero_copy_only=False)))  # own, writable memory
-    if (column.null_count == 0 and (pa.types.is_list(kind) or pa.types.is_fixed_size_list(kind))
-            and (pa.types.is_integer(kind.value_type) or pa.types.is_floating(kind.value_type))):
-        lengths = column.value_lengths().to_numpy(zero_copy_only=False) if len(column) else np.zeros(0)
+    if column.null_count == 0 and (
+        pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_boolean(kind)
+    ):
+        # own, writable memory
+        return torch.from_numpy(np.array(column.to_numpy(zero_copy_only=False)))
+    if (
+        column.null_count == 0
+        and (pa.types.is_list(kind) or pa.types.is_fixed_size_list(kind))
+        and (pa.types.is_integer(kind.value_type) or pa.types.is_floating(kind.value_type))
+    ):
+        lengths = (
+            column.value_lengths().to_numpy(zero_copy_only=False) if len(column) else np.zeros(0)
+        )
         if len(lengths) and (lengths == lengths[0]).all():
             values = column.flatten().to_numpy(zero_copy_only=False)
-            return torch.from_numpy(np.array(values).reshape(len(column), int(lengths[0])))  # own, writable
+            # own, writable
+            return torch.from_numpy(np.array(values).reshape(len(column), int(lengths[0])))
     return column.to_pylist()

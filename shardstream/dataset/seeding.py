@@ -20,8 +20,9 @@ import torch
 def batch_seed(seed: int, epoch: int, position: int) -> int:
     """A 64-bit seed that differs for every (seed, epoch, position) and is stable across runs."""
     seed &= (1 << 64) - 1  # negative seeds too (SeedSequence takes non-negative words)
-    words = np.random.SeedSequence([seed & 0xFFFFFFFF, seed >> 32, epoch, position & 0xFFFFFFFF,
-                                    position >> 32]).generate_state(2)
+    words = np.random.SeedSequence(
+        [seed & 0xFFFFFFFF, seed >> 32, epoch, position & 0xFFFFFFFF, position >> 32]
+    ).generate_state(2)
     return int(words[0]) | (int(words[1]) << 32)
 
 

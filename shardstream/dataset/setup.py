@@ -12,8 +12,21 @@ from typing import Any
 from ..errors import ShardstreamError
 
 # What a loader's batches and resume state depend on: refused once a loader reads the dataset.
-SETTINGS = frozenset({"shuffle", "seed", "window", "decoder", "transform", "drop_last", "batch_size", "collate_fn",
-                      "on_error", "seed_workers", "verify_checksums"})
+SETTINGS = frozenset(
+    {
+        "shuffle",
+        "seed",
+        "window",
+        "decoder",
+        "transform",
+        "drop_last",
+        "batch_size",
+        "collate_fn",
+        "on_error",
+        "seed_workers",
+        "verify_checksums",
+    }
+)
 # Fixed when the dataset is made (its storage, and what it read from there).
 FIXED = frozenset({"stored", "store", "manifest", "storage", "disk_cache", "prefetch", "counts"})
 
@@ -39,7 +52,8 @@ class LoaderSetup:
     seed_workers: bool = True
     sender: Callable[[int], Any] | None = None
     check_first_batch: Callable[[Any], None] | None = None
-    token: int = dataclasses.field(default=0, compare=False)  # names the loader (new_token); 0: any reader
+    # names the loader (new_token); 0: any reader
+    token: int = dataclasses.field(default=0, compare=False)
 
     def check(self) -> None:
         if self.batch_size < 1 or self.batches_per_chunk < 1:
@@ -53,12 +67,15 @@ class LoaderSetup:
 def refuse_change(name: str, reading: bool) -> None:
     """Raise if ``name`` may not be set now (``reading``: a loader reads the dataset)."""
     if name in FIXED:
-        raise ShardstreamError(f"{name!r} of a ShardDataset is fixed when it is made; make a new ShardDataset "
-                               "with the storage settings you want")
+        raise ShardstreamError(
+            f"{name!r} of a ShardDataset is fixed when it is made; make a new ShardDataset "
+            "with the storage settings you want"
+        )
     if reading and name in SETTINGS:
         raise ShardstreamError(
             f"cannot set {name!r} of a ShardDataset that a loader reads: that loader's batches and resume "
-            f"state depend on it; make a new ShardDataset (and loader) with the setting you want")
+            f"state depend on it; make a new ShardDataset (and loader) with the setting you want"
+        )
 
 
 def refuse_reconfiguration(current: LoaderSetup | None, new: LoaderSetup) -> None:
@@ -67,7 +84,8 @@ def refuse_reconfiguration(current: LoaderSetup | None, new: LoaderSetup) -> Non
     if current is not None and not current.same_batches(new):
         raise ShardstreamError(
             "a loader cannot change how its dataset makes batches once set (its len() and resume state "
-            "count batches of that size); make a new loader")
+            "count batches of that size); make a new loader"
+        )
 
 
 # Which loader reads now: in the main process a loader sets READING around each of its next() calls;
@@ -101,4 +119,5 @@ def refuse_foreign_reader(in_worker: bool) -> None:
         f"this ShardDataset is configured by a ShardLoader but is being read by another DataLoader ({where}), "
         "for example one that accelerate's prepare() or a trainer rebuilt from the loader's attributes; it would "
         "get the loader's internal batches. Pass the ShardLoader itself (accelerate's prepare() returns it "
-        "unchanged; Lightning uses it as it is), or give the other DataLoader its own ShardDataset")
+        "unchanged; Lightning uses it as it is), or give the other DataLoader its own ShardDataset"
+    )

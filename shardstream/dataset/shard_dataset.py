@@ -100,14 +100,26 @@ class ShardDataset(PlannedDataset):
             raise ValueError(f"on_error must be 'raise' or 'skip', not {on_error!r}")
         if batch_size is not None and batch_size < 1:
             raise ValueError(f"batch_size must be at least 1, not {batch_size}")
-        storage = StorageSettings.combine(storage, options=storage_options, cache_dir=cache_dir,
-                                          cache_limit=cache_limit, prefetch=prefetch, retries=retries, timeout=timeout)
-        self.__dict__["stored"] = open_stored(url_or_urls, storage)  # set once: __setattr__ refuses it
+        storage = StorageSettings.combine(
+            storage,
+            options=storage_options,
+            cache_dir=cache_dir,
+            cache_limit=cache_limit,
+            prefetch=prefetch,
+            retries=retries,
+            timeout=timeout,
+        )
+        # set once: __setattr__ refuses it
+        self.__dict__["stored"] = open_stored(url_or_urls, storage)
         manifest = self.manifest
         self.shuffle, self.seed, self.drop_last = shuffle, int(seed), drop_last
-        self.window = resolve_window(shuffle_window, manifest.samples, manifest.nbytes, remote=not self.store.local)
+        self.window = resolve_window(
+            shuffle_window, manifest.samples, manifest.nbytes, remote=not self.store.local
+        )
         self.decoder = Decoder(decode, fields, written_types(manifest))
-        self.decoder.check_fields([f["name"] for f in manifest.fields if "name" in f], self.store.url)
+        self.decoder.check_fields(
+            [f["name"] for f in manifest.fields if "name" in f], self.store.url
+        )
         self.transform = transform
         self.collate_fn = collate_fn or collate
         self.on_error = on_error
@@ -163,14 +175,23 @@ class ShardDataset(PlannedDataset):
     def mapped(self) -> bool:
         """Raw batches of local, uncompressed tars travel as locations in the shard files (the
         default collate only: a ``collate_fn`` of the user's gets the samples)."""
-        return self.raw and self.store.local and self.manifest.shard_format == "tar" and self.default_collate
+        return (
+            self.raw
+            and self.store.local
+            and self.manifest.shard_format == "tar"
+            and self.default_collate
+        )
 
     @property
     def columnar(self) -> bool:
         """Arrow rows go to batches column by column, with no per-row Python."""
-        return (self.manifest.shard_format == "arrow" and self.transform is None and self.default_collate
-                and self.decoder.select is None
-                and (self.decoder.keeps_bytes or not _has_binary_fields(self.manifest)))
+        return (
+            self.manifest.shard_format == "arrow"
+            and self.transform is None
+            and self.default_collate
+            and self.decoder.select is None
+            and (self.decoder.keeps_bytes or not _has_binary_fields(self.manifest))
+        )
 
     @property
     def default_collate(self) -> bool:
@@ -202,7 +223,10 @@ class ShardDataset(PlannedDataset):
 
     def worker_parts(self) -> dict[str, Any]:
         """The user's code that DataLoader workers run, by a label for messages ("the transform")."""
-        parts: dict[str, Any] = {"the transform": self.transform, "the decode function": self.decoder.whole}
+        parts: dict[str, Any] = {
+            "the transform": self.transform,
+            "the decode function": self.decoder.whole,
+        }
         for name, how in self.decoder.fields.items():
             if callable(how):
                 parts[f"the decoder of field {name!r}"] = how
@@ -213,7 +237,13 @@ class ShardDataset(PlannedDataset):
         send about 8 MB at a time and the loader cuts it back into batches; decoded batches are large
         already, mapped ones a few kilobytes of locations, and remote ones wait for downloads (a pass's
         first batch would wait for its whole chunk of ranged reads)."""
-        if num_workers == 0 or not self.raw or self.mapped or not self.default_collate or not self.store.local:
+        if (
+            num_workers == 0
+            or not self.raw
+            or self.mapped
+            or not self.default_collate
+            or not self.store.local
+        ):
             return 1
         per_sample = max(self.manifest.total_bytes / max(self.manifest.num_samples, 1), 1)
         return int(min(max(_CHUNK_BYTES // (batch_size * per_sample), 1), 16))
@@ -223,7 +253,8 @@ class ShardDataset(PlannedDataset):
         m = self.manifest
         per_sample = m.total_bytes / max(m.num_samples, 1)
         if m.shard_format.startswith("tar"):
-            per_sample -= 768 * max(len(m.fields), 1)  # a 512-byte header and ~256 bytes of padding per member
+            # a 512-byte header and ~256 bytes of padding per member
+            per_sample -= 768 * max(len(m.fields), 1)
         return int(max(per_sample, 0) * samples)
 
     # -- reading (worker processes, or the main one) -------------------------------------
@@ -232,10 +263,23 @@ class ShardDataset(PlannedDataset):
         self.decoder.copied_later = batched and self.transform is None and self.default_collate
         shards = self.open_shards()
         shards.forget_failures()
-        with ShardPass(run, self.manifest.samples, shuffle=self.shuffle, window=self.window, shards=shards,
-                       stored=self.stored, look_ahead=self.manifest.shard_format != "tar") as pass_:
-            self.sample_reader.begin(self.decoder, self.transform, self.on_error, self.raw, pass_.candidates,
-                                     self.decoder.copied_later)
+        with ShardPass(
+            run,
+            self.manifest.samples,
+            shuffle=self.shuffle,
+            window=self.window,
+            shards=shards,
+            stored=self.stored,
+            look_ahead=self.manifest.shard_format != "tar",
+        ) as pass_:
+            self.sample_reader.begin(
+                self.decoder,
+                self.transform,
+                self.on_error,
+                self.raw,
+                pass_.candidates,
+                self.decoder.copied_later,
+            )
             yield from self._batches(pass_.chunks(), shards, run)
 
     def _batches(self, chunks: Iterator[Chunk], shards: OpenShards, run: PassRun) -> Iterator[Any]:
@@ -244,8 +288,14 @@ class ShardDataset(PlannedDataset):
         for position, ids, offsets in chunks:
             run.reseed_for(position)
             if columnar and batched:
-                yield run.emit(functools.partial(reader.load_columns, shards, ids, offsets), ship=False)
-            elif mapped and batched and (found := reader.load_mapped(shards, ids, offsets)) is not None:
+                yield run.emit(
+                    functools.partial(reader.load_columns, shards, ids, offsets), ship=False
+                )
+            elif (
+                mapped
+                and batched
+                and (found := reader.load_mapped(shards, ids, offsets)) is not None
+            ):
                 yield found  # locations in the shard files: nothing to check or send
             elif not batched:
                 yield reader.load(shards, ids, offsets, batched)[0]
@@ -258,8 +308,12 @@ class ShardDataset(PlannedDataset):
         changed), holding as many as one shuffle window reads."""
         verify, shards = self._local.shards or (None, None)
         if shards is None or verify != self.verify_checksums:
-            fetcher = ShardFetcher(self.store, self.manifest, self.disk_cache, verify_local=self.verify_checksums)
-            shards = CountedShards(self.store, self.manifest, fetcher=fetcher, stats=self.sample_reader.stats)
+            fetcher = ShardFetcher(
+                self.store, self.manifest, self.disk_cache, verify_local=self.verify_checksums
+            )
+            shards = CountedShards(
+                self.store, self.manifest, fetcher=fetcher, stats=self.sample_reader.stats
+            )
             self._local.shards = (self.verify_checksums, shards)
         shards.fit_window(self.window if self.shuffle else 1)  # as many open as one window reads
         return shards

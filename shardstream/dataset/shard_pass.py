@@ -35,7 +35,9 @@ class Stored:
     disk_cache: DiskCache | None
 
 
-def open_stored(url_or_urls: str | os.PathLike[str] | Sequence[str], storage: StorageSettings) -> Stored:
+def open_stored(
+    url_or_urls: str | os.PathLike[str] | Sequence[str], storage: StorageSettings
+) -> Stored:
     """The dataset at ``url_or_urls`` (a folder, a manifest, or WebDataset tars), read with ``storage``."""
     store, manifest = open_dataset(url_or_urls, storage.options, storage.retry)
     if manifest.num_samples == 0:
@@ -50,18 +52,34 @@ class ShardPass:
     prefetcher downloads the next ones while these are read, and samples of a pass's first batches may
     come by ranged reads. Use it as a context manager: leaving it stops the downloads."""
 
-    def __init__(self, run: PassRun, counts: np.ndarray, *, shuffle: bool, window: int, shards: OpenShards,
-                 stored: Stored, look_ahead: bool):
+    def __init__(
+        self,
+        run: PassRun,
+        counts: np.ndarray,
+        *,
+        shuffle: bool,
+        window: int,
+        shards: OpenShards,
+        stored: Stored,
+        look_ahead: bool,
+    ):
         self.run, self.shards, self.window = run, shards, window
         p = run.position
         order = plan.EpochOrder.create(counts, run.seed, p.epoch, shuffle, window)
-        self.order = order.restrict(*plan.span_bounds(p.segment, run.span))  # keep only this rank's shards
+        # keep only this rank's shards
+        self.order = order.restrict(*plan.span_bounds(p.segment, run.span))
         self.prefetcher: Prefetcher[Any] | None = None
-        if not stored.store.local:  # fetch the next shards of this worker's plan while it reads these
+        # fetch the next shards of this worker's plan while it reads these
+        if not stored.store.local:
             nbytes = stored.manifest.nbytes
-            self.prefetcher = Prefetcher(shards.load, lambda i: int(nbytes[i]), stored.storage.prefetch_bytes)
-            shards.attach(self.prefetcher, RangedReads(stored.manifest, shards.fetcher, self.prefetcher))
-        self.look_ahead = look_ahead or self.prefetcher is not None  # decompressed shards: let go of passed ones
+            self.prefetcher = Prefetcher(
+                shards.load, lambda i: int(nbytes[i]), stored.storage.prefetch_bytes
+            )
+            shards.attach(
+                self.prefetcher, RangedReads(stored.manifest, shards.fetcher, self.prefetcher)
+            )
+        # decompressed shards: let go of passed ones
+        self.look_ahead = look_ahead or self.prefetcher is not None
 
     def candidates(self) -> Iterator[tuple[int, int]]:
         """The rank's (shard, offset) pairs in order: stand-ins for samples that fail before any loads."""

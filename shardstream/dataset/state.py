@@ -62,7 +62,9 @@ class SharedPosition:
 
     def set(self, p: Position, bump: bool = True) -> None:
         if len(p.segment) > MAX_INTERVALS:
-            raise ShardstreamError(f"a resume state with {len(p.segment)} intervals is more than this reader holds")
+            raise ShardstreamError(
+                f"a resume state with {len(p.segment)} intervals is more than this reader holds"
+            )
         b = self.block.numpy()
         b[:6] = [p.epoch, p.rank, p.world_size, p.segment_world, p.consumed, len(p.segment)]
         if p.segment:
@@ -90,11 +92,16 @@ class OrderKey:
     fingerprint: str  # the manifest's (Manifest.fingerprint): which shards, samples and bytes
 
 
-REMOTE_WINDOW_BYTES = 1 << 30  # a default window over remote shards downloads at most this before its first batch
+# a default window over remote shards downloads at most this before its first batch
+REMOTE_WINDOW_BYTES = 1 << 30
 
 
-def resolve_window(shuffle_window: int | None, counts: np.ndarray, nbytes: np.ndarray | None = None,
-                   remote: bool = False) -> int:
+def resolve_window(
+    shuffle_window: int | None,
+    counts: np.ndarray,
+    nbytes: np.ndarray | None = None,
+    remote: bool = False,
+) -> int:
     """The shuffle window in samples: the default for ``None`` (about 64 shards; over remote shards at
     most 1 GiB of them, and at least four, since the first batch waits for the window's shards);
     0 or 1 shuffle no samples within a window (shards are still permuted, with ``shuffle=True``)."""
@@ -102,17 +109,32 @@ def resolve_window(shuffle_window: int | None, counts: np.ndarray, nbytes: np.nd
         if remote and nbytes is not None:
             return plan.default_window(counts, nbytes, max_bytes=REMOTE_WINDOW_BYTES)
         return plan.default_window(counts)
-    if isinstance(shuffle_window, bool) or not isinstance(shuffle_window, (int, np.integer)) or shuffle_window < 0:
-        raise ValueError(f"shuffle_window must be a number of samples (0 or more) or None, not {shuffle_window!r}")
+    if (
+        isinstance(shuffle_window, bool)
+        or not isinstance(shuffle_window, (int, np.integer))
+        or shuffle_window < 0
+    ):
+        raise ValueError(
+            f"shuffle_window must be a number of samples (0 or more) or None, not {shuffle_window!r}"
+        )
     return max(int(shuffle_window), 1)
 
 
 def to_state(p: Position, key: OrderKey) -> dict[str, Any]:
     """The resume state of a pass starting at ``p``."""
-    return {"version": STATE_VERSION, "epoch": p.epoch, "seed": key.seed, "num_samples": key.num_samples,
-            "drop_last": key.drop_last, "shuffle": key.shuffle, "window": key.window,
-            "fingerprint": key.fingerprint, "segment": [list(iv) for iv in p.segment],
-            "world_size": p.segment_world, "consumed": p.consumed}
+    return {
+        "version": STATE_VERSION,
+        "epoch": p.epoch,
+        "seed": key.seed,
+        "num_samples": key.num_samples,
+        "drop_last": key.drop_last,
+        "shuffle": key.shuffle,
+        "window": key.window,
+        "fingerprint": key.fingerprint,
+        "segment": [list(iv) for iv in p.segment],
+        "world_size": p.segment_world,
+        "consumed": p.consumed,
+    }
 
 
 def _differences(state: dict[str, Any], key: OrderKey) -> list[str]:
@@ -122,8 +144,10 @@ def _differences(state: dict[str, Any], key: OrderKey) -> list[str]:
         out.append(f"{state['num_samples']} samples in the state, {key.num_samples} here")
     fingerprint = state.get("fingerprint")
     if fingerprint is not None and fingerprint != key.fingerprint:
-        out.append(f"manifest fingerprint {str(fingerprint)[:12]}... in the state, {key.fingerprint[:12]}... here "
-                   "(the dataset was re-packed or changed)")
+        out.append(
+            f"manifest fingerprint {str(fingerprint)[:12]}... in the state, {key.fingerprint[:12]}... here "
+            "(the dataset was re-packed or changed)"
+        )
     if state["seed"] != key.seed:
         out.append(f"seed {state['seed']} in the state, {key.seed} here")
     if bool(state["drop_last"]) != key.drop_last:
@@ -132,7 +156,8 @@ def _differences(state: dict[str, Any], key: OrderKey) -> list[str]:
     if shuffle is not None and bool(shuffle) != key.shuffle:
         out.append(f"shuffle={bool(shuffle)} in the state, {key.shuffle} here")
     window = state.get("window")
-    if key.shuffle and shuffle and window is not None and window != key.window:  # without shuffle it orders nothing
+    # without shuffle it orders nothing
+    if key.shuffle and shuffle and window is not None and window != key.window:
         out.append(f"shuffle_window={window} in the state, {key.window} here")
     return out
 
@@ -150,26 +175,48 @@ def from_state(state: dict[str, Any], key: OrderKey, rank: int, world_size: int)
     """
     if not isinstance(state, dict) or state.get("version") != STATE_VERSION:
         found = state.get("version") if isinstance(state, dict) else type(state).__name__
-        raise ShardstreamError(f"unknown resume state version {found!r}; pass what state_dict() returned")
+        raise ShardstreamError(
+            f"unknown resume state version {found!r}; pass what state_dict() returned"
+        )
     missing = [name for name in _REQUIRED if name not in state]
     if missing:
-        raise ShardstreamError(f"the resume state lacks {', '.join(missing)}; pass what state_dict() returned")
+        raise ShardstreamError(
+            f"the resume state lacks {', '.join(missing)}; pass what state_dict() returned"
+        )
     differences = _differences(state, key)
     if differences:
         raise ShardstreamError(
             f"the resume state does not fit this dataset: {'; '.join(differences)}; resume with the dataset and "
-            "settings it was saved with, or start the epoch afresh (set_epoch) instead of loading it")
+            "settings it was saved with, or start the epoch afresh (set_epoch) instead of loading it"
+        )
     try:
         segment = [(int(a), int(b)) for a, b in state["segment"]]
-        saved_world, consumed, epoch = int(state["world_size"]), int(state["consumed"]), int(state["epoch"])
+        saved_world, consumed, epoch = (
+            int(state["world_size"]),
+            int(state["consumed"]),
+            int(state["epoch"]),
+        )
     except (TypeError, ValueError) as exc:
-        raise ShardstreamError(f"the resume state is malformed ({exc}); pass what state_dict() returned") from exc
-    if (saved_world < 1 or any(not 0 <= a < b <= key.num_samples for a, b in segment)
-            or not 0 <= consumed <= plan.per_rank(plan.segment_length(segment), saved_world, key.drop_last)):
-        raise ShardstreamError("the resume state's segment, world_size or consumed is out of range for this "
-                               "dataset; pass what state_dict() returned")
+        raise ShardstreamError(
+            f"the resume state is malformed ({exc}); pass what state_dict() returned"
+        ) from exc
+    if (
+        saved_world < 1
+        or any(not 0 <= a < b <= key.num_samples for a, b in segment)
+        or not 0
+        <= consumed
+        <= plan.per_rank(plan.segment_length(segment), saved_world, key.drop_last)
+    ):
+        raise ShardstreamError(
+            "the resume state's segment, world_size or consumed is out of range for this "
+            "dataset; pass what state_dict() returned"
+        )
     if saved_world != world_size:  # another world size: split what is left anew
-        segment, saved_world, consumed = plan.remaining(segment, saved_world, consumed, key.drop_last), world_size, 0
+        segment, saved_world, consumed = (
+            plan.remaining(segment, saved_world, consumed, key.drop_last),
+            world_size,
+            0,
+        )
     return Position(epoch, rank, world_size, segment, saved_world, consumed)
 
 
@@ -183,34 +230,52 @@ def next_epoch(p: Position, num_samples: int) -> Position:
     return Position(p.epoch + 1, p.rank, p.world_size, [(0, num_samples)], p.world_size, 0)
 
 
-def progress_state(p: Position, key: OrderKey, span: tuple[int, int], chunk: int, done: int, num_workers: int,
-                   worker_id: int) -> dict[str, Any]:
+def progress_state(
+    p: Position,
+    key: OrderKey,
+    span: tuple[int, int],
+    chunk: int,
+    done: int,
+    num_workers: int,
+    worker_id: int,
+) -> dict[str, Any]:
     """The state of a pass from ``p`` whose reader (one of ``num_workers``) has yielded ``done`` chunks."""
     if num_workers == 1:
-        return to_state(dataclasses.replace(p, consumed=min(p.consumed + done * chunk, span[1] - span[0])), key)
+        return to_state(
+            dataclasses.replace(p, consumed=min(p.consumed + done * chunk, span[1] - span[0])), key
+        )
     return dict(to_state(p, key), worker=worker_id, workers=num_workers, chunk=chunk, done=done)
 
 
-def loaded_position(state: dict[str, Any], key: OrderKey, rank: int, world_size: int,
-                    worker: tuple[int, int] | None) -> tuple[Position, int]:
+def loaded_position(
+    state: dict[str, Any], key: OrderKey, rank: int, world_size: int, worker: tuple[int, int] | None
+) -> tuple[Position, int]:
     """Where ``state`` resumes in this process (``worker``: (id, count) in a DataLoader worker), and how
     many of this worker's chunks to skip. A state with nothing left resumes the next epoch, whole."""
     if not isinstance(state, dict):
-        raise ShardstreamError(f"a resume state is a dict, not {type(state).__name__}; pass what state_dict() returned")
+        raise ShardstreamError(
+            f"a resume state is a dict, not {type(state).__name__}; pass what state_dict() returned"
+        )
     base = {k: v for k, v in state.items() if k not in WORKER_KEYS}
     p = from_state(base, key, rank, world_size)
     skip = 0
     if "worker" in state:
         saved = (state["worker"], state["workers"])
         if worker is None and saved[1] > 1:
-            raise ShardstreamError("this is one DataLoader worker's state (a StatefulDataLoader's); load the "
-                                   "StatefulDataLoader's state_dict into a StatefulDataLoader with as many workers")
+            raise ShardstreamError(
+                "this is one DataLoader worker's state (a StatefulDataLoader's); load the "
+                "StatefulDataLoader's state_dict into a StatefulDataLoader with as many workers"
+            )
         if worker is not None and tuple(worker) != saved:
-            raise ShardstreamError(f"a state of worker {saved[0]} of {saved[1]} loaded into worker {worker[0]} of "
-                                   f"{worker[1]}; resume with as many workers")
+            raise ShardstreamError(
+                f"a state of worker {saved[0]} of {saved[1]} loaded into worker {worker[0]} of "
+                f"{worker[1]}; resume with as many workers"
+            )
         if worker is None or worker[1] == 1:  # one worker: its chunks are contiguous
             left = p.remaining(key.drop_last)
-            p = dataclasses.replace(p, consumed=p.consumed + min(int(state["done"]) * int(state["chunk"]), left))
+            p = dataclasses.replace(
+                p, consumed=p.consumed + min(int(state["done"]) * int(state["chunk"]), left)
+            )
         else:
             skip = int(state["done"])
     if p.remaining(key.drop_last) == 0 and skip == 0:

@@ -55,8 +55,10 @@ class TokenShards(OpenShards):
         name = self.store.url_of(m.paths[shard])
         data = self.fetcher.fetch(shard)
         if len(data) != m.nbytes[shard]:
-            raise CorruptShardError(f"{name}: {len(data)} bytes, the manifest says {m.nbytes[shard]}; the shard is "
-                                    "truncated or was replaced, run 'shardstream verify'")
+            raise CorruptShardError(
+                f"{name}: {len(data)} bytes, the manifest says {m.nbytes[shard]}; the shard is "
+                "truncated or was replaced, run 'shardstream verify'"
+            )
         reader = TokenShard(data, name, m.tokens["dtype"], int(m.samples[shard]))
         reader.owned = 0  # type: ignore[attr-defined]
         return reader
@@ -78,7 +80,10 @@ def window_positions(offsets: np.ndarray, start: int, length: int) -> np.ndarray
 def token_collate(samples: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """A batch of token windows: stacked ``input_ids``, ``labels``, ``position_ids``, plus the
     ``cu_seqlens`` (int32, from 0) and ``max_seqlen`` of the documents over the flattened batch."""
-    batch = {k: torch.stack([torch.as_tensor(s[k]) for s in samples]) for k in ("input_ids", "labels", "position_ids")}
+    batch = {
+        k: torch.stack([torch.as_tensor(s[k]) for s in samples])
+        for k in ("input_ids", "labels", "position_ids")
+    }
     batch.update(varlen_fields(batch["position_ids"].numpy()))
     return batch
 
@@ -91,7 +96,8 @@ def varlen_fields(position_ids: np.ndarray) -> dict[str, Any]:
     starts = position_ids == 0
     starts[:, 0] = True
     found = np.flatnonzero(starts.ravel())
-    cu = empty_batch_tensor((len(found) + 1,), torch.int32)  # in the transport's arena when a worker sends the batch
+    # in the transport's arena when a worker sends the batch
+    cu = empty_batch_tensor((len(found) + 1,), torch.int32)
     cu_np = cu.numpy()
     cu_np[:-1] = found
     cu_np[-1] = rows * length
@@ -139,22 +145,35 @@ class TokenDataset(PlannedDataset):
     ):
         if isinstance(seq_len, bool) or not isinstance(seq_len, (int, np.integer)) or seq_len < 1:
             raise ValueError(f"seq_len must be a number of tokens (1 or more), not {seq_len!r}")
-        storage = StorageSettings.combine(storage, options=storage_options, cache_dir=cache_dir,
-                                          cache_limit=cache_limit, prefetch=prefetch, retries=retries, timeout=timeout)
+        storage = StorageSettings.combine(
+            storage,
+            options=storage_options,
+            cache_dir=cache_dir,
+            cache_limit=cache_limit,
+            prefetch=prefetch,
+            retries=retries,
+            timeout=timeout,
+        )
         self.__dict__["stored"] = open_stored(url, storage)  # set once: __setattr__ refuses it
         tokens = self.manifest
         if tokens.shard_format != "tokens":
-            raise UsageError(f"{self.store.url} holds {tokens.shard_format} shards, not tokens; read it with "
-                             "ShardDataset, or pack text with format='tokens'")
+            raise UsageError(
+                f"{self.store.url} holds {tokens.shard_format} shards, not tokens; read it with "
+                "ShardDataset, or pack text with format='tokens'"
+            )
         self.__dict__["_seq_len"] = int(seq_len)
         per_shard = shard_tokens(tokens)
         windows = np.maximum(per_shard - 1, 0) // self.seq_len
         if not windows.any():
-            raise UsageError(f"{self.store.url}: seq_len {self.seq_len} is larger than every shard (the largest "
-                             f"holds {int(per_shard.max())} tokens); use a seq_len below that, or pack larger shards")
+            raise UsageError(
+                f"{self.store.url}: seq_len {self.seq_len} is larger than every shard (the largest "
+                f"holds {int(per_shard.max())} tokens); use a seq_len below that, or pack larger shards"
+            )
         self.__dict__["counts"] = windows  # the plan's samples per shard: windows
         self.shuffle, self.seed, self.drop_last = shuffle, int(seed), drop_last
-        self.window = resolve_window(shuffle_window, windows, tokens.nbytes, remote=not self.store.local)
+        self.window = resolve_window(
+            shuffle_window, windows, tokens.nbytes, remote=not self.store.local
+        )
         self.mask_across_documents = bool(mask_across_documents)
         self.verify_checksums = bool(verify_checksums)
         self.collate_fn = token_collate
@@ -252,7 +271,9 @@ class TokenDataset(PlannedDataset):
         rows = len(chunk["input_ids"])
         out = []
         for start in range(0, rows, size):
-            part = {k: chunk[k][start : start + size] for k in ("input_ids", "labels", "position_ids")}
+            part = {
+                k: chunk[k][start : start + size] for k in ("input_ids", "labels", "position_ids")
+            }
             part.update(varlen_fields(part["position_ids"].numpy()))
             out.append(part)
         return out
@@ -261,7 +282,9 @@ class TokenDataset(PlannedDataset):
     def samples_at(self, ids: np.ndarray, offsets: np.ndarray) -> dict[str, Any]:
         """A batch of the windows ``offsets`` of shards ``ids`` (plan samples), with ``cu_seqlens`` and
         ``max_seqlen``: how a mix of sources reads this one."""
-        batch: dict[str, Any] = self.windows(self.open_shards(), np.asarray(ids), np.asarray(offsets))
+        batch: dict[str, Any] = self.windows(
+            self.open_shards(), np.asarray(ids), np.asarray(offsets)
+        )
         batch.update(varlen_fields(batch["position_ids"].numpy()))
         return batch
 
@@ -270,7 +293,9 @@ class TokenDataset(PlannedDataset):
         ``verify_checksums`` changed)."""
         verify, shards = self._local.shards or (None, None)
         if shards is None or verify != self.verify_checksums:
-            fetcher = ShardFetcher(self.store, self.manifest, self.disk_cache, verify_local=self.verify_checksums)
+            fetcher = ShardFetcher(
+                self.store, self.manifest, self.disk_cache, verify_local=self.verify_checksums
+            )
             shards = TokenShards(self.store, self.manifest, self.counts, fetcher)
             self._local.shards = (self.verify_checksums, shards)
         shards.fit_window(self.window if self.shuffle else 1)
@@ -279,8 +304,15 @@ class TokenDataset(PlannedDataset):
     def read_pass(self, run: PassRun) -> Iterator[Any]:
         shards = self.open_shards()
         shards.forget_failures()
-        with ShardPass(run, self.counts, shuffle=self.shuffle, window=self.window, shards=shards,
-                       stored=self.stored, look_ahead=True) as pass_:
+        with ShardPass(
+            run,
+            self.counts,
+            shuffle=self.shuffle,
+            window=self.window,
+            shards=shards,
+            stored=self.stored,
+            look_ahead=True,
+        ) as pass_:
             for _, ids, offsets in pass_.chunks():
                 if self.batch_size is None:
                     yield {k: v[0] for k, v in self.windows(shards, ids, offsets).items()}
@@ -292,7 +324,9 @@ class TokenDataset(PlannedDataset):
         batch.update(varlen_fields(batch["position_ids"].numpy()))
         return batch
 
-    def windows(self, shards: OpenShards, ids: np.ndarray, offsets: np.ndarray) -> dict[str, torch.Tensor]:
+    def windows(
+        self, shards: OpenShards, ids: np.ndarray, offsets: np.ndarray
+    ) -> dict[str, torch.Tensor]:
         """The windows ``offsets`` of shards ``ids`` as ``input_ids``, ``labels`` and ``position_ids`` rows."""
         length, rows = self.seq_len, len(ids)
         out = {name: empty_batch_tensor((rows, length), torch.int64) for name in TOKEN_FIELDS}

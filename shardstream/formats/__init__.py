@@ -17,8 +17,14 @@ TAR_COMPRESSION = {"tar": None, "tar.zst": "zstd", "tar.gz": "gzip"}
 def shard_format_of(name: str) -> str | None:
     """The shard format a file name implies (``x.tar.zst`` -> ``tar.zst``), or None."""
     lower = name.lower()
-    for suffix, fmt in ((".tar.zst", "tar.zst"), (".tar.gz", "tar.gz"), (".tgz", "tar.gz"),
-                        (".tar", "tar"), (".arrow", "arrow"), (".feather", "arrow")):
+    for suffix, fmt in (
+        (".tar.zst", "tar.zst"),
+        (".tar.gz", "tar.gz"),
+        (".tgz", "tar.gz"),
+        (".tar", "tar"),
+        (".arrow", "arrow"),
+        (".feather", "arrow"),
+    ):
         if lower.endswith(suffix):
             return fmt
     return None
@@ -43,7 +49,9 @@ def iter_shard_samples(shard_format: str, buf, name: str = "shard") -> Iterator[
         yield sample
 
 
-def count_samples(shard_format: str, buf, name: str = "shard", unkeyed: list[str] | None = None) -> int:
+def count_samples(
+    shard_format: str, buf, name: str = "shard", unkeyed: list[str] | None = None
+) -> int:
     """Parse the whole shard (every header, every record batch) and count its samples."""
     if shard_format == "arrow":
         from . import arrow

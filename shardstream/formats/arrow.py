@@ -38,7 +38,9 @@ def describe_schema(schema: pa.Schema) -> list[dict[str, Any]]:
 class ArrowShardWriter:
     """Writes one Arrow IPC file shard to ``sink``; ``close()`` gives (bytes, sha256 hex)."""
 
-    def __init__(self, sink: IO[bytes], schema: pa.Schema, compression: str | None = DEFAULT_COMPRESSION):
+    def __init__(
+        self, sink: IO[bytes], schema: pa.Schema, compression: str | None = DEFAULT_COMPRESSION
+    ):
         self._out = HashingWriter(sink)
         self.schema = schema
         options = pa.ipc.IpcWriteOptions(compression=compression)
@@ -58,7 +60,12 @@ class ArrowShardWriter:
         return self._out.nbytes, self._out.hexdigest()
 
 
-_DAMAGE = (pa.ArrowException, OSError, ValueError)  # ArrowInvalid and UnicodeDecodeError are ValueErrors
+# ArrowInvalid and UnicodeDecodeError are ValueErrors
+_DAMAGE = (
+    pa.ArrowException,
+    OSError,
+    ValueError,
+)
 
 
 def open_shard(buf, name: str = "shard") -> pa.ipc.RecordBatchFileReader:
@@ -67,7 +74,9 @@ def open_shard(buf, name: str = "shard") -> pa.ipc.RecordBatchFileReader:
         reader = pa.ipc.open_file(pa.py_buffer(buf))
         str(reader.schema)  # decodes every field name and type of the footer's schema
     except _DAMAGE as exc:
-        raise CorruptShardError(f"{name}: not a readable Arrow IPC file ({exc}); re-create or re-download it") from exc
+        raise CorruptShardError(
+            f"{name}: not a readable Arrow IPC file ({exc}); re-create or re-download it"
+        ) from exc
     return reader
 
 
@@ -78,7 +87,9 @@ def read_table(buf, name: str = "shard") -> pa.Table:
         table = reader.read_all()
         table.validate(full=True)
     except _DAMAGE as exc:
-        raise CorruptShardError(f"{name}: damaged record batch ({exc}); re-create or re-download it") from exc
+        raise CorruptShardError(
+            f"{name}: damaged record batch ({exc}); re-create or re-download it"
+        ) from exc
     return table
 
 
@@ -91,5 +102,7 @@ def iter_rows(buf, name: str = "shard") -> Iterator[dict[str, Any]]:
             batch.validate(full=True)
             rows = batch.to_pylist()
         except _DAMAGE as exc:
-            raise CorruptShardError(f"{name}: damaged record batch {i} ({exc}); re-create or re-download it") from exc
+            raise CorruptShardError(
+                f"{name}: damaged record batch {i} ({exc}); re-create or re-download it"
+            ) from exc
         yield from rows

@@ -12,8 +12,9 @@ from typing import IO, Any
 from ..errors import CorruptShardError
 
 
-def compressing_writer(sink: IO[bytes], compression: str | None, level: int | None = None,
-                       size: int | None = None) -> Any:
+def compressing_writer(
+    sink: IO[bytes], compression: str | None, level: int | None = None, size: int | None = None
+) -> Any:
     """A file-like writer that compresses into ``sink`` (left open when it closes), or ``None`` for no compression.
 
     ``size``, the exact number of bytes that will be written, goes into a zstd frame's header.
@@ -24,7 +25,9 @@ def compressing_writer(sink: IO[bytes], compression: str | None, level: int | No
         zstd = zstandard.ZstdCompressor(level=3 if level is None else level, write_checksum=True)
         return zstd.stream_writer(sink, size=-1 if size is None else size, closefd=False)
     if compression == "gzip":
-        return gzip.GzipFile(fileobj=sink, mode="wb", mtime=0, compresslevel=6 if level is None else level)
+        return gzip.GzipFile(
+            fileobj=sink, mode="wb", mtime=0, compresslevel=6 if level is None else level
+        )
     if compression is None:
         return None
     raise ValueError(f"unknown tar compression {compression!r}; use None, 'zstd' or 'gzip'")
@@ -44,7 +47,8 @@ def _zstd_decompress(data) -> bytes:
             raise EOFError("the zstd frame ends early")
         if not frame.unused_data:
             return parts[0] if len(parts) == 1 else b"".join(parts)
-        if len(frame.unused_data) >= len(rest):  # cannot happen with zstd; bounds the loop regardless
+        # cannot happen with zstd; bounds the loop regardless
+        if len(frame.unused_data) >= len(rest):
             raise ValueError("a zstd frame of no bytes")
         rest = frame.unused_data
 
@@ -59,7 +63,8 @@ def decompress(data, compression: str | None, name: str = "shard"):
         if compression == "zstd":
             return _zstd_decompress(data)
         if compression == "gzip":
-            return gzip.decompress(data)  # checks each member's CRC-32 and length; refuses trailing garbage
+            # checks each member's CRC-32 and length; refuses trailing garbage
+            return gzip.decompress(data)
     except Exception as exc:  # zstd and gzip raise several unrelated types
         raise CorruptShardError(
             f"{name}: cannot decompress ({compression}): {exc}; the shard is truncated or damaged, "

@@ -29,15 +29,37 @@ from .tar_writer import (  # noqa: F401 - the writing side, under the names it h
 # what the reader yields, tarfile reads the same way; what readers could read differently is refused.
 
 _NUMBER = re.compile(rb" *([0-7]*)[ \0]*")  # octal digits between spaces, then spaces or NULs
-_NUMBER_FIELDS = (("mode", 100, 8), ("uid", 108, 8), ("gid", 116, 8), ("mtime", 136, 12), ("dev", 329, 8),
-                  ("dev", 337, 8))
-_USUAL = re.compile(rb"(?:[0-7]{7}[ \0]){3}([0-7]{11})[ \0][0-7]{11}[ \0]")  # mode uid gid size mtime, as written
+_NUMBER_FIELDS = (
+    ("mode", 100, 8),
+    ("uid", 108, 8),
+    ("gid", 116, 8),
+    ("mtime", 136, 12),
+    ("dev", 329, 8),
+    ("dev", 337, 8),
+)
+# mode uid gid size mtime, as written
+_USUAL = re.compile(rb"(?:[0-7]{7}[ \0]){3}([0-7]{11})[ \0][0-7]{11}[ \0]")
 _DEVICES = re.compile(rb"(?:[0-7]{7}[ \0]|\0{8}){2}")
 _PAX_LENGTH = re.compile(rb"([0-9]{1,20}) ")
 _PAX_SIZE = re.compile(rb"[0-9]{1,20}")
 _REGULAR = (b"0", b"\0", b"7")
-_NO_DATA = (b"1", b"2", b"3", b"4", b"5", b"6")  # links, devices, folders, fifos: tarfile skips no data
-_EXTENDED = (b"x", b"X", b"g", b"L", b"K")  # PAX (X: Solaris), GNU long name / link: about the next member
+# links, devices, folders, fifos: tarfile skips no data
+_NO_DATA = (
+    b"1",
+    b"2",
+    b"3",
+    b"4",
+    b"5",
+    b"6",
+)
+# PAX (X: Solaris), GNU long name / link: about the next member
+_EXTENDED = (
+    b"x",
+    b"X",
+    b"g",
+    b"L",
+    b"K",
+)
 _REDO = "re-create or re-download the shard"
 
 
@@ -58,7 +80,12 @@ def _parse_pax(records: bytes) -> dict[str, bytes]:
     while pos < len(records):
         match = _PAX_LENGTH.match(records, pos)
         end = pos + int(match.group(1)) if match else 0
-        if match is None or end > len(records) or end - 1 <= match.end() or records[end - 1] != 0x0A:
+        if (
+            match is None
+            or end > len(records)
+            or end - 1 <= match.end()
+            or records[end - 1] != 0x0A
+        ):
             raise ValueError(f"record {len(out) + 1} does not frame")
         key, eq, value = records[match.end() : end - 1].partition(b"=")
         if not key or not eq:
@@ -80,7 +107,9 @@ def _octal_fields(rows, start: int, width: int):
     import numpy as np
 
     digits = rows[:, start : start + width - 1].astype(np.int64) - 48
-    plain = ((digits >= 0) & (digits <= 7)).all(axis=1) & np.isin(rows[:, start + width - 1], (0, 32))
+    plain = ((digits >= 0) & (digits <= 7)).all(axis=1) & np.isin(
+        rows[:, start + width - 1], (0, 32)
+    )
     return np.where(plain, digits @ (8 ** np.arange(width - 2, -1, -1, dtype=np.int64)), -1)
 
 
@@ -89,9 +118,12 @@ def _check_sums(view: memoryview, positions: list[int], name: str, rows=None) ->
     import numpy as np
 
     if rows is None:
-        rows = np.frombuffer(b"".join([view[p : p + BLOCK] for p in positions]), dtype=np.uint8).reshape(-1, BLOCK)
+        rows = np.frombuffer(
+            b"".join([view[p : p + BLOCK] for p in positions]), dtype=np.uint8
+        ).reshape(-1, BLOCK)
     actual = rows.sum(axis=1, dtype=np.int64) - rows[:, 148:156].sum(axis=1, dtype=np.int64) + 256
-    stored = np.where(rows[:, 155] == 32, _octal_fields(rows, 148, 7), -1)  # "%06o\0 ", as written by us
+    # "%06o\0 ", as written by us
+    stored = np.where(rows[:, 155] == 32, _octal_fields(rows, 148, 7), -1)
     for i in np.flatnonzero(stored != actual).tolist():
         header = bytes(view[positions[i] : positions[i] + BLOCK])
         try:  # other writers' layouts, and the signed sums of old Sun tars, as tarfile takes them
@@ -99,8 +131,10 @@ def _check_sums(view: memoryview, positions: list[int], name: str, rows=None) ->
         except ValueError:
             other = None
         if other not in (int(actual[i]), 256 + sum(struct.unpack_from("148b8x356b", header))):
-            raise CorruptShardError(f"{name}: bad tar header at byte {positions[i]} (checksum {other} != "
-                                    f"{int(actual[i])}); the shard is damaged, {_REDO}")
+            raise CorruptShardError(
+                f"{name}: bad tar header at byte {positions[i]} (checksum {other} != "
+                f"{int(actual[i])}); the shard is damaged, {_REDO}"
+            )
 
 
 def iter_members(buf, name: str = "shard", check: bool = True) -> Iterator[tuple[str, int, int]]:
@@ -150,21 +184,36 @@ class _Scan:
         kind = header[156:157]
         size = self._size(header, pos)
         size = int(self.ext["size"]) if kind not in _EXTENDED and "size" in self.ext else size
-        folder = kind == b"\0" and header[:100].split(b"\0", 1)[0].endswith(b"/")  # a folder, old style
+        # a folder, old style
+        folder = kind == b"\0" and header[:100].split(b"\0", 1)[0].endswith(b"/")
         if size and (kind in _NO_DATA or folder):
-            raise self.damaged(f"member at byte {pos} of type {kind!r} has {size} bytes of data, which readers skip")
-        if folder and self.kinds or kind == b"5" and b"L" in self.kinds and not self.ext["path"].endswith(b"/"):
-            raise self.damaged(f"member at byte {pos} is a folder to some readers only (type {kind!r}, extended)")
+            raise self.damaged(
+                f"member at byte {pos} of type {kind!r} has {size} bytes of data, which readers skip"
+            )
+        if (
+            folder
+            and self.kinds
+            or kind == b"5"
+            and b"L" in self.kinds
+            and not self.ext["path"].endswith(b"/")
+        ):
+            raise self.damaged(
+                f"member at byte {pos} is a folder to some readers only (type {kind!r}, extended)"
+            )
         data = pos + BLOCK
         if size > self.total - data:
-            raise self.damaged(f"truncated at byte {self.total}: member at byte {pos} needs {size} bytes "
-                               f"but only {self.total - data} remain")
+            raise self.damaged(
+                f"truncated at byte {self.total}: member at byte {pos} needs {size} bytes "
+                f"but only {self.total - data} remain"
+            )
         end = data + size + padding(size)
         found = None
         if kind in _EXTENDED:
             self._extended(kind, pos, data, size, end)
         elif kind == b"S":
-            raise self.damaged(f"member at byte {pos} is a GNU sparse file, which a shard cannot hold")
+            raise self.damaged(
+                f"member at byte {pos} is a GNU sparse file, which a shard cannot hold"
+            )
         elif kind in _REGULAR and not folder:
             found = self._name(header, pos), data, size
         if kind not in _EXTENDED:
@@ -175,10 +224,16 @@ class _Scan:
     def _size(self, header: bytes, pos: int) -> int:
         """The header's size field, its other number fields checked as tarfile reads them."""
         try:
-            if (usual := _USUAL.fullmatch(header, 100, 148)) and _DEVICES.fullmatch(header, 329, 345):
+            if (usual := _USUAL.fullmatch(header, 100, 148)) and _DEVICES.fullmatch(
+                header, 329, 345
+            ):
                 size = int(usual.group(1), 8)
             else:
-                for what, start, width in _NUMBER_FIELDS:  # unused, but tarfile stops at one it cannot parse
+                for (
+                    what,
+                    start,
+                    width,
+                ) in _NUMBER_FIELDS:  # unused, but tarfile stops at one it cannot parse
                     _number(header[start : start + width], what)
                 size = _number(header[124:136], "size")
             if size < 0:
@@ -190,10 +245,14 @@ class _Scan:
     def _extended(self, kind: bytes, pos: int, data: int, size: int, end: int) -> None:
         """Take in a PAX or GNU long-name header, which speaks of the next member."""
         kinds, ext = self.kinds, self.ext
-        if kind != b"g" and ((b"x" if kind in b"xX" else kind) in kinds or kind == b"L" and "path" in ext):
+        if kind != b"g" and (
+            (b"x" if kind in b"xX" else kind) in kinds or kind == b"L" and "path" in ext
+        ):
             raise self.damaged(f"extended header at byte {pos} ({kind!r}) repeats one before it")
         if kind in (b"L", b"K"):
-            ext.update({"path": bytes(self.view[data:end]).split(b"\0", 1)[0]} if kind == b"L" else {})
+            ext.update(
+                {"path": bytes(self.view[data:end]).split(b"\0", 1)[0]} if kind == b"L" else {}
+            )
             kinds.append(kind)
             return
         try:
@@ -204,10 +263,16 @@ class _Scan:
                 raise ValueError(f"size {records['size'][:30]!r}")
         except ValueError as exc:
             raise self.damaged(f"bad PAX header at byte {pos} ({exc})") from None
-        odd = [k for k in records if k.startswith("GNU.sparse.") or (kind == b"g" and k in ("path", "size"))]
+        odd = [
+            k
+            for k in records
+            if k.startswith("GNU.sparse.") or (kind == b"g" and k in ("path", "size"))
+        ]
         if odd or ("path" in records and "path" in ext and kind != b"g"):
-            raise self.damaged(f"PAX header at byte {pos} sets {(odd or ['path'])[0]!r}, which readers take "
-                               "differently")
+            raise self.damaged(
+                f"PAX header at byte {pos} sets {(odd or ['path'])[0]!r}, which readers take "
+                "differently"
+            )
         if kind != b"g":
             ext.update(records)
         kinds.append(b"g" if kind == b"g" else b"x")
@@ -219,7 +284,9 @@ class _Scan:
             raw = header[:100].split(b"\0", 1)[0]
             prefix = header[345:500].split(b"\0", 1)[0]
             if prefix and header[257:263] != b"ustar\0":
-                raise self.damaged(f"member at byte {pos} has a name prefix in a header that is not ustar")
+                raise self.damaged(
+                    f"member at byte {pos} has a name prefix in a header that is not ustar"
+                )
             raw = prefix + b"/" + raw if prefix else raw
         if raw.endswith(b"/"):
             raise self.damaged(f"regular file at byte {pos} has a folder's name {raw[-40:]!r}")
@@ -230,18 +297,31 @@ class _Scan:
         pos, total = self.pos, self.total
         if total - pos >= BLOCK:  # the loop met a zero block: the end-of-archive marker
             if self.kinds:
-                raise self.damaged(f"the extended header before byte {pos} is followed by no member")
+                raise self.damaged(
+                    f"the extended header before byte {pos} is followed by no member"
+                )
             if _has_data(self.view, pos):
-                raise self.damaged(f"data after the end-of-archive marker at byte {pos} (a zeroed header, or tars "
-                                   "joined)")
+                raise self.damaged(
+                    f"data after the end-of-archive marker at byte {pos} (a zeroed header, or tars "
+                    "joined)"
+                )
             if total - pos < 2 * BLOCK:
-                raise self.damaged(f"truncated at byte {total}: the end-of-archive marker at byte {pos} is cut"
-                                   if pos else f"only {total} bytes, too short to be a tar")
+                raise self.damaged(
+                    f"truncated at byte {total}: the end-of-archive marker at byte {pos} is cut"
+                    if pos
+                    else f"only {total} bytes, too short to be a tar"
+                )
             self.verify()
             return
-        raise self.damaged(f"truncated tar header at byte {pos}" if _has_data(self.view, pos) else
-                           f"truncated at byte {total}: the tar has no end-of-archive marker" if pos else
-                           f"only {total} bytes, too short to be a tar" if total else "empty file, not a tar")
+        raise self.damaged(
+            f"truncated tar header at byte {pos}"
+            if _has_data(self.view, pos)
+            else f"truncated at byte {total}: the tar has no end-of-archive marker"
+            if pos
+            else f"only {total} bytes, too short to be a tar"
+            if total
+            else "empty file, not a tar"
+        )
 
 
 def split_name(member: str) -> tuple[str, str] | None:
@@ -253,8 +333,9 @@ def split_name(member: str) -> tuple[str, str] | None:
     return member[:dot], member[dot + 1 :].lower()
 
 
-def _group(members: Iterable[tuple[str, int, int]], name: str, unkeyed: list[str] | None
-           ) -> Iterator[tuple[str, dict[str, tuple[int, int]]]]:
+def _group(
+    members: Iterable[tuple[str, int, int]], name: str, unkeyed: list[str] | None
+) -> Iterator[tuple[str, dict[str, tuple[int, int]]]]:
     key: str | None = None
     fields: dict[str, tuple[int, int]] = {}
     for member, offset, size in members:
@@ -294,15 +375,24 @@ def _index_plain(buf, name: str) -> tuple[list[str], list[int], list[int]] | Non
     if nblocks < 3 or len(data) % BLOCK:
         return None
     blocks = data.reshape(nblocks, BLOCK)
-    heads = np.flatnonzero((blocks[:, 257:262] == np.frombuffer(b"ustar", dtype=np.uint8)).all(axis=1))
+    heads = np.flatnonzero(
+        (blocks[:, 257:262] == np.frombuffer(b"ustar", dtype=np.uint8)).all(axis=1)
+    )
     if len(heads) == 0 or heads[0] != 0:
         return None
     rows = blocks[heads]
     sizes = _octal_fields(rows, 124, 12)
-    numbers = [(_octal_fields(rows, s, w) >= 0) | ~rows[:, s : s + w].any(axis=1) for _, s, w in _NUMBER_FIELDS]
+    numbers = [
+        (_octal_fields(rows, s, w) >= 0) | ~rows[:, s : s + w].any(axis=1)
+        for _, s, w in _NUMBER_FIELDS
+    ]
     posix = (rows[:, 257:263] == np.frombuffer(b"ustar\0", dtype=np.uint8)).all(axis=1)
-    if ((sizes < 0).any() or not np.all(numbers) or not np.isin(rows[:, 156], (ord("0"), 0)).all()
-            or ((rows[:, 345] != 0) & ~posix).any()):
+    if (
+        (sizes < 0).any()
+        or not np.all(numbers)
+        or not np.isin(rows[:, 156], (ord("0"), 0)).all()
+        or ((rows[:, 345] != 0) & ~posix).any()
+    ):
         return None  # 12-digit or base-256 numbers, other member types, GNU headers with a prefix: the careful parser
     following = heads + 1 + (sizes + BLOCK - 1) // BLOCK
     if not (following[:-1] == heads[1:]).all():  # a magic inside member data, or a gap: not plain
@@ -320,7 +410,11 @@ def _index_plain(buf, name: str) -> tuple[list[str], list[int], list[int]] | Non
             names[i] = prefixes[i * 155 : (i + 1) * 155].split(b"\0", 1)[0] + b"/" + names[i]
     if any(n.endswith(b"/") for n in names):
         return None  # folders, old style
-    return [n.decode("utf-8", "surrogateescape") for n in names], [o + BLOCK for o in offsets], sizes.tolist()
+    return (
+        [n.decode("utf-8", "surrogateescape") for n in names],
+        [o + BLOCK for o in offsets],
+        sizes.tolist(),
+    )
 
 
 def index_samples(buf, name: str = "shard") -> tuple[list[str], list[dict[str, tuple[int, int]]]]:

@@ -80,9 +80,18 @@ class IndexBuilder:
 
         names = b"".join(n + b"\0" for n in self.names)
         u8 = lambda values: np.asarray(values, dtype="<u8").tobytes()  # noqa: E731
-        return b"".join((MAGIC, struct.pack("<QQQ", len(self.digests), len(self.sizes), len(names)),
-                         u8(self.offsets), *self.digests, u8(self.first), u8(self.data_offsets), u8(self.sizes),
-                         names))
+        return b"".join(
+            (
+                MAGIC,
+                struct.pack("<QQQ", len(self.digests), len(self.sizes), len(names)),
+                u8(self.offsets),
+                *self.digests,
+                u8(self.first),
+                u8(self.data_offsets),
+                u8(self.sizes),
+                names,
+            )
+        )
 
 
 @dataclass(frozen=True)
@@ -107,8 +116,10 @@ class SampleIndex:
     def check(self, i: int, data: bytes | memoryview, name: str) -> None:
         """Raise unless ``data`` are sample ``i``'s bytes as packed."""
         if hashlib.sha256(data).digest() != self.digests[32 * i : 32 * i + 32]:
-            raise CorruptShardError(f"{name}: sample {i}'s bytes differ from its sha256 in the shard's index; the "
-                                    f"shard or its index was replaced or damaged: {_FIX}")
+            raise CorruptShardError(
+                f"{name}: sample {i}'s bytes differ from its sha256 in the shard's index; the "
+                f"shard or its index was replaced or damaged: {_FIX}"
+            )
 
     def samples(self, name: str) -> tuple[list[str], list[dict[str, tuple[int, int]]]]:
         """Keys and per-field (offset, size) of every sample, as ``tar.index_samples`` gives them from the
@@ -124,12 +135,16 @@ class SampleIndex:
                 slash = member.rfind("/") + 1
                 dot = member.find(".", slash)
                 if dot <= slash or dot == len(member) - 1 or key not in (None, member[:dot]):
-                    raise CorruptShardError(f"{name}: sample {i}'s members in the index do not form one sample "
-                                            f"({member!r}); {_FIX}")
+                    raise CorruptShardError(
+                        f"{name}: sample {i}'s members in the index do not form one sample "
+                        f"({member!r}); {_FIX}"
+                    )
                 key = member[:dot]
                 entry[member[dot + 1 :].lower()] = (offsets[j], sizes[j])
             if len(entry) != first[i + 1] - first[i]:
-                raise CorruptShardError(f"{name}: sample {i} ({key!r}) has a field twice in the index; {_FIX}")
+                raise CorruptShardError(
+                    f"{name}: sample {i} ({key!r}) has a field twice in the index; {_FIX}"
+                )
             keys.append(key)  # type: ignore[arg-type]
             fields.append(entry)
         return keys, fields
@@ -165,8 +180,12 @@ def parse_index(data: bytes, name: str, samples: int, tar_size: int) -> SampleIn
     first, data_offsets, sizes = numbers(n + 1), numbers(m), numbers(m)
     names = bytes(data[at:]).split(b"\0")
     # samples start at 0 and follow each other in 512-byte blocks; the end-of-archive marker follows the last
-    if offsets[0] != 0 or (offsets % 512).any() or (np.diff(offsets.astype(np.int64)) <= 0).any() \
-            or int(offsets[-1]) + 1024 > tar_size:
+    if (
+        offsets[0] != 0
+        or (offsets % 512).any()
+        or (np.diff(offsets.astype(np.int64)) <= 0).any()
+        or int(offsets[-1]) + 1024 > tar_size
+    ):
         raise bad("its sample offsets are not increasing 512-byte blocks inside the shard")
     if first[0] != 0 or int(first[-1]) != m or (np.diff(first.astype(np.int64)) <= 0).any():
         raise bad("its member numbers do not give each sample its members")
@@ -174,7 +193,20 @@ def parse_index(data: bytes, name: str, samples: int, tar_size: int) -> SampleIn
         raise bad(f"it names {len(names) - 1} members, not {m}")
     owner = np.repeat(np.arange(n), np.diff(first.astype(np.int64)))  # the sample of each member
     ends = data_offsets + sizes
-    if m and ((data_offsets < offsets[owner] + 512) | (ends < data_offsets) | (ends > offsets[owner + 1])).any():
+    if (
+        m
+        and (
+            (data_offsets < offsets[owner] + 512)
+            | (ends < data_offsets)
+            | (ends > offsets[owner + 1])
+        ).any()
+    ):
         raise bad("a member's data lies outside its sample")
-    return SampleIndex(offsets.astype(np.int64), digests, first.astype(np.int64), data_offsets.astype(np.int64),
-                       sizes.astype(np.int64), [b.decode("utf-8", "surrogateescape") for b in names[:-1]])
+    return SampleIndex(
+        offsets.astype(np.int64),
+        digests,
+        first.astype(np.int64),
+        data_offsets.astype(np.int64),
+        sizes.astype(np.int64),
+        [b.decode("utf-8", "surrogateescape") for b in names[:-1]],
+    )

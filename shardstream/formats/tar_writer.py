@@ -35,10 +35,19 @@ def _ustar_header(name: bytes, prefix: bytes, size: int, typeflag: bytes = b"0")
     # Assembled from constant parts; the checksum is the constant parts' sum plus the variable ones'.
     size_field = b"%011o\0" % size
     checksum = _FIXED_SUM + typeflag[0] + sum(name) + sum(prefix) + sum(size_field)
-    return b"".join((
-        name.ljust(100, b"\0"), _OWNER, size_field, _MTIME, b"%06o\0 " % checksum, typeflag,
-        _AFTER_TYPE, prefix.ljust(155, b"\0"), _PAD,
-    ))
+    return b"".join(
+        (
+            name.ljust(100, b"\0"),
+            _OWNER,
+            size_field,
+            _MTIME,
+            b"%06o\0 " % checksum,
+            typeflag,
+            _AFTER_TYPE,
+            prefix.ljust(155, b"\0"),
+            _PAD,
+        )
+    )
 
 
 def _split_ustar_name(name: bytes) -> tuple[bytes, bytes] | None:
@@ -70,7 +79,11 @@ def member_header(name: str, size: int) -> bytes:
         records += _pax_record("path", raw)
     if size > _MAX_OCTAL_SIZE:
         records += _pax_record("size", str(size).encode())
-    pax = _ustar_header(b"././@PaxHeader", b"", len(records), b"x") + records + bytes(padding(len(records)))
+    pax = (
+        _ustar_header(b"././@PaxHeader", b"", len(records), b"x")
+        + records
+        + bytes(padding(len(records)))
+    )
     short = split[1] if split is not None else raw[-100:].lstrip(b"/")
     return pax + _ustar_header(short, split[0] if split else b"", min(size, _MAX_OCTAL_SIZE))
 
@@ -96,10 +109,18 @@ class TarShardWriter:
     in :attr:`index`.
     """
 
-    def __init__(self, sink: IO[bytes], compression: str | None = None, level: int | None = None,
-                 tar_size: int | None = None, index: bool = False):
+    def __init__(
+        self,
+        sink: IO[bytes],
+        compression: str | None = None,
+        level: int | None = None,
+        tar_size: int | None = None,
+        index: bool = False,
+    ):
         if index and compression is not None:
-            raise ValueError("a sample index is for uncompressed tar shards (ranged reads need plain offsets)")
+            raise ValueError(
+                "a sample index is for uncompressed tar shards (ranged reads need plain offsets)"
+            )
         self.index = IndexBuilder() if index else None
         self._out = HashingWriter(sink)
         self._compressor = compressing_writer(self._out, compression, level, tar_size)

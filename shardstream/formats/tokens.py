@@ -39,7 +39,9 @@ def shard_bytes(tokens: np.ndarray, offsets: np.ndarray, dtype: str) -> list[Any
     """The pieces of a token shard's file, to be written one after another (no concatenated copy)."""
     tokens = np.ascontiguousarray(tokens, DTYPES[dtype])
     offsets = np.ascontiguousarray(offsets, "<i8")
-    header = np.array([int.from_bytes(MAGIC, "little"), tokens.itemsize, len(tokens), len(offsets) - 1], "<u8")
+    header = np.array(
+        [int.from_bytes(MAGIC, "little"), tokens.itemsize, len(tokens), len(offsets) - 1], "<u8"
+    )
     return [header.tobytes(), memoryview(offsets).cast("B"), memoryview(tokens).cast("B")]
 
 
@@ -57,27 +59,42 @@ def tokens_in(nbytes: int | np.ndarray, documents: int | np.ndarray, dtype: str)
 class TokenShard:
     """A token shard's ``tokens`` and document ``offsets``: views of ``data`` (a memory map or bytes)."""
 
-    def __init__(self, data: Any, name: str, dtype: str | None = None, documents: int | None = None):
+    def __init__(
+        self, data: Any, name: str, dtype: str | None = None, documents: int | None = None
+    ):
         self.name = name
         view = memoryview(data).cast("B") if not isinstance(data, np.ndarray) else data
         if len(view) < HEADER_BYTES:
-            raise CorruptShardError(f"{name}: {len(view)} bytes, too short for a token shard; re-pack it")
+            raise CorruptShardError(
+                f"{name}: {len(view)} bytes, too short for a token shard; re-pack it"
+            )
         magic, itemsize, n, d = (int(x) for x in np.frombuffer(view, "<u8", count=4))
         if magic.to_bytes(8, "little") != MAGIC or itemsize not in _BY_SIZE:
-            raise CorruptShardError(f"{name}: not a shardstream token shard (bad header); re-pack it")
+            raise CorruptShardError(
+                f"{name}: not a shardstream token shard (bad header); re-pack it"
+            )
         self.dtype = _BY_SIZE[itemsize]
-        if (dtype is not None and dtype != self.dtype) or (documents is not None and documents != d) \
-                or len(view) != expected_size(n, d, self.dtype):
-            raise CorruptShardError(f"{name}: its header ({n} {self.dtype} tokens, {d} documents, "
-                                    f"{len(view)} bytes) disagrees with the manifest or the file size; the shard "
-                                    "or the manifest was replaced, run 'shardstream verify'")
+        if (
+            (dtype is not None and dtype != self.dtype)
+            or (documents is not None and documents != d)
+            or len(view) != expected_size(n, d, self.dtype)
+        ):
+            raise CorruptShardError(
+                f"{name}: its header ({n} {self.dtype} tokens, {d} documents, "
+                f"{len(view)} bytes) disagrees with the manifest or the file size; the shard "
+                "or the manifest was replaced, run 'shardstream verify'"
+            )
         self.data = data  # keeps the map alive
         self.offsets = np.frombuffer(view, "<i8", count=d + 1, offset=HEADER_BYTES)
-        self.tokens = np.frombuffer(view, DTYPES[self.dtype], count=n, offset=HEADER_BYTES + 8 * (d + 1))
+        self.tokens = np.frombuffer(
+            view, DTYPES[self.dtype], count=n, offset=HEADER_BYTES + 8 * (d + 1)
+        )
 
     def check(self) -> None:
         """Raise unless the offsets run from 0 to the token count without going back."""
         o = self.offsets
         if o[0] != 0 or o[-1] != len(self.tokens) or (len(o) > 1 and bool((np.diff(o) < 0).any())):
-            raise CorruptShardError(f"{self.name}: its document offsets do not run from 0 to "
-                                    f"{len(self.tokens)} in order; re-pack it")
+            raise CorruptShardError(
+                f"{self.name}: its document offsets do not run from 0 to "
+                f"{len(self.tokens)} in order; re-pack it"
+            )

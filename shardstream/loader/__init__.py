@@ -10,4 +10,10 @@ errors of shardstream's own from workers raised again as their one line (``worke
 from .guards import SharedMemoryError, WorkerDeviceError, WorkerPickleError
 from .shard_loader import ShardLoader, default_num_workers
 
-__all__ = ["SharedMemoryError", "ShardLoader", "WorkerDeviceError", "WorkerPickleError", "default_num_workers"]
+__all__ = [
+    "SharedMemoryError",
+    "ShardLoader",
+    "WorkerDeviceError",
+    "WorkerPickleError",
+    "default_num_workers",
+]

@@ -58,9 +58,17 @@ def batch_nbytes(batch: Any) -> int:
     return sum(t.numel() * t.element_size() for _, t in _tensors(batch))
 
 
-def check_shm(batch_bytes: int, num_workers: int, batches_per_worker: float, *, extra_batches: int = 0,
-              basis: str = "measured on the first batch", action: str = "raise", free: int | None = None,
-              path: str = SHM_PATH) -> int:
+def check_shm(
+    batch_bytes: int,
+    num_workers: int,
+    batches_per_worker: float,
+    *,
+    extra_batches: int = 0,
+    basis: str = "measured on the first batch",
+    action: str = "raise",
+    free: int | None = None,
+    path: str = SHM_PATH,
+) -> int:
     """Refuse (``action="raise"``) or warn (``"warn"``) when the batches in flight exceed free shared memory.
 
     The estimate is ``local ranks x (num_workers x batches_per_worker + extra_batches) x
@@ -102,7 +110,10 @@ def start_method(context: Any = None) -> str:
     Never fixes the process-wide default as a side effect (``get_start_method()`` would).
     """
     if context is None:
-        return multiprocessing.get_start_method(allow_none=True) or multiprocessing.get_all_start_methods()[0]
+        return (
+            multiprocessing.get_start_method(allow_none=True)
+            or multiprocessing.get_all_start_methods()[0]
+        )
     if isinstance(context, str):
         return context
     return context.get_start_method()
@@ -127,7 +138,9 @@ def _picklable(obj: Any) -> Exception | None:
         pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
     except RuntimeError as exc:
         if "through inheritance" in str(exc):
-            return None  # multiprocessing's locks, queues and values: a spawned worker receives them
+            return (
+                None  # multiprocessing's locks, queues and values: a spawned worker receives them
+            )
         return exc
     except Exception as exc:  # pickle raises PicklingError, TypeError, AttributeError...
         return exc
@@ -141,11 +154,14 @@ def _children(obj: Any) -> Iterator[tuple[str, Any]]:
     elif isinstance(obj, (list, tuple, set, frozenset)):
         for i, v in enumerate(obj):
             yield f"[{i}]", v
-    elif hasattr(obj, "func") and hasattr(obj, "args") and hasattr(obj, "keywords"):  # functools.partial
+    # functools.partial
+    elif hasattr(obj, "func") and hasattr(obj, "args") and hasattr(obj, "keywords"):
         yield ".func", obj.func
         yield from ((f".args[{i}]", v) for i, v in enumerate(obj.args))
         yield from ((f".keywords[{k!r}]", v) for k, v in obj.keywords.items())
-    elif not isinstance(obj, (types.FunctionType, type, types.ModuleType)) and hasattr(obj, "__dict__"):
+    elif not isinstance(obj, (types.FunctionType, type, types.ModuleType)) and hasattr(
+        obj, "__dict__"
+    ):
         yield from ((f".{k}", v) for k, v in vars(obj).items())
 
 
@@ -169,11 +185,19 @@ def _advice(part: Any, exc: Exception) -> str:
         return "a lambda cannot be pickled; define the function with def at module level"
     if isinstance(part, types.FunctionType) and "<locals>" in part.__qualname__:
         return "a function defined inside another one cannot be pickled; define it at module level"
-    if isinstance(part, io.IOBase) or type(part).__name__ in ("BufferedReader", "TextIOWrapper", "FileIO"):
-        return ("open files cannot be pickled, and each worker needs its own; store the path and open the file "
-                "in the worker (on first use)")
-    return (f"{type(exc).__name__}: {exc}. Keep only picklable state there; create files, locks, connections "
-            f"and clients in the worker (on first use)")
+    if isinstance(part, io.IOBase) or type(part).__name__ in (
+        "BufferedReader",
+        "TextIOWrapper",
+        "FileIO",
+    ):
+        return (
+            "open files cannot be pickled, and each worker needs its own; store the path and open the file "
+            "in the worker (on first use)"
+        )
+    return (
+        f"{type(exc).__name__}: {exc}. Keep only picklable state there; create files, locks, connections "
+        f"and clients in the worker (on first use)"
+    )
 
 
 def check_picklable(parts: Mapping[str, Any], method: str) -> None:
@@ -187,13 +211,15 @@ def check_picklable(parts: Mapping[str, Any], method: str) -> None:
             if callable(obj) and _interactive_main(obj):
                 raise WorkerPickleError(
                     f"{label} {describe(obj)} is defined in an interactive session (__main__), which {method!r} "
-                    f"workers cannot import: put it in a .py module and import it, or use num_workers=0")
+                    f"workers cannot import: put it in a .py module and import it, or use num_workers=0"
+                )
             continue
         path, part = _culprit(obj)
         inside = f" (its part {path.lstrip('.')}: {describe(part)})" if path else ""
         raise WorkerPickleError(
             f"{label} {describe(obj)}{inside} cannot be pickled, which {method!r} DataLoader workers need: "
-            f"{_advice(part, exc)}") from exc
+            f"{_advice(part, exc)}"
+        ) from exc
 
 
 def check_dataset_picklable(dataset: Any, method: str) -> None:
@@ -204,9 +230,13 @@ def check_dataset_picklable(dataset: Any, method: str) -> None:
         return
     state = dataset.__getstate__()
     if isinstance(state, Mapping):
-        check_picklable({f"the dataset's attribute {name!r},": value for name, value in state.items()}, method)
-    raise WorkerPickleError(f"the dataset ({type(dataset).__qualname__}) cannot be pickled, which {method!r} "
-                            f"DataLoader workers need: {type(exc).__name__}: {exc}") from exc
+        check_picklable(
+            {f"the dataset's attribute {name!r},": value for name, value in state.items()}, method
+        )
+    raise WorkerPickleError(
+        f"the dataset ({type(dataset).__qualname__}) cannot be pickled, which {method!r} "
+        f"DataLoader workers need: {type(exc).__name__}: {exc}"
+    ) from exc
 
 
 def open_files(obj: Any, depth: int = 0, path: str = "") -> Iterator[tuple[str, io.IOBase]]:
@@ -228,7 +258,9 @@ def warn_open_files(parts: Mapping[str, Any]) -> None:
             warnings.warn(
                 f"{label} {describe(obj)} holds {describe(f)}{where}; forked DataLoader workers share its file "
                 f"position, so their reads interleave: open the file in the worker (on first use) instead",
-                RuntimeWarning, stacklevel=3)
+                RuntimeWarning,
+                stacklevel=3,
+            )
 
 
 # -- what workers return -------------------------------------------------------------------------
@@ -273,13 +305,21 @@ def check_worker_batch(batch: Any) -> None:
             f"return CPU tensors: CUDA in worker processes is fragile (forked workers cannot use it, and CUDA "
             f"memory shared from a worker must outlive its use in the main process). Keep the dataset, "
             f"transform and collate_fn on the CPU and move batches to the GPU in the main process, e.g. with "
-            f"shardstream.DeviceLoader(loader, 'cuda')")
+            f"shardstream.DeviceLoader(loader, 'cuda')"
+        )
 
 
-def check_first_batch(batch: Any, num_workers: int, batches_per_worker: float, extra_batches: int,
-                      free: int | None) -> None:
+def check_first_batch(
+    batch: Any, num_workers: int, batches_per_worker: float, extra_batches: int, free: int | None
+) -> None:
     """In a worker, before its first batch of a pass is sent: :func:`check_shm` on that batch's size
     (by then another worker's batch may already have failed to reach shared memory, so the main
     process alone would see it too late)."""
-    check_shm(batch_nbytes(batch), num_workers, batches_per_worker, extra_batches=extra_batches, free=free,
-              basis="measured on the first batch")
+    check_shm(
+        batch_nbytes(batch),
+        num_workers,
+        batches_per_worker,
+        extra_batches=extra_batches,
+        free=free,
+        basis="measured on the first batch",
+    )

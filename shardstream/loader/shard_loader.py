@@ -99,26 +99,40 @@ class ShardLoader(DataLoader):
     reads them: their default is one worker.
     """
 
-    def __init__(self, dataset: Readable, batch_size: int, num_workers: int | None = None, *,
-                 seed_workers: bool | None = None, shm_check: str = "raise", worker_tracebacks: bool = False,
-                 **kwargs: Any):
+    def __init__(
+        self,
+        dataset: Readable,
+        batch_size: int,
+        num_workers: int | None = None,
+        *,
+        seed_workers: bool | None = None,
+        shm_check: str = "raise",
+        worker_tracebacks: bool = False,
+        **kwargs: Any,
+    ):
         if batch_size is None:  # what a DataLoader rebuilt from a ShardLoader's attributes passes
             raise ShardstreamError(
                 "ShardLoader got batch_size=None: a framework is rebuilding it from its attributes (Lightning's "
                 "trainer.predict re-instantiates every DataLoader), which would read the dataset a second time; "
                 "for predictions give trainer.predict torch's DataLoader(ShardDataset(..., shuffle=False), "
-                "batch_size=...) over a dataset of its own, or iterate the ShardLoader yourself")
+                "batch_size=...) over a dataset of its own, or iterate the ShardLoader yourself"
+            )
         if batch_size < 1:
             raise ValueError(f"batch_size must be at least 1, not {batch_size}")
         if shm_check not in ("raise", "warn", "off"):
             raise ValueError(f"shm_check must be 'raise', 'warn' or 'off', not {shm_check!r}")
         if "drop_last" in kwargs:
-            raise ValueError("ShardLoader takes no drop_last: its dataset decides it, so that every rank reads "
-                             "len(ds) samples; pass ShardDataset(..., drop_last=True) instead")
+            raise ValueError(
+                "ShardLoader takes no drop_last: its dataset decides it, so that every rank reads "
+                "len(ds) samples; pass ShardDataset(..., drop_last=True) instead"
+            )
         if not kwargs.get("in_order", True):
-            raise ValueError("ShardLoader needs in_order=True: batches out of order break the planned order and its "
-                             "resume state; for more throughput raise num_workers or prefetch_factor instead")
-        if num_workers is None:  # batches of locations (raw local tars): one worker outpaces the main process
+            raise ValueError(
+                "ShardLoader needs in_order=True: batches out of order break the planned order and its "
+                "resume state; for more throughput raise num_workers or prefetch_factor instead"
+            )
+        # batches of locations (raw local tars): one worker outpaces the main process
+        if num_workers is None:
             num_workers = min(default_num_workers(), 1) if dataset.mapped else default_num_workers()
         kwargs.setdefault("pin_memory", torch.cuda.is_available())
         kwargs.setdefault("collate_fn", _from_worker)  # batches are collated in the dataset already
@@ -132,43 +146,79 @@ class ShardLoader(DataLoader):
         self.shm_check = shm_check
         self.worker_tracebacks = bool(worker_tracebacks)
         self._shm_free = guards.shm_free_bytes() if num_workers > 0 and shm_check != "off" else None
-        if num_workers > 0:  # before anything changes: a refused loader leaves the dataset as it was
+        # before anything changes: a refused loader leaves the dataset as it was
+        if num_workers > 0:
             _check_workers(dataset, kwargs)
-            if not dataset.mapped:  # mapped raw batches are locations: nothing to hold in shared memory
-                self._check_shm(dataset.batch_bytes(batch_size * per_chunk), num_workers, kwargs,
-                                ring, ring_slots, "estimated from the manifest's stored sample sizes; "
-                                "decoded images take more")
+            # mapped raw batches are locations: nothing to hold in shared memory
+            if not dataset.mapped:
+                self._check_shm(
+                    dataset.batch_bytes(batch_size * per_chunk),
+                    num_workers,
+                    kwargs,
+                    ring,
+                    ring_slots,
+                    "estimated from the manifest's stored sample sizes; decoded images take more",
+                )
         # the workers check their own first batch too, before sending it: by the time the main process
         # sees a batch, another worker's may already have failed to reach shared memory
         per_worker, extra = in_flight(kwargs, ring, ring_slots)
-        check = (functools.partial(guards.check_first_batch, num_workers=num_workers, batches_per_worker=per_worker,
-                                   extra_batches=extra, free=self._shm_free)
-                 if shm_check == "raise" and self._shm_free is not None and not dataset.mapped else None)
+        check = (
+            functools.partial(
+                guards.check_first_batch,
+                num_workers=num_workers,
+                batches_per_worker=per_worker,
+                extra_batches=extra,
+                free=self._shm_free,
+            )
+            if shm_check == "raise" and self._shm_free is not None and not dataset.mapped
+            else None
+        )
         self.ring_slots = ring_slots
         self._receiver: Receiver | None = None
-        self._setup = LoaderSetup(batch_size=batch_size, batches_per_chunk=per_chunk,
-                                  seed_workers=dataset.seed_workers if seed_workers is None else bool(seed_workers),
-                                  check_first_batch=check, token=_readers.new_token())
+        self._setup = LoaderSetup(
+            batch_size=batch_size,
+            batches_per_chunk=per_chunk,
+            seed_workers=dataset.seed_workers if seed_workers is None else bool(seed_workers),
+            check_first_batch=check,
+            token=_readers.new_token(),
+        )
         if ring:
             self._receiver = Receiver(self._new_table(num_workers, ring_slots))
         super().__init__(dataset, batch_size=None, num_workers=num_workers, **kwargs)
-        dataset.configure(self, self._with_sender())  # last: a loader torch refuses leaves the dataset as it was
+        # last: a loader torch refuses leaves the dataset as it was
+        dataset.configure(self, self._with_sender())
         # torch refuses a sampler for an IterableDataset, in __init__ and by __setattr__ after it
         object.__setattr__(self, "sampler", EpochSampler(dataset))
         self.samples_per_batch = batch_size
         self._start: dict[str, Any] | None = None
         self._batches = 0
-        self._last: tuple[dict[str, Any], int, int] | None = None  # the pass that finished: start, batches, generation
+        # the pass that finished: start, batches, generation
+        self._last: tuple[dict[str, Any], int, int] | None = None
         self._shm_measured = num_workers == 0 or shm_check == "off"
         self._stats = StatsRecorder(dataset)
 
-    def _check_shm(self, batch_bytes: int, num_workers: int, kwargs: dict[str, Any], ring: bool,
-                   ring_slots: int, basis: str) -> None:
+    def _check_shm(
+        self,
+        batch_bytes: int,
+        num_workers: int,
+        kwargs: dict[str, Any],
+        ring: bool,
+        ring_slots: int,
+        basis: str,
+    ) -> None:
         """Batches in flight: each worker's ring arenas (sized 1.25 x the largest batch), or its
         ``prefetch_factor`` batches plus, without pinning, the one the training loop holds."""
         per_worker, extra = in_flight(kwargs, ring, ring_slots)
-        guards.check_shm(batch_bytes, num_workers, per_worker, extra_batches=extra, basis=basis,
-                         action=self.shm_check, free=self._shm_free, path=guards.SHM_PATH)
+        guards.check_shm(
+            batch_bytes,
+            num_workers,
+            per_worker,
+            extra_batches=extra,
+            basis=basis,
+            action=self.shm_check,
+            free=self._shm_free,
+            path=guards.SHM_PATH,
+        )
 
     # accelerate's prepare() returns a loader marked so unchanged (accelerator.py, prepare_data_loader): this
     # loader shards by rank itself, and a DataLoader rebuilt from its attributes would not
@@ -188,7 +238,9 @@ class ShardLoader(DataLoader):
             return super()._get_iterator()
         user = self.worker_init_fn
         own = functools.partial(_readers.own_worker_init, self._setup.token, user)
-        object.__setattr__(self, "worker_init_fn", functools.partial(worker_errors.worker_init, own))
+        object.__setattr__(
+            self, "worker_init_fn", functools.partial(worker_errors.worker_init, own)
+        )
         try:
             return super()._get_iterator()
         finally:
@@ -198,8 +250,10 @@ class ShardLoader(DataLoader):
         """The setup for the dataset, with worker rings that report to this loader's current table."""
         if self._receiver is None:
             return self._setup
-        return dataclasses.replace(self._setup, sender=functools.partial(Ring, self._receiver.released,
-                                                                         slots=self.ring_slots))
+        return dataclasses.replace(
+            self._setup,
+            sender=functools.partial(Ring, self._receiver.released, slots=self.ring_slots),
+        )
 
     def __iter__(self) -> Iterator[Any]:
         try:
@@ -243,18 +297,28 @@ class ShardLoader(DataLoader):
                 chunk = receiver.receive(chunk)
             if not self._shm_measured:
                 self._shm_measured = True
-                self._check_shm(guards.batch_nbytes(chunk), self.num_workers,
-                                {"prefetch_factor": self.prefetch_factor, "pin_memory": self.pin_memory},
-                                receiver is not None, self.ring_slots, "measured on the first batch")
-            for batch in ds.split_chunk(chunk, self.samples_per_batch) if per_chunk > 1 else (chunk,):
+                self._check_shm(
+                    guards.batch_nbytes(chunk),
+                    self.num_workers,
+                    {"prefetch_factor": self.prefetch_factor, "pin_memory": self.pin_memory},
+                    receiver is not None,
+                    self.ring_slots,
+                    "measured on the first batch",
+                )
+            for batch in (
+                ds.split_chunk(chunk, self.samples_per_batch) if per_chunk > 1 else (chunk,)
+            ):
                 self._batches += 1
                 last = self._batches >= expected
                 if last:  # before handing out the last batch: a consumer that knows len() (Lightning) stops here
                     self._finish(start, generation, skipped)
-                self._stats.delivered(min(self.samples_per_batch, left - (self._batches - 1) * self.samples_per_batch))
+                self._stats.delivered(
+                    min(self.samples_per_batch, left - (self._batches - 1) * self.samples_per_batch)
+                )
                 yield batch
                 self._stats.resumed()
-                if last:  # the plan has no more; a worker starting this late would read the next epoch
+                # the plan has no more; a worker starting this late would read the next epoch
+                if last:
                     return
         self._finish(start, generation, skipped)
 
@@ -274,9 +338,15 @@ class ShardLoader(DataLoader):
     def _finish(self, start: dict[str, Any], generation: int, skipped: int) -> None:
         """A pass read to its end moves the dataset to the next epoch, unless its epoch or position was set
         since the pass began (load_state_dict or set_epoch mid-pass apply to the next pass)."""
-        if self.dataset.skipped > skipped:  # the workers logged each shard; this is the pass's total
-            log.warning("epoch %d: skipped %d samples of rank %d (on_error='skip'); ds.skipped is %d",
-                        start["epoch"], self.dataset.skipped - skipped, self.dataset.rank, self.dataset.skipped)
+        # the workers logged each shard; this is the pass's total
+        if self.dataset.skipped > skipped:
+            log.warning(
+                "epoch %d: skipped %d samples of rank %d (on_error='skip'); ds.skipped is %d",
+                start["epoch"],
+                self.dataset.skipped - skipped,
+                self.dataset.rank,
+                self.dataset.skipped,
+            )
         if self.dataset.generation != generation:
             return
         self.dataset.reset(int(start["epoch"]) + 1)
@@ -310,12 +380,16 @@ class ShardLoader(DataLoader):
         """
         if self._start is None or self._generation != self.dataset.generation:
             last = self._last
-            if pending and last is not None and last[2] == self.dataset.generation:  # the finished pass, not all
+            # the finished pass, not all
+            if pending and last is not None and last[2] == self.dataset.generation:
                 state, batches = dict(last[0]), last[1]  # of it received yet: resume inside it
-                state["consumed"] = min(state["consumed"] + max(batches - pending, 0) * self.samples_per_batch,
-                                        self.dataset.span_length(state))
+                state["consumed"] = min(
+                    state["consumed"] + max(batches - pending, 0) * self.samples_per_batch,
+                    self.dataset.span_length(state),
+                )
                 return state
-            return self.dataset.pass_state()  # where the next pass starts: not iterated since it was set
+            # where the next pass starts: not iterated since it was set
+            return self.dataset.pass_state()
         state = dict(self._start)
         span = self.dataset.span_length(state)
         taken = max(self._batches - pending, 0)
@@ -325,10 +399,10 @@ class ShardLoader(DataLoader):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue from ``state`` at the next iteration."""
         self.dataset.load_state_dict(state)
-        self._start = None  # a pass being iterated goes on as it was; the state applies to the next one
+        # a pass being iterated goes on as it was; the state applies to the next one
+        self._start = None
         self._last = None
         self._batches = 0
-
 
 
 def _check_workers(dataset: Readable, kwargs: dict[str, Any]) -> None:

@@ -96,16 +96,22 @@ class LoaderStats:
 
     def as_dict(self) -> dict[str, Any]:
         """Every field, plus ``data_wait_fraction``, ``samples_per_s`` and ``dominant_stage``."""
-        return {**dataclasses.asdict(self), "data_wait_fraction": self.data_wait_fraction,
-                "samples_per_s": self.samples_per_s, "dominant_stage": self.dominant_stage}
+        return {
+            **dataclasses.asdict(self),
+            "data_wait_fraction": self.data_wait_fraction,
+            "samples_per_s": self.samples_per_s,
+            "dominant_stage": self.dominant_stage,
+        }
 
     def scalars(self) -> dict[str, float]:
         """The numeric fields, as TensorBoard's ``add_scalars``, ``wandb.log`` or Lightning's ``log_dict`` take them."""
         return {k: float(v) for k, v in self.as_dict().items() if isinstance(v, (int, float))}
 
 
-def verdict(wait_fraction: float, stage_seconds: Mapping[str, float], steps: int, copy_s: float = 0.0) -> str:
-    """"input-bound: 38% of step time waiting for data; decode dominates; try more workers or the fast
+def verdict(
+    wait_fraction: float, stage_seconds: Mapping[str, float], steps: int, copy_s: float = 0.0
+) -> str:
+    """ "input-bound: 38% of step time waiting for data; decode dominates; try more workers or the fast
     decoder", or that the loop is compute-bound; ``copy_s``: host-to-device copy time, a stage too."""
     if steps == 0:
         return "no batches yet"
@@ -168,8 +174,12 @@ class StatsRecorder:
         if self._callback is not None:
             self._callback(stats.scalars())
         else:
-            log.info("shardstream: %s batches, %.0f samples/s, %s", f"{stats.batches:,}", stats.samples_per_s,
-                     stats.verdict())
+            log.info(
+                "shardstream: %s batches, %.0f samples/s, %s",
+                f"{stats.batches:,}",
+                stats.samples_per_s,
+                stats.verdict(),
+            )
 
     def stats(self) -> LoaderStats:
         t = self.counters.totals()
@@ -179,13 +189,24 @@ class StatsRecorder:
         if t["skip_shard"] >= 0:
             last = ds.describe(t["skip_shard"], t["skip_sample"])
         return LoaderStats(
-            samples=self.samples, batches=self.batches, samples_read=t["samples"],
+            samples=self.samples,
+            batches=self.batches,
+            samples_read=t["samples"],
             storage_bytes=t["downloaded_bytes"] + t["local_bytes"],
             cache_bytes=max(t["opened_bytes"] - t["downloaded_bytes"], 0),
-            cache_hits=hits, cache_misses=t["downloads"],
-            download_s=t["wait_ns"] / 1e9, transfer_s=t["download_ns"] / 1e9, read_s=t["read_ns"] / 1e9,
-            decode_s=t["decode_ns"] / 1e9, transform_s=t["transform_ns"] / 1e9, collate_s=t["collate_ns"] / 1e9,
-            skipped=ds.skipped, last_skip=last, wait_s=self.wait_ns / 1e9, elapsed_s=self.elapsed_ns / 1e9)
+            cache_hits=hits,
+            cache_misses=t["downloads"],
+            download_s=t["wait_ns"] / 1e9,
+            transfer_s=t["download_ns"] / 1e9,
+            read_s=t["read_ns"] / 1e9,
+            decode_s=t["decode_ns"] / 1e9,
+            transform_s=t["transform_ns"] / 1e9,
+            collate_s=t["collate_ns"] / 1e9,
+            skipped=ds.skipped,
+            last_skip=last,
+            wait_s=self.wait_ns / 1e9,
+            elapsed_s=self.elapsed_ns / 1e9,
+        )
 
 
 class StepClock:
@@ -194,7 +215,8 @@ class StepClock:
 
     def __init__(self, keep: int = 100_000):
         self.steps = self.wait_ns = self.compute_ns = self.copy_ns = self.h2d_bytes = 0
-        self.history: collections.deque[tuple[int, int]] = collections.deque(maxlen=keep)  # (wait, compute)
+        # (wait, compute)
+        self.history: collections.deque[tuple[int, int]] = collections.deque(maxlen=keep)
         self.every = 0
         self.report: Callable[[], None] | None = None
         self._asked = self._wait = 0
@@ -209,7 +231,8 @@ class StepClock:
         self.wait_ns += self._wait
         self.steps += 1
         self._handed = now
-        self.history.append((self._wait, 0))  # its compute time once the loop asks for the next batch
+        # its compute time once the loop asks for the next batch
+        self.history.append((self._wait, 0))
         if self.every and self.report is not None and self.steps % self.every == 0:
             self.report()
 
@@ -247,14 +270,20 @@ class DeviceStats:
         return self.wait_s / total if total > 0 else 0.0
 
     def verdict(self) -> str:
-        """"input-bound: 38% of step time waiting for data; decode dominates; try more workers or ..."."""
+        """ "input-bound: 38% of step time waiting for data; decode dominates; try more workers or ..."."""
         stages = self.loader.stage_seconds() if self.loader is not None else {}
         return verdict(self.data_wait_fraction, stages, self.steps, self.copy_s)
 
     def as_dict(self) -> dict[str, Any]:
         """The loader's fields, then these (``history`` left out), ``data_wait_fraction`` and ``verdict``."""
-        own = {"steps": self.steps, "step_wait_s": self.wait_s, "step_compute_s": self.compute_s,
-               "h2d_copy_s": self.copy_s, "h2d_bytes": self.h2d_bytes, "data_wait_fraction": self.data_wait_fraction}
+        own = {
+            "steps": self.steps,
+            "step_wait_s": self.wait_s,
+            "step_compute_s": self.compute_s,
+            "h2d_copy_s": self.copy_s,
+            "h2d_bytes": self.h2d_bytes,
+            "data_wait_fraction": self.data_wait_fraction,
+        }
         inner = self.loader.as_dict() if self.loader is not None else {}
         inner.pop("data_wait_fraction", None)
         return {**inner, **own, "verdict": self.verdict()}

@@ -53,7 +53,8 @@ class Shipment:
     slot: int
     batch: Any
     new_arenas: dict[int, torch.Tensor] = field(default_factory=dict)
-    live: list[int] = field(default_factory=list)  # the worker's arenas now; the main process forgets others
+    # the worker's arenas now; the main process forgets others
+    live: list[int] = field(default_factory=list)
 
 
 class _Arena:
@@ -73,7 +74,8 @@ class Ring:
 
     def __init__(self, released: torch.Tensor, worker: int, slots: int):
         self.released, self.worker, self.slots = released, worker, slots
-        self._released = released.numpy()  # read through numpy: indexing a tensor costs microseconds
+        # read through numpy: indexing a tensor costs microseconds
+        self._released = released.numpy()
         self.arenas: list[_Arena | None] = [None] * slots
         self.holds = [-1] * slots  # sequence number of the batch each slot holds
         self.seq = 0
@@ -121,7 +123,9 @@ class Ring:
         def ship(batch: Any) -> Shipment:
             ptr = arena.tensor.untyped_storage().data_ptr()
             live = [a.ident for a in self.arenas if a is not None]
-            shipment = Shipment(self.worker, self.seq, slot, _to_refs(batch, arena.ident, ptr), live=live)
+            shipment = Shipment(
+                self.worker, self.seq, slot, _to_refs(batch, arena.ident, ptr), live=live
+            )
             self.holds[slot] = self.seq
             if not arena.sent:
                 shipment.new_arenas[arena.ident] = arena.tensor
@@ -140,13 +144,22 @@ def _to_refs(value: Any, arena: int, ptr: int) -> Any:
     if isinstance(value, torch.Tensor):
         if value.untyped_storage().data_ptr() != ptr:
             return value  # did not fit: PyTorch's own (slower) path
-        return ArenaRef(arena, value.storage_offset() * value.element_size(), tuple(value.shape),
-                        tuple(value.stride()), value.dtype)
+        return ArenaRef(
+            arena,
+            value.storage_offset() * value.element_size(),
+            tuple(value.shape),
+            tuple(value.stride()),
+            value.dtype,
+        )
     if isinstance(value, RaggedBytes):
         return RaggedBytes(_to_refs(value.data, arena, ptr), _to_refs(value.offsets, arena, ptr))
     if isinstance(value, dict):
         return {k: _to_refs(v, arena, ptr) for k, v in value.items()}
-    if isinstance(value, (list, tuple)) and value and any(isinstance(v, torch.Tensor) for v in value):
+    if (
+        isinstance(value, (list, tuple))
+        and value
+        and any(isinstance(v, torch.Tensor) for v in value)
+    ):
         return type(value)(_to_refs(v, arena, ptr) for v in value)
     return value
 
@@ -185,19 +198,31 @@ class Receiver:
     def _views(self, value: Any, worker: int, owner: _Owner) -> Any:
         if isinstance(value, ArenaRef):
             itemsize = _itemsize(value.dtype)
-            span = 0 if 0 in value.shape else 1 + sum((n - 1) * s for n, s in zip(value.shape, value.stride))
+            span = (
+                0
+                if 0 in value.shape
+                else 1 + sum((n - 1) * s for n, s in zip(value.shape, value.stride))
+            )
             raw = self.arenas[(worker, value.arena)][value.offset : value.offset + span * itemsize]
             base = owner.adopt(raw)
             as_numpy = _NUMPY.get(value.dtype)
-            if as_numpy is not None and value.stride == _contiguous(value.shape):  # the usual case: no torch views
+            # the usual case: no torch views
+            if as_numpy is not None and value.stride == _contiguous(value.shape):
                 return torch.from_numpy(base.view(as_numpy).reshape(value.shape))
             return torch.from_numpy(base).view(value.dtype).as_strided(value.shape, value.stride)
         if isinstance(value, RaggedBytes):
-            data, offsets = self._views(value.data, worker, owner), self._views(value.offsets, worker, owner)
+            data, offsets = (
+                self._views(value.data, worker, owner),
+                self._views(value.offsets, worker, owner),
+            )
             return RaggedBytes(data, offsets)
         if isinstance(value, dict):
             return {k: self._views(v, worker, owner) for k, v in value.items()}
-        if isinstance(value, (list, tuple)) and value and any(isinstance(v, ArenaRef) for v in value):
+        if (
+            isinstance(value, (list, tuple))
+            and value
+            and any(isinstance(v, ArenaRef) for v in value)
+        ):
             return type(value)(self._views(v, worker, owner) for v in value)
         return value
 
@@ -233,9 +258,17 @@ def _let_go(released: np.ndarray, worker: int, slot: int, seq: int) -> None:
 
 
 # The dtypes numpy has, for views made without torch's own (slower) view and as_strided calls.
-_NUMPY = {torch.uint8: np.uint8, torch.int8: np.int8, torch.int16: np.int16, torch.int32: np.int32,
-          torch.int64: np.int64, torch.float16: np.float16, torch.float32: np.float32, torch.float64: np.float64,
-          torch.bool: np.bool_}
+_NUMPY = {
+    torch.uint8: np.uint8,
+    torch.int8: np.int8,
+    torch.int16: np.int16,
+    torch.int32: np.int32,
+    torch.int64: np.int64,
+    torch.float16: np.float16,
+    torch.float32: np.float32,
+    torch.float64: np.float64,
+    torch.bool: np.bool_,
+}
 _ITEMSIZE: dict[torch.dtype, int] = {}
 
 

@@ -62,7 +62,8 @@ class WorkerError(ExceptionWrapper):
                 exc = pickle.loads(self.pickled)
             except Exception:  # a class the main process cannot import: torch's way
                 exc = None
-        if not isinstance(exc, ShardstreamError):  # a user's error (or one that cannot travel): torch's, in full
+        # a user's error (or one that cannot travel): torch's, in full
+        if not isinstance(exc, ShardstreamError):
             try:
                 super().reraise()
             except BaseException as full:
@@ -174,7 +175,11 @@ def _library_roots() -> tuple[str, ...]:
         roots.add(site.getusersitepackages())
     except AttributeError:  # pragma: no cover - a virtualenv's old site module
         pass
-    for name in ("torch", "numpy"):  # where they are installed by other means (PYTHONPATH, a build tree)
+    # where they are installed by other means (PYTHONPATH, a build tree)
+    for name in (
+        "torch",
+        "numpy",
+    ):
         module = sys.modules.get(name)
         if isinstance(module, types.ModuleType) and getattr(module, "__file__", None):
             roots.add(os.path.dirname(os.path.abspath(module.__file__)))

@@ -8,7 +8,14 @@ shard against its manifest entry) and ``lookup`` (one sample by index or key).
 
 from .files import dataset_store, load_manifest, write_manifest
 from .locate import load_dataset, open_dataset
-from .schema import FORMAT_VERSION, MANIFEST_NAME, SHARD_FORMATS, Manifest, creation_info, shard_name
+from .schema import (
+    FORMAT_VERSION,
+    MANIFEST_NAME,
+    SHARD_FORMATS,
+    Manifest,
+    creation_info,
+    shard_name,
+)
 
 __all__ = [
     "FORMAT_VERSION",

@@ -24,9 +24,15 @@ def path_problem(path: object) -> str | None:
         return "is empty"
     bad = _BAD_PATH_CHAR.search(path)
     if bad is not None:
-        return "contains a backslash" if bad.group() == "\\" else f"contains the character U+{ord(bad.group()):04X}"
+        return (
+            "contains a backslash"
+            if bad.group() == "\\"
+            else f"contains the character U+{ord(bad.group()):04X}"
+        )
     if "://" in path or path.startswith("/"):
-        return f"is {'a URL' if '://' in path else 'absolute'}, not a path inside the dataset's folder"
+        return (
+            f"is {'a URL' if '://' in path else 'absolute'}, not a path inside the dataset's folder"
+        )
     if _ENCODED_UTF8.search(path.encode()):
         return "contains a percent-encoded '.', '/', '\\' or NUL"
     segments = path.split("/")
@@ -50,11 +56,14 @@ def paths_fine(paths: list[Any]) -> bool:
         if b"\xc2" in raw and _C1_UTF8.search(raw) or b"%" in raw and _ENCODED_UTF8.search(raw):
             return False
         framed = np.frombuffer(b"\n" + raw + b"\n", np.uint8)
-        ends = np.flatnonzero((framed == 10) | (framed == 47))  # every segment lies between two of these
+        # every segment lies between two of these
+        ends = np.flatnonzero((framed == 10) | (framed == 47))
         size = np.diff(ends)
         short = size <= 3
         at, size = ends[:-1][short], size[short]
-        if (size == 1).any() or ((framed[at + 1] == 46) & ((size == 2) | (framed[at + 2] == 46))).any():
+        if (size == 1).any() or (
+            (framed[at + 1] == 46) & ((size == 2) | (framed[at + 2] == 46))
+        ).any():
             return False
     return True
 
@@ -82,5 +91,12 @@ def checksums_fine(sha: list[Any]) -> list[str] | None:
 
 
 def kind_of(value: object) -> str:
-    return {dict: "an object", list: "a list", str: "a string", bool: "a boolean", int: "a number",
-            float: "a number", type(None): "null"}.get(type(value), f"a {type(value).__name__}")
+    return {
+        dict: "an object",
+        list: "a list",
+        str: "a string",
+        bool: "a boolean",
+        int: "a number",
+        float: "a number",
+        type(None): "null",
+    }.get(type(value), f"a {type(value).__name__}")

@@ -23,7 +23,14 @@ from .table import TABLE_THRESHOLD, encode_table, table_reference
 IN_PROGRESS = ".shardstream-writing"
 
 # fsync on a folder, or on a file system that cannot sync: nothing to do there, not an error.
-_CANNOT_SYNC = {errno.EINVAL, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EBADF, errno.EISDIR, errno.EACCES}
+_CANNOT_SYNC = {
+    errno.EINVAL,
+    errno.ENOTSUP,
+    errno.EOPNOTSUPP,
+    errno.EBADF,
+    errno.EISDIR,
+    errno.EACCES,
+}
 
 
 def sync_file(store: Store, f: IO[bytes], name: str) -> None:
@@ -35,7 +42,9 @@ def sync_file(store: Store, f: IO[bytes], name: str) -> None:
         os.fsync(f.fileno())
     except OSError as exc:
         if exc.errno not in _CANNOT_SYNC:
-            raise StorageError(f"cannot write {store.url_of(name)}: {describe_os_error(exc)}") from exc
+            raise StorageError(
+                f"cannot write {store.url_of(name)}: {describe_os_error(exc)}"
+            ) from exc
 
 
 def _fsync_and_close(fd: int, what: str) -> None:
@@ -58,7 +67,9 @@ def sync_folder(store: Store) -> None:
         except OSError as exc:
             if exc.errno in _CANNOT_SYNC or exc.errno == errno.ENOENT:
                 continue
-            raise StorageError(f"cannot sync the folder {folder}: {describe_os_error(exc)}") from exc
+            raise StorageError(
+                f"cannot sync the folder {folder}: {describe_os_error(exc)}"
+            ) from exc
         _fsync_and_close(fd, f"the folder {folder}")
 
 
@@ -73,15 +84,18 @@ def sync_existing(store: Store, names: list[str]) -> None:
         try:
             fd = os.open(path, os.O_RDONLY)
         except OSError as exc:
-            raise StorageError(f"cannot read {store.url_of(name)}: {describe_os_error(exc)}") from exc
+            raise StorageError(
+                f"cannot read {store.url_of(name)}: {describe_os_error(exc)}"
+            ) from exc
         _fsync_and_close(fd, store.url_of(name))
     for folder in sorted(folders - {store.root}):
         sync_folder(Store(folder))
     sync_folder(store)
 
 
-def dataset_store(url: str, storage_options: dict[str, Any] | None = None, retry: RetryPolicy | None = None
-                  ) -> Store:
+def dataset_store(
+    url: str, storage_options: dict[str, Any] | None = None, retry: RetryPolicy | None = None
+) -> Store:
     """The store of the dataset at ``url`` (its folder, or the folder of a ``_manifest.json`` URL)."""
     url = str(url)
     if url.rstrip("/").endswith("/" + MANIFEST_NAME) or url == MANIFEST_NAME:
@@ -106,7 +120,9 @@ def load_manifest(store: Store) -> Manifest:
                 "'shardstream index'"
             ) from None
         raise exc
-    return Manifest.from_json(bytes(data), store.url_of(MANIFEST_NAME), lambda name: _read_table(store, name))
+    return Manifest.from_json(
+        bytes(data), store.url_of(MANIFEST_NAME), lambda name: _read_table(store, name)
+    )
 
 
 def _read_table(store: Store, name: str) -> bytes:
@@ -114,8 +130,10 @@ def _read_table(store: Store, name: str) -> bytes:
         return bytes(store.read_bytes(name))
     except StorageError as exc:
         if isinstance(exc.__cause__, FileNotFoundError):
-            raise ManifestError(f"{store.url_of(MANIFEST_NAME)} names the shard table {name}, which is missing; "
-                                "re-create the dataset (pack again, or 'shardstream index')") from None
+            raise ManifestError(
+                f"{store.url_of(MANIFEST_NAME)} names the shard table {name}, which is missing; "
+                "re-create the dataset (pack again, or 'shardstream index')"
+            ) from None
         raise
 
 
@@ -126,19 +144,24 @@ def _exists(store: Store, name: str) -> bool:
         return False
 
 
-def manifest_files(manifest: Manifest, table_threshold: int = TABLE_THRESHOLD) -> list[tuple[str, bytes]]:
+def manifest_files(
+    manifest: Manifest, table_threshold: int = TABLE_THRESHOLD
+) -> list[tuple[str, bytes]]:
     """(name, bytes) of the files that publish ``manifest``, in the order they are written: from
     ``table_threshold`` shards on, its shard table (``_shards-<hash>.arrow``) first, then the JSON head
     (``_manifest.json``, last) that names it; below, the one JSON file."""
     if manifest.num_shards < table_threshold:
         return [(MANIFEST_NAME, manifest.to_json())]
-    data = encode_table(manifest.paths, manifest.samples, manifest.nbytes, manifest.sha256, manifest.index_sha256)
+    data = encode_table(
+        manifest.paths, manifest.samples, manifest.nbytes, manifest.sha256, manifest.index_sha256
+    )
     reference = table_reference(data, manifest.num_shards)
     return [(str(reference["table"]), data), (MANIFEST_NAME, manifest.to_json(reference))]
 
 
-def write_manifest(store: Store, manifest: Manifest, fsync: bool = True,
-                   table_threshold: int = TABLE_THRESHOLD) -> str | None:
+def write_manifest(
+    store: Store, manifest: Manifest, fsync: bool = True, table_threshold: int = TABLE_THRESHOLD
+) -> str | None:
     """Publish the dataset: the manifest is written last, atomically, and (with ``fsync``) durably:
     its bytes are on disk before its rename, and the rename is on disk when this returns.
 

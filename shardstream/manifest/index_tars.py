@@ -28,7 +28,9 @@ class IndexResult:
     unkeyed: list[str] = field(default_factory=list)  # members WebDataset would skip too
 
 
-def expand_sources(sources: Sequence[str], storage_options: dict[str, Any] | None = None) -> list[str]:
+def expand_sources(
+    sources: Sequence[str], storage_options: dict[str, Any] | None = None
+) -> list[str]:
     """Shard URLs from brace patterns (``shard-{000..009}.tar``), plain URLs and folders."""
     urls: list[str] = []
     for source in sources:
@@ -37,7 +39,9 @@ def expand_sources(sources: Sequence[str], storage_options: dict[str, Any] | Non
             if store.is_dir():
                 found = [n for n in store.list_files() if shard_format_of(n) in TAR_COMPRESSION]
                 if not found:
-                    raise ShardstreamError(f"folder {item} holds no .tar, .tar.gz or .tar.zst files")
+                    raise ShardstreamError(
+                        f"folder {item} holds no .tar, .tar.gz or .tar.zst files"
+                    )
                 urls += [store.url_of(n) for n in found]
             else:
                 urls.append(item)
@@ -83,7 +87,11 @@ def scan(
     holds all the shards.
     """
     urls = expand_sources(sources, storage_options)
-    return _scan(urls, Store(output if output is not None else _common_folder(urls), storage_options), on_shard)
+    return _scan(
+        urls,
+        Store(output if output is not None else _common_folder(urls), storage_options),
+        on_shard,
+    )
 
 
 def _scan(urls: list[str], root: Store, on_shard: Callable[[int], None] | None) -> IndexResult:
@@ -103,7 +111,9 @@ def _scan(urls: list[str], root: Store, on_shard: Callable[[int], None] | None) 
         data = root.read_bytes(name)
         where = root.url_of(name)
         if len(data) == 0:
-            raise CorruptShardError(f"{where}: empty file, not a tar; remove it from the list or re-create it")
+            raise CorruptShardError(
+                f"{where}: empty file, not a tar; remove it from the list or re-create it"
+            )
         plain = decompress(data, TAR_COMPRESSION[shard_format], where)
         n = 0
         for _, fields in tar_format.iter_samples(plain, where, unkeyed=unkeyed):
@@ -150,8 +160,14 @@ def index(
     ``force``: some of them may be missing; re-running the pack is the fix. With ``force`` the
     marker of the folder the manifest goes to is removed once the manifest is published.
     """
-    if output is not None and not overwrite and Store(output, storage_options).exists(MANIFEST_NAME):
-        raise DatasetExistsError(f"{output} already has a {MANIFEST_NAME}; pass --overwrite to replace it")
+    if (
+        output is not None
+        and not overwrite
+        and Store(output, storage_options).exists(MANIFEST_NAME)
+    ):
+        raise DatasetExistsError(
+            f"{output} already has a {MANIFEST_NAME}; pass --overwrite to replace it"
+        )
     urls = expand_sources(sources, storage_options)
     root = Store(output if output is not None else _common_folder(urls), storage_options)
     unfinished = _unfinished_packs(urls, root)
@@ -163,7 +179,9 @@ def index(
         )
     result = _scan(urls, root, on_shard)
     if not overwrite and root.exists(MANIFEST_NAME):
-        raise DatasetExistsError(f"{root.url} already has a {MANIFEST_NAME}; pass --overwrite to replace it")
+        raise DatasetExistsError(
+            f"{root.url} already has a {MANIFEST_NAME}; pass --overwrite to replace it"
+        )
     sync_existing(root, result.manifest.paths)  # shards written just before may not be on disk yet
     write_manifest(root, result.manifest)
     if force and any(store is root for store in unfinished):

@@ -39,9 +39,14 @@ class LabelIndex:
     labels: tuple[LabelEntry, ...]
 
     def to_json(self) -> bytes:
-        body = {"version": LABELS_VERSION, "split_by": self.split_by,
-                "labels": [{"name": e.name, "value": e.value, "path": e.path, "samples": e.samples}
-                           for e in self.labels]}
+        body = {
+            "version": LABELS_VERSION,
+            "split_by": self.split_by,
+            "labels": [
+                {"name": e.name, "value": e.value, "path": e.path, "samples": e.samples}
+                for e in self.labels
+            ],
+        }
         return json.dumps(body, indent=1).encode()
 
 
@@ -50,24 +55,33 @@ def write_labels(store: Store, index: LabelIndex, fsync: bool = True) -> None:
     write_durably(store, LABELS_NAME, index.to_json(), fsync)
 
 
-def read_labels(url: str, storage_options: dict[str, Any] | None = None,
-                retry: RetryPolicy | None = None) -> tuple[Store, LabelIndex]:
+def read_labels(
+    url: str, storage_options: dict[str, Any] | None = None, retry: RetryPolicy | None = None
+) -> tuple[Store, LabelIndex]:
     """The label index of the split pack at ``url``; a :class:`ManifestError` naming the file and the
     fix when it is missing or malformed."""
     store = Store(url, storage_options, retry) if retry is not None else Store(url, storage_options)
     where = store.url_of(LABELS_NAME)
     if not store.exists(LABELS_NAME):
-        raise ManifestError(f"{where} does not exist: {store.url} is no split pack; make one with "
-                            "'shardstream pack SRC DEST --split-by cls', or give a {{label: url}} mapping")
+        raise ManifestError(
+            f"{where} does not exist: {store.url} is no split pack; make one with "
+            "'shardstream pack SRC DEST --split-by cls', or give a {{label: url}} mapping"
+        )
     try:
         body = json.loads(bytes(store.read_bytes(LABELS_NAME)))
         if body.get("version") != LABELS_VERSION:
-            raise ValueError(f"version {body.get('version')!r}, this shardstream reads {LABELS_VERSION}")
+            raise ValueError(
+                f"version {body.get('version')!r}, this shardstream reads {LABELS_VERSION}"
+            )
         entries = []
         for raw in body["labels"]:
-            entry = LabelEntry(str(raw["name"]), int(raw["value"]), str(raw["path"]), int(raw["samples"]))
+            entry = LabelEntry(
+                str(raw["name"]), int(raw["value"]), str(raw["path"]), int(raw["samples"])
+            )
             if not _FOLDER.match(entry.path) or entry.path in (".", "..") or entry.samples < 0:
-                raise ValueError(f"label {entry.name!r} names {entry.path!r}, not a sub-folder of the index")
+                raise ValueError(
+                    f"label {entry.name!r} names {entry.path!r}, not a sub-folder of the index"
+                )
             entries.append(entry)
         index = LabelIndex(str(body["split_by"]), tuple(entries))
     except (ValueError, KeyError, TypeError, AttributeError) as exc:

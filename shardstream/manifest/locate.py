@@ -17,16 +17,23 @@ from .schema import Manifest
 log = logging.getLogger("shardstream")
 _TARS = (".tar", ".tar.gz", ".tgz", ".tar.zst")
 
-def open_dataset(url_or_urls: str | os.PathLike[str] | Sequence[str], storage_options: dict[str, Any] | None = None,
-                 retry: RetryPolicy | None = None) -> tuple[Store, Manifest]:
+
+def open_dataset(
+    url_or_urls: str | os.PathLike[str] | Sequence[str],
+    storage_options: dict[str, Any] | None = None,
+    retry: RetryPolicy | None = None,
+) -> tuple[Store, Manifest]:
     """The store and manifest of a dataset; WebDataset tars without a manifest are scanned."""
     urls = [url_or_urls] if isinstance(url_or_urls, (str, os.PathLike)) else list(url_or_urls)
     urls = [os.fspath(u) for u in urls]
     if len(urls) == 1 and shard_format_of(urls[0]) not in TAR_COMPRESSION and "{" not in urls[0]:
         store = dataset_store(urls[0], storage_options, retry)
         return store, load_dataset(store)
-    log.warning("scanning %d tar source(s) without a manifest; 'shardstream index' writes one so the next "
-                "start is instant", len(urls))
+    log.warning(
+        "scanning %d tar source(s) without a manifest; 'shardstream index' writes one so the next "
+        "start is instant",
+        len(urls),
+    )
     result = scan(urls, storage_options=storage_options)
     return Store(result.url, storage_options, retry), result.manifest
 
@@ -43,17 +50,25 @@ def _refuse_local_non_dataset(store: Store) -> None:
     (or of tars to index). A folder with a manifest, or a pack's unfinished one, is left to the manifest."""
     root = store.root
     if not os.path.exists(root):
-        raise ManifestError(f"{root} does not exist; give the folder that 'shardstream pack' wrote (the one "
-                            f"with {MANIFEST_NAME})")
+        raise ManifestError(
+            f"{root} does not exist; give the folder that 'shardstream pack' wrote (the one "
+            f"with {MANIFEST_NAME})"
+        )
     if not os.path.isdir(root):
-        raise ManifestError(f"{root} is a file, not a dataset; pack it first: shardstream pack {root} DEST, "
-                            "then read DEST")
+        raise ManifestError(
+            f"{root} is a file, not a dataset; pack it first: shardstream pack {root} DEST, "
+            "then read DEST"
+        )
     names = os.listdir(root)
     if MANIFEST_NAME in names or IN_PROGRESS in names:
         return
     if any(name.endswith(_TARS) for name in names):
-        raise ManifestError(f"{root} holds tars but no dataset ({MANIFEST_NAME} is missing); if they are "
-                            f"WebDataset tars, write a manifest for them: shardstream index {root}")
+        raise ManifestError(
+            f"{root} holds tars but no dataset ({MANIFEST_NAME} is missing); if they are "
+            f"WebDataset tars, write a manifest for them: shardstream index {root}"
+        )
     if names:
-        raise ManifestError(f"{root} is a folder of files, not a dataset ({MANIFEST_NAME} is missing); pack it "
-                            f"first: shardstream pack {root} DEST, then read DEST")
+        raise ManifestError(
+            f"{root} is a folder of files, not a dataset ({MANIFEST_NAME} is missing); pack it "
+            f"first: shardstream pack {root} DEST, then read DEST"
+        )

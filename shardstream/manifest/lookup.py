@@ -44,7 +44,9 @@ def sample_by_key(store: Store, manifest: Manifest, key: str) -> dict[str, Any]:
         if manifest.shard_format == "arrow":
             table = arrow_format.read_table(data, where)
             if "__key__" not in table.column_names:
-                raise ShardstreamError(f"{store.url} has no __key__ column; look samples up by index")
+                raise ShardstreamError(
+                    f"{store.url} has no __key__ column; look samples up by index"
+                )
             keys = table.column("__key__").to_pylist()
             if key in keys:
                 return table.slice(keys.index(key), 1).to_pylist()[0]
@@ -53,5 +55,8 @@ def sample_by_key(store: Store, manifest: Manifest, key: str) -> dict[str, Any]:
         for k, fields in tar_format.iter_samples(plain, where):
             if k == key:
                 view = memoryview(plain)
-                return {"__key__": k, **{ext: bytes(view[o : o + n]) for ext, (o, n) in fields.items()}}
+                return {
+                    "__key__": k,
+                    **{ext: bytes(view[o : o + n]) for ext, (o, n) in fields.items()},
+                }
     raise ShardstreamError(f"no sample with key {key!r} in {store.url}")

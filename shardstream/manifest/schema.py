@@ -31,13 +31,15 @@ from .checks import checksums_fine, kind_of, path_problem, paths_fine
 from .table import HexColumn, decode_table, reference_problem
 
 MANIFEST_NAME = "_manifest.json"
-FORMAT_VERSION = 2  # the newest this reads and writes: 2 is a head naming a shard table, 1 one JSON file
+# the newest this reads and writes: 2 is a head naming a shard table, 1 one JSON file
+FORMAT_VERSION = 2
 SHARD_FORMATS = ("tar", "tar.zst", "tar.gz", "arrow", "tokens")
 MAX_COUNT = 1 << 53  # sample and byte counts stay below this, exact in every JSON reader
 
 _FIX = "re-create it with 'shardstream index' (or pack the data again)"
 _BAD_FIELD_CHAR = re.compile(r"[\x00-\x1f\x7f-\x9f/\\\ud800-\udfff]")  # tar field names: extensions
-_BAD_TEXT_CHAR = re.compile(r"[\x00\ud800-\udfff]")  # other names: NUL, and what UTF-8 cannot encode
+# other names: NUL, and what UTF-8 cannot encode
+_BAD_TEXT_CHAR = re.compile(r"[\x00\ud800-\udfff]")
 _SHA = re.compile(r"(?:[0-9a-fA-F]{64})?")
 _BASE64 = re.compile(r"[A-Za-z0-9+/]*={0,2}")
 
@@ -73,8 +75,10 @@ class Manifest:
     classes: list[str] | None = None
     arrow_schema: str | None = None
     created: dict[str, Any] = field(default_factory=dict)
-    tokens: dict[str, Any] | None = None  # token shards: dtype, vocab_size, eos_id, tokenizer, total
-    index_sha256: list[str] | None = None  # per shard: its sample index's (``<shard>.idx``) sha256, "" for none
+    # token shards: dtype, vocab_size, eos_id, tokenizer, total
+    tokens: dict[str, Any] | None = None
+    # per shard: its sample index's (``<shard>.idx``) sha256, "" for none
+    index_sha256: list[str] | None = None
     source: InitVar[str | None] = None
 
     def __post_init__(self, source: str | None) -> None:
@@ -100,21 +104,49 @@ class Manifest:
         to a shard gives another."""
         import hashlib
 
-        key = tuple(map(id, (self.shard_format, self.paths, self.samples, self.nbytes, self.sha256, self.fields,
-                             self.classes, self.arrow_schema, self.tokens)))
-        cached = self.__dict__.get("_fingerprint")  # computed once per set of columns (10^6 shards: ~1 s)
+        key = tuple(
+            map(
+                id,
+                (
+                    self.shard_format,
+                    self.paths,
+                    self.samples,
+                    self.nbytes,
+                    self.sha256,
+                    self.fields,
+                    self.classes,
+                    self.arrow_schema,
+                    self.tokens,
+                ),
+            )
+        )
+        # computed once per set of columns (10^6 shards: ~1 s)
+        cached = self.__dict__.get("_fingerprint")
         if cached is None or cached[0] != key:
             sha = self.sha256.tolist() if isinstance(self.sha256, HexColumn) else self.sha256
-            doc = [self.shard_format, self.paths, self.samples.tolist(), self.nbytes.tolist(), sha, self.fields,
-                   self.classes, self.arrow_schema] + ([self.tokens] if self.tokens is not None else [])
+            doc = [
+                self.shard_format,
+                self.paths,
+                self.samples.tolist(),
+                self.nbytes.tolist(),
+                sha,
+                self.fields,
+                self.classes,
+                self.arrow_schema,
+            ] + ([self.tokens] if self.tokens is not None else [])
             text = _RUN_IN_NAME.sub(r"\1", json.dumps(doc, sort_keys=True, separators=(",", ":")))
-            cached = self.__dict__["_fingerprint"] = (key, hashlib.sha256(text.encode()).hexdigest())
+            cached = self.__dict__["_fingerprint"] = (
+                key,
+                hashlib.sha256(text.encode()).hexdigest(),
+            )
         return cached[1]
 
     def locate(self, index: int) -> tuple[int, int]:
         """(shard, sample within shard) of the dataset's ``index``-th sample."""
         if not 0 <= index < self.num_samples:
-            raise IndexError(f"sample {index} is out of range: the dataset has {self.num_samples} samples")
+            raise IndexError(
+                f"sample {index} is out of range: the dataset has {self.num_samples} samples"
+            )
         import numpy as np
 
         ends = np.cumsum(self.samples)
@@ -125,7 +157,9 @@ class Manifest:
         """The manifest's JSON; with ``table`` (a :func:`~.table.table_reference`) only its head,
         which names the shard table instead of listing the shard columns."""
         doc = {
-            "shardstream_manifest": FORMAT_VERSION if table is not None else 1,  # older readers read version 1
+            "shardstream_manifest": FORMAT_VERSION
+            if table is not None
+            else 1,  # older readers read version 1
             "shard_format": self.shard_format,
             "num_shards": self.num_shards,
             "num_samples": self.num_samples,
@@ -135,40 +169,83 @@ class Manifest:
             "arrow_schema": self.arrow_schema,
             "created": self.created,
             **({"tokens": self.tokens} if self.tokens is not None else {}),
-            "shards": table if table is not None else {
-                "path": self.paths, "samples": self.samples.tolist(), "bytes": self.nbytes.tolist(),
+            "shards": table
+            if table is not None
+            else {
+                "path": self.paths,
+                "samples": self.samples.tolist(),
+                "bytes": self.nbytes.tolist(),
                 "sha256": list(self.sha256),
-                **({"index_sha256": list(self.index_sha256)} if self.index_sha256 is not None else {})},
+                **(
+                    {"index_sha256": list(self.index_sha256)}
+                    if self.index_sha256 is not None
+                    else {}
+                ),
+            },
         }
-        layout: dict[str, Any] = {"indent": 1} if table is not None else {"separators": (",", ":")}  # heads: readable
+        # heads: readable
+        layout: dict[str, Any] = {"indent": 1} if table is not None else {"separators": (",", ":")}
         return (json.dumps(doc, ensure_ascii=False, **layout) + "\n").encode("utf-8")
 
     @classmethod
-    def from_json(cls, data: bytes | str, source: str = "manifest",
-                  read_table: Callable[[str], bytes] | None = None) -> Manifest:
+    def from_json(
+        cls,
+        data: bytes | str,
+        source: str = "manifest",
+        read_table: Callable[[str], bytes] | None = None,
+    ) -> Manifest:
         """Parse a manifest and enforce its schema; ``source`` names it in errors. A head that names a
         shard table reads it with ``read_table(name)`` (bytes), checks its sha256, then its columns."""
         doc = _parse(data, source)
         check = _Checker(source)
         shards = _shard_columns(doc, check, read_table)
         for column in ("path", "samples", "bytes", "sha256"):
-            if not isinstance(shards.get(column), (list, HexColumn)) and not hasattr(shards.get(column), "dtype"):
-                raise check.fail(f"the shard column {column!r} is {kind_of(shards.get(column))}, not a list")
+            if not isinstance(shards.get(column), (list, HexColumn)) and not hasattr(
+                shards.get(column), "dtype"
+            ):
+                raise check.fail(
+                    f"the shard column {column!r} is {kind_of(shards.get(column))}, not a list"
+                )
         if "shard_format" not in doc:
             raise check.fail("'shard_format' is missing")
-        for key, kind in (("fields", list), ("classes", list), ("arrow_schema", str), ("created", dict),
-                          ("tokens", dict)):
+        for key, kind in (
+            ("fields", list),
+            ("classes", list),
+            ("arrow_schema", str),
+            ("created", dict),
+            ("tokens", dict),
+        ):
             if doc.get(key) is not None and not isinstance(doc[key], kind):
                 raise check.fail(f"{key!r} is {kind_of(doc[key])}, not {kind_of(kind())}")
-        if shards.get("index_sha256") is not None and not isinstance(shards["index_sha256"], (list, HexColumn)):
-            raise check.fail(f"the shard column 'index_sha256' is {kind_of(shards['index_sha256'])}, not a list")
-        manifest = cls(doc["shard_format"], shards["path"], shards["samples"], shards["bytes"], shards["sha256"],
-                       doc.get("fields") or [], doc.get("classes"), doc.get("arrow_schema"),
-                       doc.get("created") or {}, doc.get("tokens"), shards.get("index_sha256"), source=source)
-        for total, actual in (("num_shards", manifest.num_shards), ("num_samples", manifest.num_samples),
-                              ("total_bytes", manifest.total_bytes)):
+        if shards.get("index_sha256") is not None and not isinstance(
+            shards["index_sha256"], (list, HexColumn)
+        ):
+            raise check.fail(
+                f"the shard column 'index_sha256' is {kind_of(shards['index_sha256'])}, not a list"
+            )
+        manifest = cls(
+            doc["shard_format"],
+            shards["path"],
+            shards["samples"],
+            shards["bytes"],
+            shards["sha256"],
+            doc.get("fields") or [],
+            doc.get("classes"),
+            doc.get("arrow_schema"),
+            doc.get("created") or {},
+            doc.get("tokens"),
+            shards.get("index_sha256"),
+            source=source,
+        )
+        for total, actual in (
+            ("num_shards", manifest.num_shards),
+            ("num_samples", manifest.num_samples),
+            ("total_bytes", manifest.total_bytes),
+        ):
             if total in doc and (type(doc[total]) is not int or doc[total] != actual):
-                raise check.fail(f"{total} {_show(doc[total])} does not agree with the shard list ({actual})")
+                raise check.fail(
+                    f"{total} {_show(doc[total])} does not agree with the shard list ({actual})"
+                )
         return manifest
 
 
@@ -179,22 +256,29 @@ def _parse(data: bytes | str, source: str) -> dict[str, Any]:
     except _Refused as exc:
         raise ManifestError(f"{source} is damaged: {exc}; {_FIX}") from None
     except RecursionError:
-        raise ManifestError(f"{source} is not a manifest: its JSON is nested too deeply; {_FIX}") from None
+        raise ManifestError(
+            f"{source} is not a manifest: its JSON is nested too deeply; {_FIX}"
+        ) from None
     except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError, an integer of over 4300 digits
         raise ManifestError(f"{source} is not valid JSON ({exc}); {_FIX}") from None
     if not isinstance(doc, dict) or "shardstream_manifest" not in doc:
         raise ManifestError(f"{source} is not a shardstream manifest")
     version = doc["shardstream_manifest"]
     if type(version) is not int or version < 1:
-        raise ManifestError(f"{source} has manifest version {_show(version)}, which no shardstream writes; {_FIX}")
+        raise ManifestError(
+            f"{source} has manifest version {_show(version)}, which no shardstream writes; {_FIX}"
+        )
     if version > FORMAT_VERSION:
-        raise ManifestError(f"{source} has manifest version {version}; this shardstream reads up to "
-                            f"version {FORMAT_VERSION}, upgrade shardstream")
+        raise ManifestError(
+            f"{source} has manifest version {version}; this shardstream reads up to "
+            f"version {FORMAT_VERSION}, upgrade shardstream"
+        )
     return doc
 
 
-def _shard_columns(doc: dict[str, Any], check: _Checker, read_table: Callable[[str], bytes] | None
-                   ) -> dict[str, Any]:
+def _shard_columns(
+    doc: dict[str, Any], check: _Checker, read_table: Callable[[str], bytes] | None
+) -> dict[str, Any]:
     """The manifest's ``shards`` object: its columns as they are, or read from the shard table it names."""
     shards = doc.get("shards")
     if not isinstance(shards, dict):
@@ -202,7 +286,9 @@ def _shard_columns(doc: dict[str, Any], check: _Checker, read_table: Callable[[s
     if "table" in shards:
         problem = reference_problem(shards)
         if problem is None and read_table is None:
-            problem = f"it names the shard table {shards['table']}, and nothing was given to read it"
+            problem = (
+                f"it names the shard table {shards['table']}, and nothing was given to read it"
+            )
         if problem is None:
             problem, shards = decode_table(read_table(shards["table"]), shards)  # type: ignore[misc]
         if problem is not None:
@@ -214,8 +300,11 @@ def creation_info(source: str | None = None, **extra: Any) -> dict[str, Any]:
     """Who made the dataset, when, from what."""
     from ..version import __version__
 
-    info: dict[str, Any] = {"by": f"shardstream {__version__}", "at": _dt.datetime.now(_dt.timezone.utc)
-                            .isoformat(timespec="seconds"), "python": platform.python_version()}
+    info: dict[str, Any] = {
+        "by": f"shardstream {__version__}",
+        "at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "python": platform.python_version(),
+    }
     if source is not None:
         info["source"] = source
     info.update(extra)
@@ -242,8 +331,17 @@ def _no_constant(name: str) -> Any:
 def _show(value: object) -> str:
     """A short, one-line, escaped rendering of a value from the manifest, for messages."""
     if isinstance(value, str):
-        return repr(value) if len(value) <= 60 else repr(value[:60])[:-1] + "..." + repr(value[:60])[-1]
-    small = value is None or isinstance(value, (bool, float)) or isinstance(value, int) and abs(value) < 10**30
+        return (
+            repr(value)
+            if len(value) <= 60
+            else repr(value[:60])[:-1] + "..." + repr(value[:60])[-1]
+        )
+    small = (
+        value is None
+        or isinstance(value, (bool, float))
+        or isinstance(value, int)
+        and abs(value) < 10**30
+    )
     return repr(value) if small else kind_of(value)
 
 
@@ -251,7 +349,11 @@ def _scalar(value: object) -> bool:
     """A JSON scalar that survives ``to_json``: no NaN, no NUL or text UTF-8 cannot encode."""
     if isinstance(value, str):
         return _BAD_TEXT_CHAR.search(value) is None
-    return math.isfinite(value) if isinstance(value, float) else value is None or isinstance(value, (bool, int))
+    return (
+        math.isfinite(value)
+        if isinstance(value, float)
+        else value is None or isinstance(value, (bool, int))
+    )
 
 
 class _Checker:
@@ -271,12 +373,16 @@ class _Checker:
 
     def check(self, m: Manifest) -> None:
         if not isinstance(m.shard_format, str) or m.shard_format not in SHARD_FORMATS:
-            raise self.fail(f"unknown shard format {_show(m.shard_format)} (known: {', '.join(SHARD_FORMATS)})")
+            raise self.fail(
+                f"unknown shard format {_show(m.shard_format)} (known: {', '.join(SHARD_FORMATS)})"
+            )
         import numpy as np
 
         columns = {"path": m.paths, "samples": m.samples, "bytes": m.nbytes, "sha256": m.sha256}
         for name, column in columns.items():
-            counts = name in ("samples", "bytes") and isinstance(column, np.ndarray) and column.ndim == 1
+            counts = (
+                name in ("samples", "bytes") and isinstance(column, np.ndarray) and column.ndim == 1
+            )
             if not (isinstance(column, (list, tuple, HexColumn)) or counts):
                 raise self.fail(f"the shard column {name!r} is {kind_of(column)}, not a list")
         if len({len(column) for column in columns.values()}) > 1:
@@ -287,16 +393,23 @@ class _Checker:
         m.nbytes = self.counts(m.nbytes, "bytes")
         m.sha256 = self.checksums(m.sha256)
         if m.index_sha256 is not None:
-            if not isinstance(m.index_sha256, (list, tuple, HexColumn)) or len(m.index_sha256) != len(m.paths):
-                raise self.fail(f"the shard column 'index_sha256' is not a list of {len(m.paths)} checksums")
+            if not isinstance(m.index_sha256, (list, tuple, HexColumn)) or len(
+                m.index_sha256
+            ) != len(m.paths):
+                raise self.fail(
+                    f"the shard column 'index_sha256' is not a list of {len(m.paths)} checksums"
+                )
             m.index_sha256 = self.checksums(m.index_sha256)
         m.fields = self.check_fields(m.fields, m.shard_format)
         if m.classes is not None:
             m.classes = self.texts(m.classes, "classes")
-        if m.arrow_schema is not None and not (isinstance(m.arrow_schema, str) and _BASE64.fullmatch(m.arrow_schema)):
+        if m.arrow_schema is not None and not (
+            isinstance(m.arrow_schema, str) and _BASE64.fullmatch(m.arrow_schema)
+        ):
             raise self.fail(f"arrow_schema is {kind_of(m.arrow_schema)}, not base64 text")
-        if not isinstance(m.created, dict) or not all(isinstance(k, str) and _scalar(k) and _scalar(v)
-                                                      for k, v in m.created.items()):
+        if not isinstance(m.created, dict) or not all(
+            isinstance(k, str) and _scalar(k) and _scalar(v) for k, v in m.created.items()
+        ):
             raise self.fail("'created' is not an object of strings, numbers, booleans and nulls")
         m.created = dict(m.created)
         if m.tokens is not None or m.shard_format == "tokens":
@@ -313,12 +426,16 @@ class _Checker:
                 if problem is not None:
                     raise self.fail(f"shard {i}: path {_show(path)} {problem}")
         # Packed and indexed datasets list their shards in increasing order: no set needed there.
-        if not all(map(operator.lt, paths, itertools.islice(paths, 1, None))) and len(set(paths)) != len(paths):
+        if not all(map(operator.lt, paths, itertools.islice(paths, 1, None))) and len(
+            set(paths)
+        ) != len(paths):
             first: dict[str, int] = {}
             for i, path in enumerate(paths):
                 if first.setdefault(path, i) != i:
-                    raise self.fail(f"shard {i}: path {_show(path)} is shard {first[path]}'s too; "
-                                    "each shard is listed once")
+                    raise self.fail(
+                        f"shard {i}: path {_show(path)} is shard {first[path]}'s too; "
+                        "each shard is listed once"
+                    )
         return paths
 
     def counts(self, values: Any, column: str) -> np.ndarray:
@@ -326,7 +443,9 @@ class _Checker:
 
         if isinstance(values, np.ndarray):
             if values.dtype.kind not in "iu":
-                raise self.fail(f"the shard column {column!r} holds {values.dtype} values, not whole numbers")
+                raise self.fail(
+                    f"the shard column {column!r} holds {values.dtype} values, not whole numbers"
+                )
             array = values
         else:
             if not set(map(type, values)) <= {int}:
@@ -343,8 +462,11 @@ class _Checker:
             bad = (array < 0) | (array >= MAX_COUNT)
             if bad.any():
                 i = int(bad.argmax())
-                raise self.shard_fail(i, f"{column} {int(array[i])} is "
-                                         f"{'negative' if array[i] < 0 else 'too large (2**53 or more)'}")
+                raise self.shard_fail(
+                    i,
+                    f"{column} {int(array[i])} is "
+                    f"{'negative' if array[i] < 0 else 'too large (2**53 or more)'}",
+                )
             if float(array.sum(dtype=np.float64)) >= MAX_COUNT:
                 raise self.fail(f"the shards' {column} add up to 2**53 or more")
         return array.astype(np.int64, copy=False)
@@ -358,7 +480,9 @@ class _Checker:
             return fine
         for i, digest in enumerate(sha):
             if not isinstance(digest, str) or not _SHA.fullmatch(digest):
-                raise self.shard_fail(i, f"sha256 {_show(digest)} is not 64 hex digits (nor empty, for none)")
+                raise self.shard_fail(
+                    i, f"sha256 {_show(digest)} is not 64 hex digits (nor empty, for none)"
+                )
         return [digest.lower() for digest in sha]
 
     def check_fields(self, fields: Any, shard_format: str) -> list[dict[str, Any]]:
@@ -368,14 +492,27 @@ class _Checker:
             if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
                 raise self.fail(f"fields[{j}] is {_show(entry)}, not an object with a name")
             name = entry["name"]
-            if _BAD_TEXT_CHAR.search(name) if shard_format == "arrow" else not name or _BAD_FIELD_CHAR.search(name):
-                raise self.fail(f"field name {_show(name)} is empty or holds a '/', a backslash or a control "
-                                "character, which tar member names and the files they extract to cannot")
+            if (
+                _BAD_TEXT_CHAR.search(name)
+                if shard_format == "arrow"
+                else not name or _BAD_FIELD_CHAR.search(name)
+            ):
+                raise self.fail(
+                    f"field name {_show(name)} is empty or holds a '/', a backslash or a control "
+                    "character, which tar member names and the files they extract to cannot"
+                )
             samples, nullable = entry.get("samples", 0), entry.get("nullable", False)
-            if not isinstance(entry.get("type"), str) or type(samples) is not int or not 0 <= samples < MAX_COUNT \
-                    or not isinstance(nullable, bool) or not all(map(_scalar, itertools.chain(*entry.items()))):
-                raise self.fail(f"field {_show(name)} is not {{name: text, type: text, samples: count, "
-                                "nullable: true or false}")
+            if (
+                not isinstance(entry.get("type"), str)
+                or type(samples) is not int
+                or not 0 <= samples < MAX_COUNT
+                or not isinstance(nullable, bool)
+                or not all(map(_scalar, itertools.chain(*entry.items())))
+            ):
+                raise self.fail(
+                    f"field {_show(name)} is not {{name: text, type: text, samples: count, "
+                    "nullable: true or false}"
+                )
         return [dict(entry) for entry in fields]
 
     def texts(self, values: Any, what: str) -> list[str]:
@@ -385,5 +522,7 @@ class _Checker:
         if not set(map(type, values)) <= {str} or _BAD_TEXT_CHAR.search("".join(values)):
             for i, value in enumerate(values):
                 if not isinstance(value, str) or _BAD_TEXT_CHAR.search(value):
-                    raise self.fail(f"{what}[{i}] is {_show(value)}, not text without NUL or invalid Unicode")
+                    raise self.fail(
+                        f"{what}[{i}] is {_show(value)}, not text without NUL or invalid Unicode"
+                    )
         return values

@@ -20,7 +20,8 @@ import numpy as np
 
 TABLE_THRESHOLD = 10_000  # shards; from here on the columns go to a table
 TABLE_PREFIX, TABLE_SUFFIX = "_shards-", ".arrow"
-_NUMBER = re.compile(r"[0-9]+")  # in a path: a shard's number (shard-000000-<run token>.tar: the first one)
+# in a path: a shard's number (shard-000000-<run token>.tar: the first one)
+_NUMBER = re.compile(r"[0-9]+")
 
 
 class HexColumn(Sequence[str]):
@@ -60,7 +61,11 @@ class HexColumn(Sequence[str]):
     def __eq__(self, other: object) -> bool:
         if isinstance(other, HexColumn):
             return self.digests == other.digests and bool((self.valid == other.valid).all())
-        return isinstance(other, (list, tuple)) and len(other) == len(self) and self.tolist() == list(other)
+        return (
+            isinstance(other, (list, tuple))
+            and len(other) == len(self)
+            and self.tolist() == list(other)
+        )
 
     __hash__ = None  # type: ignore[assignment]
 
@@ -80,20 +85,31 @@ def _binary_array(column: Sequence[str]) -> Any:
     import pyarrow as pa
 
     digests, valid = _digests(column)
-    mask = pa.py_buffer(np.packbits(valid, bitorder="little").tobytes()) if not valid.all() else None
-    return pa.Array.from_buffers(pa.binary(32), len(valid), [mask, pa.py_buffer(digests)],
-                                 null_count=int((~valid).sum()))
+    mask = (
+        pa.py_buffer(np.packbits(valid, bitorder="little").tobytes()) if not valid.all() else None
+    )
+    return pa.Array.from_buffers(
+        pa.binary(32), len(valid), [mask, pa.py_buffer(digests)], null_count=int((~valid).sum())
+    )
 
 
-def encode_table(paths: list[str], samples: np.ndarray, nbytes: np.ndarray, sha256: Sequence[str],
-                 index_sha256: Sequence[str] | None) -> bytes:
+def encode_table(
+    paths: list[str],
+    samples: np.ndarray,
+    nbytes: np.ndarray,
+    sha256: Sequence[str],
+    index_sha256: Sequence[str] | None,
+) -> bytes:
     """The Arrow IPC file of a manifest's (checked) shard columns."""
     import pyarrow as pa
 
     pattern = path_pattern(paths)
     columns = {} if pattern else {"path": pa.array(paths, pa.string())}
-    columns |= {"samples": pa.array(samples, pa.int64()),
-               "bytes": pa.array(nbytes, pa.int64()), "sha256": _binary_array(sha256)}
+    columns |= {
+        "samples": pa.array(samples, pa.int64()),
+        "bytes": pa.array(nbytes, pa.int64()),
+        "sha256": _binary_array(sha256),
+    }
     if index_sha256 is not None:
         columns["index_sha256"] = _binary_array(index_sha256)
     table = pa.table(columns, metadata={"path_pattern": json.dumps(pattern)} if pattern else None)
@@ -108,11 +124,17 @@ def path_pattern(paths: list[str]) -> dict[str, Any] | None:
     """``{prefix, width, start, suffix}`` if ``paths`` are ``prefix + f"{start + i:0{width}d}" + suffix``
     (as packs name shards, the run's token in the suffix): stored instead of a path column, a few bytes for
     any number of shards."""
-    for number in _NUMBER.finditer(paths[0] if paths else ""):  # which number counts: the first that does
-        prefix, digits, suffix = paths[0][: number.start()], number.group(), paths[0][number.end() :]
+    # which number counts: the first that does
+    for number in _NUMBER.finditer(paths[0] if paths else ""):
+        prefix, digits, suffix = (
+            paths[0][: number.start()],
+            number.group(),
+            paths[0][number.end() :],
+        )
         pattern = {"prefix": prefix, "width": len(digits), "start": int(digits), "suffix": suffix}
-        if len(str(pattern["start"] + len(paths) - 1)) > len(digits) or paths[-1] != _pattern_path(pattern,
-                                                                                                len(paths) - 1):
+        if len(str(pattern["start"] + len(paths) - 1)) > len(digits) or paths[-1] != _pattern_path(
+            pattern, len(paths) - 1
+        ):
             continue
         if expand_pattern(pattern, len(paths)) == paths:
             return pattern
@@ -125,10 +147,17 @@ def _pattern_path(pattern: dict[str, Any], i: int) -> str:
 
 def expand_pattern(pattern: Any, n: int) -> list[str] | None:
     """The ``n`` paths of a :func:`path_pattern` (None if it is not one), built with numpy."""
-    fine = (isinstance(pattern, dict) and set(pattern) == {"prefix", "width", "start", "suffix"}
-            and isinstance(pattern["prefix"], str) and isinstance(pattern["suffix"], str)
-            and type(pattern["width"]) is int and type(pattern["start"]) is int
-            and 1 <= pattern["width"] <= 18 and pattern["start"] >= 0 and n >= 0)
+    fine = (
+        isinstance(pattern, dict)
+        and set(pattern) == {"prefix", "width", "start", "suffix"}
+        and isinstance(pattern["prefix"], str)
+        and isinstance(pattern["suffix"], str)
+        and type(pattern["width"]) is int
+        and type(pattern["start"]) is int
+        and 1 <= pattern["width"] <= 18
+        and pattern["start"] >= 0
+        and n >= 0
+    )
     if not fine or "\n" in pattern["prefix"] + pattern["suffix"]:
         return None
     if n == 0:
@@ -137,7 +166,9 @@ def expand_pattern(pattern: Any, n: int) -> list[str] | None:
     if len(str(pattern["start"] + n - 1)) > width:
         return None
     try:
-        prefix, suffix = (np.frombuffer(pattern[k].encode(), np.uint8) for k in ("prefix", "suffix"))
+        prefix, suffix = (
+            np.frombuffer(pattern[k].encode(), np.uint8) for k in ("prefix", "suffix")
+        )
     except UnicodeEncodeError:
         return None
     import pyarrow as pa
@@ -151,7 +182,9 @@ def expand_pattern(pattern: Any, n: int) -> list[str] | None:
         numbers //= 10
     rows[:, len(prefix) + width :] = suffix
     offsets = pa.py_buffer(np.arange(0, size * n + 1, size, dtype=np.int64))
-    return pa.Array.from_buffers(pa.large_string(), n, [None, offsets, pa.py_buffer(rows)]).to_pylist()
+    return pa.Array.from_buffers(
+        pa.large_string(), n, [None, offsets, pa.py_buffer(rows)]
+    ).to_pylist()
 
 
 def table_name(data: bytes) -> str:
@@ -169,11 +202,21 @@ def reference_problem(ref: dict[str, Any]) -> str | None:
     name, digest, rows = ref.get("table"), ref.get("sha256"), ref.get("rows")
     if set(ref) - {"table", "sha256", "rows"}:
         return f"the shard table reference has unknown keys {sorted(set(ref) - {'table', 'sha256', 'rows'})}"
-    if not (isinstance(name, str) and name.startswith(TABLE_PREFIX) and name.endswith(TABLE_SUFFIX)
-            and "/" not in name and "\\" not in name and len(name) == len(TABLE_PREFIX) + 16 + len(TABLE_SUFFIX)):
+    if not (
+        isinstance(name, str)
+        and name.startswith(TABLE_PREFIX)
+        and name.endswith(TABLE_SUFFIX)
+        and "/" not in name
+        and "\\" not in name
+        and len(name) == len(TABLE_PREFIX) + 16 + len(TABLE_SUFFIX)
+    ):
         return f"the shard table's name {name!r:.80} is not {TABLE_PREFIX}<16 hex>{TABLE_SUFFIX}"
-    if not (isinstance(digest, str) and len(digest) == 64 and all(c in "0123456789abcdef" for c in digest)
-            and digest.startswith(name[len(TABLE_PREFIX) : len(TABLE_PREFIX) + 16])):
+    if not (
+        isinstance(digest, str)
+        and len(digest) == 64
+        and all(c in "0123456789abcdef" for c in digest)
+        and digest.startswith(name[len(TABLE_PREFIX) : len(TABLE_PREFIX) + 16])
+    ):
         return f"the shard table's sha256 {digest!r:.80} is not 64 lower-case hex digits that start as its name"
     if type(rows) is not int or rows < 0:
         return f"the shard table's row count {rows!r:.40} is not a whole number"
@@ -190,8 +233,13 @@ def decode_table(data: bytes, ref: dict[str, Any]) -> tuple[str | None, dict[str
         table = pa.ipc.open_file(pa.py_buffer(data)).read_all()
     except (pa.ArrowException, ValueError, OSError) as exc:
         return f"its shard table {ref['table']} is not a readable Arrow file ({str(exc)[:100]})", {}
-    want = {"path": pa.string(), "samples": pa.int64(), "bytes": pa.int64(), "sha256": pa.binary(32),
-            "index_sha256": pa.binary(32)}
+    want = {
+        "path": pa.string(),
+        "samples": pa.int64(),
+        "bytes": pa.int64(),
+        "sha256": pa.binary(32),
+        "index_sha256": pa.binary(32),
+    }
     names = table.schema.names
     meta = table.schema.metadata or {}
     paths = None
@@ -203,14 +251,23 @@ def decode_table(data: bytes, ref: dict[str, Any]) -> tuple[str | None, dict[str
         if paths is None:
             return f"its shard table {ref['table']} has a damaged path pattern", {}
         names = ["path", *names]
-    if not {"path", "samples", "bytes", "sha256"} <= set(names) or set(names) - set(want) \
-            or len(set(names)) != len(names) or any(
-            table.schema.field(n).type != want[n] for n in names if n != "path" or paths is None):
-        return f"its shard table {ref['table']} has columns {table.schema.to_string()[:200]!r}, not {want}", {}
+    if (
+        not {"path", "samples", "bytes", "sha256"} <= set(names)
+        or set(names) - set(want)
+        or len(set(names)) != len(names)
+        or any(table.schema.field(n).type != want[n] for n in names if n != "path" or paths is None)
+    ):
+        return (
+            f"its shard table {ref['table']} has columns {table.schema.to_string()[:200]!r}, not {want}",
+            {},
+        )
     if meta and paths is None:
         return f"its shard table {ref['table']} has unknown metadata", {}
     if table.num_rows != ref["rows"]:
-        return f"its shard table {ref['table']} has {table.num_rows} rows, the head says {ref['rows']}", {}
+        return (
+            f"its shard table {ref['table']} has {table.num_rows} rows, the head says {ref['rows']}",
+            {},
+        )
     for name in ("path", "samples", "bytes") if paths is None else ("samples", "bytes"):
         if table.column(name).null_count:
             return f"its shard table {ref['table']} has empty (null) {name} values", {}
@@ -220,7 +277,9 @@ def decode_table(data: bytes, ref: dict[str, Any]) -> tuple[str | None, dict[str
         "samples": table.column("samples").to_numpy(),
         "bytes": table.column("bytes").to_numpy(),
         "sha256": _hex_column(table.column("sha256")),
-        "index_sha256": _hex_column(table.column("index_sha256")) if "index_sha256" in names else None,
+        "index_sha256": _hex_column(table.column("index_sha256"))
+        if "index_sha256" in names
+        else None,
     }
     return None, columns
 
@@ -232,7 +291,8 @@ def _hex_column(column: Any) -> HexColumn:
     valid = chunk.is_valid().to_numpy(zero_copy_only=False)
     start = chunk.offset * 32
     digests = memoryview(chunk.buffers()[1])[start : start + 32 * len(chunk)]  # no copy
-    if not valid.all():  # null slots may hold anything: make them zeros, so equal columns have equal bytes
+    # null slots may hold anything: make them zeros, so equal columns have equal bytes
+    if not valid.all():
         raw = np.frombuffer(digests, np.uint8).reshape(-1, 32).copy()
         raw[~valid] = 0
         digests = raw.tobytes()

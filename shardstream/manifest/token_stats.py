@@ -30,16 +30,22 @@ def check_tokens(m: Any) -> str | None:
     limit = 1 << (8 * token_format.DTYPES[t["dtype"]].itemsize)
     if type(t["vocab_size"]) is not int or not 0 < t["vocab_size"] <= limit:
         return f"tokens.vocab_size must be a whole number from 1 to {limit} for {t['dtype']}"
-    if t["eos_id"] is not None and (type(t["eos_id"]) is not int or not 0 <= t["eos_id"] < t["vocab_size"]):
+    if t["eos_id"] is not None and (
+        type(t["eos_id"]) is not int or not 0 <= t["eos_id"] < t["vocab_size"]
+    ):
         return "tokens.eos_id must be null or a token id below vocab_size"
-    if t["tokenizer"] is not None and (not isinstance(t["tokenizer"], str) or "\x00" in t["tokenizer"]):
+    if t["tokenizer"] is not None and (
+        not isinstance(t["tokenizer"], str) or "\x00" in t["tokenizer"]
+    ):
         return "tokens.tokenizer must be null or text"
     counts = token_format.tokens_in(m.nbytes, m.samples, t["dtype"])
     bad = (counts < 0) | (counts != np.floor(counts))
     if bad.any():
         i = int(bad.argmax())
-        return (f"shard {i}: {int(m.nbytes[i])} bytes cannot hold {int(m.samples[i])} documents of "
-                f"{t['dtype']} tokens")
+        return (
+            f"shard {i}: {int(m.nbytes[i])} bytes cannot hold {int(m.samples[i])} documents of "
+            f"{t['dtype']} tokens"
+        )
     if type(t["total"]) is not int or int(counts.sum()) != t["total"]:
         return f"tokens.total {str(t['total'])[:30]} does not agree with the shards' sizes ({int(counts.sum())})"
     return None
@@ -60,13 +66,21 @@ def describe(m: Any, seq_len: int | None = None) -> list[tuple[str, Any]]:
     that are no label in an epoch (each shard's first, and its tail of fewer than ``seq_len``)."""
     t = m.tokens
     lines: list[tuple[str, Any]] = [
-        ("tokens", f"{t['total']:,}"), ("documents", f"{m.num_samples:,}"),
+        ("tokens", f"{t['total']:,}"),
+        ("documents", f"{m.num_samples:,}"),
         ("vocabulary", f"{t['vocab_size']:,} ({t['dtype']})"),
-        ("eos id", "none" if t["eos_id"] is None else str(t["eos_id"])), ("tokenizer", t["tokenizer"] or "unknown")]
+        ("eos id", "none" if t["eos_id"] is None else str(t["eos_id"])),
+        ("tokenizer", t["tokenizer"] or "unknown"),
+    ]
     if seq_len is not None:
         w = window_stats(m, seq_len)
-        lines.append(("windows", f"{w['windows']:,} of {seq_len + 1} tokens (seq_len {seq_len}); "
-                                 f"{w['no_label']:,} tokens are no label per epoch (shard heads and tails)"))
+        lines.append(
+            (
+                "windows",
+                f"{w['windows']:,} of {seq_len + 1} tokens (seq_len {seq_len}); "
+                f"{w['no_label']:,} tokens are no label per epoch (shard heads and tails)",
+            )
+        )
     return lines
 
 

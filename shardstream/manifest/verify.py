@@ -31,7 +31,9 @@ class VerifyReport:
         return not self.problems
 
 
-_IMAGES = frozenset({"jpg", "jpeg", "png", "ppm", "pgm", "pbm", "pnm", "webp", "bmp", "gif", "tif", "tiff"})
+_IMAGES = frozenset(
+    {"jpg", "jpeg", "png", "ppm", "pgm", "pbm", "pnm", "webp", "bmp", "gif", "tif", "tiff"}
+)
 
 
 def decode_field(name: str, data: bytes) -> None:
@@ -65,8 +67,10 @@ def _undecodable(manifest: Manifest, data: bytes, where: str) -> str | None:
                 decode_field(name, bytes(value))
             except Exception as exc:  # decoders raise many types
                 key = sample.get("__key__")
-                return (f"{where}: sample {offset}{f' ({key!r})' if key else ''}: field {name!r} does not decode "
-                        f"({type(exc).__name__}: {exc}); replace or drop the file and pack again")
+                return (
+                    f"{where}: sample {offset}{f' ({key!r})' if key else ''}: field {name!r} does not decode "
+                    f"({type(exc).__name__}: {exc}); replace or drop the file and pack again"
+                )
     return None
 
 
@@ -129,8 +133,10 @@ def _token_problem(manifest: Manifest, data: Any, where: str, i: int) -> str | N
     vocab = manifest.tokens["vocab_size"]
     if len(shard.tokens) and int(shard.tokens.max()) >= vocab:
         at = int((shard.tokens >= vocab).argmax())
-        return (f"{where}: token {at} has id {int(shard.tokens[at])}, past the vocabulary size {vocab} the "
-                "manifest states; re-pack it with the tokenizer that made it")
+        return (
+            f"{where}: token {at} has id {int(shard.tokens[at])}, past the vocabulary size {vocab} the "
+            "manifest states; re-pack it with the tokenizer that made it"
+        )
     return None
 
 
@@ -150,7 +156,9 @@ def verify(
     manifest = load_manifest(store)
     report = VerifyReport(store.url, manifest)
     with ThreadPoolExecutor(max(1, workers)) as pool:
-        results = pool.map(lambda i: check_shard(store, manifest, i, decode), range(manifest.num_shards))
+        results = pool.map(
+            lambda i: check_shard(store, manifest, i, decode), range(manifest.num_shards)
+        )
         for i, problem in enumerate(results):
             if problem:
                 report.problems.append(problem)

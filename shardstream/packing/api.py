@@ -86,11 +86,29 @@ def pack(  # noqa: PLR0913 - the public pack: one keyword per setting, as the co
     ``True`` to pack locally for an upload).
     """
     options = PackOptions(
-        format=format, shard_size=shard_size, samples_per_shard=samples_per_shard, compression=compression,
-        workers=workers, layout=layout, overwrite=overwrite, storage_options=storage_options, progress=progress,
-        fsync=fsync, shuffle=shuffle, seed=seed, split_by=split_by, fn=fn, fields=fields, field_name=field_name,
-        decode_value=decode_value, engine=engine, ray_address=ray_address, source_options=source_options,
-        index=index, token_options=token_options)
+        format=format,
+        shard_size=shard_size,
+        samples_per_shard=samples_per_shard,
+        compression=compression,
+        workers=workers,
+        layout=layout,
+        overwrite=overwrite,
+        storage_options=storage_options,
+        progress=progress,
+        fsync=fsync,
+        shuffle=shuffle,
+        seed=seed,
+        split_by=split_by,
+        fn=fn,
+        fields=fields,
+        field_name=field_name,
+        decode_value=decode_value,
+        engine=engine,
+        ray_address=ray_address,
+        source_options=source_options,
+        index=index,
+        token_options=token_options,
+    )
     return pack_with(source, dest, options)
 
 

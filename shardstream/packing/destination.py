@@ -46,17 +46,29 @@ from ..manifest.files import IN_PROGRESS, manifest_files, sync_folder, write_dur
 from ..storage import Store
 from ..storage.conditional import Expect, WriteConflict
 
-__all__ = ["IN_PROGRESS", "Claim", "DestinationLost", "check_claim", "check_written", "prepare_destination"]
+__all__ = [
+    "IN_PROGRESS",
+    "Claim",
+    "DestinationLost",
+    "check_claim",
+    "check_written",
+    "prepare_destination",
+]
 
 log = logging.getLogger(__name__)
 
 _FORMATS = r"(?:tar|tar\.zst|tar\.gz|arrow|tokens)"
-_RUN_FILE = re.compile(rf"^shard-[0-9]{{6,}}-(?P<run>[0-9a-f]{{16}})\.{_FORMATS}(?:\.idx)?$")  # a run's shards, indexes
-_PLAIN_SHARD = re.compile(rf"^shard-[0-9]{{6}}\.{_FORMATS}(?:\.idx)?$")  # names of packs made before run tokens
+# a run's shards, indexes
+_RUN_FILE = re.compile(rf"^shard-[0-9]{{6,}}-(?P<run>[0-9a-f]{{16}})\.{_FORMATS}(?:\.idx)?$")
+# names of packs made before run tokens
+_PLAIN_SHARD = re.compile(rf"^shard-[0-9]{{6}}\.{_FORMATS}(?:\.idx)?$")
 _TEMP_FILE = re.compile(r"^\..*\.[0-9a-f]{8,32}\.tmp$")  # the store's temporary names
-_SHARD_TABLE = re.compile(r"^_shards-[0-9a-f]{16}\.arrow$")  # a large manifest's shard table (manifest.table)
-_PROBE = re.compile(r"^\.shardstream-probe-(?P<run>[0-9a-f]{16})$")  # a run's test of conditional writes
-_RUN_TEMP = re.compile(r"^\.shard-[0-9]{6,}-(?P<run>[0-9a-f]{16})\..*\.[0-9a-f]{8,32}\.tmp$")  # one being written
+# a large manifest's shard table (manifest.table)
+_SHARD_TABLE = re.compile(r"^_shards-[0-9a-f]{16}\.arrow$")
+# a run's test of conditional writes
+_PROBE = re.compile(r"^\.shardstream-probe-(?P<run>[0-9a-f]{16})$")
+# one being written
+_RUN_TEMP = re.compile(r"^\.shard-[0-9]{6,}-(?P<run>[0-9a-f]{16})\..*\.[0-9a-f]{8,32}\.tmp$")
 
 
 class DestinationLost(ShardstreamError):
@@ -78,9 +90,12 @@ class Claim:
     store: Store
     token: str
     fsync: bool = True
-    replaces: str | None = None  # version tag of the manifest this run replaces; None: there was none
-    leftovers: list[str] = field(default_factory=list)  # shardstream's files found when claimed: removed once published
-    extra: list[str] = field(default_factory=list)  # files of this run whose names carry no token (its shard table)
+    # version tag of the manifest this run replaces; None: there was none
+    replaces: str | None = None
+    # shardstream's files found when claimed: removed once published
+    leftovers: list[str] = field(default_factory=list)
+    # files of this run whose names carry no token (its shard table)
+    extra: list[str] = field(default_factory=list)
     published: bool = False
 
     def shard_name(self, index: int, shard_format: str) -> str:
@@ -105,14 +120,20 @@ class Claim:
         except DestinationLost as exc:
             if exc.cleaned:
                 raise
-            raise self.lost(f"{self.store.url} was claimed by another pack while this one was writing",
-                            "let one pack at a time write there") from None
-        except Exception as exc:  # another failure: this run's own, unless it lost the destination meanwhile
+            raise self.lost(
+                f"{self.store.url} was claimed by another pack while this one was writing",
+                "let one pack at a time write there",
+            ) from None
+        except (
+            Exception
+        ) as exc:  # another failure: this run's own, unless it lost the destination meanwhile
             if self.published or self._holds_claim():
                 raise
-            raise self.lost(f"{self.store.url} was claimed by another pack while this one was writing (and this "
-                            f"one failed: {' '.join(str(exc).split())})", "let one pack at a time write there"
-                            ) from exc
+            raise self.lost(
+                f"{self.store.url} was claimed by another pack while this one was writing (and this "
+                f"one failed: {' '.join(str(exc).split())})",
+                "let one pack at a time write there",
+            ) from exc
 
     def lost(self, what: str, advice: str) -> DestinationLost:
         """The error of a run that lost the destination (``what`` happened), once its own files are removed."""
@@ -123,8 +144,10 @@ class Claim:
             self._release()
             removed = f" and its {_plural(len(names), 'file')} {'was' if len(names) == 1 else 'were'} removed"
         except StorageError as exc:
-            removed = (f"; removing its files (those named with {self.token}) failed, remove them yourself: "
-                       f"{' '.join(str(exc).split())}")
+            removed = (
+                f"; removing its files (those named with {self.token}) failed, remove them yourself: "
+                f"{' '.join(str(exc).split())}"
+            )
         error = DestinationLost(f"{what}; this run's shards were not published{removed}; {advice}")
         error.cleaned = True
         return error
@@ -145,31 +168,48 @@ class Claim:
             if self.fsync:
                 sync_folder(store)  # every shard (and the table) on disk before the manifest
         try:
-            with self.guard(), store.locked():  # locally, no run claims the folder between check and write
+            # locally, no run claims the folder between check and write
+            with (
+                self.guard(),
+                store.locked(),
+            ):
                 self.check()
                 if honoured:
-                    store.write_if(MANIFEST_NAME, head, Expect(self.replaces), self.fsync, locked=store.local)
+                    store.write_if(
+                        MANIFEST_NAME, head, Expect(self.replaces), self.fsync, locked=store.local
+                    )
                 else:
                     store.write_bytes(MANIFEST_NAME, head)
             if self.fsync:
                 sync_folder(store)
         except WriteConflict:
-            if not self._is_published(head):  # (else a retried request whose first attempt had landed)
+            # (else a retried request whose first attempt had landed)
+            if not self._is_published(head):
                 state = "appeared" if self.replaces is None else "was replaced"
-                raise self.lost(f"{store.url}: another pack published a dataset there while this one was writing "
-                                f"({MANIFEST_NAME} {state})", "pack again with --overwrite (overwrite=True) to "
-                                "replace it, or let one pack at a time write there") from None
-        if not store.local and not self._is_published(head):  # a server that ignored, or raced, the condition
+                raise self.lost(
+                    f"{store.url}: another pack published a dataset there while this one was writing "
+                    f"({MANIFEST_NAME} {state})",
+                    "pack again with --overwrite (overwrite=True) to "
+                    "replace it, or let one pack at a time write there",
+                ) from None
+        # a server that ignored, or raced, the condition
+        if not store.local and not self._is_published(head):
             why = "" if honoured else f"; {store.protocol}:// takes no conditional writes"
-            raise self.lost(f"{store.url}: another pack published a dataset over this one ({MANIFEST_NAME} is not "
-                            f"this run's right after it was written{why})", "let one pack at a time write there")
+            raise self.lost(
+                f"{store.url}: another pack published a dataset over this one ({MANIFEST_NAME} is not "
+                f"this run's right after it was written{why})",
+                "let one pack at a time write there",
+            )
         self.published = True
         try:  # the dataset is published: what follows tidies up, and a failure there is only a warning
             self._release()
             self._clean_up()
         except StorageError as exc:
-            log.warning("%s is published, but tidying up after it failed: %s; the next pack there tidies up",
-                        store.url, " ".join(str(exc).split()))
+            log.warning(
+                "%s is published, but tidying up after it failed: %s; the next pack there tidies up",
+                store.url,
+                " ".join(str(exc).split()),
+            )
 
     def _is_published(self, head: bytes) -> bool:
         found = self.store.read_tagged(MANIFEST_NAME)
@@ -207,8 +247,14 @@ class Claim:
                 failed.append(name)
                 problem = " ".join(str(exc).split())
         if failed:
-            log.warning("%s is published, but %s it replaced could not be removed (%s, ...): %s; remove them "
-                        "yourself", self.store.url, _plural(len(failed), "file"), failed[0], problem)
+            log.warning(
+                "%s is published, but %s it replaced could not be removed (%s, ...): %s; remove them "
+                "yourself",
+                self.store.url,
+                _plural(len(failed), "file"),
+                failed[0],
+                problem,
+            )
         if self.fsync and self.leftovers:
             sync_folder(self.store)
 
@@ -244,15 +290,24 @@ def prepare_destination(store: Store, overwrite: bool, fsync: bool = True) -> Cl
             )
         token = uuid.uuid4().hex[:16]
         store.write_bytes(IN_PROGRESS, token.encode())
-    leftovers = [n for n in names if _RUN_FILE.match(n) or _PLAIN_SHARD.match(n) or _TEMP_FILE.match(n)
-                 or _SHARD_TABLE.match(n) or _PROBE.match(n)]
-    if store.local:  # what no published manifest names goes now: a re-run after a crash needs the room
+    leftovers = [
+        n
+        for n in names
+        if _RUN_FILE.match(n)
+        or _PLAIN_SHARD.match(n)
+        or _TEMP_FILE.match(n)
+        or _SHARD_TABLE.match(n)
+        or _PROBE.match(n)
+    ]
+    # what no published manifest names goes now: a re-run after a crash needs the room
+    if store.local:
         published = _named_by(store, None if current is None else current[0])
         for name in [n for n in leftovers if published is not None and n not in published]:
             store.remove(name)
         leftovers = [n for n in leftovers if published is None or n in published]
     if fsync:
-        sync_folder(store)  # the claim survives a crash: the files it found stay the next run's to remove
+        # the claim survives a crash: the files it found stay the next run's to remove
+        sync_folder(store)
     return Claim(store, token, fsync, None if current is None else current[1], leftovers)
 
 
@@ -262,7 +317,9 @@ def _named_by(store: Store, manifest: bytes | None) -> set[str] | None:
         return set()
     try:
         doc = json.loads(manifest)
-        m = Manifest.from_json(manifest, store.url_of(MANIFEST_NAME), lambda name: bytes(store.read_bytes(name)))
+        m = Manifest.from_json(
+            manifest, store.url_of(MANIFEST_NAME), lambda name: bytes(store.read_bytes(name))
+        )
     except (ValueError, ShardstreamError):
         return None
     table = doc.get("shards", {}).get("table") if isinstance(doc.get("shards"), dict) else None
@@ -292,5 +349,7 @@ def check_written(store: Store, names: list[str], sizes: list[int]) -> None:
         found = store.size(name) if store.exists(name) else None
         if found != size:
             what = "is missing" if found is None else f"holds {found} bytes, its task wrote {size}"
-            raise ShardstreamError(f"{store.url_of(name)} {what}; another process changed the destination "
-                                   "during the pack: pack again")
+            raise ShardstreamError(
+                f"{store.url_of(name)} {what}; another process changed the destination "
+                "during the pack: pack again"
+            )

@@ -45,55 +45,93 @@ def _no_gc() -> Iterator[None]:
 def _check_not_inside(source: str, store: Store) -> None:
     if is_remote(source):
         if store.url == source.rstrip("/") or store.url.startswith(source.rstrip("/") + "/"):
-            raise ShardstreamError(f"destination {store.url} is inside the source {source}; choose one outside it")
+            raise ShardstreamError(
+                f"destination {store.url} is inside the source {source}; choose one outside it"
+            )
         return
     if not store.local:
         return
     src, dst = os.path.realpath(source), os.path.realpath(store.root)
     if dst == src or dst.startswith(src.rstrip(os.sep) + os.sep):
-        raise ShardstreamError(f"destination {store.root} is inside the source {source}; choose a folder outside it")
+        raise ShardstreamError(
+            f"destination {store.root} is inside the source {source}; choose a folder outside it"
+        )
 
 
-def pack_source(source: str | os.PathLike[str], dest: str | os.PathLike[str], options: PackOptions,
-                src: Any = None) -> PackResult:
+def pack_source(
+    source: str | os.PathLike[str],
+    dest: str | os.PathLike[str],
+    options: PackOptions,
+    src: Any = None,
+) -> PackResult:
     """Pack a source (a folder tree, table files, or files of samples: HDF5, LMDB, NumPy, Hugging Face,
     shards) into a dataset at ``dest``; ``src``: the source already opened (a split pack's class)."""
     started = time.perf_counter()
     source, dest = os.fspath(source), os.fspath(dest)
-    source = source[len("file://"):] if source.startswith("file://") else source
+    source = source[len("file://") :] if source.startswith("file://") else source
     limit, per_shard = check_shard_limits(options.shard_size, options.samples_per_shard)
     run = options.execution()
     if src is None:
         src = _open(source, options)
     kind = source_kind(src)
-    if kind == "samples":  # HDF5, LMDB, NumPy, tar shards: samples read in workers (packing.function)
+    # HDF5, LMDB, NumPy, tar shards: samples read in workers (packing.function)
+    if kind == "samples":
         from .function import pack_source as pack_samples
 
-        return PackResult(*pack_samples(src, dest, format=options.format, shuffle=options.shuffle, seed=options.seed,
-                                        **options.common()))
+        return PackResult(
+            *pack_samples(
+                src,
+                dest,
+                format=options.format,
+                shuffle=options.shuffle,
+                seed=options.seed,
+                **options.common(),
+            )
+        )
     if kind == "folder" and options.shuffle:
-        src.samples = [src.samples[i] for i in sample_permutation(len(src.samples), options.seed).tolist()]
-    order_seed = int(options.seed) if options.shuffle and not getattr(src, "keeps_order", False) else None
-    shard_format, comp = resolve_format(options.format or ("arrow" if kind == "table" else "tar"), options.compression)
+        src.samples = [
+            src.samples[i] for i in sample_permutation(len(src.samples), options.seed).tolist()
+        ]
+    order_seed = (
+        int(options.seed) if options.shuffle and not getattr(src, "keeps_order", False) else None
+    )
+    shard_format, comp = resolve_format(
+        options.format or ("arrow" if kind == "table" else "tar"), options.compression
+    )
     if kind == "folder":
         check_sample_names(src.samples, shard_format)
     store = Store(dest, options.storage_options)
     _check_not_inside(source, store)
     packer = PACKERS[(kind, "arrow" if shard_format == "arrow" else "tar")]
     if run.engine != "local" and packer is _pack_with_writer:  # refused before anything is written
-        raise ShardstreamError(f"engine={run.engine!r} packs folder trees into tar shards, tables into Arrow shards, "
-                               f"fn= inputs and the sources read sample by sample; pack {source} into "
-                               f"{shard_format} shards with engine='local'")
+        raise ShardstreamError(
+            f"engine={run.engine!r} packs folder trees into tar shards, tables into Arrow shards, "
+            f"fn= inputs and the sources read sample by sample; pack {source} into "
+            f"{shard_format} shards with engine='local'"
+        )
     claim = prepare_destination(store, options.overwrite, options.fsync)
-    info = creation_info(source=source if is_remote(source) else os.path.abspath(source),
-                         layout=getattr(src, "layout", "table"))
+    info = creation_info(
+        source=source if is_remote(source) else os.path.abspath(source),
+        layout=getattr(src, "layout", "table"),
+    )
     with claim.guard():
-        manifest = packer(src, claim, ShardSpec(shard_format, comp, limit, per_shard, options.index), run, info,
-                          order_seed)
+        manifest = packer(
+            src,
+            claim,
+            ShardSpec(shard_format, comp, limit, per_shard, options.index),
+            run,
+            info,
+            order_seed,
+        )
         claim.publish(manifest)
     skipped = src.skipped_hidden if kind == "folder" else 0
-    return PackResult(store.url, manifest, time.perf_counter() - started, skipped,
-                      src.total_bytes if kind == "folder" else None)
+    return PackResult(
+        store.url,
+        manifest,
+        time.perf_counter() - started,
+        skipped,
+        src.total_bytes if kind == "folder" else None,
+    )
 
 
 def _open(source: str, options: PackOptions) -> Any:
@@ -123,13 +161,23 @@ def _manifest(shard_format: str, results: list[ShardResult], **kw: Any) -> Manif
         samples=[r.samples for r in results],
         nbytes=[r.nbytes for r in results],
         sha256=[r.sha256 for r in results],
-        **({"index_sha256": [r.index_sha256 for r in results]} if any(r.index_sha256 for r in results) else {}),
+        **(
+            {"index_sha256": [r.index_sha256 for r in results]}
+            if any(r.index_sha256 for r in results)
+            else {}
+        ),
         **kw,
     )
 
 
-def _pack_folder_tar(src: FolderSource, claim: Claim, spec: ShardSpec, run: Execution, info: dict[str, Any],
-                     order_seed: int | None = None) -> Manifest:
+def _pack_folder_tar(
+    src: FolderSource,
+    claim: Claim,
+    spec: ShardSpec,
+    run: Execution,
+    info: dict[str, Any],
+    order_seed: int | None = None,
+) -> Manifest:
     """Folder trees into tar shards: one job per shard, on the pool or on Ray (the order is the listing's,
     shuffled already)."""
     with _no_gc():
@@ -139,17 +187,41 @@ def _pack_folder_tar(src: FolderSource, claim: Claim, spec: ShardSpec, run: Exec
     check = claim.token if store.local else None
     names = [claim.shard_name(i, shard_format) for i in range(len(plan))]
     index = (not store.local if spec.index is None else spec.index) and comp is None
-    jobs = [(ShardJob(store.url, store.storage_options, i, names[i], comp, s, check, claim.fsync, src.storage_options,
-                      index),) for i, s in enumerate(plan)]
+    jobs = [
+        (
+            ShardJob(
+                store.url,
+                store.storage_options,
+                i,
+                names[i],
+                comp,
+                s,
+                check,
+                claim.fsync,
+                src.storage_options,
+                index,
+            ),
+        )
+        for i, s in enumerate(plan)
+    ]
     job_bytes = [sum(size for s in samples for _, _, size in s.files) for samples in plan]
 
     def done(i: int) -> None:
         bar.update(job_bytes[i])
 
     with progress_bar(run.progress, src.total_bytes) as bar:
-        results = run_jobs(run.engine, write_shard, jobs, run.workers, store.local, done, ray_address=run.ray_address,
-                           describe=lambda i: plan[i][0].files[0][1])
-    if run.engine != "local":  # written elsewhere: each shard is where it should be, as large as its task said
+        results = run_jobs(
+            run.engine,
+            write_shard,
+            jobs,
+            run.workers,
+            store.local,
+            done,
+            ray_address=run.ray_address,
+            describe=lambda i: plan[i][0].files[0][1],
+        )
+    # written elsewhere: each shard is where it should be, as large as its task said
+    if run.engine != "local":
         check_written(store, names, [r.nbytes for r in results])
     counts: dict[str, int] = {}
     for r in results:
@@ -161,14 +233,21 @@ def _pack_folder_tar(src: FolderSource, claim: Claim, spec: ShardSpec, run: Exec
     return manifest
 
 
-def _pack_table_arrow(src: TableSource, claim: Claim, spec: ShardSpec, run: Execution, info: dict[str, Any],
-                      order_seed: int | None = None) -> Manifest:
+def _pack_table_arrow(
+    src: TableSource,
+    claim: Claim,
+    spec: ShardSpec,
+    run: Execution,
+    info: dict[str, Any],
+    order_seed: int | None = None,
+) -> Manifest:
     """Tables into Arrow shards: record batches cut into shards, written by the pool or on Ray."""
     from ..formats import arrow as arrow_format
     from .table import pack_table_arrow
 
     results: list[ShardResult] = []
     with progress_bar(run.progress, None, unit=" rows") as bar:
+
         def done(result: ShardResult) -> None:
             results.append(result)
             bar.update(result.samples)
@@ -177,15 +256,25 @@ def _pack_table_arrow(src: TableSource, claim: Claim, spec: ShardSpec, run: Exec
     if run.engine != "local":
         check_written(claim.store, [r.path for r in results], [r.nbytes for r in results])
     manifest = _manifest(
-        "arrow", results, fields=arrow_format.describe_schema(schema),
-        arrow_schema=arrow_format.schema_to_text(schema), created=info, classes=getattr(src, "classes", None),
+        "arrow",
+        results,
+        fields=arrow_format.describe_schema(schema),
+        arrow_schema=arrow_format.schema_to_text(schema),
+        created=info,
+        classes=getattr(src, "classes", None),
     )
     warn_small_shards(manifest, spec.limit)
     return manifest
 
 
-def _pack_with_writer(src: FolderSource | TableSource, claim: Claim, spec: ShardSpec, run: Execution,
-                      info: dict[str, Any], order_seed: int | None = None) -> Manifest:
+def _pack_with_writer(
+    src: FolderSource | TableSource,
+    claim: Claim,
+    spec: ShardSpec,
+    run: Execution,
+    info: dict[str, Any],
+    order_seed: int | None = None,
+) -> Manifest:
     """Sequential packing through :class:`ShardWriter` (on this run's claim): folders to Arrow, tables to tar
     (the writer warns of small shards itself). Returns the manifest, not published."""
     progress = run.progress
@@ -193,16 +282,27 @@ def _pack_with_writer(src: FolderSource | TableSource, claim: Claim, spec: Shard
 
     fmt = "arrow" if spec.shard_format == "arrow" else "tar"
     schema = None
-    if fmt == "arrow" and isinstance(src, FolderSource):  # every field is known: no inference from a prefix
+    # every field is known: no inference from a prefix
+    if fmt == "arrow" and isinstance(src, FolderSource):
         import pyarrow as pa
 
         names = sorted({ext for s in src.samples for ext, _, _ in s.files})
         columns = [("__key__", pa.string())] + [(n, pa.binary()) for n in names]
         schema = pa.schema(columns + ([("cls", pa.int64())] if src.classes is not None else []))
     store = claim.store
-    writer = ShardWriter(store.url, fmt, spec.limit, spec.per_shard, spec.compression or "none",
-                         store.storage_options, classes=getattr(src, "classes", None), schema=schema,
-                         fsync=claim.fsync, index=spec.index, _claim=claim)
+    writer = ShardWriter(
+        store.url,
+        fmt,
+        spec.limit,
+        spec.per_shard,
+        spec.compression or "none",
+        store.storage_options,
+        classes=getattr(src, "classes", None),
+        schema=schema,
+        fsync=claim.fsync,
+        index=spec.index,
+        _claim=claim,
+    )
     try:
         if isinstance(src, TableSource):
             with progress_bar(progress, None, unit=" rows") as bar:

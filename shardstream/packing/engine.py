@@ -72,7 +72,9 @@ def die_with_parent(parent: int) -> None:
         except (OSError, AttributeError):
             armed = False
     if not armed:
-        threading.Thread(target=_watch_parent, args=(parent,), name="shardstream-parent-watch", daemon=True).start()
+        threading.Thread(
+            target=_watch_parent, args=(parent,), name="shardstream-parent-watch", daemon=True
+        ).start()
     if os.getppid() != parent:  # the parent died before the signal was armed
         os._exit(1)
 
@@ -99,11 +101,20 @@ def progress_bar(progress: bool, total: int | None, unit: str = "B") -> Any:
     class _Bar(tqdm):
         monitor_interval = 0  # no monitor thread: it would make forking the workers unsafe
 
-    return _Bar(total=total, unit=unit, unit_scale=True, disable=None, desc="packing", leave=False,
-                dynamic_ncols=True)
+    return _Bar(
+        total=total,
+        unit=unit,
+        unit_scale=True,
+        disable=None,
+        desc="packing",
+        leave=False,
+        dynamic_ncols=True,
+    )
 
 
-_INHERITED: dict[int, tuple[Callable[..., Any], Sequence[tuple[Any, ...]]]] = {}  # run -> (job, jobs), for forks
+_INHERITED: dict[
+    int, tuple[Callable[..., Any], Sequence[tuple[Any, ...]]]
+] = {}  # run -> (job, jobs), for forks
 _RUNS = itertools.count()
 
 
@@ -113,8 +124,13 @@ def _inherited_job(run: int, i: int) -> Any:
     return job(*jobs[i])
 
 
-def run_local(job: Callable[..., R], jobs: Sequence[tuple[Any, ...]], workers: int, processes: bool,
-              on_done: Callable[[int], None]) -> list[R]:
+def run_local(
+    job: Callable[..., R],
+    jobs: Sequence[tuple[Any, ...]],
+    workers: int,
+    processes: bool,
+    on_done: Callable[[int], None],
+) -> list[R]:
     """``job(*args)`` for each of ``jobs``, ``workers`` at a time, results in order; ``on_done(i)`` after each.
 
     Processes for local folders; threads for remote stores, whose clients hold per-process
@@ -140,8 +156,10 @@ def run_local(job: Callable[..., R], jobs: Sequence[tuple[Any, ...]], workers: i
             _INHERITED[run] = (job, jobs)
     try:
         with pool_type(size, **kwargs) as pool:
-            futures = [pool.submit(job, *args) if run is None else pool.submit(_inherited_job, run, i)
-                       for i, args in enumerate(jobs)]
+            futures = [
+                pool.submit(job, *args) if run is None else pool.submit(_inherited_job, run, i)
+                for i, args in enumerate(jobs)
+            ]
             try:
                 for i, future in enumerate(futures):
                     results.append(future.result())
@@ -160,9 +178,17 @@ def run_local(job: Callable[..., R], jobs: Sequence[tuple[Any, ...]], workers: i
 ENGINES: dict[str, str] = {"ray": "shardstream.packing.ray_engine:run_ray"}
 
 
-def run_jobs(engine: str, job: Callable[..., R], jobs: Sequence[tuple[Any, ...]], workers: int, processes: bool,
-             on_done: Callable[[int], None], *, ray_address: str | None = None,
-             describe: Callable[[int], str] | None = None) -> list[R]:
+def run_jobs(
+    engine: str,
+    job: Callable[..., R],
+    jobs: Sequence[tuple[Any, ...]],
+    workers: int,
+    processes: bool,
+    on_done: Callable[[int], None],
+    *,
+    ray_address: str | None = None,
+    describe: Callable[[int], str] | None = None,
+) -> list[R]:
     """``job(*args)`` for each of ``jobs`` on ``engine`` (``"local"``: a pool of ``workers``; ``"ray"``: Ray
     tasks, on the cluster at ``ray_address``), results in plan order, ``on_done(i)`` after each."""
     import importlib

@@ -39,9 +39,16 @@ def key_problem(key: object, fmt: str) -> str | None:
     if not isinstance(key, str) or not key:
         return "must be a non-empty string"
     if not fmt.startswith("tar"):
-        return "contains a NUL character" if "\0" in key else _unicode_problem(key)  # Arrow: any other text
-    if (key.isprintable() and "." not in key and "\\" not in key and "//" not in key
-            and key[0] != "/" and key[-1] != "/"):
+        # Arrow: any other text
+        return "contains a NUL character" if "\0" in key else _unicode_problem(key)
+    if (
+        key.isprintable()
+        and "." not in key
+        and "\\" not in key
+        and "//" not in key
+        and key[0] != "/"
+        and key[-1] != "/"
+    ):
         return None  # the common case, in a few string scans; the rules in detail below
     problem = _text_problem(key)
     if problem is not None:
@@ -54,10 +61,14 @@ def key_problem(key: object, fmt: str) -> str | None:
     if ".." in segments:
         return "has a '..' segment, so extracting the shard would write outside the target folder"
     if "" in segments or "." in segments:
-        return "has an empty or '.' segment ('//', '/./' or a trailing '/'), which tar tools rewrite"
+        return (
+            "has an empty or '.' segment ('//', '/./' or a trailing '/'), which tar tools rewrite"
+        )
     if "." in segments[-1]:
-        return ("has a '.' after its last '/', and tar readers take the first '.' there as the start of "
-                "the field name")
+        return (
+            "has a '.' after its last '/', and tar readers take the first '.' there as the start of "
+            "the field name"
+        )
     return None
 
 
@@ -97,7 +108,9 @@ def encode_field(key: str, field: str, value: Any) -> bytes | memoryview:
     except EncodeError:
         raise
     except Exception as exc:  # encoders (json, numpy, torch, Pillow) raise many types
-        raise EncodeError(f"sample {key!r}, field {field!r}: cannot encode the {type(value).__name__}: {exc}") from exc
+        raise EncodeError(
+            f"sample {key!r}, field {field!r}: cannot encode the {type(value).__name__}: {exc}"
+        ) from exc
 
 
 def _encode(key: str, field: str, value: Any) -> bytes | memoryview:
@@ -130,7 +143,14 @@ def _encode(key: str, field: str, value: Any) -> bytes | memoryview:
         torch.save(value, buf)
         return buf.getvalue()
     if type(value).__module__.startswith("PIL.") and hasattr(value, "save"):
-        kind = {"jpg": "JPEG", "jpeg": "JPEG", "png": "PNG", "webp": "WEBP", "bmp": "BMP", "tiff": "TIFF"}.get(ext)
+        kind = {
+            "jpg": "JPEG",
+            "jpeg": "JPEG",
+            "png": "PNG",
+            "webp": "WEBP",
+            "bmp": "BMP",
+            "tiff": "TIFF",
+        }.get(ext)
         if kind:
             buf = io.BytesIO()
             value.save(buf, format=kind)

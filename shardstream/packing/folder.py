@@ -52,10 +52,15 @@ def sample_fields(sample: FileSample) -> list[tuple[str, int]]:
 def sample_bytes(sample: FileSample) -> int:
     """``tar_format.sample_size`` of the sample's members, by arithmetic where a member is plain ustar."""
     key, total = sample.key, 0
-    members = sample.files if sample.label is None else [*sample.files, ("cls", "", len(str(sample.label)))]
+    members = (
+        sample.files
+        if sample.label is None
+        else [*sample.files, ("cls", "", len(str(sample.label)))]
+    )
     for ext, _, size in members:
         if size <= _PLAIN_SIZE and len(key) + len(ext) < 100 and key.isascii() and ext.isascii():
-            total += tar_format.BLOCK + size + (-size % tar_format.BLOCK)  # one header block, padded data
+            # one header block, padded data
+            total += tar_format.BLOCK + size + (-size % tar_format.BLOCK)
         else:
             total += tar_format.member_size(f"{key}.{ext}", size)
     return total
@@ -64,7 +69,9 @@ def sample_bytes(sample: FileSample) -> int:
 _PLAIN_SIZE = 8**11 - 1  # the largest size a ustar header holds
 
 
-def plan_shards(samples: list[FileSample], shard_size: int, per_shard: int | None) -> list[list[FileSample]]:
+def plan_shards(
+    samples: list[FileSample], shard_size: int, per_shard: int | None
+) -> list[list[FileSample]]:
     """Split ``samples`` (in order) into shards by the writer's shard-size rule."""
     shards: list[list[FileSample]] = []
     current: list[FileSample] = []
@@ -109,21 +116,33 @@ def read_file(path: str, size: int, storage_options: dict[str, Any] | None = Non
 
 def check_sample_names(samples: list[FileSample], fmt: str) -> None:
     """Refuse, before anything is written, a file whose name cannot be a member name of ``fmt`` shards."""
-    keys = "/".join([s.key for s in samples])  # all at once: what key_problem's common case asks of each key
-    if (fmt.startswith("tar") and keys.isprintable() and keys[:1] not in ("", "/") and keys[-1] != "/"
-            and not any(c in keys for c in (".", "\\", "//"))
-            and all(field_problem(ext) is None for ext in {ext for s in samples for ext, _, _ in s.files})):
+    # all at once: what key_problem's common case asks of each key
+    keys = "/".join([s.key for s in samples])
+    if (
+        fmt.startswith("tar")
+        and keys.isprintable()
+        and keys[:1] not in ("", "/")
+        and keys[-1] != "/"
+        and not any(c in keys for c in (".", "\\", "//"))
+        and all(
+            field_problem(ext) is None for ext in {ext for s in samples for ext, _, _ in s.files}
+        )
+    ):
         return
     for sample in samples:
         problem = key_problem(sample.key, fmt)
         if problem is not None:
-            raise SourceError(f"cannot pack {sample.files[0][1]!r}: its sample key {sample.key!r} {problem}; "
-                              "rename the file")
+            raise SourceError(
+                f"cannot pack {sample.files[0][1]!r}: its sample key {sample.key!r} {problem}; "
+                "rename the file"
+            )
         if fmt.startswith("tar"):
             for ext, path, _ in sample.files:
                 problem = field_problem(ext)
                 if problem is not None:
-                    raise SourceError(f"cannot pack {path!r}: its field name {ext!r} {problem}; rename the file")
+                    raise SourceError(
+                        f"cannot pack {path!r}: its field name {ext!r} {problem}; rename the file"
+                    )
 
 
 @dataclass
@@ -151,24 +170,38 @@ def write_shard(job: ShardJob) -> ShardResult:
     With ``job.token`` (local folders), the worker checks afterwards that its run still holds the destination;
     a worker whose run has lost it (the orphan of a killed run, say) removes what it wrote and stops.
     """
-    name, compression, samples, token, fsync = job.name, job.compression, job.samples, job.token, job.fsync
+    name, compression, samples, token, fsync = (
+        job.name,
+        job.compression,
+        job.samples,
+        job.token,
+        job.fsync,
+    )
     source_options, sample_index = job.source_options, job.sample_index
     store = Store(job.dest, job.storage_options)
     counts: Counter[str] = Counter()
     with store.open_write(name) as sink:
         tar_size = None
-        if compression == "zstd":  # the frame header records it: readers can size (and bound) the output
+        # the frame header records it: readers can size (and bound) the output
+        if compression == "zstd":
             tar_size = sum(tar_format.sample_size(s.key, sample_fields(s)) for s in samples)
             tar_size += len(tar_format.END_OF_ARCHIVE)
         writer = tar_format.TarShardWriter(sink, compression, tar_size=tar_size, index=sample_index)
-        if compression is None and isinstance(sink, io.FileIO):  # the same bytes (and index), through one buffer
-            nbytes, digest, counts = write_files(sink.fileno(), samples, lambda p, n: read_file(p, n, source_options),
-                                                 writeback=fsync and store.local, index=writer.index)
+        # the same bytes (and index), through one buffer
+        if compression is None and isinstance(sink, io.FileIO):
+            nbytes, digest, counts = write_files(
+                sink.fileno(),
+                samples,
+                lambda p, n: read_file(p, n, source_options),
+                writeback=fsync and store.local,
+                index=writer.index,
+            )
             writer.tar_bytes = nbytes
         else:
             for sample in samples:
-                fields: list[tuple[str, bytes]] = [(ext, read_file(path, size, source_options))
-                                                   for ext, path, size in sample.files]
+                fields: list[tuple[str, bytes]] = [
+                    (ext, read_file(path, size, source_options)) for ext, path, size in sample.files
+                ]
                 if sample.label is not None:
                     fields.append(("cls", str(sample.label).encode()))
                     fields.sort(key=lambda f: f[0])
@@ -188,7 +221,9 @@ def write_shard(job: ShardJob) -> ShardResult:
             if writer.index is not None:
                 store.remove(index_name(name))
             raise
-    return ShardResult(job.index, name, len(samples), nbytes, digest, writer.tar_bytes, counts, index_digest)
+    return ShardResult(
+        job.index, name, len(samples), nbytes, digest, writer.tar_bytes, counts, index_digest
+    )
 
 
 def write_index(store: Store, name: str, index: IndexBuilder, fsync: bool = True) -> str:

@@ -80,12 +80,18 @@ def _samples(out: Any, encode: bool) -> list[dict[str, Any]]:
     samples = []
     for j, sample in enumerate(items):
         if not isinstance(sample, Mapping):
-            raise TypeError(f"gave a {type(sample).__name__}, not a dict of fields like {{'jpg': data, 'cls': 3}}")
+            raise TypeError(
+                f"gave a {type(sample).__name__}, not a dict of fields like {{'jpg': data, 'cls': 3}}"
+            )
         sample = dict(sample)
         if encode:
             key = str(sample.get("__key__", f"#{j} of this input"))
             for name, value in sample.items():
-                if not name.startswith("__") and not isinstance(value, _PLAIN) and not _numpy_scalar(value):
+                if (
+                    not name.startswith("__")
+                    and not isinstance(value, _PLAIN)
+                    and not _numpy_scalar(value)
+                ):
                     sample[name] = bytes(encode_field(key, name, value))
         samples.append(sample)
     return samples
@@ -103,7 +109,9 @@ def _call(fn: SampleFn, item: Any, encode: bool) -> tuple[bool, Any]:
         return False, (True, one_line(exc))
     except ShardstreamError as exc:
         return False, (False, one_line(exc))
-    except Exception as exc:  # the user's function: any error, reported with the input that raised it
+    except (
+        Exception
+    ) as exc:  # the user's function: any error, reported with the input that raised it
         return False, (False, f"{type(exc).__name__}: {one_line(exc)}")
 
 
@@ -120,17 +128,28 @@ def _picklable(fn: SampleFn) -> bool:
     return True
 
 
-def map_ordered(fn: SampleFn, items: Sequence[Any], workers: int, encode: bool = False,
-                ahead: int | None = None, engine: str = "local", ray_address: str | None = None
-                ) -> Iterator[tuple[int, tuple[bool, Any]]]:
+def map_ordered(
+    fn: SampleFn,
+    items: Sequence[Any],
+    workers: int,
+    encode: bool = False,
+    ahead: int | None = None,
+    engine: str = "local",
+    ray_address: str | None = None,
+) -> Iterator[tuple[int, tuple[bool, Any]]]:
     """``(i, _call(fn, items[i]))`` for every item, in order; ``workers`` processes (or, with
     ``engine="ray"``, Ray tasks) run up to ``ahead`` items beyond the one being consumed (default: two
     per worker)."""
     if engine == "ray":
         from .ray_engine import map_ray
 
-        yield from map_ray(functools.partial(_call, fn, encode=encode), items, address=ray_address, ahead=ahead,
-                           describe=lambda i: describe_input(items[i]))
+        yield from map_ray(
+            functools.partial(_call, fn, encode=encode),
+            items,
+            address=ray_address,
+            ahead=ahead,
+            describe=lambda i: describe_input(items[i]),
+        )
         return
     if engine != "local":
         raise ValueError(f"unknown engine {engine!r}; use local or ray")
@@ -141,14 +160,21 @@ def map_ordered(fn: SampleFn, items: Sequence[Any], workers: int, encode: bool =
     context = pool_context()
     pool: Executor
     if context.get_start_method() != "fork" and not _picklable(fn):
-        log.warning("fn %s cannot be sent to worker processes (this process runs threads, so workers are spawned, "
-                    "not forked): running it in %d threads instead; define it at module level for processes",
-                    getattr(fn, "__qualname__", fn), workers)
+        log.warning(
+            "fn %s cannot be sent to worker processes (this process runs threads, so workers are spawned, "
+            "not forked): running it in %d threads instead; define it at module level for processes",
+            getattr(fn, "__qualname__", fn),
+            workers,
+        )
         pool = ThreadPoolExecutor(min(workers, len(items)))
         submit = functools.partial(pool.submit, _call, fn, encode=encode)
     else:
-        pool = ProcessPoolExecutor(min(workers, len(items)), mp_context=context, initializer=_install,
-                                   initargs=(os.getpid(), fn, encode))
+        pool = ProcessPoolExecutor(
+            min(workers, len(items)),
+            mp_context=context,
+            initializer=_install,
+            initargs=(os.getpid(), fn, encode),
+        )
         submit = functools.partial(pool.submit, _run)
     ahead = max(ahead or 2 * workers, 1)
     with pool:
@@ -163,7 +189,8 @@ def map_ordered(fn: SampleFn, items: Sequence[Any], workers: int, encode: bool =
                     raise ShardstreamError(
                         f"a worker process died while making the samples of input {i} "
                         f"({describe_input(items[i])}): out of memory, or killed; pack again with fewer "
-                        "--workers") from None
+                        "--workers"
+                    ) from None
                 yield i, result
         finally:
             for future in pending:
@@ -171,28 +198,57 @@ def map_ordered(fn: SampleFn, items: Sequence[Any], workers: int, encode: bool =
 
 
 def write_samples(  # noqa: PLR0913 - pack's settings, passed on by keyword
-    fn: SampleFn, items: Sequence[Any], dest: str, *, what: Callable[[int], str], format: str = "tar",
-    shard_size: int | str = DEFAULT_SHARD_SIZE, samples_per_shard: int | None = None,
-    compression: str | None = None, workers: int | None = None, overwrite: bool = False,
-    storage_options: dict[str, Any] | None = None, progress: bool = True, fsync: bool = True,
-    info: dict[str, Any] | None = None, total: int | None = None, classes: list[str] | None = None,
-    engine: str = "local", ray_address: str | None = None,
+    fn: SampleFn,
+    items: Sequence[Any],
+    dest: str,
+    *,
+    what: Callable[[int], str],
+    format: str = "tar",
+    shard_size: int | str = DEFAULT_SHARD_SIZE,
+    samples_per_shard: int | None = None,
+    compression: str | None = None,
+    workers: int | None = None,
+    overwrite: bool = False,
+    storage_options: dict[str, Any] | None = None,
+    progress: bool = True,
+    fsync: bool = True,
+    info: dict[str, Any] | None = None,
+    total: int | None = None,
+    classes: list[str] | None = None,
+    engine: str = "local",
+    ray_address: str | None = None,
 ) -> tuple[str, Manifest]:
     """Map ``fn`` over ``items`` in parallel and write the samples in order; publish the manifest last.
     ``what(i)`` names input ``i`` in an error. Returns (the dataset's URL, its manifest)."""
     workers = default_workers() if workers is None else int(workers)
     if isinstance(workers, bool) or workers < 1:
         raise ShardstreamError(f"workers must be at least 1, not {workers!r}")
-    writer = ShardWriter(dest, format, shard_size, samples_per_shard, compression, storage_options,
-                         overwrite=overwrite, classes=classes, fsync=fsync)
+    writer = ShardWriter(
+        dest,
+        format,
+        shard_size,
+        samples_per_shard,
+        compression,
+        storage_options,
+        overwrite=overwrite,
+        classes=classes,
+        fsync=fsync,
+    )
     encode = writer.shard_format != "arrow"
     try:
         with progress_bar(progress, total, unit=" samples") as bar:
-            for i, (ok, out) in map_ordered(fn, items, workers, encode, engine=engine, ray_address=ray_address):
+            for i, (ok, out) in map_ordered(
+                fn, items, workers, encode, engine=engine, ray_address=ray_address
+            ):
                 if not ok:
                     ours, message = out
-                    raise (SourceError(message) if ours else ShardstreamError(
-                        f"{what(i)} failed: {message}; fix it or leave it out (no dataset was published)"))
+                    raise (
+                        SourceError(message)
+                        if ours
+                        else ShardstreamError(
+                            f"{what(i)} failed: {message}; fix it or leave it out (no dataset was published)"
+                        )
+                    )
                 for sample in out:
                     try:
                         writer.write(sample)
@@ -210,14 +266,22 @@ def write_samples(  # noqa: PLR0913 - pack's settings, passed on by keyword
     return writer.store.url, manifest
 
 
-def pack_function(inputs: Iterable[Any], dest: str | os.PathLike[str], fn: SampleFn, *, format: str | None = None,
-                  **options: Any) -> tuple[str, Manifest, float]:
+def pack_function(
+    inputs: Iterable[Any],
+    dest: str | os.PathLike[str],
+    fn: SampleFn,
+    *,
+    format: str | None = None,
+    **options: Any,
+) -> tuple[str, Manifest, float]:
     """``ss.pack(inputs, dest, fn=...)``: ``fn(input)`` returns or yields sample dicts (``__key__``
     optional: the sample's number otherwise); they are written in input order. Returns (url, manifest, seconds)."""
     started = time.perf_counter()
     if isinstance(inputs, (str, bytes, os.PathLike)) or not isinstance(inputs, Iterable):
-        raise ShardstreamError(f"with fn=, the source is a list of inputs for fn, not {describe_input(inputs)}; "
-                               "pass e.g. a list of file names")
+        raise ShardstreamError(
+            f"with fn=, the source is a list of inputs for fn, not {describe_input(inputs)}; "
+            "pass e.g. a list of file names"
+        )
     items = list(inputs)
     if not callable(fn):
         raise ShardstreamError(f"fn must be a function of one input, not a {type(fn).__name__}")
@@ -229,13 +293,21 @@ def pack_function(inputs: Iterable[Any], dest: str | os.PathLike[str], fn: Sampl
         return f"fn {name} on input {i} ({describe_input(items[i])})" if i >= 0 else f"fn {name}"
 
     info = creation_info(source=f"{name} over {len(items)} inputs", layout="function")
-    url, manifest = write_samples(fn, items, os.fspath(dest), what=what, format=format or "tar", info=info,
-                                  **options)
+    url, manifest = write_samples(
+        fn, items, os.fspath(dest), what=what, format=format or "tar", info=info, **options
+    )
     return url, manifest, time.perf_counter() - started
 
 
-def pack_source(src: SampleSource, dest: str | os.PathLike[str], *, format: str | None = None, shuffle: bool = True,
-                seed: int = 0, **options: Any) -> tuple[str, Manifest, float]:
+def pack_source(
+    src: SampleSource,
+    dest: str | os.PathLike[str],
+    *,
+    format: str | None = None,
+    shuffle: bool = True,
+    seed: int = 0,
+    **options: Any,
+) -> tuple[str, Manifest, float]:
     """Pack a source read in workers (HDF5, LMDB, NumPy, existing shards). Returns (url, manifest, seconds)."""
     started = time.perf_counter()
     reader, jobs = src.sample_jobs(int(seed) if shuffle else None)
@@ -243,18 +315,35 @@ def pack_source(src: SampleSource, dest: str | os.PathLike[str], *, format: str 
     if store.local and os.path.exists(src.root):
         root, target = os.path.realpath(src.root), os.path.realpath(store.root)
         if target == root or target.startswith(root.rstrip(os.sep) + os.sep):
-            raise ShardstreamError(f"destination {store.root} is inside the source {src.root}; choose a folder "
-                                   "outside it")
+            raise ShardstreamError(
+                f"destination {store.root} is inside the source {src.root}; choose a folder "
+                "outside it"
+            )
 
     def what(i: int) -> str:
         return f"{src.layout} source {src.root}"
 
-    info = creation_info(source=os.path.abspath(src.root) if "://" not in src.root else src.root, layout=src.layout)
-    url, manifest = write_samples(reader, jobs, os.fspath(dest), what=what, format=format or "tar", info=info,
-                                  total=src.num_samples, classes=getattr(src, "classes", None), **options)
+    info = creation_info(
+        source=os.path.abspath(src.root) if "://" not in src.root else src.root, layout=src.layout
+    )
+    url, manifest = write_samples(
+        reader,
+        jobs,
+        os.fspath(dest),
+        what=what,
+        format=format or "tar",
+        info=info,
+        total=src.num_samples,
+        classes=getattr(src, "classes", None),
+        **options,
+    )
     return url, manifest, time.perf_counter() - started
 
 
-def pack_inputs(inputs: Iterable[Any], dest: str | os.PathLike[str], options: PackOptions) -> PackResult:
+def pack_inputs(
+    inputs: Iterable[Any], dest: str | os.PathLike[str], options: PackOptions
+) -> PackResult:
     """``pack(inputs, dest, fn=...)``: :func:`pack_function` with the pack's settings."""
-    return PackResult(*pack_function(inputs, dest, options.fn, format=options.format, **options.common()))
+    return PackResult(
+        *pack_function(inputs, dest, options.fn, format=options.format, **options.common())
+    )

@@ -55,7 +55,9 @@ class PackOptions:
             return "split"
         if self.format == "tokens" or self.token_options:
             if self.format != "tokens":
-                raise ShardstreamError(f"{', '.join(sorted(self.token_options))} apply to format='tokens' only")
+                raise ShardstreamError(
+                    f"{', '.join(sorted(self.token_options))} apply to format='tokens' only"
+                )
             return "text"
         return "source"
 
@@ -64,19 +66,35 @@ class PackOptions:
         workers = self.workers
         if workers is not None and (isinstance(workers, bool) or int(workers) < 1):
             raise ShardstreamError(f"workers must be at least 1, not {workers!r}")
-        return Execution(default_workers() if workers is None else int(workers), self.progress, self.engine,
-                         self.ray_address)
+        return Execution(
+            default_workers() if workers is None else int(workers),
+            self.progress,
+            self.engine,
+            self.ray_address,
+        )
 
     def common(self) -> dict[str, Any]:
         """The settings every kind of pack takes, as keywords."""
-        return {"shard_size": self.shard_size, "samples_per_shard": self.samples_per_shard,
-                "compression": self.compression, "workers": self.workers, "overwrite": self.overwrite,
-                "storage_options": self.storage_options, "progress": self.progress, "fsync": self.fsync,
-                "engine": self.engine, "ray_address": self.ray_address}
+        return {
+            "shard_size": self.shard_size,
+            "samples_per_shard": self.samples_per_shard,
+            "compression": self.compression,
+            "workers": self.workers,
+            "overwrite": self.overwrite,
+            "storage_options": self.storage_options,
+            "progress": self.progress,
+            "fsync": self.fsync,
+            "engine": self.engine,
+            "ray_address": self.ray_address,
+        }
 
     def source_settings(self) -> dict[str, Any]:
         """What the sources of samples take (HDF5 ``fields``, LMDB ``field_name`` and ``decode_value``)."""
-        given = (("fields", self.fields), ("field_name", self.field_name), ("decode_value", self.decode_value))
+        given = (
+            ("fields", self.fields),
+            ("field_name", self.field_name),
+            ("decode_value", self.decode_value),
+        )
         return {k: v for k, v in given if v is not None}
 
     def replace(self, **changes: Any) -> PackOptions:

@@ -49,13 +49,20 @@ def connect(address: str | None = None, num_cpus: int | None = None) -> str:
         if address:
             ray.init(address=address, log_to_driver=False)
             return address
-        ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=False, _node_ip_address="127.0.0.1")
+        ray.init(
+            num_cpus=num_cpus,
+            include_dashboard=False,
+            log_to_driver=False,
+            _node_ip_address="127.0.0.1",
+        )
     except Exception as exc:  # ConnectionError, TimeoutError, RuntimeError, ... by Ray version
         where = f"the Ray cluster at {address}" if address else "a local Ray instance"
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise ShardstreamError(f"cannot reach {where} ({first}); start one with 'ray start --head' and pass its "
-                               "address (ray_address= or --ray-address, or RAY_ADDRESS), or leave the address out "
-                               "for a local instance") from exc
+        raise ShardstreamError(
+            f"cannot reach {where} ({first}); start one with 'ray start --head' and pass its "
+            "address (ray_address= or --ray-address, or RAY_ADDRESS), or leave the address out "
+            "for a local instance"
+        ) from exc
     return "local"
 
 
@@ -69,14 +76,23 @@ def _probe(address: str) -> None:
     try:
         socket.create_connection((host.strip("[]") or "127.0.0.1", int(port)), timeout=5).close()
     except OSError as exc:
-        raise ShardstreamError(f"cannot reach the Ray cluster at {address} ({exc.strerror or exc}); start one with "
-                               "'ray start --head' and pass its address (ray_address= or --ray-address, or "
-                               "RAY_ADDRESS), or leave the address out for a local instance") from None
+        raise ShardstreamError(
+            f"cannot reach the Ray cluster at {address} ({exc.strerror or exc}); start one with "
+            "'ray start --head' and pass its address (ray_address= or --ray-address, or "
+            "RAY_ADDRESS), or leave the address out for a local instance"
+        ) from None
 
 
-def run_ray(job: Callable[..., R], jobs: Sequence[tuple[Any, ...]], on_done: Callable[[int], None], *,
-            address: str | None = None, retries: int = DEFAULT_RETRIES, num_cpus: int | None = None,
-            describe: Callable[[int], str] | None = None) -> list[R]:
+def run_ray(
+    job: Callable[..., R],
+    jobs: Sequence[tuple[Any, ...]],
+    on_done: Callable[[int], None],
+    *,
+    address: str | None = None,
+    retries: int = DEFAULT_RETRIES,
+    num_cpus: int | None = None,
+    describe: Callable[[int], str] | None = None,
+) -> list[R]:
     """``job(*args)`` for each of ``jobs`` as Ray tasks, results in plan order; ``on_done(i)`` as each ends.
 
     ``describe(i)`` names job ``i``'s input (its first source file) in errors.
@@ -93,7 +109,9 @@ def run_ray(job: Callable[..., R], jobs: Sequence[tuple[Any, ...]], on_done: Cal
             ready, pending = ray.wait(pending, num_returns=1)
             for ref in ready:
                 i = index[ref]
-                results[i] = _result(ray, ref, f"shard {i}" + (f" ({describe(i)})" if describe else ""), retries)
+                results[i] = _result(
+                    ray, ref, f"shard {i}" + (f" ({describe(i)})" if describe else ""), retries
+                )
                 on_done(i)
     except BaseException:
         stop(ray, pending)
@@ -101,8 +119,15 @@ def run_ray(job: Callable[..., R], jobs: Sequence[tuple[Any, ...]], on_done: Cal
     return results
 
 
-def map_ray(fn: Callable[[Any], R], items: Sequence[Any], *, address: str | None = None, ahead: int | None = None,
-            retries: int = DEFAULT_RETRIES, describe: Callable[[int], str] | None = None) -> Iterator[tuple[int, R]]:
+def map_ray(
+    fn: Callable[[Any], R],
+    items: Sequence[Any],
+    *,
+    address: str | None = None,
+    ahead: int | None = None,
+    retries: int = DEFAULT_RETRIES,
+    describe: Callable[[int], str] | None = None,
+) -> Iterator[tuple[int, R]]:
     """``(i, fn(items[i]))`` in order, each call a Ray task, up to ``ahead`` beyond the one being consumed
     (default: two per CPU of the cluster). For sources read sample by sample: the results come back to
     this process, which writes the shards in order."""
@@ -136,8 +161,9 @@ class RayPool:
     def submit(self, fn: Callable[..., R], *args: Any) -> Future[R]:
         task = self._tasks.get(fn)
         if task is None:
-            task = self._tasks[fn] = self.ray.remote(num_cpus=1, max_retries=self.retries,
-                                                     retry_exceptions=False)(fn)
+            task = self._tasks[fn] = self.ray.remote(
+                num_cpus=1, max_retries=self.retries, retry_exceptions=False
+            )(fn)
         ref = task.remote(*args)
         self._refs.append(ref)
         out: Future[R] = Future()
@@ -183,16 +209,26 @@ def _apply(fn: Callable[[Any], R], item: Any) -> R:
 def _result(ray: Any, ref: Any, what: str, retries: int) -> Any:
     try:
         return ray.get(ref)
-    except ray.exceptions.RayTaskError as exc:  # the job raised: the data's error, as the local engine gives it
+    except (
+        ray.exceptions.RayTaskError
+    ) as exc:  # the job raised: the data's error, as the local engine gives it
         cause = exc.cause if isinstance(getattr(exc, "cause", None), BaseException) else None
         if isinstance(cause, ShardstreamError):
             raise cause from None
-        detail = f"{type(cause).__name__}: {cause}" if cause is not None else str(exc).splitlines()[0]
+        detail = (
+            f"{type(cause).__name__}: {cause}" if cause is not None else str(exc).splitlines()[0]
+        )
         raise ShardstreamError(f"{what} failed on Ray: {detail}") from None
-    except (ray.exceptions.WorkerCrashedError, ray.exceptions.NodeDiedError, ray.exceptions.RayError) as exc:
+    except (
+        ray.exceptions.WorkerCrashedError,
+        ray.exceptions.NodeDiedError,
+        ray.exceptions.RayError,
+    ) as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise ShardstreamError(f"{what}: its Ray worker died {retries + 1} times ({first}); check the workers' "
-                               "memory and logs, then pack again (completed shards are written again)") from None
+        raise ShardstreamError(
+            f"{what}: its Ray worker died {retries + 1} times ({first}); check the workers' "
+            "memory and logs, then pack again (completed shards are written again)"
+        ) from None
 
 
 __all__ = ["DEFAULT_RETRIES", "INSTALL", "RayPool", "connect", "map_ray", "run_ray"]

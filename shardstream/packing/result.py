@@ -40,7 +40,11 @@ class PackResult:
         if self.manifest.shard_format == "tokens":  # documents and tokens, not samples
             return token_summary(self.url, self.manifest, self.seconds)
         rate = self.nbytes / self.seconds / 1e6 if self.seconds > 0 else float("inf")
-        files = "" if self.source_bytes is None else f" (from {format_size(self.source_bytes)} of files)"
+        files = (
+            ""
+            if self.source_bytes is None
+            else f" (from {format_size(self.source_bytes)} of files)"
+        )
         line = (
             f"packed {count(self.samples, 'sample')} into {count(self.shards, self.manifest.shard_format + ' shard')}, "
             f"{format_size(self.nbytes)}{files} in {self.seconds:.2f} s ({rate:.1f} MB/s) -> {self.url}"
@@ -48,7 +52,9 @@ class PackResult:
         layout = (self.manifest.created or {}).get("layout")
         classes = self.manifest.classes
         if layout:
-            line += f"; layout {layout}" + ("" if classes is None else f", {count(len(classes), 'class', 'classes')}")
+            line += f"; layout {layout}" + (
+                "" if classes is None else f", {count(len(classes), 'class', 'classes')}"
+            )
         if self.skipped_hidden:
             line += f" (skipped {self.skipped_hidden} hidden files and folders)"
         return line
@@ -58,9 +64,11 @@ def token_summary(url: str, manifest: Manifest, seconds: float) -> str:
     """A token pack's result line: documents, tokens, shards and rate."""
     t, m = manifest.tokens or {}, manifest
     rate = t.get("total", 0) / seconds if seconds > 0 else float("inf")
-    return (f"packed {count(m.num_samples, 'document')}, {count(t.get('total', 0), str(t.get('dtype')) + ' token')} "
-            f"into {count(m.num_shards, 'token shard')}, {format_size(m.total_bytes)} in "
-            f"{seconds:.2f} s ({rate:,.0f} tokens/s) -> {url}")
+    return (
+        f"packed {count(m.num_samples, 'document')}, {count(t.get('total', 0), str(t.get('dtype')) + ' token')} "
+        f"into {count(m.num_shards, 'token shard')}, {format_size(m.total_bytes)} in "
+        f"{seconds:.2f} s ({rate:,.0f} tokens/s) -> {url}"
+    )
 
 
 __all__ = ["PackResult", "token_summary"]

@@ -38,24 +38,36 @@ def resolve_format(format: str, compression: str | None) -> tuple[str, str | Non
     comp = None if compression in (None, "none") else compression
     if format == "tar":
         if comp not in (None, "zstd", "gzip"):
-            raise ShardstreamError(f"tar shards take compression 'zstd', 'gzip' or 'none', not {compression!r}")
+            raise ShardstreamError(
+                f"tar shards take compression 'zstd', 'gzip' or 'none', not {compression!r}"
+            )
         return {None: "tar", "zstd": "tar.zst", "gzip": "tar.gz"}[comp], comp
     if compression is None:
         comp = "zstd"
     if comp not in (None, "zstd", "lz4"):
-        raise ShardstreamError(f"arrow shards take compression 'zstd', 'lz4' or 'none', not {compression!r}")
+        raise ShardstreamError(
+            f"arrow shards take compression 'zstd', 'lz4' or 'none', not {compression!r}"
+        )
     return "arrow", comp
 
 
-def check_shard_limits(shard_size: int | str | None, samples_per_shard: int | None) -> tuple[int, int | None]:
+def check_shard_limits(
+    shard_size: int | str | None, samples_per_shard: int | None
+) -> tuple[int, int | None]:
     """Validated (bytes, samples) limits of one shard."""
     size = parse_size(shard_size if shard_size is not None else DEFAULT_SHARD_SIZE)
-    if samples_per_shard is not None and (isinstance(samples_per_shard, bool) or int(samples_per_shard) <= 0):
-        raise ShardstreamError(f"samples per shard must be a positive integer, not {samples_per_shard!r}")
+    if samples_per_shard is not None and (
+        isinstance(samples_per_shard, bool) or int(samples_per_shard) <= 0
+    ):
+        raise ShardstreamError(
+            f"samples per shard must be a positive integer, not {samples_per_shard!r}"
+        )
     return size, None if samples_per_shard is None else int(samples_per_shard)
 
 
-def shard_is_full(shard_bytes: int, shard_samples: int, next_bytes: int, limit: int, per_shard: int | None) -> bool:
+def shard_is_full(
+    shard_bytes: int, shard_samples: int, next_bytes: int, limit: int, per_shard: int | None
+) -> bool:
     """The one rule for starting a new shard: the next sample would not fit (a shard is never empty)."""
     if shard_samples == 0:
         return False
@@ -77,5 +89,10 @@ def warn_small_shards(manifest: Manifest, limit: int) -> bool:
     log.warning(
         "the shard size %s is smaller than a typical sample (about %s): %d of %d shards hold one sample; "
         "give a shard size of 100MB to 1GB (--shard-size / shard_size=, default %s)",
-        format_size(limit), format_size(typical), single, len(counts), DEFAULT_SHARD_SIZE)
+        format_size(limit),
+        format_size(typical),
+        single,
+        len(counts),
+        DEFAULT_SHARD_SIZE,
+    )
     return True

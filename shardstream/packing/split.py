@@ -50,10 +50,16 @@ class SplitResult:
 
     def summary(self) -> str:
         sizes = sorted(e.samples for e in self.index.labels)
-        per_label = count(sizes[0], "sample") if sizes[0] == sizes[-1] else f"{sizes[0]:,} to {sizes[-1]:,} samples"
-        return (f"packed {count(self.samples, 'sample')} into {count(len(self.parts), 'dataset')} by "
-                f"{self.index.split_by} ({per_label} per label), "
-                f"{count(self.shards, 'shard')}, {format_size(self.nbytes)} in {self.seconds:.2f} s -> {self.url}")
+        per_label = (
+            count(sizes[0], "sample")
+            if sizes[0] == sizes[-1]
+            else f"{sizes[0]:,} to {sizes[-1]:,} samples"
+        )
+        return (
+            f"packed {count(self.samples, 'sample')} into {count(len(self.parts), 'dataset')} by "
+            f"{self.index.split_by} ({per_label} per label), "
+            f"{count(self.shards, 'shard')}, {format_size(self.nbytes)} in {self.seconds:.2f} s -> {self.url}"
+        )
 
 
 def folder_name(label: str, value: int) -> str:
@@ -62,7 +68,9 @@ def folder_name(label: str, value: int) -> str:
     return name if name and not name.startswith(".") else f"label-{value}"
 
 
-def pack_split(source: str | os.PathLike[str], dest: str | os.PathLike[str], options: PackOptions) -> SplitResult:
+def pack_split(
+    source: str | os.PathLike[str], dest: str | os.PathLike[str], options: PackOptions
+) -> SplitResult:
     """Pack ``source`` (an ImageFolder tree) as one dataset per class under ``dest`` (each packed with
     ``options``), then the index."""
     started = time.perf_counter()
@@ -70,17 +78,25 @@ def pack_split(source: str | os.PathLike[str], dest: str | os.PathLike[str], opt
     split_by, layout, overwrite = options.split_by, options.layout, options.overwrite
     storage_options = options.storage_options
     if split_by not in SPLIT_FIELDS:
-        raise SourceError(f"cannot split by {split_by!r}: pack splits by {', '.join(SPLIT_FIELDS)} (the class of an "
-                          "ImageFolder tree); for other labels pack one dataset per label and give "
-                          "MixedDataset.by_label a {label: url} mapping")
-    src = open_source(source, layout, **({"storage_options": storage_options} if is_remote(source) else {}))
+        raise SourceError(
+            f"cannot split by {split_by!r}: pack splits by {', '.join(SPLIT_FIELDS)} (the class of an "
+            "ImageFolder tree); for other labels pack one dataset per label and give "
+            "MixedDataset.by_label a {label: url} mapping"
+        )
+    src = open_source(
+        source, layout, **({"storage_options": storage_options} if is_remote(source) else {})
+    )
     if not isinstance(src, FolderSource) or src.classes is None:
-        raise SourceError(f"{source} is no ImageFolder tree (root/<class>/<image>): --split-by cls needs classes")
+        raise SourceError(
+            f"{source} is no ImageFolder tree (root/<class>/<image>): --split-by cls needs classes"
+        )
     root = Store(dest, storage_options)
     if root.exists(LABELS_NAME):
         if not overwrite:
-            raise DatasetExistsError(f"{root.url} already holds a split pack ({LABELS_NAME}); pass --overwrite "
-                                     "(overwrite=True) to replace it, or choose another destination")
+            raise DatasetExistsError(
+                f"{root.url} already holds a split pack ({LABELS_NAME}); pass --overwrite "
+                "(overwrite=True) to replace it, or choose another destination"
+            )
         root.remove(LABELS_NAME)  # retracted first: nobody reads a half-replaced split
     counts = [0] * len(src.classes)
     for s in src.samples:
@@ -94,9 +110,17 @@ def pack_split(source: str | os.PathLike[str], dest: str | os.PathLike[str], opt
         if name in names:
             name = f"{name}-{value}"
         names[name] = value
-        subset = FolderSource(src.root, src.layout, [s for s in src.samples if s.label == value], src.classes, 0,
-                              src.storage_options)
-        parts.append(pack_source(source, f"{root.url}/{name}", options.replace(split_by=None), src=subset))
+        subset = FolderSource(
+            src.root,
+            src.layout,
+            [s for s in src.samples if s.label == value],
+            src.classes,
+            0,
+            src.storage_options,
+        )
+        parts.append(
+            pack_source(source, f"{root.url}/{name}", options.replace(split_by=None), src=subset)
+        )
         entries.append(LabelEntry(label, value, name, counts[value]))
     index = LabelIndex(split_by, tuple(entries))
     write_labels(root, index, options.fsync)

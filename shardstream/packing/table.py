@@ -28,7 +28,9 @@ from .rules import ShardSpec
 from .writer import ShardWriter
 
 
-def _cut(batches: Iterator[pa.RecordBatch], shard_size: int, per_shard: int | None) -> Iterator[list[pa.RecordBatch]]:
+def _cut(
+    batches: Iterator[pa.RecordBatch], shard_size: int, per_shard: int | None
+) -> Iterator[list[pa.RecordBatch]]:
     """Group (sliced) batches into shards: at most ``per_shard`` rows, about ``shard_size`` bytes."""
     current: list[pa.RecordBatch] = []
     rows = 0
@@ -56,8 +58,14 @@ def _cut(batches: Iterator[pa.RecordBatch], shard_size: int, per_shard: int | No
         yield current
 
 
-def _write_arrow_shard(store: Store, index: int, batches: list[pa.RecordBatch], compression: str | None,
-                       fsync: bool, run: str | None = None) -> ShardResult:
+def _write_arrow_shard(
+    store: Store,
+    index: int,
+    batches: list[pa.RecordBatch],
+    compression: str | None,
+    fsync: bool,
+    run: str | None = None,
+) -> ShardResult:
     name = shard_name(index, "arrow", run)
     with store.open_write(name) as sink:
         writer = arrow_format.ArrowShardWriter(sink, batches[0].schema, compression)
@@ -68,8 +76,14 @@ def _write_arrow_shard(store: Store, index: int, batches: list[pa.RecordBatch], 
     return ShardResult(index, name, writer.samples, nbytes, digest)
 
 
-def pack_table_arrow(source: TableSource, claim: Claim, spec: ShardSpec, run: Execution,
-                     on_shard: Callable[[ShardResult], None], seed: int | None = None) -> pa.Schema:
+def pack_table_arrow(
+    source: TableSource,
+    claim: Claim,
+    spec: ShardSpec,
+    run: Execution,
+    on_shard: Callable[[ShardResult], None],
+    seed: int | None = None,
+) -> pa.Schema:
     """Write Arrow shards from the table into ``claim``'s destination, named with its run's token; returns the
     table's schema. ``on_shard`` sees each result in order. With ``seed``, the rows are written in a random
     order drawn from it. On the Ray engine the shards are encoded and written by Ray tasks (this process
@@ -84,10 +98,23 @@ def pack_table_arrow(source: TableSource, claim: Claim, spec: ShardSpec, run: Ex
         pool = RayPool(run.ray_address)
     with pool:
         try:
-            batches_in = (b for b, _ in table_batches(source, seed)) if seed is not None else record_batches(source)
+            batches_in = (
+                (b for b, _ in table_batches(source, seed))
+                if seed is not None
+                else record_batches(source)
+            )
             for index, batches in enumerate(_cut(batches_in, spec.limit, spec.per_shard)):
-                pending.append(pool.submit(_write_arrow_shard, store, index, batches, compression, claim.fsync,
-                                           claim.token))
+                pending.append(
+                    pool.submit(
+                        _write_arrow_shard,
+                        store,
+                        index,
+                        batches,
+                        compression,
+                        claim.fsync,
+                        claim.token,
+                    )
+                )
                 while len(pending) > workers or (pending and pending[0].done()):
                     on_shard(pending.popleft().result())
             while pending:
@@ -98,14 +125,24 @@ def pack_table_arrow(source: TableSource, claim: Claim, spec: ShardSpec, run: Ex
     return schema
 
 
-_MAGIC = ((b"\x89PNG", "png"), (b"\xff\xd8\xff", "jpg"), (b"GIF8", "gif"), (b"RIFF", "webp"), (b"BM", "bmp"),
-          (b"fLaC", "flac"), (b"OggS", "ogg"), (b"ID3", "mp3"))
+_MAGIC = (
+    (b"\x89PNG", "png"),
+    (b"\xff\xd8\xff", "jpg"),
+    (b"GIF8", "gif"),
+    (b"RIFF", "webp"),
+    (b"BM", "bmp"),
+    (b"fLaC", "flac"),
+    (b"OggS", "ogg"),
+    (b"ID3", "mp3"),
+)
 
 
 def _json_default(value: Any) -> Any:
     if isinstance(value, (bytes, bytearray, memoryview)):
-        raise EncodeError("it holds bytes inside a nested value, which JSON cannot store; "
-                          "put the bytes in a column of their own (or as {'bytes', 'path'}, like an HF Image)")
+        raise EncodeError(
+            "it holds bytes inside a nested value, which JSON cannot store; "
+            "put the bytes in a column of their own (or as {'bytes', 'path'}, like an HF Image)"
+        )
     return value.isoformat() if hasattr(value, "isoformat") else str(value)
 
 
@@ -140,8 +177,12 @@ def _fields(column: str, value: Any) -> tuple[str, Any]:
     return column, _json_default(value)  # dates, times, decimals: as text
 
 
-def pack_table_tar(source: TableSource, writer: ShardWriter, on_rows: Callable[[int], None],
-                   seed: int | None = None) -> None:
+def pack_table_tar(
+    source: TableSource,
+    writer: ShardWriter,
+    on_rows: Callable[[int], None],
+    seed: int | None = None,
+) -> None:
     """Write each row as a sample (column = field; ``__key__`` column, else the row number in the
     table); with ``seed``, in a random order drawn from it."""
     for batch, rows in table_batches(source, seed):

@@ -26,7 +26,8 @@ from ..formats.tar_index import IndexBuilder
 from ..sources import FileSample
 from ..sources.remote import is_remote
 
-BUFFER_BYTES = 1 << 20  # small enough to stay in a core's cache between the read, the hash and the write
+# small enough to stay in a core's cache between the read, the hash and the write
+BUFFER_BYTES = 1 << 20
 WRITEBACK_BYTES = 8 << 20  # start the disk writes of every this many bytes
 
 _SYNC_FILE_RANGE_WRITE = 2  # linux/fs.h: start writeback of the range, do not wait
@@ -84,8 +85,13 @@ class _Folders:
         self.fds.clear()
 
 
-def write_files(fd: int, samples: Sequence[FileSample], read: Callable[[str, int], bytes],  # noqa: C901, PLR0915 - the pack's inner loop, one frame for its speed (Benchmarks)
-                writeback: bool = False, index: IndexBuilder | None = None) -> tuple[int, str, Counter[str]]:
+def write_files(  # noqa: C901, PLR0915 - the pack's inner loop, one frame for its speed (Benchmarks)
+    fd: int,
+    samples: Sequence[FileSample],
+    read: Callable[[str, int], bytes],
+    writeback: bool = False,
+    index: IndexBuilder | None = None,
+) -> tuple[int, str, Counter[str]]:
     """Write ``samples`` as a tar shard to the open file ``fd``: (bytes written, their sha256 hex, members
     per field). Members are ``KEY.EXT`` per file and ``KEY.cls`` for a label, in field order, as
     :func:`.folder.write_shard` lays them out; ``read(path, size)`` reads a file this function does not.
@@ -102,7 +108,7 @@ def write_files(fd: int, samples: Sequence[FileSample], read: Callable[[str, int
         piece = view[:pos]
         digest.update(piece)
         while piece:
-            piece = piece[os.write(fd, piece):]
+            piece = piece[os.write(fd, piece) :]
         written += pos
         pos = 0
         if start_writeback is not None and written - started >= WRITEBACK_BYTES:
@@ -118,7 +124,7 @@ def write_files(fd: int, samples: Sequence[FileSample], read: Callable[[str, int
                 digest.update(data)
                 piece = memoryview(data)
                 while piece:
-                    piece = piece[os.write(fd, piece):]
+                    piece = piece[os.write(fd, piece) :]
                 written += n
                 return
         view[pos : pos + n] = data
@@ -138,7 +144,8 @@ def write_files(fd: int, samples: Sequence[FileSample], read: Callable[[str, int
                 header = member_header(f"{sample.key}.{ext}", size)
                 pad = -size % 512
                 laid_out.append((f"{sample.key}.{ext}", len(header), size))
-                if path is not None and not is_remote(path):  # straight into the buffer, asking one byte more
+                # straight into the buffer, asking one byte more
+                if path is not None and not is_remote(path):
                     if pos + len(header) + size + 1 + pad > BUFFER_BYTES:
                         flush()
                     start = pos + len(header)

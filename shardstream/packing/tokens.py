@@ -31,7 +31,15 @@ from .engine import default_workers, progress_bar
 from .options import PackOptions
 from .result import PackResult
 
-EOS_NAMES = ("<|endoftext|>", "</s>", "<eos>", "[EOS]", "<|end_of_text|>", "<|eot_id|>", "<|im_end|>")
+EOS_NAMES = (
+    "<|endoftext|>",
+    "</s>",
+    "<eos>",
+    "[EOS]",
+    "<|end_of_text|>",
+    "<|eot_id|>",
+    "<|im_end|>",
+)
 BATCH = 1024  # documents per tokenizer call
 
 
@@ -50,10 +58,14 @@ class Tokenizer:
 
                 spec = tokenizers.Tokenizer.from_file(path)
             except ImportError:
-                raise UsageError("tokenizer files need the 'tokenizers' package; pip install tokenizers") from None
+                raise UsageError(
+                    "tokenizer files need the 'tokenizers' package; pip install tokenizers"
+                ) from None
             except Exception as exc:  # tokenizers raises its own Exception for any bad file
-                raise UsageError(f"{path}: not a tokenizers tokenizer.json ({str(exc).splitlines()[0][:120]}); "
-                                 "give the tokenizer.json a Hugging Face tokenizer saves") from None
+                raise UsageError(
+                    f"{path}: not a tokenizers tokenizer.json ({str(exc).splitlines()[0][:120]}); "
+                    "give the tokenizer.json a Hugging Face tokenizer saves"
+                ) from None
             self.name = os.path.basename(path)
         else:
             self.name = getattr(spec, "__name__", type(spec).__name__)
@@ -68,8 +80,10 @@ class Tokenizer:
         elif callable(spec):
             self.call, self.vocab_size = spec, int(vocab_size or 1 << 32)
         else:
-            raise UsageError(f"tokenizer must be a tokenizer.json path, a tokenizers.Tokenizer or a callable, "
-                             f"not {type(spec).__name__}")
+            raise UsageError(
+                f"tokenizer must be a tokenizer.json path, a tokenizers.Tokenizer or a callable, "
+                f"not {type(spec).__name__}"
+            )
 
     def encode(self, texts: list[str]) -> list[Any]:
         if self.fast is not None:
@@ -78,7 +92,9 @@ class Tokenizer:
         return [self.call(text) for text in texts]  # type: ignore[misc]
 
 
-def _flatten(ids: list[Any], eos_id: int | None, limit: int, where: str) -> tuple[np.ndarray, np.ndarray]:
+def _flatten(
+    ids: list[Any], eos_id: int | None, limit: int, where: str
+) -> tuple[np.ndarray, np.ndarray]:
     """A batch's token ids as one int64 array (each document followed by ``eos_id``) and its lengths."""
     extra = eos_id is not None
     lengths = np.fromiter((len(d) + extra for d in ids), np.int64, len(ids))
@@ -87,8 +103,10 @@ def _flatten(ids: list[Any], eos_id: int | None, limit: int, where: str) -> tupl
     if len(flat) and (flat.min() < 0 or flat.max() >= limit):
         at = int(((flat < 0) | (flat >= limit)).argmax())
         doc = int(np.searchsorted(np.cumsum(lengths), at, side="right"))
-        raise EncodeError(f"{where}: document {doc} has token id {int(flat[at])}, outside the vocabulary of "
-                          f"{limit}; pass the tokenizer's vocab_size (uint32 shards hold ids up to 2**32 - 1)")
+        raise EncodeError(
+            f"{where}: document {doc} has token id {int(flat[at])}, outside the vocabulary of "
+            f"{limit}; pass the tokenizer's vocab_size (uint32 shards hold ids up to 2**32 - 1)"
+        )
     return flat, lengths
 
 
@@ -100,7 +118,9 @@ class _ShardCutter:
         self.itemsize = token_format.DTYPES[dtype].itemsize
         self.parts: list[tuple[np.ndarray, np.ndarray]] = []
         self.held = 0  # tokens in parts
-        self.results: list[tuple[str, int, int, str, int]] = []  # name, documents, bytes, sha256, tokens
+        self.results: list[
+            tuple[str, int, int, str, int]
+        ] = []  # name, documents, bytes, sha256, tokens
 
     def add(self, flat: np.ndarray, lengths: np.ndarray) -> None:
         while len(lengths):
@@ -134,8 +154,9 @@ class _ShardCutter:
         self.results.append((name, len(lengths), size, digest.hexdigest(), len(tokens)))
 
 
-def _encoded(src: TextSource, tok: Tokenizer, eos_id: int | None, limit: int, workers: int
-             ) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+def _encoded(
+    src: TextSource, tok: Tokenizer, eos_id: int | None, limit: int, workers: int
+) -> Iterator[tuple[np.ndarray, np.ndarray]]:
     """The corpus's batches tokenized, in order, ``workers`` batches in flight."""
     where = src.root
 
@@ -183,8 +204,14 @@ def pack_tokens(  # noqa: PLR0913 - pack(format="tokens"): one keyword per setti
     workers = default_workers() if workers is None else int(workers)
     if workers < 1:
         raise ShardstreamError(f"workers must be at least 1, not {workers}")
-    src: TextSource = REGISTRY["text"].load("text")(source, text_field=text_field, per_file=per_file, dtype=dtype,
-                                                    eos_id=eos_id, storage_options=storage_options)
+    src: TextSource = REGISTRY["text"].load("text")(
+        source,
+        text_field=text_field,
+        per_file=per_file,
+        dtype=dtype,
+        eos_id=eos_id,
+        storage_options=storage_options,
+    )
     store = Store(dest, storage_options)
     if src.tokenized:
         chunks = list(src.token_chunks())
@@ -197,38 +224,67 @@ def pack_tokens(  # noqa: PLR0913 - pack(format="tokens"): one keyword per setti
         vocab, name = tok.vocab_size, tok.name
         end = (tok.eos_id if eos_id is None else int(eos_id)) if eos else None
         if eos and end is None:
-            raise UsageError(f"the tokenizer {name} declares no end-of-document token: pass --eos-id (eos_id=) "
-                             "or --no-eos (eos=False)")
+            raise UsageError(
+                f"the tokenizer {name} declares no end-of-document token: pass --eos-id (eos_id=) "
+                "or --no-eos (eos=False)"
+            )
     out_dtype = token_format.dtype_for(vocab)
     claim = prepare_destination(store, overwrite, fsync)
     cutter = _ShardCutter(store, out_dtype, limit, claim.token)
     with progress_bar(progress, None, unit=" docs") as bar:
         if src.tokenized:
             for tokens, offsets, _ in chunks:
-                for start in range(0, len(offsets) - 1, 1 << 16):  # a file's documents, a piece at a time
+                # a file's documents, a piece at a time
+                for start in range(0, len(offsets) - 1, 1 << 16):
                     o = offsets[start : start + (1 << 16) + 1]
                     cutter.add(np.asarray(tokens[o[0] : o[-1]]), np.diff(o))
                     bar.update(len(o) - 1)
         else:
-            for flat, lengths in _encoded(src, tok, end, 1 << (8 * token_format.DTYPES[out_dtype].itemsize),
-                                          workers):
+            for flat, lengths in _encoded(
+                src, tok, end, 1 << (8 * token_format.DTYPES[out_dtype].itemsize), workers
+            ):
                 cutter.add(flat, lengths)
                 bar.update(len(lengths))
         cutter.flush()
     r = cutter.results
     if not r:
         raise ShardstreamError(f"{source} holds no documents; nothing was packed")
-    stats = {"dtype": out_dtype, "vocab_size": vocab, "eos_id": end, "tokenizer": name,
-             "total": sum(x[4] for x in r)}
-    manifest = Manifest("tokens", [x[0] for x in r], [x[1] for x in r], [x[2] for x in r], [x[3] for x in r],
-                        created=creation_info(source=source if "://" in source else os.path.abspath(source),
-                                              layout=src.kind), tokens=stats)
+    stats = {
+        "dtype": out_dtype,
+        "vocab_size": vocab,
+        "eos_id": end,
+        "tokenizer": name,
+        "total": sum(x[4] for x in r),
+    }
+    manifest = Manifest(
+        "tokens",
+        [x[0] for x in r],
+        [x[1] for x in r],
+        [x[2] for x in r],
+        [x[3] for x in r],
+        created=creation_info(
+            source=source if "://" in source else os.path.abspath(source), layout=src.kind
+        ),
+        tokens=stats,
+    )
     claim.publish(manifest)
     return store.url, manifest, time.perf_counter() - started
 
 
-def pack_text(source: str | os.PathLike[str], dest: str | os.PathLike[str], options: PackOptions) -> PackResult:
+def pack_text(
+    source: str | os.PathLike[str], dest: str | os.PathLike[str], options: PackOptions
+) -> PackResult:
     """``pack(..., format="tokens")``: :func:`pack_tokens` with the pack's settings and token options."""
-    return PackResult(*pack_tokens(source, dest, shard_size=options.shard_size, workers=options.workers,
-                                   overwrite=options.overwrite, storage_options=options.storage_options,
-                                   progress=options.progress, fsync=options.fsync, **options.token_options))
+    return PackResult(
+        *pack_tokens(
+            source,
+            dest,
+            shard_size=options.shard_size,
+            workers=options.workers,
+            overwrite=options.overwrite,
+            storage_options=options.storage_options,
+            progress=options.progress,
+            fsync=options.fsync,
+            **options.token_options,
+        )
+    )

@@ -15,7 +15,13 @@ from ..storage import Store
 from .destination import Claim, prepare_destination
 from .fields import check_key, check_name, encode_field, merge_types
 from .folder import write_index
-from .rules import DEFAULT_SHARD_SIZE, check_shard_limits, resolve_format, shard_is_full, warn_small_shards
+from .rules import (
+    DEFAULT_SHARD_SIZE,
+    check_shard_limits,
+    resolve_format,
+    shard_is_full,
+    warn_small_shards,
+)
 
 _ARROW_BATCH_BYTES = 8 << 20
 _ARROW_BATCH_ROWS = 65536
@@ -58,7 +64,8 @@ class ShardWriter:
         fsync: bool = True,
         index: bool | None = None,
         *,
-        _claim: Claim | None = None,  # a pack's claim on the destination, taken before (packing.driver)
+        _claim: Claim
+        | None = None,  # a pack's claim on the destination, taken before (packing.driver)
     ):
         self.shard_format, self.compression = resolve_format(format, compression)
         self.shard_size, self.samples_per_shard = check_shard_limits(shard_size, samples_per_shard)
@@ -70,17 +77,23 @@ class ShardWriter:
         self.samples: list[int] = []
         self.nbytes: list[int] = []
         self.sha256: list[str] = []
-        self.index = (not self.store.local if index is None else index) and self.shard_format == "tar" \
+        self.index = (
+            (not self.store.local if index is None else index)
+            and self.shard_format == "tar"
             and self.compression is None
+        )
         self.index_sha256: list[str] = []
         self.field_counts: Counter[str] = Counter()
-        self.field_types: dict[str, str] = {}  # tar: what each field's values were (see fields.value_type)
+        self.field_types: dict[
+            str, str
+        ] = {}  # tar: what each field's values were (see fields.value_type)
         self.count = 0
         self._last_key: str | None = None
         self._cm = None
         self._shard = None
         self._shard_bytes = 0
-        self._schema = schema  # pyarrow.Schema for Arrow shards; inferred from the first rows if None
+        # pyarrow.Schema for Arrow shards; inferred from the first rows if None
+        self._schema = schema
         self._rows: list[dict[str, Any]] = []
         self._rows_bytes = 0
         self.manifest: Manifest | None = None
@@ -111,8 +124,11 @@ class ShardWriter:
         import pyarrow as pa
 
         from ..formats import arrow as arrow_format
-        names = list(self._schema.names) if self._schema is not None else list(
-            dict.fromkeys(name for row in self._rows for name in row)
+
+        names = (
+            list(self._schema.names)
+            if self._schema is not None
+            else list(dict.fromkeys(name for row in self._rows for name in row))
         )
         extra = {name for row in self._rows for name in row} - set(names)
         if extra:
@@ -144,7 +160,9 @@ class ShardWriter:
             sync_file(self.store, self._sink, self.paths[-1])
         self._cm.__exit__(None, None, None)
         if self.index:
-            self.index_sha256.append(write_index(self.store, self.paths[-1], self._shard.index, self.fsync))
+            self.index_sha256.append(
+                write_index(self.store, self.paths[-1], self._shard.index, self.fsync)
+            )
         self.samples.append(self._shard_samples)
         self.nbytes.append(nbytes)
         self.sha256.append(digest)
@@ -158,10 +176,14 @@ class ShardWriter:
         key = sample.get("__key__")
         key = check_key(f"{self.count:09d}" if key is None else key, self.shard_format)
         if key == self._last_key:
-            raise EncodeError(f"sample key {key!r} repeats the previous sample's key; keys must differ")
+            raise EncodeError(
+                f"sample key {key!r} repeats the previous sample's key; keys must differ"
+            )
         fields = {k: v for k, v in sample.items() if not k.startswith("__")}
         if not fields:
-            raise EncodeError(f"sample {key!r} has no fields; give at least one, e.g. {{'txt': ...}}")
+            raise EncodeError(
+                f"sample {key!r} has no fields; give at least one, e.g. {{'txt': ...}}"
+            )
         if self.shard_format == "arrow":
             row = {"__key__": key, **fields}
             size = _row_bytes(row)
@@ -202,8 +224,10 @@ class ShardWriter:
             fields = arrow_format.describe_schema(self._schema) if self._schema is not None else []
             schema = arrow_format.schema_to_text(self._schema) if self._schema is not None else None
         else:
-            fields = [{"name": n, "type": self.field_types.get(n, "bytes"), "samples": c}
-                      for n, c in sorted(self.field_counts.items())]
+            fields = [
+                {"name": n, "type": self.field_types.get(n, "bytes"), "samples": c}
+                for n, c in sorted(self.field_counts.items())
+            ]
             schema = None
         self.manifest = Manifest(
             shard_format=self.shard_format,

@@ -43,7 +43,9 @@ def _split(items: list[int], q: np.ndarray, top: bool) -> tuple[list[int], list[
     """Two groups of about equal quota (the heaviest first, each to the lighter group); a mix of four
     sources splits two and two, so that no source sits more than two splits deep."""
     if top and len(items) == 4:
-        pairings = [([items[0], items[j]], [i for i in items[1:] if i != items[j]]) for j in (1, 2, 3)]
+        pairings = [
+            ([items[0], items[j]], [i for i in items[1:] if i != items[j]]) for j in (1, 2, 3)
+        ]
         return min(pairings, key=lambda ab: abs(int(q[ab[0]].sum()) - int(q[ab[1]].sum())))
     a: list[int] = []
     b: list[int] = []
@@ -101,7 +103,9 @@ class MixSchedule:
         ql, qn = self.left_quota[node], self.node_quota[node]
         if self.total < 1 << 30:  # exact in int64
             return (2 * ql * count + qn) // (2 * qn)
-        big = (2 * ql.astype(object) * count.astype(object) + qn.astype(object)) // (2 * qn.astype(object))
+        big = (2 * ql.astype(object) * count.astype(object) + qn.astype(object)) // (
+            2 * qn.astype(object)
+        )
         return big.astype(np.int64)  # Python integers: no overflow past 2**30 positions
 
     def locate(self, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -137,7 +141,9 @@ class MixSchedule:
         return out
 
 
-def stream_items(epoch: int, quota: int, size: int, index: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def stream_items(
+    epoch: int, quota: int, size: int, index: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
     """(pass, item within the pass) of a source's ``index``-th samples of mix epoch ``epoch``."""
     t = np.asarray(index, dtype=np.int64) + int(epoch) * int(quota)
     return t // size, t % size

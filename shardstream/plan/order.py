@@ -12,13 +12,17 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-WINDOW_SHARDS = 64  # shards a default window mixes: enough for class-sorted packs to train as i.i.d.
+# shards a default window mixes: enough for class-sorted packs to train as i.i.d.
+WINDOW_SHARDS = 64
 WINDOW_MIN = 1024  # samples
 WINDOW_MAX = 1 << 20  # samples: each worker holds a window's permutation (8 bytes a sample)
 
 
-def default_window(counts: Sequence[int] | np.ndarray, nbytes: Sequence[int] | np.ndarray | None = None,
-                   max_bytes: int | None = None) -> int:
+def default_window(
+    counts: Sequence[int] | np.ndarray,
+    nbytes: Sequence[int] | np.ndarray | None = None,
+    max_bytes: int | None = None,
+) -> int:
     """The default shuffle window: about ``WINDOW_SHARDS`` average shards (1,024 to 2**20 samples),
     and with ``nbytes`` (bytes per shard) at most ``max_bytes`` of shards (at least four shards).
 
@@ -72,8 +76,14 @@ class EpochOrder:
     _cached: tuple[int, np.ndarray] | None = field(default=None, repr=False)
 
     @classmethod
-    def create(cls, counts: Sequence[int] | np.ndarray, seed: int = 0, epoch: int = 0,
-               shuffle: bool = True, window: int | None = None) -> EpochOrder:
+    def create(
+        cls,
+        counts: Sequence[int] | np.ndarray,
+        seed: int = 0,
+        epoch: int = 0,
+        shuffle: bool = True,
+        window: int | None = None,
+    ) -> EpochOrder:
         counts = np.asarray(counts, dtype=np.int64)
         if window is None:
             window = default_window(counts)
@@ -81,8 +91,16 @@ class EpochOrder:
             raise ValueError(f"shuffle window must be at least 1 sample, not {window}")
         order = _rng(seed, epoch, 0).permutation(len(counts)) if shuffle else np.arange(len(counts))
         ends = np.cumsum(counts[order])
-        return cls(counts, int(seed), int(epoch), bool(shuffle), int(window), order, ends,
-                   int(ends[-1]) if len(ends) else 0)
+        return cls(
+            counts,
+            int(seed),
+            int(epoch),
+            bool(shuffle),
+            int(window),
+            order,
+            ends,
+            int(ends[-1]) if len(ends) else 0,
+        )
 
     def restrict(self, lo: int, hi: int) -> EpochOrder:
         """The same order, holding only the shards that positions in [lo, hi) can reach.
@@ -94,8 +112,17 @@ class EpochOrder:
         w_hi = min(-(-hi // self.window) * self.window, self.total)
         k0 = int(np.searchsorted(self.ends, w_lo, side="right"))
         k1 = int(np.searchsorted(self.ends, max(w_hi - 1, w_lo), side="right")) + 1
-        return EpochOrder(self.counts, self.seed, self.epoch, self.shuffle, self.window,
-                          self.shard_order[k0:k1].astype(np.int64), self.ends[k0:k1].copy(), self.total, k0)
+        return EpochOrder(
+            self.counts,
+            self.seed,
+            self.epoch,
+            self.shuffle,
+            self.window,
+            self.shard_order[k0:k1].astype(np.int64),
+            self.ends[k0:k1].copy(),
+            self.total,
+            k0,
+        )
 
     def window_permutation(self, w: int) -> np.ndarray:
         """The in-window permutation of window ``w`` (identity without shuffle)."""
@@ -103,7 +130,11 @@ class EpochOrder:
             return self._cached[1]
         start = w * self.window
         length = min(self.window, self.total - start)
-        perm = _rng(self.seed, self.epoch, w + 1).permutation(length) if self.shuffle else np.arange(length)
+        perm = (
+            _rng(self.seed, self.epoch, w + 1).permutation(length)
+            if self.shuffle
+            else np.arange(length)
+        )
         self._cached = (w, perm)
         return perm
 
@@ -116,9 +147,11 @@ class EpochOrder:
             src = np.empty_like(positions)
             windows = positions // self.window
             first, last = int(windows.min()), int(windows.max())
-            for w in (range(first, last + 1) if last - first < 2 else np.unique(windows).tolist()):
+            for w in range(first, last + 1) if last - first < 2 else np.unique(windows).tolist():
                 mask = windows == w
-                src[mask] = w * self.window + self.window_permutation(w)[positions[mask] - w * self.window]
+                src[mask] = (
+                    w * self.window + self.window_permutation(w)[positions[mask] - w * self.window]
+                )
         else:
             src = positions  # identity windows
         k = np.searchsorted(self.ends, src, side="right")
@@ -127,7 +160,9 @@ class EpochOrder:
         return shards, offsets
 
 
-def batch_diversity(order: EpochOrder, labels: Sequence[np.ndarray], batch_size: int) -> tuple[float, float]:
+def batch_diversity(
+    order: EpochOrder, labels: Sequence[np.ndarray], batch_size: int
+) -> tuple[float, float]:
     """Shuffle quality: (mean distinct labels per batch along ``order``, the same for an i.i.d. shuffle).
 
     ``labels[s]`` holds the labels of shard ``s``'s samples in shard order. A figure well below
@@ -135,7 +170,11 @@ def batch_diversity(order: EpochOrder, labels: Sequence[np.ndarray], batch_size:
     """
     if batch_size < 1:
         raise ValueError(f"batch_size must be at least 1, not {batch_size}")
-    flat = np.concatenate([np.asarray(x, dtype=np.int64) for x in labels]) if len(labels) else np.zeros(0, np.int64)
+    flat = (
+        np.concatenate([np.asarray(x, dtype=np.int64) for x in labels])
+        if len(labels)
+        else np.zeros(0, np.int64)
+    )
     if len(flat) != order.total:
         raise ValueError(f"labels cover {len(flat)} samples, the order {order.total}")
     starts = np.cumsum(order.counts) - order.counts

@@ -32,8 +32,9 @@ def span_bounds(segment: Intervals, span: tuple[int, int]) -> tuple[int, int]:
     return min(a for a, _ in pieces), max(b for _, b in pieces)
 
 
-def worker_chunks(span: tuple[int, int], batch_size: int, num_workers: int, worker_id: int,
-                  consumed: int = 0) -> Iterator[tuple[int, int]]:
+def worker_chunks(
+    span: tuple[int, int], batch_size: int, num_workers: int, worker_id: int, consumed: int = 0
+) -> Iterator[tuple[int, int]]:
     """The [start, stop) segment-index ranges this worker reads, in order.
 
     The rank's span from ``consumed`` on is cut into chunks of ``batch_size``; chunk ``c``

@@ -6,7 +6,9 @@ from .partition import per_rank
 from .segments import Intervals, merge, segment_length, slice_segment
 
 
-def remaining(segment: Intervals, world_size: int, consumed: int, drop_last: bool) -> list[tuple[int, int]]:
+def remaining(
+    segment: Intervals, world_size: int, consumed: int, drop_last: bool
+) -> list[tuple[int, int]]:
     """The segment left once every rank consumed ``consumed`` positions of its span.
 
     Padding (indices past the segment's end) is never carried over, so every real sample

@@ -20,7 +20,14 @@ from .remote import arrow_filesystem, is_remote, walk_remote
 from .table import TABLE_SUFFIXES, TableSource, sample_permutation
 
 LAYOUTS = ("auto", "imagefolder", "files", "table", "hdf5", "lmdb", "numpy", "hf", "shards")
-SAMPLE_KINDS = ("hdf5", "lmdb", "numpy", "hf", "shards")  # listed by their own modules, which take options
+# listed by their own modules, which take options
+SAMPLE_KINDS = (
+    "hdf5",
+    "lmdb",
+    "numpy",
+    "hf",
+    "shards",
+)
 _TAR_SUFFIXES = (".tar", ".tar.gz", ".tgz", ".tar.zst")
 
 
@@ -39,7 +46,8 @@ class SourceKind:
                 importlib.import_module(module)
             except ImportError:
                 raise SourceError(
-                    f"{name} sources need the {module!r} package; install it with: {self.install}") from None
+                    f"{name} sources need the {module!r} package; install it with: {self.install}"
+                ) from None
         module, _, attr = self.target.partition(":")
         return getattr(importlib.import_module(module), attr)
 
@@ -47,13 +55,21 @@ class SourceKind:
 REGISTRY: dict[str, SourceKind] = {
     "imagefolder": SourceKind("shardstream.sources.folder:image_folder"),
     "files": SourceKind("shardstream.sources.folder:file_tree"),
-    "table": SourceKind("shardstream.sources.table:TableSource", ("pyarrow",), "pip install pyarrow"),
-    "text": SourceKind("shardstream.sources.text:open_text_source"),  # token shards: text or token files
-    "hdf5": SourceKind("shardstream.sources.hdf5:open_hdf5_source", ("h5py",), "pip install 'shardstream[hdf5]'"),
-    "lmdb": SourceKind("shardstream.sources.lmdbs:open_lmdb_source", ("lmdb",), "pip install 'shardstream[lmdb]'"),
+    "table": SourceKind(
+        "shardstream.sources.table:TableSource", ("pyarrow",), "pip install pyarrow"
+    ),
+    # token shards: text or token files
+    "text": SourceKind("shardstream.sources.text:open_text_source"),
+    "hdf5": SourceKind(
+        "shardstream.sources.hdf5:open_hdf5_source", ("h5py",), "pip install 'shardstream[hdf5]'"
+    ),
+    "lmdb": SourceKind(
+        "shardstream.sources.lmdbs:open_lmdb_source", ("lmdb",), "pip install 'shardstream[lmdb]'"
+    ),
     "numpy": SourceKind("shardstream.sources.numpy_arrays:open_numpy_source"),
     "hf": SourceKind("shardstream.sources.hf:open_hf_source", ("pyarrow",), "pip install pyarrow"),
-    "shards": SourceKind("shardstream.sources.shards:open_shards_source"),  # WebDataset tars, shardstream datasets
+    # WebDataset tars, shardstream datasets
+    "shards": SourceKind("shardstream.sources.shards:open_shards_source"),
 }
 
 
@@ -87,8 +103,9 @@ def detect_kind(path: str) -> str | None:
     return None
 
 
-def open_source(path: str, layout: str = "auto", storage_options: dict[str, Any] | None = None,
-                **options: Any) -> Any:
+def open_source(
+    path: str, layout: str = "auto", storage_options: dict[str, Any] | None = None, **options: Any
+) -> Any:
     """Find out what ``path`` holds and list it; a :class:`SourceError` if it cannot be packed.
 
     ``options`` go to the HDF5, LMDB, NumPy, Hugging Face and shard sources (``fields``, ``field_name``,
@@ -97,7 +114,7 @@ def open_source(path: str, layout: str = "auto", storage_options: dict[str, Any]
         raise SourceError(f"unknown layout {layout!r}; use one of {', '.join(LAYOUTS)}")
     if is_remote(path):
         return _open_remote(path, layout, storage_options, options)
-    path = path[len("file://"):] if path.startswith("file://") else path
+    path = path[len("file://") :] if path.startswith("file://") else path
     if not os.path.exists(path):
         kind = "broken symbolic link" if os.path.islink(path) else "no such file or folder"
         raise SourceError(f"source {path} does not exist ({kind})")
@@ -105,7 +122,9 @@ def open_source(path: str, layout: str = "auto", storage_options: dict[str, Any]
     if kind is not None:
         return _open_samples(kind, path, options)
     if options:
-        raise SourceError(f"{', '.join(sorted(options))} apply to HDF5, LMDB and NumPy sources, not to {path}")
+        raise SourceError(
+            f"{', '.join(sorted(options))} apply to HDF5, LMDB and NumPy sources, not to {path}"
+        )
     if os.path.isfile(path):
         return _open_table_file(path, layout)
     return _open_folder(path, layout)
@@ -155,12 +174,15 @@ def _open_folder(path: str, layout: str) -> Any:
     return REGISTRY[layout].load(layout)(path, files, hidden)
 
 
-def _open_remote(url: str, layout: str, storage_options: dict[str, Any] | None, options: dict[str, Any]
-                 ) -> FolderSource | TableSource:
+def _open_remote(
+    url: str, layout: str, storage_options: dict[str, Any] | None, options: dict[str, Any]
+) -> FolderSource | TableSource:
     """A folder tree or tables in object storage (``storage_options`` reach them), listed through fsspec."""
     if layout not in ("auto", "imagefolder", "files", "table") or options:
-        raise SourceError(f"{url}: sources in object storage are folder trees and tables (layout auto, imagefolder, "
-                          "files or table); copy other sources to a local folder first")
+        raise SourceError(
+            f"{url}: sources in object storage are folder trees and tables (layout auto, imagefolder, "
+            "files or table); copy other sources to a local folder first"
+        )
     files, hidden = walk_remote(url, storage_options)
     if not files:
         raise SourceError(f"source {url} holds no objects to pack (it is empty or does not exist)")
@@ -168,8 +190,10 @@ def _open_remote(url: str, layout: str, storage_options: dict[str, Any] | None, 
     formats = {TABLE_SUFFIXES.get(s) for s in suffixes}
     if layout == "table" or (layout == "auto" and suffixes <= TABLE_SUFFIXES.keys()):
         if len(formats) != 1 or None in formats:
-            raise SourceError(f"source {url} must hold table files of one kind for layout 'table' "
-                              f"(found {', '.join(sorted(s or '(none)' for s in suffixes))})")
+            raise SourceError(
+                f"source {url} must hold table files of one kind for layout 'table' "
+                f"(found {', '.join(sorted(s or '(none)' for s in suffixes))})"
+            )
         filesystem, _ = arrow_filesystem(url, storage_options)
         paths = [u.split("://", 1)[1] for _, u, _ in files]
         return REGISTRY["table"].load("table")(url, formats.pop(), paths, filesystem)
@@ -200,6 +224,15 @@ def _refuse_strays(path: str, files: list[tuple[str, str, int]]) -> None:
         )
 
 
-__all__ = ["LAYOUTS", "REGISTRY", "SAMPLE_KINDS", "detect_kind",
-           "FileSample", "FolderSource", "SourceKind", "TableSource", "open_source",
-           "sample_permutation"]
+__all__ = [
+    "LAYOUTS",
+    "REGISTRY",
+    "SAMPLE_KINDS",
+    "detect_kind",
+    "FileSample",
+    "FolderSource",
+    "SourceKind",
+    "TableSource",
+    "open_source",
+    "sample_permutation",
+]

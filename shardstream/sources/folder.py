@@ -35,7 +35,8 @@ class FolderSource:
     samples: list[FileSample]
     classes: list[str] | None
     skipped_hidden: int = 0
-    storage_options: dict[str, Any] | None = None  # a folder in object storage: how workers reach its files
+    # a folder in object storage: how workers reach its files
+    storage_options: dict[str, Any] | None = None
 
     @property
     def total_bytes(self) -> int:
@@ -52,7 +53,9 @@ def walk(root: str) -> tuple[list[tuple[str, str, int]], int]:
         nonlocal hidden
         real = os.path.realpath(folder)
         if real in seen:
-            raise SourceError(f"{folder}: symbolic links form a loop back to {real}; remove the link")
+            raise SourceError(
+                f"{folder}: symbolic links form a loop back to {real}; remove the link"
+            )
         seen.add(real)
         try:
             entries = sorted(os.scandir(folder), key=lambda e: e.name)
@@ -69,9 +72,13 @@ def walk(root: str) -> tuple[list[tuple[str, str, int]], int]:
                 elif entry.is_file():
                     out.append((relpath, entry.path, entry.stat().st_size))
                 elif entry.is_symlink():
-                    raise SourceError(f"cannot read {entry.path}: it is a broken symbolic link; fix or remove it")
+                    raise SourceError(
+                        f"cannot read {entry.path}: it is a broken symbolic link; fix or remove it"
+                    )
                 else:
-                    raise SourceError(f"cannot pack {entry.path}: not a regular file or folder; remove it")
+                    raise SourceError(
+                        f"cannot pack {entry.path}: not a regular file or folder; remove it"
+                    )
             except OSError as exc:
                 raise SourceError(f"cannot read {entry.path}: {describe_os_error(exc)}") from exc
         seen.discard(real)
@@ -96,7 +103,9 @@ def group(files: list[tuple[str, str, int]]) -> list[FileSample]:
     for relpath, path, size in files:
         slash = relpath.rfind("/") + 1  # split_name, inline: this runs once per file of the tree
         dot = relpath.find(".", slash)
-        key, ext = (relpath, NO_EXTENSION_FIELD) if dot == -1 else (relpath[:dot], relpath[dot + 1 :])
+        key, ext = (
+            (relpath, NO_EXTENSION_FIELD) if dot == -1 else (relpath[:dot], relpath[dot + 1 :])
+        )
         if not ext or ext[-1] == ".":
             raise SourceError(f"cannot pack {path}: its name ends with '.'; rename it")
         # fields as webdataset names them: ImageNet's .JPEG is batch["jpeg"]
@@ -131,17 +140,27 @@ def image_folder(path: str, files: list[tuple[str, str, int]], hidden: int) -> F
     if "://" in path:  # a bucket has no empty folders: its classes are the folders that hold files
         classes = sorted({rel.split("/", 1)[0] for rel, _, _ in files})
     else:
-        classes = sorted(e.name for e in os.scandir(path) if e.is_dir() and not e.name.startswith("."))
+        classes = sorted(
+            e.name for e in os.scandir(path) if e.is_dir() and not e.name.startswith(".")
+        )
     samples = group(files)
     index = {c: i for i, c in enumerate(classes)}
-    if not {f".{ext}" for s in samples for ext, _, _ in s.files} <= IMAGE_SUFFIXES:  # not images alone: each sample
-        imageless = [s for s in samples if not any(f".{ext}" in IMAGE_SUFFIXES for ext, _, _ in s.files)]
-        if imageless and len(imageless) < len(samples):  # class folders of images with strays among them
-            raise SourceError(f"{imageless[0].files[0][1]}: sample {imageless[0].key!r} has no image file, unlike "
-                              "the other samples of this ImageFolder; remove the file, or pack with --layout files")
+    # not images alone: each sample
+    if not {f".{ext}" for s in samples for ext, _, _ in s.files} <= IMAGE_SUFFIXES:
+        imageless = [
+            s for s in samples if not any(f".{ext}" in IMAGE_SUFFIXES for ext, _, _ in s.files)
+        ]
+        # class folders of images with strays among them
+        if imageless and len(imageless) < len(samples):
+            raise SourceError(
+                f"{imageless[0].files[0][1]}: sample {imageless[0].key!r} has no image file, unlike "
+                "the other samples of this ImageFolder; remove the file, or pack with --layout files"
+            )
         for s in samples:
             if any(ext == "cls" for ext, _, _ in s.files):
-                raise SourceError(f"{s.files[0][1]}: sample {s.key!r} already has a 'cls' file; use --layout files")
+                raise SourceError(
+                    f"{s.files[0][1]}: sample {s.key!r} already has a 'cls' file; use --layout files"
+                )
     for s in samples:
         s.label = index[s.key[: s.key.index("/")]]
     return FolderSource(path, "imagefolder", samples, classes, hidden)

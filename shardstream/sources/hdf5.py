@@ -20,7 +20,15 @@ from typing import Any
 import numpy as np
 
 from ..errors import SourceError
-from .numpy_arrays import check_dtype, field_base, field_name, npy_bytes, row_chunks, sample_key, take_rows
+from .numpy_arrays import (
+    check_dtype,
+    field_base,
+    field_name,
+    npy_bytes,
+    row_chunks,
+    sample_key,
+    take_rows,
+)
 
 # how a field's rows are read: "array" (numbers, records: numpy), "text" (strings), "bytes" (vlen uint8)
 Column = tuple[str, str, str]  # (field, dataset path, kind)
@@ -41,9 +49,13 @@ class HDF5Source:
     layout: str = "hdf5"
     classes: None = None
 
-    def sample_jobs(self, shuffle_seed: int | None) -> tuple[Callable[[Any], list[dict[str, Any]]], list[Any]]:
-        return (functools.partial(read_hdf5_rows, self.root, tuple(self.columns)),
-                row_chunks(self.num_samples, self.row_bytes, shuffle_seed))
+    def sample_jobs(
+        self, shuffle_seed: int | None
+    ) -> tuple[Callable[[Any], list[dict[str, Any]]], list[Any]]:
+        return (
+            functools.partial(read_hdf5_rows, self.root, tuple(self.columns)),
+            row_chunks(self.num_samples, self.row_bytes, shuffle_seed),
+        )
 
 
 _OPEN: dict[str, tuple[int, Any]] = {}  # path -> (pid, h5py.File): one open file per worker process
@@ -62,7 +74,9 @@ def _file(path: str) -> Iterator[Any]:
     try:
         file = h5py.File(path, "r")
     except OSError as exc:
-        raise SourceError(f"cannot read HDF5 file {path}: {' '.join(str(exc).split())}; {_fix(path)}") from None
+        raise SourceError(
+            f"cannot read HDF5 file {path}: {' '.join(str(exc).split())}; {_fix(path)}"
+        ) from None
     if multiprocessing.parent_process() is not None:  # a worker
         _OPEN[path] = (os.getpid(), file)
         yield file
@@ -92,12 +106,16 @@ def read_hdf5_rows(path: str, columns: Sequence[Column], job: Any) -> list[dict[
             try:
                 rows, values = take_rows(file[name], job)
             except (OSError, KeyError, ValueError, TypeError) as exc:
-                raise SourceError(f"cannot read dataset {name!r} of {path}: {' '.join(str(exc).split())}; "
-                                  f"{_fix(path)}") from None
+                raise SourceError(
+                    f"cannot read dataset {name!r} of {path}: {' '.join(str(exc).split())}; "
+                    f"{_fix(path)}"
+                ) from None
             data.append((field, kind, values))
     assert rows is not None
-    return [{"__key__": sample_key(int(i)), **{f: _row(k, f, v[j]) for f, k, v in data}}
-            for j, i in enumerate(rows.tolist())]
+    return [
+        {"__key__": sample_key(int(i)), **{f: _row(k, f, v[j]) for f, k, v in data}}
+        for j, i in enumerate(rows.tolist())
+    ]
 
 
 def _column(path: str, name: str, dataset: Any) -> tuple[Column, int]:
@@ -111,17 +129,23 @@ def _column(path: str, name: str, dataset: Any) -> tuple[Column, int]:
     per_row = int(np.prod(row_shape, dtype=np.int64))
     if h5py.check_string_dtype(dtype) is not None:
         if row_shape:
-            raise SourceError(f"{where} holds arrays of strings per row ({dataset.shape}), which cannot be packed; "
-                              "store one string per row, or pack it with fn= from Python")
+            raise SourceError(
+                f"{where} holds arrays of strings per row ({dataset.shape}), which cannot be packed; "
+                "store one string per row, or pack it with fn= from Python"
+            )
         return (base, name, "text" if dtype.kind == "O" else "array"), 64
     vlen = h5py.check_vlen_dtype(dtype)
     if vlen is not None:
         if vlen != np.uint8 or row_shape:
-            raise SourceError(f"{where} has variable-length rows of {vlen}, which cannot be packed; only "
-                              "variable-length uint8 (bytes, e.g. encoded images) is supported")
+            raise SourceError(
+                f"{where} has variable-length rows of {vlen}, which cannot be packed; only "
+                "variable-length uint8 (bytes, e.g. encoded images) is supported"
+            )
         return (base, name, "bytes"), 4096
     if h5py.check_ref_dtype(dtype) is not None:
-        raise SourceError(f"{where} holds HDF5 references, which cannot be packed; dereference them first")
+        raise SourceError(
+            f"{where} holds HDF5 references, which cannot be packed; dereference them first"
+        )
     check_dtype(dtype, where)
     return (field_name(base, dtype, row_shape), name, "array"), per_row * dtype.itemsize
 
@@ -135,6 +159,7 @@ def open_hdf5_source(path: str, fields: Sequence[str] | None = None) -> HDF5Sour
     found: dict[str, Any] = {}
     try:
         with h5py.File(path, "r") as file:
+
             def visit(name: str, obj: Any) -> None:  # a value other than None would stop the visit
                 if isinstance(obj, h5py.Dataset):
                     found[name] = obj
@@ -146,12 +171,16 @@ def open_hdf5_source(path: str, fields: Sequence[str] | None = None) -> HDF5Sour
             for name in wanted:
                 column, nbytes = _column(path, name, found[name])
                 if any(c[0] == column[0] for c in columns):
-                    raise SourceError(f"{path}: datasets {name!r} and another both give field {column[0]!r} "
-                                      "(lower case, '/' as '_'); pick one with --fields")
+                    raise SourceError(
+                        f"{path}: datasets {name!r} and another both give field {column[0]!r} "
+                        "(lower case, '/' as '_'); pick one with --fields"
+                    )
                 columns.append(column)
                 row_bytes += nbytes
     except OSError as exc:
-        raise SourceError(f"cannot read HDF5 file {path}: {' '.join(str(exc).split())}; {_fix(path)}") from None
+        raise SourceError(
+            f"cannot read HDF5 file {path}: {' '.join(str(exc).split())}; {_fix(path)}"
+        ) from None
     if n == 0:
         raise SourceError(f"{path}: the datasets have no rows; nothing to pack")
     return HDF5Source(path, sorted(columns), n, row_bytes)
@@ -165,7 +194,9 @@ def _wanted(path: str, found: dict[str, Any], fields: Sequence[str] | None) -> l
         names = ", ".join(sorted(found)) or "none"
         raise SourceError(f"{path}: no dataset {missing[0]!r} (datasets: {names}); fix --fields")
     if fields is None:
-        wanted = [f for f in wanted if found[f].ndim >= 1]  # one value: an attribute of the file, not rows
+        wanted = [
+            f for f in wanted if found[f].ndim >= 1
+        ]  # one value: an attribute of the file, not rows
     if not wanted:
         raise SourceError(f"{path} holds no datasets with rows (first axis); nothing to pack")
     return wanted
@@ -176,10 +207,14 @@ def _rows(path: str, datasets: dict[str, Any]) -> int:
     lengths = {}
     for name, dataset in datasets.items():
         if dataset.ndim == 0:
-            raise SourceError(f"{path}: dataset {name!r} holds one value, not rows along axis 0; fix --fields")
+            raise SourceError(
+                f"{path}: dataset {name!r} holds one value, not rows along axis 0; fix --fields"
+            )
         lengths[name] = int(dataset.shape[0])
     if len(set(lengths.values())) > 1:
         detail = ", ".join(f"{n}: {k}" for n, k in lengths.items())
-        raise SourceError(f"{path}: datasets have different lengths along axis 0 ({detail}); pick datasets "
-                          "of one length with --fields (fields=)")
+        raise SourceError(
+            f"{path}: datasets have different lengths along axis 0 ({detail}); pick datasets "
+            "of one length with --fields (fields=)"
+        )
     return next(iter(lengths.values()))

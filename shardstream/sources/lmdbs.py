@@ -36,9 +36,13 @@ def _open(path: str) -> Any:
     import lmdb
 
     try:
-        return lmdb.open(path, readonly=True, lock=False, readahead=False, subdir=os.path.isdir(path), max_dbs=0)
+        return lmdb.open(
+            path, readonly=True, lock=False, readahead=False, subdir=os.path.isdir(path), max_dbs=0
+        )
     except lmdb.Error as exc:
-        raise SourceError(f"cannot read LMDB environment {path}: {' '.join(str(exc).split())}; {_fix(path)}") from None
+        raise SourceError(
+            f"cannot read LMDB environment {path}: {' '.join(str(exc).split())}; {_fix(path)}"
+        ) from None
 
 
 @dataclass
@@ -56,16 +60,19 @@ class LMDBSource:
     def num_samples(self) -> int:
         return len(self.keys)
 
-    def sample_jobs(self, shuffle_seed: int | None) -> tuple[Callable[[Any], list[dict[str, Any]]], list[Any]]:
+    def sample_jobs(
+        self, shuffle_seed: int | None
+    ) -> tuple[Callable[[Any], list[dict[str, Any]]], list[Any]]:
         keys = self.keys
         if shuffle_seed is not None:
             keys = [keys[i] for i in sample_permutation(len(keys), shuffle_seed).tolist()]
-        jobs = [keys[start:start + CHUNK] for start in range(0, len(keys), CHUNK)]
+        jobs = [keys[start : start + CHUNK] for start in range(0, len(keys), CHUNK)]
         return functools.partial(read_lmdb_values, self.root, self.field, self.decode_value), jobs
 
 
-def read_lmdb_values(path: str, field: str, decode_value: Callable[[bytes, bytes], Any] | None,
-                     keys: list[bytes]) -> list[dict[str, Any]]:
+def read_lmdb_values(
+    path: str, field: str, decode_value: Callable[[bytes, bytes], Any] | None, keys: list[bytes]
+) -> list[dict[str, Any]]:
     """The samples of one job's keys (runs in a worker). The environment is opened for the job and closed
     after it: py-lmdb refuses a second open of one environment in a process, and forbids sharing one across
     a fork, so none stays open in a process that may fork workers."""
@@ -78,39 +85,57 @@ def read_lmdb_values(path: str, field: str, decode_value: Callable[[bytes, bytes
             for key in keys:
                 value = txn.get(key)
                 if value is None:
-                    raise SourceError(f"{path}: key {key!r} was removed while packing; pack a copy that nobody "
-                                      "writes to")
+                    raise SourceError(
+                        f"{path}: key {key!r} was removed while packing; pack a copy that nobody "
+                        "writes to"
+                    )
                 samples.append(_sample(path, key, value, field, decode_value))
     except lmdb.Error as exc:
-        raise SourceError(f"cannot read LMDB environment {path}: {' '.join(str(exc).split())}; {_fix(path)}") from None
+        raise SourceError(
+            f"cannot read LMDB environment {path}: {' '.join(str(exc).split())}; {_fix(path)}"
+        ) from None
     finally:
         env.close()
     return samples
 
 
-def _sample(path: str, key: bytes, value: bytes, field: str,
-            decode_value: Callable[[bytes, bytes], Any] | None) -> dict[str, Any]:
+def _sample(
+    path: str,
+    key: bytes,
+    value: bytes,
+    field: str,
+    decode_value: Callable[[bytes, bytes], Any] | None,
+) -> dict[str, Any]:
     if decode_value is None:
         return {"__key__": sample_key(key), field: value}
     try:
         out = decode_value(key, value)
     except Exception as exc:  # the user's decoder
-        raise SourceError(f"{path}: decode_value failed on key {key!r}: {type(exc).__name__}: "
-                          f"{' '.join(str(exc).split())}; fix the decoder or the value") from None
+        raise SourceError(
+            f"{path}: decode_value failed on key {key!r}: {type(exc).__name__}: "
+            f"{' '.join(str(exc).split())}; fix the decoder or the value"
+        ) from None
     if not isinstance(out, Mapping):
-        raise SourceError(f"{path}: decode_value gave a {type(out).__name__} for key {key!r}, not a dict of fields "
-                          "like {'jpg': data, 'cls': 3}")
+        raise SourceError(
+            f"{path}: decode_value gave a {type(out).__name__} for key {key!r}, not a dict of fields "
+            "like {'jpg': data, 'cls': 3}"
+        )
     return {"__key__": sample_key(key), **out}
 
 
-def open_lmdb_source(path: str, field_name: str | None = None,
-                     decode_value: Callable[[bytes, bytes], Any] | None = None) -> LMDBSource:
+def open_lmdb_source(
+    path: str,
+    field_name: str | None = None,
+    decode_value: Callable[[bytes, bytes], Any] | None = None,
+) -> LMDBSource:
     """List the keys of the LMDB environment at ``path`` (a folder with ``data.mdb``, or a ``.mdb`` file)."""
     import lmdb
 
     field = field_name or DEFAULT_FIELD
     if decode_value is not None and field_name is not None:
-        raise SourceError("give field_name (--field-name) or decode_value, not both: decode_value names the fields")
+        raise SourceError(
+            "give field_name (--field-name) or decode_value, not both: decode_value names the fields"
+        )
     if not field or "/" in field or field.startswith("_"):
         raise SourceError(f"--field-name {field!r} is not a field name; give e.g. 'bin' or 'jpg'")
     env = _open(path)
@@ -118,7 +143,9 @@ def open_lmdb_source(path: str, field_name: str | None = None,
         with env.begin() as txn:
             keys = list(txn.cursor().iternext(keys=True, values=False))
     except lmdb.Error as exc:
-        raise SourceError(f"cannot read LMDB environment {path}: {' '.join(str(exc).split())}; {_fix(path)}") from None
+        raise SourceError(
+            f"cannot read LMDB environment {path}: {' '.join(str(exc).split())}; {_fix(path)}"
+        ) from None
     finally:
         env.close()  # never inherited by the worker processes
     if not keys:

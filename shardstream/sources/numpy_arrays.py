@@ -38,8 +38,10 @@ def field_name(base: str, dtype: np.dtype, row_shape: tuple[int, ...]) -> str:
 def check_dtype(dtype: np.dtype, where: str) -> None:
     """Refuse a dtype whose rows cannot be stored without pickling (Python objects)."""
     if dtype.hasobject or dtype.kind not in "biufcSUVMm":
-        raise SourceError(f"{where} has dtype {dtype}, which holds Python objects or another unsupported type; "
-                          "store numbers, strings or fixed-size records, or pack it with fn= from Python")
+        raise SourceError(
+            f"{where} has dtype {dtype}, which holds Python objects or another unsupported type; "
+            "store numbers, strings or fixed-size records, or pack it with fn= from Python"
+        )
 
 
 def npy_bytes(row: np.ndarray) -> bytes:
@@ -67,7 +69,7 @@ def row_chunks(n: int, row_bytes: int, seed: int | None) -> list[Any]:
     if seed is None:
         return [(start, min(start + size, n)) for start in range(0, n, size)]
     order = sample_permutation(n, seed)
-    return [order[start:start + size] for start in range(0, n, size)]
+    return [order[start : start + size] for start in range(0, n, size)]
 
 
 def take_rows(array: Any, job: Any) -> tuple[np.ndarray, Any]:
@@ -93,12 +95,18 @@ class NumpySource:
     layout: str = "numpy"
     classes: None = None
 
-    def sample_jobs(self, shuffle_seed: int | None) -> tuple[Callable[[Any], list[dict[str, Any]]], list[Any]]:
-        return (functools.partial(read_numpy_rows, tuple(self.arrays)),
-                row_chunks(self.num_samples, self.row_bytes, shuffle_seed))
+    def sample_jobs(
+        self, shuffle_seed: int | None
+    ) -> tuple[Callable[[Any], list[dict[str, Any]]], list[Any]]:
+        return (
+            functools.partial(read_numpy_rows, tuple(self.arrays)),
+            row_chunks(self.num_samples, self.row_bytes, shuffle_seed),
+        )
 
 
-_MAPS: dict[str, tuple[int, np.ndarray]] = {}  # path -> (pid, memory map): opened once per worker process
+_MAPS: dict[
+    str, tuple[int, np.ndarray]
+] = {}  # path -> (pid, memory map): opened once per worker process
 
 
 def _open_npy(path: str) -> np.ndarray:
@@ -108,7 +116,9 @@ def _open_npy(path: str) -> np.ndarray:
     try:
         array = np.load(path, mmap_mode="r", allow_pickle=False)
     except (OSError, ValueError) as exc:
-        raise SourceError(f"cannot read {path}: {' '.join(str(exc).split())}; is it a .npy file of numbers?") from None
+        raise SourceError(
+            f"cannot read {path}: {' '.join(str(exc).split())}; is it a .npy file of numbers?"
+        ) from None
     _MAPS[path] = (os.getpid(), array)
     return array
 
@@ -121,8 +131,10 @@ def read_numpy_rows(arrays: Sequence[tuple[str, str]], job: Any) -> list[dict[st
         rows, data = take_rows(_open_npy(path), job)
         columns.append((field, data))
     assert rows is not None
-    return [{"__key__": sample_key(int(i)), **{f: stored_value(f, d[j]) for f, d in columns}}
-            for j, i in enumerate(rows.tolist())]
+    return [
+        {"__key__": sample_key(int(i)), **{f: stored_value(f, d[j]) for f, d in columns}}
+        for j, i in enumerate(rows.tolist())
+    ]
 
 
 def _header(path: str) -> tuple[tuple[int, ...], np.dtype]:
@@ -134,19 +146,25 @@ def _header(path: str) -> tuple[tuple[int, ...], np.dtype]:
             read = fmt.read_array_header_1_0 if version == (1, 0) else fmt.read_array_header_2_0
             shape, _, dtype = read(f)
     except ValueError as exc:
-        raise SourceError(f"cannot read {path}: {' '.join(str(exc).split())}; is it a .npy file?") from None
+        raise SourceError(
+            f"cannot read {path}: {' '.join(str(exc).split())}; is it a .npy file?"
+        ) from None
     except OSError as exc:
         raise SourceError(f"cannot read {path}: {exc.strerror or exc}") from None
     if dtype.hasobject:
-        raise SourceError(f"{path} holds Python objects (dtype {dtype}), which cannot be packed without "
-                          "pickling; store numbers or strings, or pack it with fn= from Python")
+        raise SourceError(
+            f"{path} holds Python objects (dtype {dtype}), which cannot be packed without "
+            "pickling; store numbers or strings, or pack it with fn= from Python"
+        )
     return tuple(shape), dtype
 
 
 def open_numpy_source(path: str, fields: Sequence[str] | None = None) -> NumpySource:
     """List a ``.npy`` file, or a folder of them (``fields``: the file names, without ``.npy``, to take)."""
     if os.path.isdir(path):
-        names = sorted(n for n in os.listdir(path) if n.lower().endswith(".npy") and not n.startswith("."))
+        names = sorted(
+            n for n in os.listdir(path) if n.lower().endswith(".npy") and not n.startswith(".")
+        )
         files = [(n[: -len(".npy")], os.path.join(path, n)) for n in names]
     else:
         files = [(os.path.splitext(os.path.basename(path))[0], path)]
@@ -154,8 +172,10 @@ def open_numpy_source(path: str, fields: Sequence[str] | None = None) -> NumpySo
         known = {stem for stem, _ in files}
         missing = [f for f in fields if f not in known]
         if missing:
-            raise SourceError(f"{path}: no array {missing[0]!r} (arrays: {', '.join(sorted(known)) or 'none'}); "
-                              "fix --fields")
+            raise SourceError(
+                f"{path}: no array {missing[0]!r} (arrays: {', '.join(sorted(known)) or 'none'}); "
+                "fix --fields"
+            )
         files = [(stem, p) for stem, p in files if stem in fields]
     if not files:
         raise SourceError(f"{path} holds no .npy files; nothing to pack")
@@ -165,19 +185,25 @@ def open_numpy_source(path: str, fields: Sequence[str] | None = None) -> NumpySo
     for stem, file in files:
         shape, dtype = _header(file)
         if not shape:
-            raise SourceError(f"{file} holds one value (shape ()), not rows along axis 0; save an array of rows")
+            raise SourceError(
+                f"{file} holds one value (shape ()), not rows along axis 0; save an array of rows"
+            )
         check_dtype(dtype, file)
         field = field_name(field_base(stem), dtype, tuple(shape[1:]))
         if any(f == field for f, _ in arrays):
-            raise SourceError(f"{file} and another file both give field {field!r} (field names are lower case); "
-                              "rename one of them")
+            raise SourceError(
+                f"{file} and another file both give field {field!r} (field names are lower case); "
+                "rename one of them"
+            )
         arrays.append((field, file))
         lengths[os.path.basename(file)] = int(shape[0])
         row_bytes += int(np.prod(shape[1:], dtype=np.int64)) * dtype.itemsize
     if len(set(lengths.values())) > 1:
         detail = ", ".join(f"{name}: {n}" for name, n in lengths.items())
-        raise SourceError(f"{path}: the arrays have different lengths along axis 0 ({detail}); give arrays of "
-                          "one length (--fields picks some)")
+        raise SourceError(
+            f"{path}: the arrays have different lengths along axis 0 ({detail}); give arrays of "
+            "one length (--fields picks some)"
+        )
     n = next(iter(lengths.values()))
     if n == 0:
         raise SourceError(f"{path}: the arrays have no rows; nothing to pack")

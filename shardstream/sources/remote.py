@@ -20,13 +20,17 @@ def is_remote(path: str) -> bool:
     return "://" in path and not path.startswith("file://")
 
 
-def walk_remote(url: str, storage_options: dict[str, Any] | None = None) -> tuple[list[tuple[str, str, int]], int]:
+def walk_remote(
+    url: str, storage_options: dict[str, Any] | None = None
+) -> tuple[list[tuple[str, str, int]], int]:
     """(relative path, URL, size) of every non-hidden object under ``url``, sorted; and the hidden count."""
     store = Store(url, storage_options)
     try:
         found = store.fs.find(store.root, detail=True)
     except Exception as exc:  # fsspec backends raise their own types
-        raise SourceError(f"cannot list {url}: {type(exc).__name__}: {exc}; check the URL and the credentials") from exc
+        raise SourceError(
+            f"cannot list {url}: {type(exc).__name__}: {exc}; check the URL and the credentials"
+        ) from exc
     prefix = store.root.rstrip("/") + "/"
     protocol = url.split("://", 1)[0]
     if store.root in found and found[store.root].get("type") == "file":  # the URL names one object
@@ -36,7 +40,7 @@ def walk_remote(url: str, storage_options: dict[str, Any] | None = None) -> tupl
     for name, info in sorted(found.items()):
         if info.get("type") != "file" or not name.startswith(prefix):
             continue
-        rel = name[len(prefix):]
+        rel = name[len(prefix) :]
         if any(part.startswith(".") for part in rel.split("/")):
             hidden += 1
             continue
@@ -64,8 +68,10 @@ def read_remote(url: str, size: int, storage_options: dict[str, Any] | None = No
     except Exception as exc:
         raise SourceError(f"cannot read {url}: {type(exc).__name__}: {exc}") from exc
     if len(data) != size:
-        raise SourceError(f"{url} changed while packing (it was {size} bytes, now {len(data)}); let it settle and "
-                          "pack again")
+        raise SourceError(
+            f"{url} changed while packing (it was {size} bytes, now {len(data)}); let it settle and "
+            "pack again"
+        )
     return data
 
 

@@ -24,7 +24,10 @@ from ..manifest import MANIFEST_NAME, open_dataset
 from .table import TableSource
 
 _PARSE: dict[str, Callable[[bytes], Any]] = {
-    "int": int, "float": float, "str": lambda b: b.decode("utf-8"), "bool": lambda b: b == b"True",
+    "int": int,
+    "float": float,
+    "str": lambda b: b.decode("utf-8"),
+    "bool": lambda b: b == b"True",
 }
 
 
@@ -40,7 +43,9 @@ class ShardsSource:
     layout: str = "shards"
     keeps_order: bool = True
 
-    def sample_jobs(self, shuffle_seed: int | None) -> tuple[Callable[[Any], list[dict[str, Any]]], list[Any]]:
+    def sample_jobs(
+        self, shuffle_seed: int | None
+    ) -> tuple[Callable[[Any], list[dict[str, Any]]], list[Any]]:
         return functools.partial(read_shard, self.types), list(self.shards)
 
 
@@ -62,8 +67,10 @@ def read_shard(types: Mapping[str, str], job: tuple[str, str, str | None]) -> li
     except OSError as exc:
         raise SourceError(f"cannot read shard {path}: {exc.strerror or exc}") from None
     if sha256 is not None and hashlib.sha256(data).hexdigest() != sha256:
-        raise SourceError(f"shard {path} does not match the sha256 in its manifest (damaged or replaced); run "
-                          "shardstream verify, and re-create or re-download it")
+        raise SourceError(
+            f"shard {path} does not match the sha256 in its manifest (damaged or replaced); run "
+            "shardstream verify, and re-create or re-download it"
+        )
     samples = []
     try:
         for sample in iter_shard_samples(fmt, data, path):
@@ -75,15 +82,21 @@ def read_shard(types: Mapping[str, str], job: tuple[str, str, str | None]) -> li
     except ShardstreamError as exc:
         raise SourceError(" ".join(str(exc).split())) from None
     except (ValueError, UnicodeDecodeError) as exc:
-        raise SourceError(f"shard {path}: a field does not hold the type its manifest records ({exc}); "
-                          "run shardstream verify") from None
+        raise SourceError(
+            f"shard {path}: a field does not hold the type its manifest records ({exc}); "
+            "run shardstream verify"
+        ) from None
     return samples
 
 
 def _bare_tars(path: str) -> list[str]:
     if os.path.isfile(path):
         return [path]
-    names = sorted(n for n in os.listdir(path) if not n.startswith(".") and shard_format_of(n) not in (None, "arrow"))
+    names = sorted(
+        n
+        for n in os.listdir(path)
+        if not n.startswith(".") and shard_format_of(n) not in (None, "arrow")
+    )
     return [os.path.join(path, n) for n in names]
 
 
@@ -98,19 +111,25 @@ def open_shards_source(path: str) -> ShardsSource | ShardsTableSource:
         if manifest.shard_format == "arrow":
             return ShardsTableSource(path, "ipc", files, classes=manifest.classes)
         if manifest.shard_format not in ("tar", "tar.zst", "tar.gz"):
-            raise SourceError(f"{path} holds {manifest.shard_format} shards, which cannot be resharded; pack "
-                              "the text again with --format tokens")
+            raise SourceError(
+                f"{path} holds {manifest.shard_format} shards, which cannot be resharded; pack "
+                "the text again with --format tokens"
+            )
         types = {f["name"]: f["type"] for f in manifest.fields if f.get("type") in _PARSE}
         shards = [(file, manifest.shard_format, sha) for file, sha in zip(files, manifest.sha256)]
         return ShardsSource(path, shards, types, manifest.classes, manifest.num_samples)
     tars = _bare_tars(path)
     if not tars:
-        raise SourceError(f"{path} holds no tar shards (.tar, .tar.gz, .tar.zst) and no {MANIFEST_NAME}; "
-                          "nothing to reshard")
+        raise SourceError(
+            f"{path} holds no tar shards (.tar, .tar.gz, .tar.zst) and no {MANIFEST_NAME}; "
+            "nothing to reshard"
+        )
     shards = []
     for tar in tars:
         fmt = shard_format_of(tar)
         if fmt in (None, "arrow"):
-            raise SourceError(f"{tar} is not a tar shard (.tar, .tar.gz, .tar.zst); give WebDataset tars")
+            raise SourceError(
+                f"{tar} is not a tar shard (.tar, .tar.gz, .tar.zst); give WebDataset tars"
+            )
         shards.append((tar, fmt, None))
     return ShardsSource(path, shards)

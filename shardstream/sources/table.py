@@ -14,8 +14,14 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
 TABLE_SUFFIXES = {
-    ".parquet": "parquet", ".pq": "parquet", ".csv": "csv", ".jsonl": "json", ".ndjson": "json",
-    ".arrow": "ipc", ".feather": "ipc", ".ipc": "ipc",
+    ".parquet": "parquet",
+    ".pq": "parquet",
+    ".csv": "csv",
+    ".jsonl": "json",
+    ".ndjson": "json",
+    ".arrow": "ipc",
+    ".feather": "ipc",
+    ".ipc": "ipc",
 }
 
 BATCH_ROWS = 65536
@@ -40,17 +46,24 @@ class TableSource:
         schema = None
         for path in self.files:
             try:
-                file_schema = pads.dataset(path, format=self.format, filesystem=self.filesystem).schema
+                file_schema = pads.dataset(
+                    path, format=self.format, filesystem=self.filesystem
+                ).schema
             except (pa.ArrowException, OSError, ValueError) as exc:
                 raise SourceError(f"cannot read table {path}: {one_line(exc)}") from exc
             try:
-                schema = file_schema if schema is None else pa.unify_schemas(
-                    [schema, file_schema], promote_options="permissive")
+                schema = (
+                    file_schema
+                    if schema is None
+                    else pa.unify_schemas([schema, file_schema], promote_options="permissive")
+                )
             except (pa.ArrowException, TypeError) as exc:
                 raise SourceError(
                     f"table {path} has columns whose types differ from the files before it: {one_line(exc)}"
                 ) from exc
-        return pads.dataset(self.files, format=self.format, schema=schema, filesystem=self.filesystem)
+        return pads.dataset(
+            self.files, format=self.format, schema=schema, filesystem=self.filesystem
+        )
 
 
 def one_line(exc: BaseException) -> str:
@@ -81,7 +94,9 @@ def record_batches(source: TableSource) -> Iterator[pa.RecordBatch]:
         raise SourceError(f"table {source.root} has no rows; nothing to pack")
 
 
-def table_batches(source: TableSource, seed: int | None = None) -> Iterator[tuple[pa.RecordBatch, np.ndarray]]:
+def table_batches(
+    source: TableSource, seed: int | None = None
+) -> Iterator[tuple[pa.RecordBatch, np.ndarray]]:
     """(batch, row number of each of its rows in the table): in file order, or with ``seed``, in a
     random order drawn from it (the whole table is read into memory first)."""
     import pyarrow as pa
@@ -95,14 +110,16 @@ def table_batches(source: TableSource, seed: int | None = None) -> Iterator[tupl
     table = pa.Table.from_batches(list(record_batches(source))).combine_chunks()
     order = sample_permutation(table.num_rows, seed)
     for start in range(0, table.num_rows, BATCH_ROWS):
-        rows = order[start:start + BATCH_ROWS]
+        rows = order[start : start + BATCH_ROWS]
         offset = 0
         for batch in table.take(pa.array(rows)).combine_chunks().to_batches():
-            yield batch, rows[offset:offset + batch.num_rows]
+            yield batch, rows[offset : offset + batch.num_rows]
             offset += batch.num_rows
 
 
 def sample_permutation(n: int, seed: int) -> np.ndarray:
     """The order in which a pack writes ``n`` samples: a permutation drawn from ``seed`` alone."""
     key = int(seed) % (1 << 64)
-    return np.random.default_rng(np.random.SeedSequence([key & 0xFFFFFFFF, key >> 32, 0x5A4D])).permutation(n)
+    return np.random.default_rng(
+        np.random.SeedSequence([key & 0xFFFFFFFF, key >> 32, 0x5A4D])
+    ).permutation(n)

@@ -53,7 +53,8 @@ _SUFFIX = ".shard"
 _KEY = re.compile(r"[0-9a-f]{64}")
 _PART = re.compile(r"^\.[0-9a-f]{64}\.part$")
 _FAILED = re.compile(r"^\.[0-9a-f]{64}\.failed$")
-_STALE_PART = 2.0  # an unlocked partial download older than this was abandoned (its writer locks it at once)
+# an unlocked partial download older than this was abandoned (its writer locks it at once)
+_STALE_PART = 2.0
 _FAILED_FOR = 10.0  # seconds a failed download is reported to newcomers instead of tried again
 _CHUNK = 16 << 20  # bytes written between checks that the work was not called off
 Download = Callable[[], "bytes | bytearray | memoryview"]
@@ -80,13 +81,16 @@ class DiskCache:
         default = self.root == default_cache_dir()
         parent = os.path.dirname(self.root)
         if default:
-            private_dir(parent, tighten=True)  # a predictable name in a shared folder: others may have made it
+            # a predictable name in a shared folder: others may have made it
+            private_dir(parent, tighten=True)
         else:
             try:
                 os.makedirs(parent, exist_ok=True)
             except OSError as exc:
-                raise StorageError(f"cannot create the shard cache {self.root}: {describe_os_error(exc)}; "
-                                   "choose another cache_dir") from exc
+                raise StorageError(
+                    f"cannot create the shard cache {self.root}: {describe_os_error(exc)}; "
+                    "choose another cache_dir"
+                ) from exc
         private_dir(self.root, tighten=default)
         if limit is None:
             st = os.statvfs(self.root)
@@ -104,8 +108,10 @@ class DiskCache:
     def path(self, key: str) -> str:
         """The file of shard ``key``: a lower-case sha256 in hex, nothing else (so no name leaves the cache)."""
         if not isinstance(key, str) or not _KEY.fullmatch(key):
-            raise StorageError(f"{str(key)[:80]!r} is not a shard cache key (64 lower-case hex digits): the manifest "
-                               "is damaged or hostile; re-pack or re-index the dataset")
+            raise StorageError(
+                f"{str(key)[:80]!r} is not a shard cache key (64 lower-case hex digits): the manifest "
+                "is damaged or hostile; re-pack or re-index the dataset"
+            )
         return os.path.join(self.root, key + _SUFFIX)
 
     def open(self, key: str, size: int | None = None, content: bool = False) -> Any | None:
@@ -119,7 +125,9 @@ class DiskCache:
             return None
         except OSError as exc:
             if exc.errno != errno.ELOOP:
-                raise StorageError(f"cannot read the cached shard {path}: {describe_os_error(exc)}") from exc
+                raise StorageError(
+                    f"cannot read the cached shard {path}: {describe_os_error(exc)}"
+                ) from exc
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(path)  # a link where a shard belongs: never followed
             return None
@@ -129,18 +137,26 @@ class DiskCache:
             if st.st_nlink == 0:  # evicted between open and lock
                 return None
             if not stat.S_ISREG(st.st_mode) or (size is not None and st.st_size != size):
-                log.warning("the cached shard %s has %d bytes, not %s; downloading it again", path, st.st_size, size)
+                log.warning(
+                    "the cached shard %s has %d bytes, not %s; downloading it again",
+                    path,
+                    st.st_size,
+                    size,
+                )
                 unlink_if_same(fd, path)
                 return None
             if content and not self._intact(fd, path, key, st):
                 return None
-            with contextlib.suppress(OSError):  # least recently used goes first; the mtime stays the version's
+            # least recently used goes first; the mtime stays the version's
+            with contextlib.suppress(OSError):
                 os.utime(fd, ns=(time.time_ns(), st.st_mtime_ns))
             return self._mapped(fd)
         finally:
             os.close(fd)
 
-    def get(self, key: str, download: Download, size: int | None = None, content: bool = False) -> Any:
+    def get(
+        self, key: str, download: Download, size: int | None = None, content: bool = False
+    ) -> Any:
         """The shard ``key``: from the cache, or from ``download()`` (once per host at a time).
 
         ``download`` must return bytes checked against ``key`` (and ``size``, when given):
@@ -154,13 +170,20 @@ class DiskCache:
                 return found
             record = self._failure(key, since)
             if record is not None:
-                if record.get("uncached"):  # its file could not be written: read it into memory, side by side
+                # its file could not be written: read it into memory, side by side
+                if record.get("uncached"):
                     return self._checked(download, size)
                 age = time.time() - float(record["time"])
                 message = " ".join(str(record.get("message", "")).split())
                 kind = getattr(errors, str(record.get("error")), None)
-                kind = kind if isinstance(kind, type) and issubclass(kind, ShardstreamError) else StorageError
-                raise kind(f"{message} (the same download failed in another process {age:.0f} s ago)")
+                kind = (
+                    kind
+                    if isinstance(kind, type) and issubclass(kind, ShardstreamError)
+                    else StorageError
+                )
+                raise kind(
+                    f"{message} (the same download failed in another process {age:.0f} s ago)"
+                )
             part = os.path.join(self.root, f".{key}.part")
             try:
                 fd = os.open(part, os.O_CREAT | os.O_EXCL | os.O_RDWR | NOFOLLOW, 0o600)
@@ -168,7 +191,8 @@ class DiskCache:
                 since = since or time.time()
                 self._wait_for(part)  # another process downloads it
                 continue
-            found = self.open(key, size, content)  # finished by another process just before we claimed it
+            # finished by another process just before we claimed it
+            found = self.open(key, size, content)
             if found is not None:
                 unlink_if_same(fd, part)
                 os.close(fd)
@@ -179,7 +203,9 @@ class DiskCache:
     def _checked(download: Download, size: int | None) -> Any:
         data = download()
         if size is not None and len(data) != size:
-            raise CorruptShardError(f"a download gave {len(data)} bytes for a shard of {size}; it is not cached")
+            raise CorruptShardError(
+                f"a download gave {len(data)} bytes for a shard of {size}; it is not cached"
+            )
         return data
 
     @staticmethod
@@ -202,12 +228,16 @@ class DiskCache:
         if fresh:
             time.sleep(0.01)  # just created; its writer locks it next
 
-    def _download(self, key: str, fd: int, part: str, download: Download, size: int | None, content: bool) -> Any:
+    def _download(
+        self, key: str, fd: int, part: str, download: Download, size: int | None, content: bool
+    ) -> Any:
         try:
             lock(fd, fcntl.LOCK_EX)
             try:
                 data = self._checked(download, size)
-            except ShardstreamError as exc:  # those waiting get it, rather than trying again in turn
+            except (
+                ShardstreamError
+            ) as exc:  # those waiting get it, rather than trying again in turn
                 self._note(key, exc)
                 raise
             check_cancelled()
@@ -215,11 +245,17 @@ class DiskCache:
             try:
                 self._write(fd, data)
                 os.replace(part, self.path(key))
-            except OSError as exc:  # no space, quota, I/O error: the checked bytes are here all the same
+            except (
+                OSError
+            ) as exc:  # no space, quota, I/O error: the checked bytes are here all the same
                 if not self._warned_space:
                     self._warned_space = True
-                    log.warning("cannot keep shards in the cache %s: %s; reading them from memory instead (lower "
-                                "cache_limit or choose another cache_dir)", self.root, describe_os_error(exc))
+                    log.warning(
+                        "cannot keep shards in the cache %s: %s; reading them from memory instead (lower "
+                        "cache_limit or choose another cache_dir)",
+                        self.root,
+                        describe_os_error(exc),
+                    )
                 self._note(key, exc, uncached=True)
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(part)
@@ -241,14 +277,15 @@ class DiskCache:
     def _write(fd: int, data: bytes | bytearray | memoryview) -> None:
         if len(data):
             try:
-                os.posix_fallocate(fd, 0, len(data))  # the blocks at once: faster writes, and no space fails here
+                # the blocks at once: faster writes, and no space fails here
+                os.posix_fallocate(fd, 0, len(data))
             except OSError as exc:
                 if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
                     raise
         view = memoryview(data).cast("B")
         while view:
             check_cancelled()  # a closed prefetcher's download writes nothing more
-            view = view[os.write(fd, view[:_CHUNK]):]
+            view = view[os.write(fd, view[:_CHUNK]) :]
 
     # -- checking cached files against their names ------------------------------------------------------
 
@@ -258,6 +295,7 @@ class DiskCache:
     def _intact(self, fd: int, path: str, key: str, st: os.stat_result) -> bool:
         """Whether the cached file open as ``fd`` hashes to ``key`` (hashed once per version of the file);
         one that does not is removed, counted in :attr:`healed` and logged."""
+
         def hashes_to_key() -> bool:
             data = _map_locked(fd)
             try:
@@ -270,8 +308,11 @@ class DiskCache:
             return True
         unlink_if_same(fd, path)
         self.healed += 1
-        log.warning("the cached shard %s does not match its sha256 (damaged on disk, or written by something "
-                    "else); removed it, downloading it again", path)
+        log.warning(
+            "the cached shard %s does not match its sha256 (damaged on disk, or written by something "
+            "else); removed it, downloading it again",
+            path,
+        )
         return False
 
     # -- failed downloads, as records the waiting processes read ---------------------------------------------
@@ -280,9 +321,17 @@ class DiskCache:
         return os.path.join(self.root, f".{key}.failed")
 
     def _note(self, key: str, exc: BaseException, uncached: bool = False) -> None:
-        record = {"time": time.time(), "error": type(exc).__name__, "message": str(exc), "uncached": uncached}
-        with contextlib.suppress(OSError):  # best effort: without it, the waiting processes try in turn
-            fd = os.open(self._failed_path(key), os.O_WRONLY | os.O_CREAT | os.O_TRUNC | NOFOLLOW, 0o600)
+        record = {
+            "time": time.time(),
+            "error": type(exc).__name__,
+            "message": str(exc),
+            "uncached": uncached,
+        }
+        # best effort: without it, the waiting processes try in turn
+        with contextlib.suppress(OSError):
+            fd = os.open(
+                self._failed_path(key), os.O_WRONLY | os.O_CREAT | os.O_TRUNC | NOFOLLOW, 0o600
+            )
             try:
                 os.write(fd, json.dumps(record).encode())
             finally:
@@ -345,8 +394,13 @@ class DiskCache:
                 total -= size
         if total + nbytes > self.limit and not self._warned:
             self._warned = True
-            log.warning("the shard cache %s holds %d bytes in use, more than cache_limit=%d allows; "
-                        "raise cache_limit (it must hold the shards being read at once)", self.root, total, self.limit)
+            log.warning(
+                "the shard cache %s holds %d bytes in use, more than cache_limit=%d allows; "
+                "raise cache_limit (it must hold the shards being read at once)",
+                self.root,
+                total,
+                self.limit,
+            )
 
     def _evict(self, path: str) -> bool:
         try:
@@ -371,7 +425,10 @@ class DiskCache:
             for entry in os.scandir(self.root):
                 if _FAILED.match(entry.name):
                     with contextlib.suppress(OSError):
-                        if time.time() - entry.stat(follow_symlinks=False).st_mtime > 6 * _FAILED_FOR:
+                        if (
+                            time.time() - entry.stat(follow_symlinks=False).st_mtime
+                            > 6 * _FAILED_FOR
+                        ):
                             os.unlink(entry.path)
                 if not _PART.match(entry.name):
                     continue
@@ -380,7 +437,10 @@ class DiskCache:
                 except OSError:
                     continue
                 try:
-                    if lock(fd, fcntl.LOCK_EX, wait=False) and time.time() - os.fstat(fd).st_mtime > _STALE_PART:
+                    if (
+                        lock(fd, fcntl.LOCK_EX, wait=False)
+                        and time.time() - os.fstat(fd).st_mtime > _STALE_PART
+                    ):
                         unlink_if_same(fd, entry.path)
                 finally:
                     os.close(fd)

@@ -73,6 +73,7 @@ def _write(fd: int, identity: str) -> None:
 def once_per_host(root: str, identity: str, check: Callable[[], None]) -> None:
     """Run ``check()`` (which raises if it fails) unless it passed for ``identity`` on this host already,
     as recorded in the private folder ``root/checked``."""
+
     def passes() -> bool:
         check()
         return True

@@ -22,9 +22,11 @@ _FIXES = {
 }
 
 
-_NO_CREDENTIALS = ("no AWS credentials found: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, name a profile "
-                   "(--profile NAME, storage_options={'profile': NAME}), or for a public bucket read anonymously "
-                   "(--anon, storage_options={'anon': True})")
+_NO_CREDENTIALS = (
+    "no AWS credentials found: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, name a profile "
+    "(--profile NAME, storage_options={'profile': NAME}), or for a public bucket read anonymously "
+    "(--anon, storage_options={'anon': True})"
+)
 
 
 def describe_os_error(exc: BaseException) -> str:
@@ -58,15 +60,60 @@ def storage_errors(action: str, url: str) -> Iterator[None]:
 
 
 # Errors that retrying cannot fix; anything else from the network stack is retried.
-_PERMANENT = (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError, FileExistsError,
-              NotImplementedError, ValueError, TypeError)
-_PERMANENT_ERRNOS = {errno.EINVAL, errno.EPERM, errno.EACCES, errno.ENOSYS, errno.ENOENT, errno.ENOTDIR,
-                     errno.EISDIR, errno.EROFS, getattr(errno, "EREMCHG", -1)}
-_NETWORK_MODULES = ("aiohttp", "botocore", "aiobotocore", "urllib3", "requests", "google", "gcsfs", "fsspec",
-                    "s3fs", "http", "ssl", "socket", "asyncio", "concurrent")
+_PERMANENT = (
+    FileNotFoundError,
+    PermissionError,
+    IsADirectoryError,
+    NotADirectoryError,
+    FileExistsError,
+    NotImplementedError,
+    ValueError,
+    TypeError,
+)
+_PERMANENT_ERRNOS = {
+    errno.EINVAL,
+    errno.EPERM,
+    errno.EACCES,
+    errno.ENOSYS,
+    errno.ENOENT,
+    errno.ENOTDIR,
+    errno.EISDIR,
+    errno.EROFS,
+    getattr(errno, "EREMCHG", -1),
+}
+_NETWORK_MODULES = (
+    "aiohttp",
+    "botocore",
+    "aiobotocore",
+    "urllib3",
+    "requests",
+    "google",
+    "gcsfs",
+    "fsspec",
+    "s3fs",
+    "http",
+    "ssl",
+    "socket",
+    "asyncio",
+    "concurrent",
+)
 
-_TRANSIENT_NAMES = ("Connect", "Timeout", "Closed", "Reset", "Disconnect", "HTTPClient", "Payload", "IncompleteRead",
-                    "Streaming", "Throttl", "SlowDown", "Unavailable", "Transport", "Checksum")
+_TRANSIENT_NAMES = (
+    "Connect",
+    "Timeout",
+    "Closed",
+    "Reset",
+    "Disconnect",
+    "HTTPClient",
+    "Payload",
+    "IncompleteRead",
+    "Streaming",
+    "Throttl",
+    "SlowDown",
+    "Unavailable",
+    "Transport",
+    "Checksum",
+)
 
 
 def is_transient(exc: BaseException) -> bool:
@@ -77,10 +124,19 @@ def is_transient(exc: BaseException) -> bool:
     status = getattr(exc, "status", None) or getattr(exc, "code", None)
     if isinstance(status, int) and 100 <= status < 600:  # an HTTP status decides
         return status >= 500 or status in (408, 429)
-    if isinstance(exc, OSError) and exc.errno is None and str(exc).startswith(("Forbidden", "Unauthorized")):
+    if (
+        isinstance(exc, OSError)
+        and exc.errno is None
+        and str(exc).startswith(("Forbidden", "Unauthorized"))
+    ):
         return False  # gcsfs's 401/403
-    response = getattr(exc.__cause__, "response", None)  # s3fs's OSErrors keep botocore's answer here
-    status = response.get("ResponseMetadata", {}).get("HTTPStatusCode") if isinstance(response, dict) else None
+    # s3fs's OSErrors keep botocore's answer here
+    response = getattr(exc.__cause__, "response", None)
+    status = (
+        response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+        if isinstance(response, dict)
+        else None
+    )
     if isinstance(status, int) and 100 <= status < 600:
         return status >= 500 or status in (408, 429)
     if isinstance(exc, OSError) and exc.errno in _PERMANENT_ERRNOS:
@@ -88,7 +144,9 @@ def is_transient(exc: BaseException) -> bool:
     if isinstance(exc, (OSError, TimeoutError, ConnectionError)):
         return True
     name = type(exc).__name__
-    return type(exc).__module__.split(".")[0] in _NETWORK_MODULES and any(w in name for w in _TRANSIENT_NAMES)
+    return type(exc).__module__.split(".")[0] in _NETWORK_MODULES and any(
+        w in name for w in _TRANSIENT_NAMES
+    )
 
 
 def _no_credentials(exc: BaseException | None) -> bool:
@@ -96,7 +154,9 @@ def _no_credentials(exc: BaseException | None) -> bool:
     for _ in range(4):  # s3fs wraps botocore's error; look a few causes deep
         if exc is None:
             return False
-        if type(exc).__name__ == "NoCredentialsError" or str(exc).startswith("Unable to locate credentials"):
+        if type(exc).__name__ == "NoCredentialsError" or str(exc).startswith(
+            "Unable to locate credentials"
+        ):
             return True
         exc = exc.__cause__ or exc.__context__
     return False

@@ -38,8 +38,13 @@ class Expect:
 
     def conflict(self, url: str, found: str | None = "") -> WriteConflict:
         """The error of a write to ``url`` that found ``found`` (``None``: nothing) instead."""
-        held = ("already exists" if self.tag is None else "is gone" if found is None
-                else "holds another version than expected")
+        held = (
+            "already exists"
+            if self.tag is None
+            else "is gone"
+            if found is None
+            else "holds another version than expected"
+        )
         return WriteConflict(f"cannot write {url}: it {held} (another writer was first)")
 
 

@@ -24,8 +24,10 @@ from .checked import once_per_host
 from .store import Store
 
 _SHA256 = re.compile(r"[0-9a-f]{64}")
-_ADVICE = ("the object differs from the manifest (replaced or damaged): run 'shardstream verify' on the dataset, "
-           "and re-pack or re-index it")
+_ADVICE = (
+    "the object differs from the manifest (replaced or damaged): run 'shardstream verify' on the dataset, "
+    "and re-pack or re-index it"
+)
 
 
 class ShardEntries(Protocol):
@@ -48,23 +50,32 @@ class ShardFetcher:
     skip an unchanged file).
     """
 
-    def __init__(self, store: Store, manifest: ShardEntries, cache: DiskCache | None = None, verify: bool = True,
-                 verify_local: bool = False):
+    def __init__(
+        self,
+        store: Store,
+        manifest: ShardEntries,
+        cache: DiskCache | None = None,
+        verify: bool = True,
+        verify_local: bool = False,
+    ):
         self.store = store
         self.manifest = manifest
         self.cache = cache if cache is not None or store.local else DiskCache()
         self.verify = verify
         self.verify_local = verify_local
-        self.on_download: Callable[[int, int], None] | None = None  # (bytes, nanoseconds) of each download
+        # (bytes, nanoseconds) of each download
+        self.on_download: Callable[[int, int], None] | None = None
 
     def digest(self, shard: int) -> str:
         """The manifest's sha256 of ``shard`` (lower case), or ``""`` when it has none."""
         digest = (self.manifest.sha256[shard] if shard < len(self.manifest.sha256) else "") or ""
         digest = digest.lower() if isinstance(digest, str) else digest
         if digest != "" and not (isinstance(digest, str) and _SHA256.fullmatch(digest)):
-            raise ManifestError(f"{self.store.url_of(self.manifest.paths[shard])}: the manifest's sha256 for it, "
-                                f"{str(digest)[:80]!r}, is not 64 hex digits; the manifest is damaged or hostile, "
-                                "re-pack or re-index the dataset")
+            raise ManifestError(
+                f"{self.store.url_of(self.manifest.paths[shard])}: the manifest's sha256 for it, "
+                f"{str(digest)[:80]!r}, is not 64 hex digits; the manifest is damaged or hostile, "
+                "re-pack or re-index the dataset"
+            )
         return digest
 
     def key(self, shard: int) -> str:
@@ -84,8 +95,12 @@ class ShardFetcher:
                 return self.store.read_bytes(path)
             return self._checked_local(shard)
         key = self.key(shard)
-        return self.cache.get(key, lambda: self.download(shard), size=int(self.manifest.nbytes[shard]),
-                              content=key == self.digest(shard))
+        return self.cache.get(
+            key,
+            lambda: self.download(shard),
+            size=int(self.manifest.nbytes[shard]),
+            content=key == self.digest(shard),
+        )
 
     def download(self, shard: int) -> bytes:
         """Shard ``shard`` from storage, checked; fetched again while it comes back damaged, within the
@@ -101,30 +116,48 @@ class ShardFetcher:
             return None
 
         started = time.perf_counter_ns()
-        data = self.store.read_bytes(self.manifest.paths[shard], nbytes=expected, check=check, advice=_ADVICE)
+        data = self.store.read_bytes(
+            self.manifest.paths[shard], nbytes=expected, check=check, advice=_ADVICE
+        )
         if self.on_download is not None:
             self.on_download(len(data), time.perf_counter_ns() - started)
         return data
 
     def cached(self, shard: int) -> bool:
         """Whether a remote shard is in the local cache already (reading it whole costs no download)."""
-        return self.cache is not None and not self.store.local and os.path.exists(self.cache.path(self.key(shard)))
+        return (
+            self.cache is not None
+            and not self.store.local
+            and os.path.exists(self.cache.path(self.key(shard)))
+        )
 
     def read_checked_many(self, names: list[str], digests: list[str]) -> list[bytes]:
         """Small objects next to the shards (their sample indexes), read whole at once (concurrent GETs),
         each checked against its hex sha256 ``digests[i]`` (from the manifest)."""
+
         def check(i: int, data: bytes) -> str | None:
-            return None if hashlib.sha256(data).hexdigest() == digests[i] else "its sha256 differs from the manifest's"
+            return (
+                None
+                if hashlib.sha256(data).hexdigest() == digests[i]
+                else "its sha256 differs from the manifest's"
+            )
 
         return self.store.read_many(names, check, _ADVICE)
 
-    def read_spans(self, shards: list[int], starts: list[int], ends: list[int], digests: list[bytes]) -> list[bytes]:
+    def read_spans(
+        self, shards: list[int], starts: list[int], ends: list[int], digests: list[bytes]
+    ) -> list[bytes]:
         """Byte ranges ``starts[i]:ends[i]`` of shard ``shards[i]``, all at once (concurrent ranged GETs),
         each checked against its sha256 ``digests[i]`` (raw bytes, from the shard's verified index)."""
+
         def check(i: int, data: bytes) -> str | None:
             if len(data) != ends[i] - starts[i]:
                 return f"{len(data)} bytes of a {ends[i] - starts[i]}-byte sample arrived"
-            return None if hashlib.sha256(data).digest() == digests[i] else "a sample differs from its sha256"
+            return (
+                None
+                if hashlib.sha256(data).digest() == digests[i]
+                else "a sample differs from its sha256"
+            )
 
         names = [self.manifest.paths[shard] for shard in shards]
         return self.store.read_ranges(names, starts, ends, check, _ADVICE)
@@ -142,10 +175,24 @@ class ShardFetcher:
 
         def check() -> None:
             if hashlib.sha256(data).hexdigest() != digest:
-                raise CorruptShardError(f"{where}: its sha256 differs from the manifest's; the shard is damaged or "
-                                        "was replaced: run 'shardstream verify' on the dataset, and re-pack it")
+                raise CorruptShardError(
+                    f"{where}: its sha256 differs from the manifest's; the shard is damaged or "
+                    "was replaced: run 'shardstream verify' on the dataset, and re-pack it"
+                )
 
-        identity = "\0".join(map(str, (os.path.realpath(self.store.path(name)), st.st_dev, st.st_ino, st.st_size,
-                                       st.st_mtime_ns, st.st_ctime_ns, digest)))
+        identity = "\0".join(
+            map(
+                str,
+                (
+                    os.path.realpath(self.store.path(name)),
+                    st.st_dev,
+                    st.st_ino,
+                    st.st_size,
+                    st.st_mtime_ns,
+                    st.st_ctime_ns,
+                    digest,
+                ),
+            )
+        )
         once_per_host(self.cache.root, identity, check)
         return data

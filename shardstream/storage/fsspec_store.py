@@ -23,9 +23,12 @@ from .retry import RetryPolicy
 from .store import Check, PartCheck, Store, sink_errors
 from .urls import BUCKETS
 
-PART_SIZE = 64 << 20  # bytes per ranged GET when a large object is read whole (shards download side by side too)
+# bytes per ranged GET when a large object is read whole (shards download side by side too)
+PART_SIZE = 64 << 20
 _CONNECTING = threading.Lock()  # one client per store, however many threads want one at once
-FsCall = Callable[[Any, dict[str, Any]], Any]  # (filesystem, extra keywords such as a timeout) -> result
+FsCall = Callable[
+    [Any, dict[str, Any]], Any
+]  # (filesystem, extra keywords such as a timeout) -> result
 
 
 def _new_lock_after_fork() -> None:
@@ -39,8 +42,12 @@ os.register_at_fork(after_in_child=_new_lock_after_fork)
 class FsspecStore(Store):
     """One folder on an fsspec filesystem (what ``Store(url)`` makes for ``s3://``, ``gs://``, ``http://``...)."""
 
-    def __init__(self, url: str | os.PathLike[str], storage_options: dict[str, Any] | None = None,
-                 retry: RetryPolicy | None = None):
+    def __init__(
+        self,
+        url: str | os.PathLike[str],
+        storage_options: dict[str, Any] | None = None,
+        retry: RetryPolicy | None = None,
+    ):
         super().__init__(url, storage_options, retry)
         self.local = False
         self._fs: Any = None
@@ -51,15 +58,23 @@ class FsspecStore(Store):
         import fsspec
 
         options = dict(self.storage_options)
-        single = self.protocol in ("s3", "s3a") and "retries" not in options.get("config_kwargs", {})
+        single = self.protocol in ("s3", "s3a") and "retries" not in options.get(
+            "config_kwargs", {}
+        )
         if single:  # one attempt per call in the client, so that retries and timeouts are this store's alone
-            options["config_kwargs"] = {**options.get("config_kwargs", {}), "retries": {"max_attempts": 0}}
-            options["skip_instance_cache"] = True  # and so that the fsspec instance others share is left as it is
+            options["config_kwargs"] = {
+                **options.get("config_kwargs", {}),
+                "retries": {"max_attempts": 0},
+            }
+            # and so that the fsspec instance others share is left as it is
+            options["skip_instance_cache"] = True
         with storage_errors("cannot open", self.url):
             try:
                 fs, root = fsspec.core.url_to_fs(self.url, **options)
             except TypeError as exc:
-                raise StorageError(f"cannot open {self.url}: {exc}; check the storage options") from exc
+                raise StorageError(
+                    f"cannot open {self.url}: {exc}; check the storage options"
+                ) from exc
         if single:
             fs.retries = 1  # s3fs's own loop (its class default is 5)
         self._fs, self._pid = fs, os.getpid()
@@ -80,8 +95,16 @@ class FsspecStore(Store):
         state["_fs"] = None  # reconnected where it is used
         return state
 
-    def _call(self, action: str, name: str | None, call: FsCall, *, nbytes: int = 0, lookup: bool = False,
-              finish: Callable[[Any], Any] | None = None) -> Any:
+    def _call(
+        self,
+        action: str,
+        name: str | None,
+        call: FsCall,
+        *,
+        nbytes: int = 0,
+        lookup: bool = False,
+        finish: Callable[[Any], Any] | None = None,
+    ) -> Any:
         """``call(fs, extra)`` (then ``finish(result)``, in the same attempt) under the retry policy, errors
         naming the URL; ``extra`` holds a timeout for async filesystems (fsspec's ``sync`` cancels the
         request when it runs out); ``lookup``: the call reads listings, whose cache is dropped first."""
@@ -89,7 +112,9 @@ class FsspecStore(Store):
         limit = self.retry.time_limit(nbytes)
         from fsspec.asyn import AsyncFileSystem
 
-        extra = {"timeout": limit} if limit is not None and isinstance(self.fs, AsyncFileSystem) else {}
+        extra = (
+            {"timeout": limit} if limit is not None and isinstance(self.fs, AsyncFileSystem) else {}
+        )
 
         def attempt() -> Any:
             if lookup:  # fsspec's listings cache never expires: others change the bucket meanwhile
@@ -117,44 +142,77 @@ class FsspecStore(Store):
 
     def exists(self, name: str) -> bool:
         path = self.path(name)
-        return bool(self._call("cannot check", name, lambda fs, kw: fs.exists(path, **kw), lookup=True))
+        return bool(
+            self._call("cannot check", name, lambda fs, kw: fs.exists(path, **kw), lookup=True)
+        )
 
     def size(self, name: str) -> int:
         path = self.path(name)
         return int(self._call("cannot stat", name, lambda fs, kw: fs.size(path, **kw), lookup=True))
 
-    def read_bytes(self, name: str, nbytes: int = 0, check: Check | None = None,
-                   advice: str = "") -> bytes:
+    def read_bytes(
+        self, name: str, nbytes: int = 0, check: Check | None = None, advice: str = ""
+    ) -> bytes:
         path = self.path(name)
         if nbytes <= 0 or self.read_only:  # plain HTTP servers need not honour ranges
-            return self._call("cannot read", name, lambda fs, kw: fs.cat_file(path, **kw), nbytes=nbytes,
-                              finish=lambda data: self._checked(name, data, check, advice))
+            return self._call(
+                "cannot read",
+                name,
+                lambda fs, kw: fs.cat_file(path, **kw),
+                nbytes=nbytes,
+                finish=lambda data: self._checked(name, data, check, advice),
+            )
         starts = list(range(0, nbytes, PART_SIZE))
         ends = [min(start + PART_SIZE, nbytes) for start in starts]
 
         def whole(parts: list[bytes]) -> bytes:
-            return self._checked(name, parts[0] if len(parts) == 1 else b"".join(parts), check, advice)
+            return self._checked(
+                name, parts[0] if len(parts) == 1 else b"".join(parts), check, advice
+            )
 
-        return self._call("cannot read", name,
-                          lambda fs, kw: fs.cat_ranges([path] * len(starts), starts, ends, on_error="raise", **kw),
-                          nbytes=nbytes, finish=whole)
+        return self._call(
+            "cannot read",
+            name,
+            lambda fs, kw: fs.cat_ranges(
+                [path] * len(starts), starts, ends, on_error="raise", **kw
+            ),
+            nbytes=nbytes,
+            finish=whole,
+        )
 
-    def read_many(self, names: list[str], check: PartCheck | None = None, advice: str = "") -> list[bytes]:
+    def read_many(
+        self, names: list[str], check: PartCheck | None = None, advice: str = ""
+    ) -> list[bytes]:
         if not names:
             return []
         paths = [self.path(n) for n in names]
-        return self._call("cannot read", names[0], lambda fs, kw: fs.cat(paths, on_error="raise", **kw),
-                          finish=lambda found: self._checked_parts(names, [found[p] for p in paths], check, advice))
+        return self._call(
+            "cannot read",
+            names[0],
+            lambda fs, kw: fs.cat(paths, on_error="raise", **kw),
+            finish=lambda found: self._checked_parts(
+                names, [found[p] for p in paths], check, advice
+            ),
+        )
 
-    def read_ranges(self, names: list[str], starts: list[int], ends: list[int], check: PartCheck | None = None,
-                    advice: str = "") -> list[bytes]:
+    def read_ranges(
+        self,
+        names: list[str],
+        starts: list[int],
+        ends: list[int],
+        check: PartCheck | None = None,
+        advice: str = "",
+    ) -> list[bytes]:
         if not names:
             return []
         paths = [self.path(n) for n in names]
-        return self._call("cannot read", names[0],
-                          lambda fs, kw: fs.cat_ranges(paths, starts, ends, on_error="raise", **kw),
-                          nbytes=sum(ends) - sum(starts),
-                          finish=lambda parts: self._checked_parts(names, parts, check, advice))
+        return self._call(
+            "cannot read",
+            names[0],
+            lambda fs, kw: fs.cat_ranges(paths, starts, ends, on_error="raise", **kw),
+            nbytes=sum(ends) - sum(starts),
+            finish=lambda parts: self._checked_parts(names, parts, check, advice),
+        )
 
     @contextlib.contextmanager
     def open_write(self, name: str) -> Iterator[IO[bytes]]:
@@ -168,7 +226,9 @@ class FsspecStore(Store):
             with sink_errors(url, spooled):
                 yield f
             path, nbytes = self.path(name), f.tell()
-            self._call("cannot write", name, lambda fs, kw: fs.put_file(spooled, path, **kw), nbytes=nbytes)
+            self._call(
+                "cannot write", name, lambda fs, kw: fs.put_file(spooled, path, **kw), nbytes=nbytes
+            )
         finally:
             f.close()
             if not spooled.startswith("/proc/"):
@@ -185,26 +245,39 @@ class FsspecStore(Store):
         self._writable(self.url)
         bucket = self.root.split("/", 1)[0]
         if self.protocol in BUCKETS:
-            if not self._call("cannot check", None, lambda fs, kw: fs.exists(bucket, **kw), lookup=True):
-                raise StorageError(f"cannot write {self.url}: the bucket {bucket!r} does not exist (or these "
-                                   "credentials cannot see it); create it first, or check the name")
+            if not self._call(
+                "cannot check", None, lambda fs, kw: fs.exists(bucket, **kw), lookup=True
+            ):
+                raise StorageError(
+                    f"cannot write {self.url}: the bucket {bucket!r} does not exist (or these "
+                    "credentials cannot see it); create it first, or check the name"
+                )
             return
-        self._call("cannot create", None, lambda fs, kw: fs.makedirs(self.root, exist_ok=True, **kw))
+        self._call(
+            "cannot create", None, lambda fs, kw: fs.makedirs(self.root, exist_ok=True, **kw)
+        )
 
     def is_dir(self) -> bool:
-        return bool(self._call("cannot check", None, lambda fs, kw: fs.isdir(self.root, **kw), lookup=True))
+        return bool(
+            self._call("cannot check", None, lambda fs, kw: fs.isdir(self.root, **kw), lookup=True)
+        )
 
     def list_files(self, recursive: bool = False) -> list[str]:
-        if not self._call("cannot list", None, lambda fs, kw: fs.exists(self.root, **kw), lookup=True):
+        if not self._call(
+            "cannot list", None, lambda fs, kw: fs.exists(self.root, **kw), lookup=True
+        ):
             return []
         if recursive:
-            paths = self._call("cannot list", None, lambda fs, kw: fs.find(self.root, **kw), lookup=True)
+            paths = self._call(
+                "cannot list", None, lambda fs, kw: fs.find(self.root, **kw), lookup=True
+            )
         else:
-            entries = self._call("cannot list", None, lambda fs, kw: fs.ls(self.root, detail=True, **kw),
-                                 lookup=True)
+            entries = self._call(
+                "cannot list", None, lambda fs, kw: fs.ls(self.root, detail=True, **kw), lookup=True
+            )
             paths = [e["name"] for e in entries if e["type"] == "file"]
         prefix = self.root + "/"
-        return sorted(p[len(prefix):] for p in paths if p.startswith(prefix))
+        return sorted(p[len(prefix) :] for p in paths if p.startswith(prefix))
 
     def read_tagged(self, name: str) -> tuple[bytes, str] | None:
         """The bytes and the object's ETag (or generation; their sha256 where the store gives neither)."""
@@ -228,7 +301,9 @@ def _spool() -> tuple[IO[bytes], str]:
     if os.path.exists(proc):
         return f, proc
     f.close()  # no /proc: a named file, removed when the upload ends
-    f = tempfile.NamedTemporaryFile(prefix="shardstream-", suffix=".part", buffering=0, delete=False)  # noqa: SIM115
+    f = tempfile.NamedTemporaryFile(  # noqa: SIM115 - the caller closes it
+        prefix="shardstream-", suffix=".part", buffering=0, delete=False
+    )
     return f, f.name
 
 

@@ -29,8 +29,12 @@ _CANNOT_SYNC = {errno.EINVAL, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EBADF}
 class LocalStore(Store):
     """One local folder (what ``Store(path)`` makes for a path or ``file://`` URL)."""
 
-    def __init__(self, url: str | os.PathLike[str], storage_options: dict[str, Any] | None = None,
-                 retry: RetryPolicy | None = None):
+    def __init__(
+        self,
+        url: str | os.PathLike[str],
+        storage_options: dict[str, Any] | None = None,
+        retry: RetryPolicy | None = None,
+    ):
         super().__init__(url, storage_options, retry)
         self.local = True
         self.root = os.path.abspath(self.url)
@@ -50,21 +54,30 @@ class LocalStore(Store):
         with storage_errors("cannot stat", self.url_of(name)):
             return os.stat(self.path(name)).st_size
 
-    def read_bytes(self, name: str, nbytes: int = 0, check: Check | None = None,
-                   advice: str = "") -> bytes | mmap.mmap:
+    def read_bytes(
+        self, name: str, nbytes: int = 0, check: Check | None = None, advice: str = ""
+    ) -> bytes | mmap.mmap:
         data = self.map_local(name)[0]
         try:
             return self._checked(name, data, check, advice)
         except DamagedRead as exc:
             raise exc.exhausted(1) from None
 
-    def read_many(self, names: list[str], check: PartCheck | None = None, advice: str = "") -> list[bytes]:
+    def read_many(
+        self, names: list[str], check: PartCheck | None = None, advice: str = ""
+    ) -> list[bytes]:
         with storage_errors("cannot read", self.url):
             ends = [os.path.getsize(self.path(n)) for n in names]
         return self.read_ranges(names, [0] * len(names), ends, check, advice)
 
-    def read_ranges(self, names: list[str], starts: list[int], ends: list[int], check: PartCheck | None = None,
-                    advice: str = "") -> list[bytes]:
+    def read_ranges(
+        self,
+        names: list[str],
+        starts: list[int],
+        ends: list[int],
+        check: PartCheck | None = None,
+        advice: str = "",
+    ) -> list[bytes]:
         parts = []
         for name, start, end in zip(names, starts, ends):
             with storage_errors("cannot read", self.url_of(name)), open(self.path(name), "rb") as f:
@@ -86,7 +99,9 @@ class LocalStore(Store):
         """The data goes to a hidden temporary file beside the target, renamed into place at the end."""
         url = self.url_of(name)
         final = self.path(name)
-        tmp = os.path.join(os.path.dirname(final), f".{os.path.basename(final)}.{uuid.uuid4().hex[:8]}.tmp")
+        tmp = os.path.join(
+            os.path.dirname(final), f".{os.path.basename(final)}.{uuid.uuid4().hex[:8]}.tmp"
+        )
         with storage_errors("cannot write", url):
             os.makedirs(os.path.dirname(final), exist_ok=True)
             f = open(tmp, "wb", buffering=0)  # noqa: SIM115 - closed below; callers write in large pieces
@@ -102,7 +117,10 @@ class LocalStore(Store):
                 os.unlink(tmp)
 
     def remove(self, name: str) -> None:
-        with storage_errors("cannot remove", self.url_of(name)), contextlib.suppress(FileNotFoundError):
+        with (
+            storage_errors("cannot remove", self.url_of(name)),
+            contextlib.suppress(FileNotFoundError),
+        ):
             os.unlink(self.path(name))
 
     def makedirs(self) -> None:
@@ -136,7 +154,9 @@ class LocalStore(Store):
             raise
         return data, hashlib.sha256(data).hexdigest()
 
-    def write_if(self, name: str, data: bytes, expect: Expect, fsync: bool = False, locked: bool = False) -> None:
+    def write_if(
+        self, name: str, data: bytes, expect: Expect, fsync: bool = False, locked: bool = False
+    ) -> None:
         _place(self.path(name), data, expect, fsync, self.url_of(name), locked)
 
     def honours_conditions(self, scratch: str) -> bool:
@@ -173,7 +193,9 @@ def _tag_of(path: str) -> str | None:
 
 def _place(final: str, data: bytes, expect: Expect, fsync: bool, url: str, locked: bool) -> None:
     """Write ``final`` through a temporary file: a hard link for a new name, a checked rename for a version."""
-    tmp = os.path.join(os.path.dirname(final), f".{os.path.basename(final)}.{uuid.uuid4().hex[:8]}.tmp")
+    tmp = os.path.join(
+        os.path.dirname(final), f".{os.path.basename(final)}.{uuid.uuid4().hex[:8]}.tmp"
+    )
     try:
         with storage_errors("cannot write", url):
             os.makedirs(os.path.dirname(final), exist_ok=True)
@@ -185,7 +207,9 @@ def _place(final: str, data: bytes, expect: Expect, fsync: bool, url: str, locke
                         os.fsync(f.fileno())
                     except OSError as exc:
                         if exc.errno not in _CANNOT_SYNC:
-                            raise StorageError(f"cannot write {url}: {describe_os_error(exc)}") from exc
+                            raise StorageError(
+                                f"cannot write {url}: {describe_os_error(exc)}"
+                            ) from exc
             if expect.tag is None:
                 try:
                     os.link(tmp, final)  # exclusive: fails if the name exists

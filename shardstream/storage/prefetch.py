@@ -30,7 +30,9 @@ T = TypeVar("T")
 class Prefetcher(Generic[T]):
     """Loads items (shard indices) ahead of use with ``load(item)``, ``size(item)`` bytes each."""
 
-    def __init__(self, load: Callable[[int], T], size: Callable[[int], int], budget: int, threads: int = 4):
+    def __init__(
+        self, load: Callable[[int], T], size: Callable[[int], int], budget: int, threads: int = 4
+    ):
         if threads < 1:
             raise ValueError(f"threads must be at least 1, not {threads}")
         self._load = load
@@ -43,12 +45,15 @@ class Prefetcher(Generic[T]):
         self._held = 0  # bytes of the started ones
         self._tasks: queue.SimpleQueue[int | None] = queue.SimpleQueue()
         self._stop = threading.Event()  # calls off the loads running in the threads
-        self._threads = [threading.Thread(target=self._work, name=f"shardstream-prefetch-{i}", daemon=True)
-                         for i in range(threads)]
+        self._threads = [
+            threading.Thread(target=self._work, name=f"shardstream-prefetch-{i}", daemon=True)
+            for i in range(threads)
+        ]
         for t in self._threads:
             t.start()
         self._closed = False
-        self._paused = False  # wanted items wait for resume() (a reader's own first requests go first)
+        # wanted items wait for resume() (a reader's own first requests go first)
+        self._paused = False
 
     def pause(self) -> None:
         """Start nothing more until :meth:`resume` (loads under way go on)."""
@@ -103,7 +108,9 @@ class Prefetcher(Generic[T]):
         """Whether ``item`` is on its way: loading, or waiting its turn within the budget (not loaded yet)."""
         with self._lock:
             future = self._started.get(item)
-            return self.budget > 0 and (item in self._wanted or future is not None and not future.done())
+            return self.budget > 0 and (
+                item in self._wanted or future is not None and not future.done()
+            )
 
     def queued(self) -> tuple[list[int], list[int]]:
         """(items started: loading or loaded and not taken yet; items wanted that wait for room in

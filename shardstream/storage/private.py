@@ -27,25 +27,32 @@ def private_dir(path: str, tighten: bool = False) -> None:
     except FileExistsError:
         pass
     except OSError as exc:
-        raise StorageError(f"cannot create the shard cache {path}: {describe_os_error(exc)}; "
-                           "choose another cache_dir") from exc
+        raise StorageError(
+            f"cannot create the shard cache {path}: {describe_os_error(exc)}; "
+            "choose another cache_dir"
+        ) from exc
     try:
         fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | NOFOLLOW)
     except OSError as exc:
         problem = "it is a symbolic link" if os.path.islink(path) else describe_os_error(exc)
-        raise StorageError(f"cannot use the shard cache {path}: {problem}; choose another cache_dir "
-                           "or remove it") from exc
+        raise StorageError(
+            f"cannot use the shard cache {path}: {problem}; choose another cache_dir or remove it"
+        ) from exc
     try:
         st = os.fstat(fd)
         mode = stat.S_IMODE(st.st_mode)
         if st.st_uid != os.geteuid():
-            raise StorageError(f"cannot use the shard cache {path}: it belongs to another user (uid {st.st_uid}), "
-                               "who could plant shards in it; choose another cache_dir or remove it")
+            raise StorageError(
+                f"cannot use the shard cache {path}: it belongs to another user (uid {st.st_uid}), "
+                "who could plant shards in it; choose another cache_dir or remove it"
+            )
         if mode & 0o077 and tighten and not mode & 0o022:
             os.fchmod(fd, 0o700)
         elif mode & 0o077:
-            raise StorageError(f"cannot use the shard cache {path}: other users can reach it (mode {mode:04o}); "
-                               f"run 'chmod 700 {path}', choose another cache_dir, or remove it")
+            raise StorageError(
+                f"cannot use the shard cache {path}: other users can reach it (mode {mode:04o}); "
+                f"run 'chmod 700 {path}', choose another cache_dir, or remove it"
+            )
     finally:
         os.close(fd)
 

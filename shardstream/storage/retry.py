@@ -16,8 +16,10 @@ from .classify import describe_os_error, is_transient
 
 _T = TypeVar("_T")
 
-_JITTER = random.Random()  # not the global generator: workers seed that one for the user's augmentations
-_SCOPE = threading.local()  # the event that calls off this thread's work (set by a closing Prefetcher)
+# not the global generator: workers seed that one for the user's augmentations
+_JITTER = random.Random()
+# the event that calls off this thread's work (set by a closing Prefetcher)
+_SCOPE = threading.local()
 log = logging.getLogger("shardstream")
 
 
@@ -116,7 +118,9 @@ class RetryPolicy:
                 if not is_transient(exc):
                     raise
                 if attempt >= self.retries:
-                    raise StorageError(f"{describe()}: {describe_os_error(exc)} "
-                                       f"(gave up after {attempt + 1} attempts)") from exc
+                    raise StorageError(
+                        f"{describe()}: {describe_os_error(exc)} "
+                        f"(gave up after {attempt + 1} attempts)"
+                    ) from exc
             pause(self.wait(attempt))
             attempt += 1

@@ -23,13 +23,18 @@ _CONFLICT_CODES = ("PreconditionFailed", "ConditionalRequestConflict")
 class S3Store(FsspecStore):
     """One prefix in an S3 bucket (what ``Store(url)`` makes for ``s3://`` and ``s3a://``)."""
 
-    def write_if(self, name: str, data: bytes, expect: Expect, fsync: bool = False, locked: bool = False) -> None:
+    def write_if(
+        self, name: str, data: bytes, expect: Expect, fsync: bool = False, locked: bool = False
+    ) -> None:
         url = self.url_of(name)
         self._writable(url)
-        condition: dict[str, Any] = {"IfNoneMatch": "*"} if expect.tag is None else {"IfMatch": expect.tag}
+        condition: dict[str, Any] = (
+            {"IfNoneMatch": "*"} if expect.tag is None else {"IfMatch": expect.tag}
+        )
         limit = self.retry.time_limit(len(data))
         if limit is not None:
-            condition["timeout"] = limit  # taken by fsspec's sync(): the request is cancelled when it runs out
+            # taken by fsspec's sync(): the request is cancelled when it runs out
+            condition["timeout"] = limit
         path = self.path(name)
 
         def put() -> None:
@@ -52,8 +57,13 @@ class S3Store(FsspecStore):
             honoured = False
         except WriteConflict:
             honoured = True
-        except StorageError as exc:  # 501 NotImplemented, or 400 for a header it does not know: no conditions
-            if not isinstance(exc.__cause__, OSError) or exc.__cause__.errno not in (errno.ENOSYS, errno.EINVAL):
+        except (
+            StorageError
+        ) as exc:  # 501 NotImplemented, or 400 for a header it does not know: no conditions
+            if not isinstance(exc.__cause__, OSError) or exc.__cause__.errno not in (
+                errno.ENOSYS,
+                errno.EINVAL,
+            ):
                 raise
             honoured = False
         self.remove(scratch)

@@ -72,7 +72,8 @@ class StorageSettings:
             return int(self.prefetch)
         zero = _ZERO.fullmatch(self.prefetch)
         try:
-            if zero is not None and "0" in self.prefetch and parse_size("1" + zero.group(1)):  # a unit all the same
+            # a unit all the same
+            if zero is not None and "0" in self.prefetch and parse_size("1" + zero.group(1)):
                 return 0
         except ShardstreamError:
             pass
@@ -80,5 +81,9 @@ class StorageSettings:
 
     def disk_cache(self) -> DiskCache:
         """The host's shard cache these settings name."""
-        limit = parse_size(self.cache_limit, "cache_limit") if isinstance(self.cache_limit, str) else self.cache_limit
+        limit = (
+            parse_size(self.cache_limit, "cache_limit")
+            if isinstance(self.cache_limit, str)
+            else self.cache_limit
+        )
         return DiskCache(self.cache_dir, limit)

@@ -24,8 +24,12 @@ from .retry import DamagedRead, RetryPolicy
 from .urls import READ_ONLY, connection_options, is_url, normalize, protocol_of
 
 # protocol -> the backend's class by dotted path, imported when first used (as fsspec's registry); "*": any other
-BACKENDS = {"file": "shardstream.storage.local_store:LocalStore", "s3": "shardstream.storage.s3_store:S3Store",
-            "s3a": "shardstream.storage.s3_store:S3Store", "*": "shardstream.storage.fsspec_store:FsspecStore"}
+BACKENDS = {
+    "file": "shardstream.storage.local_store:LocalStore",
+    "s3": "shardstream.storage.s3_store:S3Store",
+    "s3a": "shardstream.storage.s3_store:S3Store",
+    "*": "shardstream.storage.fsspec_store:FsspecStore",
+}
 Check = Callable[[bytes], "str | None"]  # what is wrong with bytes read (``None``: nothing)
 PartCheck = Callable[[int, bytes], "str | None"]  # the same for the i-th of several reads
 
@@ -42,14 +46,19 @@ class Store:
     root: str
 
     def __new__(cls, *args: Any, **kwargs: Any) -> Store:
-        if cls is Store:  # the factory: the backend by protocol (subclasses, and unpickling, come as they are)
+        # the factory: the backend by protocol (subclasses, and unpickling, come as they are)
+        if cls is Store:
             url = normalize(args[0] if args else kwargs["url"])
             module, _, name = BACKENDS.get(protocol_of(url), BACKENDS["*"]).partition(":")
             cls = getattr(importlib.import_module(module), name)
         return super().__new__(cls)
 
-    def __init__(self, url: str | os.PathLike[str], storage_options: dict[str, Any] | None = None,
-                 retry: RetryPolicy | None = None):
+    def __init__(
+        self,
+        url: str | os.PathLike[str],
+        storage_options: dict[str, Any] | None = None,
+        retry: RetryPolicy | None = None,
+    ):
         self.url = normalize(url)
         self.storage_options = dict(storage_options or {})
         self.retry = retry or RetryPolicy()
@@ -72,17 +81,27 @@ class Store:
         raise NotImplementedError
 
     def _inside(self, name: str) -> None:
-        if (not isinstance(name, str) or not name or name.startswith(("/", "\\")) or "://" in name or "\0" in name
-                or ".." in name.replace("\\", "/").split("/")):
+        if (
+            not isinstance(name, str)
+            or not name
+            or name.startswith(("/", "\\"))
+            or "://" in name
+            or "\0" in name
+            or ".." in name.replace("\\", "/").split("/")
+        ):
             shown = repr(name)[:200]
-            raise StorageError(f"{shown} is not a name inside {self.url}: names are relative '/'-separated paths "
-                               "without '..' segments; the manifest (or the caller) points outside the dataset, "
-                               "re-pack or re-index it")
+            raise StorageError(
+                f"{shown} is not a name inside {self.url}: names are relative '/'-separated paths "
+                "without '..' segments; the manifest (or the caller) points outside the dataset, "
+                "re-pack or re-index it"
+            )
 
     def _writable(self, url: str) -> None:
         if self.read_only:
-            raise StorageError(f"cannot write {url}: {self.protocol}:// URLs are read-only; write to a local "
-                               "folder or a bucket (s3://, gs://) and serve that")
+            raise StorageError(
+                f"cannot write {url}: {self.protocol}:// URLs are read-only; write to a local "
+                "folder or a bucket (s3://, gs://) and serve that"
+            )
 
     # -- reading -----------------------------------------------------------------------------------
     @property
@@ -96,8 +115,9 @@ class Store:
     def size(self, name: str) -> int:
         raise NotImplementedError
 
-    def read_bytes(self, name: str, nbytes: int = 0, check: Check | None = None,
-                   advice: str = "") -> bytes | mmap.mmap:
+    def read_bytes(
+        self, name: str, nbytes: int = 0, check: Check | None = None, advice: str = ""
+    ) -> bytes | mmap.mmap:
         """The whole object; local files are memory-mapped instead of copied.
 
         Given its size ``nbytes`` (from a manifest), an object on object storage comes in
@@ -108,19 +128,29 @@ class Store:
         """
         raise NotImplementedError
 
-    def read_many(self, names: list[str], check: PartCheck | None = None, advice: str = "") -> list[bytes]:
+    def read_many(
+        self, names: list[str], check: PartCheck | None = None, advice: str = ""
+    ) -> list[bytes]:
         """Small objects read whole, in one call (concurrent GETs); ``check(i, data)`` as in :meth:`read_ranges`."""
         raise NotImplementedError
 
-    def read_ranges(self, names: list[str], starts: list[int], ends: list[int], check: PartCheck | None = None,
-                    advice: str = "") -> list[bytes]:
+    def read_ranges(
+        self,
+        names: list[str],
+        starts: list[int],
+        ends: list[int],
+        check: PartCheck | None = None,
+        advice: str = "",
+    ) -> list[bytes]:
         """Bytes ``starts[i]:ends[i]`` of each ``names[i]``: all in one call (concurrent ranged GETs on object
         storage), ``check(i, data)`` as in :meth:`read_bytes`, within the same retry budget."""
         raise NotImplementedError
 
     def map_local(self, name: str) -> tuple[bytes | mmap.mmap, os.stat_result]:
         """A local file's bytes, memory-mapped, and the status of exactly the file mapped."""
-        raise StorageError(f"cannot map {self.url_of(name)}: only files in a local folder are mapped")
+        raise StorageError(
+            f"cannot map {self.url_of(name)}: only files in a local folder are mapped"
+        )
 
     def _checked(self, name: str, data: Any, check: Check | None, advice: str) -> Any:
         problem = None if check is None else check(data)
@@ -128,7 +158,9 @@ class Store:
             raise DamagedRead(self.url_of(name), problem, advice)
         return data
 
-    def _checked_parts(self, names: list[str], parts: list[Any], check: PartCheck | None, advice: str) -> list[bytes]:
+    def _checked_parts(
+        self, names: list[str], parts: list[Any], check: PartCheck | None, advice: str
+    ) -> list[bytes]:
         for i, part in enumerate(parts):
             problem = None if check is None else check(i, part)
             if problem is not None:
@@ -168,7 +200,9 @@ class Store:
         fail, never succeed."""
         raise NotImplementedError
 
-    def write_if(self, name: str, data: bytes, expect: Expect, fsync: bool = False, locked: bool = False) -> None:
+    def write_if(
+        self, name: str, data: bytes, expect: Expect, fsync: bool = False, locked: bool = False
+    ) -> None:
         """Write ``data`` to ``name`` atomically, only if ``name`` holds what ``expect`` says; else
         :class:`~shardstream.storage.conditional.WriteConflict`. With ``fsync`` (local folders) the bytes are
         on disk before they get the name; ``locked``: the caller holds :meth:`locked`. A store without

@@ -8,7 +8,13 @@ from typing import Any
 from ..errors import StorageError
 
 READ_ONLY = ("http", "https")  # plain web servers: read, never written
-BUCKETS = ("s3", "s3a", "gs", "gcs")  # object stores: prefixes need no creating, buckets are not made on the fly
+# object stores: prefixes need no creating, buckets are not made on the fly
+BUCKETS = (
+    "s3",
+    "s3a",
+    "gs",
+    "gcs",
+)
 
 
 def is_url(path: str) -> bool:
@@ -20,7 +26,7 @@ def normalize(url: str | os.PathLike[str]) -> str:
     """``url`` without ``file://`` and trailing slashes (the root stays ``/``)."""
     url = os.fspath(url)
     if url.startswith("file://"):
-        url = url[len("file://"):]
+        url = url[len("file://") :]
     return url.rstrip("/") or "/"
 
 
@@ -29,8 +35,9 @@ def protocol_of(url: str) -> str:
     return url.split("://", 1)[0].lower() if is_url(url) else "file"
 
 
-def connection_options(url: str, endpoint_url: str | None = None, anon: bool = False,
-                       profile: str | None = None) -> dict[str, Any]:
+def connection_options(
+    url: str, endpoint_url: str | None = None, anon: bool = False, profile: str | None = None
+) -> dict[str, Any]:
     """fsspec storage options for ``url``'s protocol from the common settings: an endpoint
     (S3-compatible stores, a GCS emulator), anonymous access, an AWS profile."""
     protocol = protocol_of(url)
@@ -46,7 +53,9 @@ def connection_options(url: str, endpoint_url: str | None = None, anon: bool = F
             out["anon"] = True
     if profile:
         if protocol not in ("s3", "s3a"):
-            raise StorageError(f"a profile names AWS credentials; it applies to s3:// locations, not {url}")
+            raise StorageError(
+                f"a profile names AWS credentials; it applies to s3:// locations, not {url}"
+            )
         out["profile"] = profile
     return out
 

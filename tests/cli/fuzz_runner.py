@@ -22,7 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-MEMORY_LIMIT = 4 << 30  # a child that wants more fails with MemoryError rather than meeting the OOM killer
+# a child that wants more fails with MemoryError rather than meeting the OOM killer
+MEMORY_LIMIT = 4 << 30
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -39,7 +40,7 @@ def _send(fd: int, message: Any) -> None:
     data = pickle.dumps(message)
     data = struct.pack("<Q", len(data)) + data
     while data:
-        data = data[os.write(fd, data):]
+        data = data[os.write(fd, data) :]
 
 
 def _child(fd: int, commands: list[list[str]]) -> None:
@@ -54,7 +55,9 @@ def _child(fd: int, commands: list[list[str]]) -> None:
         escaped = None
         if result.exception is not None and not isinstance(result.exception, SystemExit):
             escaped = "".join(traceback.format_exception(result.exception))
-        _send(fd, Outcome(args, result.exit_code, result.stdout_bytes, result.stderr_bytes, escaped))
+        _send(
+            fd, Outcome(args, result.exit_code, result.stdout_bytes, result.stderr_bytes, escaped)
+        )
 
 
 def _read_messages(fd: int, deadline: float) -> tuple[list[Any], bool]:
@@ -126,9 +129,16 @@ def _warm_up() -> None:
     try:
         for fmt, compression in (("tar", None), ("tar", "zstd"), ("arrow", None)):
             ds = write_dataset(root, [2, 1], fmt, compression, name=f"{fmt}-{compression}")
-            for args in (["info", ds], ["info", ds, "--json"], ["ls", ds], ["ls", ds, "--json"], ["cat", ds, "0"],
-                         ["cat", ds, "--key", "s0002"], ["verify", ds, "-q", "--workers", "1"],
-                         ["index", ds, "--overwrite", "-q"]):
+            for args in (
+                ["info", ds],
+                ["info", ds, "--json"],
+                ["ls", ds],
+                ["ls", ds, "--json"],
+                ["cat", ds, "0"],
+                ["cat", ds, "--key", "s0002"],
+                ["verify", ds, "-q", "--workers", "1"],
+                ["index", ds, "--overwrite", "-q"],
+            ):
                 click.testing.CliRunner().invoke(cli, args)
     finally:
         shutil.rmtree(root, ignore_errors=True)
@@ -150,9 +160,17 @@ class Runner:
     """The test's handle on a server process."""
 
     def __init__(self) -> None:
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
-        self.proc = subprocess.Popen([sys.executable, "-m", "tests.cli.fuzz_runner"], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, cwd=ROOT, env=env)
+        env = {
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+        }
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "tests.cli.fuzz_runner"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            cwd=ROOT,
+            env=env,
+        )
 
     def run(self, commands: list[list[str]], timeout: float) -> tuple[list[Outcome], str | None]:
         """Each command's outcome, in order, and what went wrong with the child (a hang past
@@ -175,6 +193,9 @@ class Runner:
 
 
 if __name__ == "__main__":
-    from tests.cli.fuzz_runner import serve as _serve  # so that outcomes pickle as this module's, not __main__'s
+    # so that outcomes pickle as this module's, not __main__'s
+    from tests.cli.fuzz_runner import (
+        serve as _serve,
+    )
 
     _serve(sys.stdin.buffer, sys.stdout.buffer)

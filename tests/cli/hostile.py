@@ -27,8 +27,13 @@ def terminal_problems(output: bytes | str) -> list[str]:
     """The characters in ``output`` a terminal would act on or that hide text (control, format,
     bidi and lone surrogates; raw C1 bytes too), except newlines; empty when the output is safe."""
     text = output.decode("utf-8", "surrogateescape") if isinstance(output, bytes) else output
-    return sorted({repr(ch) for ch in text
-                   if ch != "\n" and ch not in "\u200c\u200d" and unicodedata.category(ch) in _FORBIDDEN})
+    return sorted(
+        {
+            repr(ch)
+            for ch in text
+            if ch != "\n" and ch not in "\u200c\u200d" and unicodedata.category(ch) in _FORBIDDEN
+        }
+    )
 
 
 def tar_bytes(members: list[tuple[str, bytes]]) -> bytes:
@@ -42,21 +47,41 @@ def tar_bytes(members: list[tuple[str, bytes]]) -> bytes:
     return buf.getvalue()
 
 
-def write_manifest_json(root: Path, shard_format: str, paths: list[str], samples: list[int], data: list[bytes],
-                        fields: list[dict], classes: list[str] | None = None, source: str = "somewhere") -> None:
+def write_manifest_json(
+    root: Path,
+    shard_format: str,
+    paths: list[str],
+    samples: list[int],
+    data: list[bytes],
+    fields: list[dict],
+    classes: list[str] | None = None,
+    source: str = "somewhere",
+) -> None:
     """``root/_manifest.json`` as shardstream writes it, for any values at all: it is written here,
     not by shardstream, so that loading it is what decides whether such a manifest is accepted."""
-    doc = json.loads(Manifest(shard_format=shard_format, paths=[f"p{i}" for i in range(len(paths))],
-                              samples=samples, nbytes=[len(d) for d in data],
-                              sha256=[hashlib.sha256(d).hexdigest() for d in data]).to_json())
+    doc = json.loads(
+        Manifest(
+            shard_format=shard_format,
+            paths=[f"p{i}" for i in range(len(paths))],
+            samples=samples,
+            nbytes=[len(d) for d in data],
+            sha256=[hashlib.sha256(d).hexdigest() for d in data],
+        ).to_json()
+    )
     doc["shards"]["path"] = paths
     doc.update(fields=fields, classes=classes, created=creation_info(source=source))
-    (root / "_manifest.json").write_text(json.dumps(doc, ensure_ascii=False), encoding="utf-8",
-                                         errors="surrogateescape")
+    (root / "_manifest.json").write_text(
+        json.dumps(doc, ensure_ascii=False), encoding="utf-8", errors="surrogateescape"
+    )
 
 
-def tar_dataset(root: Path, shards: dict[str, list[tuple[str, bytes]]], classes: list[str] | None = None,
-                source: str = "somewhere", listed: list[str] | None = None) -> Path:
+def tar_dataset(
+    root: Path,
+    shards: dict[str, list[tuple[str, bytes]]],
+    classes: list[str] | None = None,
+    source: str = "somewhere",
+    listed: list[str] | None = None,
+) -> Path:
     """A tar dataset at ``root`` whose shards (file name -> members) are written by ``tarfile``,
     with any member names, shard names, class names at all; the manifest lists the fields
     ``listed`` (default: all)."""
@@ -73,10 +98,20 @@ def tar_dataset(root: Path, shards: dict[str, list[tuple[str, bytes]]], classes:
                 keys.append(key)
             fields[ext] = fields.get(ext, 0) + 1
         samples.append(len(keys))
-    write_manifest_json(root, "tar", list(shards), samples, data,
-                        [{"name": k, "type": "bytes", "samples": n} for k, n in sorted(fields.items())
-                         if listed is None or k in listed],
-                        classes, source)
+    write_manifest_json(
+        root,
+        "tar",
+        list(shards),
+        samples,
+        data,
+        [
+            {"name": k, "type": "bytes", "samples": n}
+            for k, n in sorted(fields.items())
+            if listed is None or k in listed
+        ],
+        classes,
+        source,
+    )
     return root
 
 
@@ -85,11 +120,19 @@ def hostile_dataset(root: Path, shard: str = "shard-000000.tar") -> Path:
     to clear the screen holding an escape sequence (in the shard; the manifest lists only ``txt``),
     and a plain text field; class names with a bidi override and an escape; the creation source
     with an escape."""
-    return tar_dataset(root, {shard: [
-        (f"{HOSTILE_KEY}.txt", b"hello"),
-        (f"{HOSTILE_KEY}.{HOSTILE_FIELD}", CLEAR.encode() + b"boom"),
-        ("b.txt", "plain é 中\n".encode()),
-    ]}, classes=HOSTILE_CLASSES, source="src" + CLEAR, listed=["txt"])
+    return tar_dataset(
+        root,
+        {
+            shard: [
+                (f"{HOSTILE_KEY}.txt", b"hello"),
+                (f"{HOSTILE_KEY}.{HOSTILE_FIELD}", CLEAR.encode() + b"boom"),
+                ("b.txt", "plain é 中\n".encode()),
+            ]
+        },
+        classes=HOSTILE_CLASSES,
+        source="src" + CLEAR,
+        listed=["txt"],
+    )
 
 
 def hostile_arrow_dataset(root: Path) -> Path:

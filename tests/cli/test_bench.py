@@ -22,11 +22,37 @@ from tests.sample_datasets import write_dataset
 pytestmark = pytest.mark.filterwarnings("ignore:This DataLoader will create")
 
 COUNTS = [12, 9, 11, 8]
-POINT_KEYS = {"workers", "phase", "samples", "seconds", "first_batch_s", "samples_per_s", "mb_per_s", "peak_rss_mb",
-              "stages", "stats", "data_wait", "interrupted"}
-RESULT_KEYS = {"dataset", "batch_size", "decode", "samples_per_point", "seconds_per_point", "device", "step_ms",
-               "cores", "points", "recommended_workers", "best_samples_per_s", "ideal", "headroom", "ideal_skipped",
-               "interrupted"}
+POINT_KEYS = {
+    "workers",
+    "phase",
+    "samples",
+    "seconds",
+    "first_batch_s",
+    "samples_per_s",
+    "mb_per_s",
+    "peak_rss_mb",
+    "stages",
+    "stats",
+    "data_wait",
+    "interrupted",
+}
+RESULT_KEYS = {
+    "dataset",
+    "batch_size",
+    "decode",
+    "samples_per_point",
+    "seconds_per_point",
+    "device",
+    "step_ms",
+    "cores",
+    "points",
+    "recommended_workers",
+    "best_samples_per_s",
+    "ideal",
+    "headroom",
+    "ideal_skipped",
+    "interrupted",
+}
 
 
 @pytest.fixture(scope="module")
@@ -48,34 +74,68 @@ def png_size(path) -> tuple[int, int]:
 
 
 def test_bench_json_has_the_documented_keys_and_a_recommendation(url, tmp_path):
-    out = run(url, "--workers", "0,1", "--samples", "24", "--batch-size", "8", "--ideal", "--device", "cpu",
-              "--step-ms", "1", "--plot", str(tmp_path / "bench.png"))
+    out = run(
+        url,
+        "--workers",
+        "0,1",
+        "--samples",
+        "24",
+        "--batch-size",
+        "8",
+        "--ideal",
+        "--device",
+        "cpu",
+        "--step-ms",
+        "1",
+        "--plot",
+        str(tmp_path / "bench.png"),
+    )
     assert set(out) == RESULT_KEYS
     assert [(p["workers"], p["phase"]) for p in out["points"]] == [(0, "local"), (1, "local")]
     for p in out["points"]:
-        assert set(p) == POINT_KEYS and p["samples"] == 24 and p["samples_per_s"] > 0 and not p["interrupted"]
+        assert (
+            set(p) == POINT_KEYS
+            and p["samples"] == 24
+            and p["samples_per_s"] > 0
+            and not p["interrupted"]
+        )
         assert set(p["stages"]) == {"download", "read", "decode", "transform", "collate", "wait"}
         assert p["stats"]["samples"] >= 24 and p["stats"]["steps"] == 3 and len(p["data_wait"]) == 3
         assert p["peak_rss_mb"] > 0 and p["first_batch_s"] > 0
-    assert out["recommended_workers"] in (0, 1) and out["ideal"]["phase"] == "ideal" and out["headroom"] > 0
+    assert (
+        out["recommended_workers"] in (0, 1)
+        and out["ideal"]["phase"] == "ideal"
+        and out["headroom"] > 0
+    )
     assert out["ideal_skipped"] is None
-    assert png_size(tmp_path / "bench.png") == (1300, 420)  # three panels: the device run adds data wait
+    # three panels: the device run adds data wait
+    assert png_size(tmp_path / "bench.png") == (
+        1300,
+        420,
+    )
 
 
 def test_bench_reads_a_remote_dataset_cold_then_warm(url):
     local, remote = Store(url), Store(f"memory://bench-{uuid.uuid4().hex}/ds")
     for name in local.list_files():
         remote.write_bytes(name, bytes(local.read_bytes(name)))
-    out = run(remote.url, "--workers", "1", "--samples", "40", "--batch-size", "10", "--decode", "none")
+    out = run(
+        remote.url, "--workers", "1", "--samples", "40", "--batch-size", "10", "--decode", "none"
+    )
     cold, warm = out["points"]
     assert (cold["phase"], warm["phase"]) == ("cold", "warm")
     assert cold["stats"]["cache_misses"] > 0 and cold["stats"]["cache_hits"] == 0
-    assert warm["stats"]["cache_misses"] == 0 and warm["stats"]["cache_hits"] == cold["stats"]["cache_misses"]
+    assert (
+        warm["stats"]["cache_misses"] == 0
+        and warm["stats"]["cache_hits"] == cold["stats"]["cache_misses"]
+    )
     assert out["recommended_workers"] == 1
 
 
 def test_the_table_names_the_recommendation(url):
-    result = CliRunner().invoke(cli, ["bench", url, "--workers", "0", "--samples", "16", "--batch-size", "8"])
+    result = CliRunner().invoke(
+        cli, ["bench", url, "--workers", "0", "--samples", "16", "--batch-size", "8"]
+    )
     assert result.exit_code == 0, result.output
     assert "samples/s" in result.output and "recommended: num_workers=0" in result.output
 
@@ -130,10 +190,23 @@ def test_ctrl_c_keeps_what_was_measured(url):
 
 
 def test_plots_are_pngs_of_the_expected_size(tmp_path):
-    point = {"workers": 1, "phase": "local", "samples": 10, "samples_per_s": 50.0, "interrupted": False,
-             "stages": {"read": 0.5, "decode": 0.5, "wait": 0.2}, "data_wait": []}
-    result = {"dataset": "ds", "batch_size": 8, "decode": "torch", "recommended_workers": 1,
-              "points": [point, {**point, "workers": 2, "samples_per_s": 51.0}], "ideal": None}
+    point = {
+        "workers": 1,
+        "phase": "local",
+        "samples": 10,
+        "samples_per_s": 50.0,
+        "interrupted": False,
+        "stages": {"read": 0.5, "decode": 0.5, "wait": 0.2},
+        "data_wait": [],
+    }
+    result = {
+        "dataset": "ds",
+        "batch_size": 8,
+        "decode": "torch",
+        "recommended_workers": 1,
+        "points": [point, {**point, "workers": 2, "samples_per_s": 51.0}],
+        "ideal": None,
+    }
     bench_figure(result, str(tmp_path / "two.png"))
     assert png_size(tmp_path / "two.png") == (900, 420)
     data_wait_figure([(0.01, 0.02), (0.0, 0.02), (0.03, 0.02)], str(tmp_path / "wait.png"))
@@ -166,21 +239,29 @@ def test_ideal_without_a_step_or_device_is_not_measured_and_says_why(url):
     assert "the best measured" not in text
 
 
-@pytest.mark.filterwarnings("ignore:DeviceLoader. device 'cuda' asked for:RuntimeWarning")  # said, and expected here
+# said, and expected here
+@pytest.mark.filterwarnings("ignore:DeviceLoader. device 'cuda' asked for:RuntimeWarning")
 def test_ideal_with_a_device_that_fell_back_to_the_cpu_says_so(url):
     import torch
 
     if torch.cuda.is_available():
         pytest.skip("CUDA is here: --device cuda copies, and the ideal is measured")
-    out = run(url, "--workers", "0", "--samples", "16", "--batch-size", "8", "--ideal", "--device", "cuda")
+    out = run(
+        url, "--workers", "0", "--samples", "16", "--batch-size", "8", "--ideal", "--device", "cuda"
+    )
     assert out["ideal"] is None and "--device cuda is the CPU here" in out["ideal_skipped"]
 
 
 def test_ideal_goes_through_the_same_step(url):
-    out = run(url, "--workers", "0", "--samples", "24", "--batch-size", "8", "--ideal", "--step-ms", "5")
+    out = run(
+        url, "--workers", "0", "--samples", "24", "--batch-size", "8", "--ideal", "--step-ms", "5"
+    )
     assert out["ideal"]["phase"] == "ideal" and out["ideal_skipped"] is None
-    assert out["ideal"]["samples_per_s"] < 8 * 1000 / 5  # each batch sleeps 5 ms: bounded by the step, by construction
-    text = table_of(url, "--workers", "0", "--samples", "24", "--batch-size", "8", "--ideal", "--step-ms", "5")
+    # each batch sleeps 5 ms: bounded by the step, by construction
+    assert out["ideal"]["samples_per_s"] < 8 * 1000 / 5
+    text = table_of(
+        url, "--workers", "0", "--samples", "24", "--batch-size", "8", "--ideal", "--step-ms", "5"
+    )
     assert "ideal (the same batches from memory, through a 5 ms step): " in text, text
 
 
@@ -189,11 +270,16 @@ def test_the_table_explains_the_wait_column(url):
     lines = idle.splitlines()
     first = next(i for i, line in enumerate(lines) if line.startswith("wait:"))
     wait = " ".join(" ".join(lines[first:]).split("recommended:")[0].split())  # the note, unwrapped
-    assert wait.startswith("wait: share of the main process's time spent waiting for the next batch"), idle
+    assert wait.startswith(
+        "wait: share of the main process's time spent waiting for the next batch"
+    ), idle
     assert "near 100%" in wait and "--step-ms" in wait
-    stepped = table_of(url, "--workers", "0", "--samples", "16", "--batch-size", "8", "--step-ms", "3")
+    stepped = table_of(
+        url, "--workers", "0", "--samples", "16", "--batch-size", "8", "--step-ms", "3"
+    )
     assert "beside a 3 ms step per batch" in stepped and "near 100%" not in stepped
-    assert max(len(line) for line in stepped.splitlines()) <= 120  # the notes wrap at the table's width
+    # the notes wrap at the table's width
+    assert max(len(line) for line in stepped.splitlines()) <= 120
 
 
 @pytest.fixture
@@ -208,12 +294,26 @@ def figures(monkeypatch):
 
 def fake_result(step_ms: float = 20.0) -> dict:
     def point(workers: int, rate: float, wait: float) -> dict:
-        return {"workers": workers, "phase": "local", "samples": 64, "samples_per_s": rate, "interrupted": False,
-                "stages": {"read": 0.2, "decode": 0.7, "collate": 0.1, "wait": wait},
-                "data_wait": [0.05, 0.01, 0.002, 0.0] if workers == 0 else []}
+        return {
+            "workers": workers,
+            "phase": "local",
+            "samples": 64,
+            "samples_per_s": rate,
+            "interrupted": False,
+            "stages": {"read": 0.2, "decode": 0.7, "collate": 0.1, "wait": wait},
+            "data_wait": [0.05, 0.01, 0.002, 0.0] if workers == 0 else [],
+        }
+
     # the best point is the first (x at the left edge) and the highest (y at the top)
-    return {"dataset": "ds", "batch_size": 8, "decode": "torch", "recommended_workers": 0, "step_ms": step_ms,
-            "points": [point(0, 900.0, 0.35), point(1, 700.0, 0.6), point(2, 650.0, 0.7)], "ideal": None}
+    return {
+        "dataset": "ds",
+        "batch_size": 8,
+        "decode": "torch",
+        "recommended_workers": 0,
+        "step_ms": step_ms,
+        "points": [point(0, 900.0, 0.35), point(1, 700.0, 0.6), point(2, 650.0, 0.7)],
+        "ideal": None,
+    }
 
 
 def inside(ax, line) -> bool:
@@ -221,7 +321,10 @@ def inside(ax, line) -> bool:
     radius = line.get_markersize() / 2 * ax.figure.dpi / 72
     box = ax.get_window_extent()
     xy = ax.transData.transform(list(zip(line.get_xdata(), line.get_ydata())))
-    return all(box.x0 + radius <= x <= box.x1 - radius and box.y0 + radius <= y <= box.y1 - radius for x, y in xy)
+    return all(
+        box.x0 + radius <= x <= box.x1 - radius and box.y0 + radius <= y <= box.y1 - radius
+        for x, y in xy
+    )
 
 
 def test_recommended_and_measured_markers_are_not_cut_by_the_frame(figures, tmp_path):
@@ -231,7 +334,11 @@ def test_recommended_and_measured_markers_are_not_cut_by_the_frame(figures, tmp_
     throughput = next(ax for ax in fig.axes if ax.get_title() == "throughput against num_workers")
     star = next(line for line in throughput.get_lines() if line.get_marker() == "*")
     assert inside(throughput, star)
-    assert all(inside(throughput, line) for line in throughput.get_lines() if line.get_marker() not in ("None", ""))
+    assert all(
+        inside(throughput, line)
+        for line in throughput.get_lines()
+        if line.get_marker() not in ("None", "")
+    )
 
 
 def test_main_process_wait_has_its_own_axes_not_the_stages_scale(figures, tmp_path):
@@ -254,5 +361,8 @@ def test_the_data_wait_panel_says_on_its_axis_what_its_title_says(figures, tmp_p
     assert any(line.get_label() == "the step (--step-ms 20)" for line in panel.get_lines())
     data_wait_figure([(0.01, 0.02), (0.0, 0.02)], str(tmp_path / "w.png"))
     ax = figures[-1].axes[0]
-    assert ax.get_title() == "data wait and compute per step" and ax.get_ylabel() == "time per step (ms)"
+    assert (
+        ax.get_title() == "data wait and compute per step"
+        and ax.get_ylabel() == "time per step (ms)"
+    )
     assert {line.get_label() for line in ax.get_lines()} == {"waiting for data", "computing"}

@@ -38,12 +38,17 @@ SHARDSTREAM = [str(_EXE)] if _EXE.exists() else [sys.executable, "-m", "shardstr
 # -- helpers ------------------------------------------------------------------------------------------------
 
 
-
-
-def run(*args: str | Path, preexec_fn=None, cwd: Path | None = None) -> subprocess.CompletedProcess[bytes]:
+def run(
+    *args: str | Path, preexec_fn=None, cwd: Path | None = None
+) -> subprocess.CompletedProcess[bytes]:
     """The real ``shardstream`` executable in a subprocess; stdout and stderr as bytes."""
-    return subprocess.run([*SHARDSTREAM, *map(str, args)], capture_output=True, preexec_fn=preexec_fn, cwd=cwd,
-                          timeout=120)
+    return subprocess.run(
+        [*SHARDSTREAM, *map(str, args)],
+        capture_output=True,
+        preexec_fn=preexec_fn,
+        cwd=cwd,
+        timeout=120,
+    )
 
 
 def invoke(*args: str | Path):
@@ -68,7 +73,10 @@ def assert_one_line_error(stderr: str | bytes, *names: str | Path) -> str:
 
 def image_tree(root: Path) -> Path:
     rng = random.Random(5)
-    return make_files(root, {f"{cls}/{i}.jpg": rng.randbytes(300 + 50 * i) for cls in ("dog", "cat") for i in range(3)})
+    return make_files(
+        root,
+        {f"{cls}/{i}.jpg": rng.randbytes(300 + 50 * i) for cls in ("dog", "cat") for i in range(3)},
+    )
 
 
 @pytest.fixture
@@ -76,30 +84,37 @@ def images_ds(tmp_path) -> tuple[Path, Path]:
     """(source, dataset): six images of two classes in three tar shards."""
     src = image_tree(tmp_path / "images")
     dest = tmp_path / "images-ds"
-    result = invoke("pack", src, dest, "--samples-per-shard", "2", "--workers", "1", "-q", "--no-shuffle")
+    result = invoke(
+        "pack", src, dest, "--samples-per-shard", "2", "--workers", "1", "-q", "--no-shuffle"
+    )
     assert result.exit_code == 0, result.output
     return src, dest
 
 
 @pytest.fixture
 def table_ds(tmp_path) -> Path:
-    table = pa.table({"id": list(range(10)), "name": [f"n{i}" for i in range(10)],
-                      "blob": [bytes([i]) * 3 for i in range(10)]})
+    table = pa.table(
+        {
+            "id": list(range(10)),
+            "name": [f"n{i}" for i in range(10)],
+            "blob": [bytes([i]) * 3 for i in range(10)],
+        }
+    )
     pq.write_table(table, tmp_path / "t.parquet")
     dest = tmp_path / "table-ds"
-    result = invoke("pack", tmp_path / "t.parquet", dest, "--samples-per-shard", "4", "-q", "--no-shuffle")
+    result = invoke(
+        "pack", tmp_path / "t.parquet", dest, "--samples-per-shard", "4", "-q", "--no-shuffle"
+    )
     assert result.exit_code == 0, result.output
     return dest
 
 
-
-
-
-
 def _file_size_limit(limit: int):
     def preexec() -> None:
-        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG instead
+        # a write past the limit fails with EFBIG instead
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
         resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
     return preexec
 
 
@@ -108,8 +123,11 @@ def tiny_tmpfs(where: Path, size: str = "1m"):
     where.mkdir()
     if os.geteuid() != 0:
         pytest.skip("mounting a tmpfs needs root")
-    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)], capture_output=True,
-                          text=True)
+    proc = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)],
+        capture_output=True,
+        text=True,
+    )
     if proc.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here: {proc.stderr.strip()}")
     try:
@@ -152,14 +170,20 @@ def test_pack_info_verify_in_real_processes(tmp_path):
 
 
 def test_module_entry_point_and_version():
-    proc = subprocess.run([sys.executable, "-m", "shardstream", "--version"], capture_output=True, text=True,
-                          timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-m", "shardstream", "--version"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 0
     assert "shardstream" in proc.stdout and "0." in proc.stdout
 
 
 def test_pack_summary_counts_hidden_files(tmp_path):
-    src = make_files(tmp_path / "src", {"a.txt": b"a", ".DS_Store": b"x", "sub/.git/x": b"x", "sub/b.txt": b"b"})
+    src = make_files(
+        tmp_path / "src", {"a.txt": b"a", ".DS_Store": b"x", "sub/.git/x": b"x", "sub/b.txt": b"b"}
+    )
     result = invoke("pack", src, tmp_path / "out", "-q")
     assert result.exit_code == 0, result.output
     assert result.stdout.startswith("packed 2 samples into 1 tar shard, ")
@@ -170,18 +194,34 @@ def test_pack_summary_counts_hidden_files(tmp_path):
 def test_pack_options_reach_the_dataset(tmp_path):
     src = make_files(tmp_path / "src", {f"{i:02d}.txt": b"x" * 200 for i in range(7)})
     dest = tmp_path / "out"
-    result = invoke("pack", src, dest, "--compression", "zstd", "--samples-per-shard", "3", "--workers", "1", "-q")
+    result = invoke(
+        "pack",
+        src,
+        dest,
+        "--compression",
+        "zstd",
+        "--samples-per-shard",
+        "3",
+        "--workers",
+        "1",
+        "-q",
+    )
     assert result.exit_code == 0, result.output
     doc = json.loads((dest / "_manifest.json").read_text())
     assert doc["shard_format"] == "tar.zst"
     assert doc["shards"]["samples"] == [3, 3, 1]
-    assert [without_run(p) for p in doc["shards"]["path"]] == [f"shard-00000{i}.tar.zst" for i in range(3)]
+    assert [without_run(p) for p in doc["shards"]["path"]] == [
+        f"shard-00000{i}.tar.zst" for i in range(3)
+    ]
 
     result = invoke("pack", src, dest, "--format", "arrow", "--overwrite", "-q", "--no-shuffle")
     assert result.exit_code == 0, result.output
     doc = json.loads((dest / "_manifest.json").read_text())
     assert doc["shard_format"] == "arrow"
-    assert sorted(without_run(p.name) for p in dest.iterdir()) == ["_manifest.json", "shard-000000.arrow"]
+    assert sorted(without_run(p.name) for p in dest.iterdir()) == [
+        "_manifest.json",
+        "shard-000000.arrow",
+    ]
 
 
 @pytest.mark.parametrize("flag, syncs", [("--fsync", True), ("--no-fsync", False)])
@@ -200,7 +240,12 @@ def test_pack_table_defaults_to_arrow_and_takes_tar(tmp_path):
     pcsv.write_csv(table, tmp_path / "t.csv")
     assert invoke("pack", tmp_path / "t.csv", tmp_path / "a", "-q", "--no-shuffle").exit_code == 0
     assert json.loads((tmp_path / "a" / "_manifest.json").read_text())["shard_format"] == "arrow"
-    assert invoke("pack", tmp_path / "t.csv", tmp_path / "b", "--format", "tar", "-q", "--no-shuffle").exit_code == 0
+    assert (
+        invoke(
+            "pack", tmp_path / "t.csv", tmp_path / "b", "--format", "tar", "-q", "--no-shuffle"
+        ).exit_code
+        == 0
+    )
     assert json.loads((tmp_path / "b" / "_manifest.json").read_text())["shard_format"] == "tar"
     result = invoke("cat", tmp_path / "b", "2", "--field", "y")
     assert result.stdout_bytes == b"c"
@@ -211,7 +256,9 @@ def run_on_terminal(*args: str | Path) -> tuple[int, bytes, bytes]:
     leader, follower = pty.openpty()
     fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))
     try:
-        proc = subprocess.Popen([*SHARDSTREAM, *map(str, args)], stdout=subprocess.PIPE, stderr=follower)
+        proc = subprocess.Popen(
+            [*SHARDSTREAM, *map(str, args)], stdout=subprocess.PIPE, stderr=follower
+        )
         os.close(follower)
         seen = b""
         while select.select([leader], [], [], 60)[0]:
@@ -248,7 +295,9 @@ def test_info_human(images_ds):
     _, dest = images_ds
     result = invoke("info", dest)
     assert result.exit_code == 0, result.output
-    lines = dict(re.split(r"\s{2,}", line, maxsplit=1) for line in result.stdout.strip().splitlines())
+    lines = dict(
+        re.split(r"\s{2,}", line, maxsplit=1) for line in result.stdout.strip().splitlines()
+    )
     assert lines["dataset"] == str(dest)
     assert lines["format"] == "tar"
     assert lines["samples"] == "6"
@@ -306,8 +355,10 @@ def test_ls_json(table_ds):
 
 
 def _cat_fields(stdout: str) -> dict[str, str]:
-    return dict(line.split(None, 1) if " " in line.strip() else (line.strip(), "")
-                for line in stdout.strip().splitlines())
+    return dict(
+        line.split(None, 1) if " " in line.strip() else (line.strip(), "")
+        for line in stdout.strip().splitlines()
+    )
 
 
 def test_cat_by_index_and_key(images_ds):
@@ -476,10 +527,25 @@ def _bad_pack(tmp_path: Path, case: str) -> tuple[list, Path, list]:
 
 
 BAD_PACK_CASES = [
-    "missing source", "empty source", "only hidden files", "unsupported file", "mixed tables", "corrupt parquet",
-    "broken symlink", "symlink loop", "field clash", "dest inside source", "dest is a file",
-    "shard size 0", "shard size -5MB", "shard size abc", "shard size 1.2.3MB", "shard size -5MB separate",
-    "samples per shard 0", "samples per shard -2", "workers 0",
+    "missing source",
+    "empty source",
+    "only hidden files",
+    "unsupported file",
+    "mixed tables",
+    "corrupt parquet",
+    "broken symlink",
+    "symlink loop",
+    "field clash",
+    "dest inside source",
+    "dest is a file",
+    "shard size 0",
+    "shard size -5MB",
+    "shard size abc",
+    "shard size 1.2.3MB",
+    "shard size -5MB separate",
+    "samples per shard 0",
+    "samples per shard -2",
+    "workers 0",
 ]
 
 
@@ -493,7 +559,9 @@ def test_bad_pack_input_in_process(tmp_path, case):
     assert not (Path(dest) / "_manifest.json").exists()
 
 
-@pytest.mark.parametrize("case", ["missing source", "unsupported file", "field clash", "shard size abc"])
+@pytest.mark.parametrize(
+    "case", ["missing source", "unsupported file", "field clash", "shard size abc"]
+)
 def test_bad_pack_input_in_a_real_process(tmp_path, case):
     args, dest, names = _bad_pack(tmp_path, case)
     proc = run("pack", *args)
@@ -546,7 +614,9 @@ def test_unreadable_source_file(tmp_path, workers):
     (src / "4.txt").chmod(0)
     dest = tmp_path / "out"
     try:
-        proc = run("pack", src, dest, "--workers", workers, "--samples-per-shard", "1", preexec_fn=preexec)
+        proc = run(
+            "pack", src, dest, "--workers", workers, "--samples-per-shard", "1", preexec_fn=preexec
+        )
     finally:
         (src / "4.txt").chmod(0o644)
     assert proc.returncode == 1
@@ -610,8 +680,16 @@ def test_no_space_fails_cleanly(tmp_path):
 def test_no_space_error_names_the_destination(tmp_path, workers):
     src = big_source(tmp_path / "src", files=4, size=40_000)
     dest = tmp_path / "out"
-    proc = run("pack", src, dest, "--workers", workers, "--shard-size", "100KB",
-               preexec_fn=_file_size_limit(60_000))
+    proc = run(
+        "pack",
+        src,
+        dest,
+        "--workers",
+        workers,
+        "--shard-size",
+        "100KB",
+        preexec_fn=_file_size_limit(60_000),
+    )
     assert proc.returncode == 1
     assert_one_line_error(proc.stderr, dest)
     assert not (dest / "_manifest.json").exists()
@@ -645,12 +723,24 @@ def test_full_file_system_error_names_the_destination(tmp_path):
 def test_failed_pack_then_rerun_gives_a_complete_dataset(tmp_path):
     src = big_source(tmp_path / "src", files=4, size=40_000)
     dest = tmp_path / "out"
-    proc = run("pack", src, dest, "--workers", "1", "--shard-size", "100KB", preexec_fn=_file_size_limit(60_000))
+    proc = run(
+        "pack",
+        src,
+        dest,
+        "--workers",
+        "1",
+        "--shard-size",
+        "100KB",
+        preexec_fn=_file_size_limit(60_000),
+    )
     assert proc.returncode == 1
     assert not (dest / "_manifest.json").exists()
     assert run("pack", src, dest, "--workers", "1", "--shard-size", "100KB").returncode == 0
-    assert sorted(without_run(p.name) for p in dest.iterdir()) == ["_manifest.json", "shard-000000.tar",
-                                                                  "shard-000001.tar"]
+    assert sorted(without_run(p.name) for p in dest.iterdir()) == [
+        "_manifest.json",
+        "shard-000000.tar",
+        "shard-000001.tar",
+    ]
     verify = run("verify", dest)
     assert verify.returncode == 0, verify.stderr
 
@@ -663,19 +753,30 @@ def test_malformed_storage_option_is_a_usage_error(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
-
 def test_ls_into_a_closed_pipe_is_not_an_error(tmp_path):
     n = 20_000  # far more output than a pipe holds; ls reads only the manifest
     doc = {
-        "shardstream_manifest": 1, "shard_format": "tar", "num_shards": n, "num_samples": n, "total_bytes": n * 1024,
-        "fields": [], "classes": None, "arrow_schema": None, "created": {},
-        "shards": {"path": [f"shard-{i:06d}.tar" for i in range(n)], "samples": [1] * n, "bytes": [1024] * n,
-                   "sha256": ["0" * 64] * n},
+        "shardstream_manifest": 1,
+        "shard_format": "tar",
+        "num_shards": n,
+        "num_samples": n,
+        "total_bytes": n * 1024,
+        "fields": [],
+        "classes": None,
+        "arrow_schema": None,
+        "created": {},
+        "shards": {
+            "path": [f"shard-{i:06d}.tar" for i in range(n)],
+            "samples": [1] * n,
+            "bytes": [1024] * n,
+            "sha256": ["0" * 64] * n,
+        },
     }
     (tmp_path / "ds").mkdir()
     (tmp_path / "ds" / "_manifest.json").write_text(json.dumps(doc))
-    proc = subprocess.Popen([*SHARDSTREAM, "ls", str(tmp_path / "ds")], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [*SHARDSTREAM, "ls", str(tmp_path / "ds")], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
     first = proc.stdout.readline()
     proc.stdout.close()  # like `| head -1`
     stderr = proc.stderr.read()

@@ -68,6 +68,7 @@ def flip(what: str, where: float, mask: int) -> Callable[[Path], None]:
         data = bytearray(path.read_bytes())
         data[min(int(where * len(data)), len(data) - 1)] ^= mask
         path.write_bytes(bytes(data))
+
     return damage
 
 
@@ -76,6 +77,7 @@ def truncate(what: str, keep: float) -> Callable[[Path], None]:
         path = _target(ds, what)
         data = path.read_bytes()
         path.write_bytes(data[: int(keep * len(data))])
+
     return damage
 
 
@@ -86,6 +88,7 @@ def zero(what: str, where: float, length: int) -> Callable[[Path], None]:
         start = int(where * len(data))
         data[start : start + length] = bytes(len(data[start : start + length]))
         path.write_bytes(bytes(data))
+
     return damage
 
 
@@ -99,7 +102,11 @@ def random_cases(base: str, n_per_kind: int = 2) -> list[Case]:
             cases.append(Case(base, flip(what, where, mask), name, what))
         for i in range(n_per_kind):
             keep = rng.random()
-            cases.append(Case(base, truncate(what, keep), f"{base}: truncate {what} to {keep:.3f} #{i}", what))
+            cases.append(
+                Case(
+                    base, truncate(what, keep), f"{base}: truncate {what} to {keep:.3f} #{i}", what
+                )
+            )
         for i in range(n_per_kind):
             where, length = rng.random(), rng.choice([1, 8, 64, 512, 4096])
             name = f"{base}: zero {length} {what} bytes at {where:.3f} #{i}"
@@ -114,6 +121,7 @@ def edit(change: Callable[[dict], Any]) -> Callable[[Path], None]:
         doc = json.loads(path.read_text())
         change(doc)
         path.write_text(json.dumps(doc, ensure_ascii=False))
+
     return damage
 
 
@@ -121,6 +129,7 @@ def text(replace: Callable[[str], str]) -> Callable[[Path], None]:
     def damage(ds: Path) -> None:
         path = ds / "_manifest.json"
         path.write_bytes(replace(path.read_text()).encode("utf-8", "surrogateescape"))
+
     return damage
 
 
@@ -131,6 +140,7 @@ def _set(*keys_value: Any) -> Callable[[dict], None]:
         for key in keys[:-1]:
             doc = doc[key]
         doc[keys[-1]] = value
+
     return change
 
 
@@ -142,7 +152,9 @@ HOSTILE_MANIFESTS: dict[str, Callable[[Path], None]] = {
     "shards a list": edit(_set("shards", [])),
     "fields a string": edit(_set("fields", "abc")),
     "field without a name": edit(_set("fields", [{"type": 5}])),
-    "field counts as text": edit(_set("fields", [{"name": "txt", "type": "bytes", "samples": "five"}])),
+    "field counts as text": edit(
+        _set("fields", [{"name": "txt", "type": "bytes", "samples": "five"}])
+    ),
     "classes an object": edit(_set("classes", {"a": 1})),
     "classes of numbers": edit(_set("classes", [1, None, [2]])),
     "created a list": edit(_set("created", [1, 2])),
@@ -152,27 +164,53 @@ HOSTILE_MANIFESTS: dict[str, Callable[[Path], None]] = {
     "total as 1e308": edit(_set("num_samples", 1e308)),
     "counts disagree": edit(_set("num_samples", 99)),
     "columns of different lengths": edit(_set("shards", "samples", [3])),
-    "no shards": edit(lambda d: d.update(num_shards=0, num_samples=0, total_bytes=0,
-                                         shards={"path": [], "samples": [], "bytes": [], "sha256": []})),
+    "no shards": edit(
+        lambda d: d.update(
+            num_shards=0,
+            num_samples=0,
+            total_bytes=0,
+            shards={"path": [], "samples": [], "bytes": [], "sha256": []},
+        )
+    ),
     "absolute path": edit(_set("shards", "path", ["/etc/passwd", "shard-000001.tar"])),
     "parent path": edit(_set("shards", "path", ["../outside.tar", "shard-000001.tar"])),
     "url path": edit(_set("shards", "path", ["s3://another-bucket/x.tar", "shard-000001.tar"])),
-    "path with escapes": edit(_set("shards", "path", ["shard" + CLEAR + ".tar", "x" + TITLE + ".tar"])),
-    "path with bidi override": edit(_set("shards", "path", ["shard" + RLO + "rat.tar", "shard-000001.tar"])),
+    "path with escapes": edit(
+        _set("shards", "path", ["shard" + CLEAR + ".tar", "x" + TITLE + ".tar"])
+    ),
+    "path with bidi override": edit(
+        _set("shards", "path", ["shard" + RLO + "rat.tar", "shard-000001.tar"])
+    ),
     "duplicate paths": edit(_set("shards", "path", ["shard-000001.tar", "shard-000001.tar"])),
-    "upper-case sha256": edit(lambda d: d["shards"].update(sha256=[s.upper() for s in d["shards"]["sha256"]])),
-    "sha256 escaping the cache": edit(_set("shards", "sha256", ["../../../../tmp/" + "p" * 49, "0" * 64])),
+    "upper-case sha256": edit(
+        lambda d: d["shards"].update(sha256=[s.upper() for s in d["shards"]["sha256"]])
+    ),
+    "sha256 escaping the cache": edit(
+        _set("shards", "sha256", ["../../../../tmp/" + "p" * 49, "0" * 64])
+    ),
     "sha256 with escapes": edit(_set("shards", "sha256", [CLEAR * 16, TITLE * 5 + "abcd"])),
-    "class names with escapes": edit(_set("classes", [TITLE, CLEAR, "a" + RLO + "b", "\x9b2J", "\x7f"])),
-    "created with escapes": edit(_set("created", {"at": CLEAR, "by": TITLE, "source": "\x9b31m" + RLO})),
-    "field names with escapes": edit(_set("fields", [{"name": "x" + CLEAR, "type": "bytes", "samples": 5}])),
+    "class names with escapes": edit(
+        _set("classes", [TITLE, CLEAR, "a" + RLO + "b", "\x9b2J", "\x7f"])
+    ),
+    "created with escapes": edit(
+        _set("created", {"at": CLEAR, "by": TITLE, "source": "\x9b31m" + RLO})
+    ),
+    "field names with escapes": edit(
+        _set("fields", [{"name": "x" + CLEAR, "type": "bytes", "samples": 5}])
+    ),
     "unknown shard format": edit(_set("shard_format", "zip" + CLEAR)),
     "version 2": edit(_set("shardstream_manifest", 2)),
     "version as text": edit(_set("shardstream_manifest", "1" + TITLE)),
-    "arrow schema garbage": edit(lambda d: d.update(shard_format="arrow", arrow_schema="not base64 " + CLEAR)),
-    "deep nesting": text(lambda t: t.replace('"classes":null', '"classes":' + "[" * 100_000 + "]" * 100_000)),
+    "arrow schema garbage": edit(
+        lambda d: d.update(shard_format="arrow", arrow_schema="not base64 " + CLEAR)
+    ),
+    "deep nesting": text(
+        lambda t: t.replace('"classes":null', '"classes":' + "[" * 100_000 + "]" * 100_000)
+    ),
     "NaN total": text(lambda t: t.replace('"total_bytes":', '"total_bytes":NaN,"x":')),
-    "duplicate keys": text(lambda t: t.replace('"shard_format":"tar"', '"shard_format":"tar","shard_format":"arrow"')),
+    "duplicate keys": text(
+        lambda t: t.replace('"shard_format":"tar"', '"shard_format":"tar","shard_format":"arrow"')
+    ),
     "not an object": text(lambda t: "[1, 2, 3]"),
     "null": text(lambda t: "null"),
     "a string with escapes": text(lambda t: json.dumps(TITLE + CLEAR)),
@@ -220,7 +258,8 @@ SIZE = slice(124, 136)
 
 HOSTILE_TARS: dict[str, bytes] = {
     "negative octal size": _with_header(PLAIN, 1, SIZE, b"-0000002000"),
-    "negative size back to the first header": _with_header(PLAIN, 1, SIZE, b"-0000003000"),  # a, b, a, b, ...
+    # a, b, a, b, ...
+    "negative size back to the first header": _with_header(PLAIN, 1, SIZE, b"-0000003000"),
     "negative size, one block back": _with_header(PLAIN, 2, SIZE, b"-0000001000"),
     "negative PAX size": _pax_tar("-1024"),
     "negative PAX size back to the first header": _pax_tar("-2560"),
@@ -228,7 +267,9 @@ HOSTILE_TARS: dict[str, bytes] = {
     "huge base-256 size": _with_header(PLAIN, 1, SIZE, b"\x80" + b"\xff" * 11),
     "negative base-256 size": _with_header(PLAIN, 1, SIZE, b"\xff" * 12),
     "size 8 GB": _with_header(PLAIN, 0, SIZE, b"77777777777"),
-    "names with escapes": tar_bytes([(TITLE + ".txt", b"x"), ("k." + CLEAR, b"y"), ("k" + RLO + ".txt", b"z")]),
+    "names with escapes": tar_bytes(
+        [(TITLE + ".txt", b"x"), ("k." + CLEAR, b"y"), ("k" + RLO + ".txt", b"z")]
+    ),
     "undecodable name": tar_bytes([("caf\udce9.txt", b"x")]),
     "empty file": b"",
     "end of archive only": bytes(1024),
@@ -240,6 +281,7 @@ HOSTILE_TARS: dict[str, bytes] = {
 def replace_shard(data: bytes) -> Callable[[Path], None]:
     """The first shard replaced by ``data``, with its manifest entry (size, sha256) made to match:
     a hostile tar that passes the checks a reader makes before parsing."""
+
     def damage(ds: Path) -> None:
         shard = _shard(ds)
         shard.write_bytes(data)
@@ -251,13 +293,20 @@ def replace_shard(data: bytes) -> Callable[[Path], None]:
         doc["shards"]["sha256"][i] = hashlib.sha256(data).hexdigest()
         doc["total_bytes"] += len(data) - old
         path.write_text(json.dumps(doc))
+
     return damage
 
 
 CASES = (
     [case for base in BASES for case in random_cases(base)]
-    + [Case("tar", damage, f"tar: hostile manifest: {name}", "manifest") for name, damage in HOSTILE_MANIFESTS.items()]
-    + [Case("tar", replace_shard(data), f"tar: hostile tar: {name}", "shard") for name, data in HOSTILE_TARS.items()]
+    + [
+        Case("tar", damage, f"tar: hostile manifest: {name}", "manifest")
+        for name, damage in HOSTILE_MANIFESTS.items()
+    ]
+    + [
+        Case("tar", replace_shard(data), f"tar: hostile tar: {name}", "shard")
+        for name, data in HOSTILE_TARS.items()
+    ]
 )
 
 
@@ -274,14 +323,21 @@ def runner():
 @pytest.fixture(scope="module")
 def bases(tmp_path_factory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("bases")
-    return {name: Path(write_dataset(root, [3, 2], name=name.replace(".", "-"), **kw)) for name, kw in BASES.items()}
+    return {
+        name: Path(write_dataset(root, [3, 2], name=name.replace(".", "-"), **kw))
+        for name, kw in BASES.items()
+    }
 
 
 def commands(ds: Path, target: str) -> list[list[str]]:
     """The verbs that read what ``target`` damaged: info and ls read only the manifest, index only the shards."""
     d = str(ds)
-    reading = [["cat", d, "0"], ["cat", d, "--", "-1"], ["cat", d, "--key", key_of(3)],
-               ["verify", d, "-q", "--workers", "1"]]
+    reading = [
+        ["cat", d, "0"],
+        ["cat", d, "--", "-1"],
+        ["cat", d, "--key", key_of(3)],
+        ["verify", d, "-q", "--workers", "1"],
+    ]
     if target == "manifest":
         return [["info", d], ["info", d, "--json"], ["ls", d], ["ls", d, "--json"], *reading]
     return [*reading, ["index", d, "--overwrite", "-q"]]
@@ -304,7 +360,9 @@ def outcome_problems(o: Outcome) -> list[str]:
             problems.append("exit 0 with stderr other than warning lines")
         if "--json" in o.args:
             try:
-                [json.loads(line) for line in out.splitlines()] if o.args[0] == "ls" else json.loads(out)
+                [json.loads(line) for line in out.splitlines()] if o.args[
+                    0
+                ] == "ls" else json.loads(out)
             except ValueError as exc:
                 problems.append(f"--json printed invalid JSON ({exc})")
     elif o.exit_code == 1:
@@ -313,8 +371,14 @@ def outcome_problems(o: Outcome) -> list[str]:
             problems.append("exit 1 without an error: line last")
         elif lines[-1].startswith("error: unexpected "):
             problems.append("an unexpected exception (a bug)")
-        elif any(not line.startswith("damaged: ") for line in lines[:-1]) if verify else len(lines) != 1:
-            problems.append("more than the one error line" + (" and damaged: lines" if verify else ""))
+        elif (
+            any(not line.startswith("damaged: ") for line in lines[:-1])
+            if verify
+            else len(lines) != 1
+        ):
+            problems.append(
+                "more than the one error line" + (" and damaged: lines" if verify else "")
+            )
     else:
         problems.append(f"exit code {o.exit_code}")
     return problems
@@ -327,14 +391,18 @@ def test_cli_survives(case: Case, bases, runner, tmp_path):
     before = {p.name: p.read_bytes() for p in ds.iterdir() if p.name.startswith("shard-")}
     case.damage(ds)
     shards_changed = any(p.read_bytes() != before[p.name] for p in ds.iterdir() if p.name in before)
-    manifest_intact = (ds / "_manifest.json").read_bytes() == (bases[case.base] / "_manifest.json").read_bytes()
+    manifest_intact = (ds / "_manifest.json").read_bytes() == (
+        bases[case.base] / "_manifest.json"
+    ).read_bytes()
 
     outcomes, trouble = runner.run(commands(ds, case.target), TIMEOUT)
     report = [trouble] if trouble else []
     for o in outcomes:
-        report += [f"shardstream {' '.join(o.args[:1] + o.args[2:])}: {p}\n  stdout: {o.stdout[:300]!r}\n"
-                   f"  stderr: {o.stderr[:600]!r}" for p in outcome_problems(o)]
+        report += [
+            f"shardstream {' '.join(o.args[:1] + o.args[2:])}: {p}\n  stdout: {o.stdout[:300]!r}\n"
+            f"  stderr: {o.stderr[:600]!r}"
+            for p in outcome_problems(o)
+        ]
         if o.args[0] == "verify" and o.exit_code == 0 and shards_changed and manifest_intact:
             report.append("verify passed a dataset whose shard bytes changed")
     assert not report, f"{case}:\n" + "\n".join(report)
-

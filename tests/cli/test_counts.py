@@ -17,7 +17,7 @@ from click.testing import CliRunner
 
 import shardstream as ss
 from shardstream.cli import cli
-from shardstream.packing.tokens import summary as token_summary
+from shardstream.packing.result import token_summary
 from shardstream.sizes import count, format_size
 from tests.sample_datasets import make_files
 
@@ -84,7 +84,9 @@ def test_index_and_damage_say_one_shard(tmp_path):
     (folder / "a.tar").write_bytes(buf.getvalue())
     indexed = invoke("index", folder, "-q")
     assert indexed.stdout.startswith("indexed 1 shard, 1 sample, "), indexed.stdout
-    assert "warning: 1 member has no KEY.EXT name and belongs to no sample" in indexed.stderr, indexed.stderr
+    assert "warning: 1 member has no KEY.EXT name and belongs to no sample" in indexed.stderr, (
+        indexed.stderr
+    )
     no_plural_after_one(indexed.stdout + indexed.stderr)
 
     shard = folder / "a.tar"
@@ -100,7 +102,9 @@ def test_split_and_token_summaries_say_one(tmp_path):
     assert split.startswith("packed 1 sample into 1 dataset by cls "), split
     assert "1 shard, " in split
     no_plural_after_one(split)
-    one_token = SimpleNamespace(num_samples=1, num_shards=1, total_bytes=2, tokens={"total": 1, "dtype": "uint16"})
+    one_token = SimpleNamespace(
+        num_samples=1, num_shards=1, total_bytes=2, tokens={"total": 1, "dtype": "uint16"}
+    )
     summary = token_summary("ds", one_token, 1.0)
     assert summary.startswith("packed 1 document, 1 uint16 token into 1 token shard, "), summary
 
@@ -130,14 +134,18 @@ def test_pack_summary_names_the_bytes_the_progress_bar_counted(tmp_path, monkeyp
     smaller (Arrow's compression): the summary gives the shards' bytes and the files' bytes, by name."""
     Bar.made = []
     monkeypatch.setattr(driver, "progress_bar", Bar)
-    src = make_files(tmp_path / "src", {f"c{i % 2}/{i}.bin": bytes([i]) * (700 + 97 * i) for i in range(9)})
+    src = make_files(
+        tmp_path / "src", {f"c{i % 2}/{i}.bin": bytes([i]) * (700 + 97 * i) for i in range(9)}
+    )
     result = ss.pack(src, tmp_path / "ds", format=fmt, samples_per_shard=4, workers=1)
     (bar,) = Bar.made
     files = sum(p.stat().st_size for p in src.rglob("*.bin"))
     assert bar.unit == "B" and bar.total == bar.n == files
     assert result.nbytes != files
     summary = result.summary()
-    assert f", {format_size(result.nbytes)} (from {format_size(files)} of files) in " in summary, summary
+    assert f", {format_size(result.nbytes)} (from {format_size(files)} of files) in " in summary, (
+        summary
+    )
 
 
 def test_table_packs_count_rows_and_name_no_file_bytes(tmp_path, monkeypatch):

@@ -33,8 +33,10 @@ def test_reports_this_machine():
     assert doc["shm"]["free"] > 0
     assert doc["cuda"]["available"] == torch.cuda.is_available()
     assert doc["cuda"]["torch"] == torch.__version__
-    assert doc["start_method"] == (multiprocessing.get_start_method(allow_none=True)
-                                   or multiprocessing.get_all_start_methods()[0])
+    assert doc["start_method"] == (
+        multiprocessing.get_start_method(allow_none=True)
+        or multiprocessing.get_all_start_methods()[0]
+    )
     assert doc["pin_memory"] == torch.cuda.is_available()
     assert doc["ok"] is True and doc["problems"] == [] and doc["storage"] is None
 
@@ -46,11 +48,27 @@ def test_loader_estimate_is_the_guards():
     doc = json.loads(result.output)
     assert doc["loader"]["batch_bytes"] == 10 * 10**6
     if not torch.cuda.is_available():
-        assert doc["loader"]["needed"] == guards.check_shm(10 * 10**6, 1, 4 * 1.25, action="off") == 50 * 10**6
-    two = json.loads(doctor("--json", "--workers", "1", "--batch-size", "10", "--sample-size", "1MB",
-                            "--local-ranks", "2").output)
+        assert (
+            doc["loader"]["needed"]
+            == guards.check_shm(10 * 10**6, 1, 4 * 1.25, action="off")
+            == 50 * 10**6
+        )
+    two = json.loads(
+        doctor(
+            "--json",
+            "--workers",
+            "1",
+            "--batch-size",
+            "10",
+            "--sample-size",
+            "1MB",
+            "--local-ranks",
+            "2",
+        ).output
+    )
     assert two["loader"]["needed"] == 2 * doc["loader"]["needed"] and two["local_ranks"] == 2
-    assert os.environ.get("LOCAL_WORLD_SIZE") == before  # the command in this process left it as it was
+    # the command in this process left it as it was
+    assert os.environ.get("LOCAL_WORLD_SIZE") == before
 
 
 def test_too_small_shm_fails_with_the_advice():
@@ -62,7 +80,11 @@ def test_too_small_shm_fails_with_the_advice():
     assert "TOO SMALL" in result.stdout
     errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
     assert len(errors) == 1
-    assert "docker run --shm-size=" in errors[0] and "--ipc=host" in errors[0] and "medium: Memory" in errors[0]
+    assert (
+        "docker run --shm-size=" in errors[0]
+        and "--ipc=host" in errors[0]
+        and "medium: Memory" in errors[0]
+    )
     # without workers nothing travels through shared memory
     assert doctor("--workers", "0", "--batch-size", "64", "--sample-size", size).exit_code == 0
 
@@ -87,14 +109,19 @@ def test_local_dataset(tmp_path):
     result = doctor(url, "--json", "--workers", "1", "--batch-size", "4", "--read-batch")
     assert result.exit_code == 0, result.output
     doc = json.loads(result.output)
-    assert doc["storage"]["ok"] and doc["storage"]["samples"] == 15 and doc["storage"]["shards"] == 3
+    assert (
+        doc["storage"]["ok"] and doc["storage"]["samples"] == 15 and doc["storage"]["shards"] == 3
+    )
     assert doc["loader"]["ok"] and doc["loader"]["basis"] == "measured on the first batch"
-    assert doc["loader"]["batch_bytes"] == 4 * 8  # the cls field: 4 int64 labels; text travels by pipe
+    # the cls field: 4 int64 labels; text travels by pipe
+    assert doc["loader"]["batch_bytes"] == 4 * 8
 
 
 def test_dataset_too_large_for_shm(tmp_path):
     free = guards.shm_free_bytes()
-    url = write_dataset(tmp_path, [3], make=lambda i: {"__key__": f"k{i}", "bin": os.urandom(1 << 20)})
+    url = write_dataset(
+        tmp_path, [3], make=lambda i: {"__key__": f"k{i}", "bin": os.urandom(1 << 20)}
+    )
     batch = free // (1 << 20) + 1  # one batch of stored samples is more than all of /dev/shm
     result = doctor(url, "--workers", "1", "--batch-size", str(batch))
     assert result.exit_code == 1
@@ -120,15 +147,28 @@ def test_s3_store_answers_and_wrong_keys_are_one_line(seaweed, tmp_path):
     src = make_files(tmp_path / "src", {f"s{i}.txt": b"sample %d" % i for i in range(8)})
     bucket = seaweed.new_bucket()
     env = seaweed.client_env()
-    copy = CliRunner().invoke(cli, ["pack", str(src), f"s3://{bucket}/ds", "--endpoint-url", seaweed.endpoint, "-q"],
-                              env=env)
+    copy = CliRunner().invoke(
+        cli,
+        ["pack", str(src), f"s3://{bucket}/ds", "--endpoint-url", seaweed.endpoint, "-q"],
+        env=env,
+    )
     assert copy.exit_code == 0, copy.output
-    ok = doctor(f"s3://{bucket}/ds", "--endpoint-url", seaweed.endpoint, "--workers", "1", "--json", env=env)
+    ok = doctor(
+        f"s3://{bucket}/ds", "--endpoint-url", seaweed.endpoint, "--workers", "1", "--json", env=env
+    )
     assert ok.exit_code == 0, ok.output
     assert json.loads(ok.stdout)["storage"]["samples"] == 8
     wrong = dict(env, AWS_SECRET_ACCESS_KEY="not-the-secret")
-    bad = doctor(f"s3://{bucket}/ds", "--endpoint-url", seaweed.endpoint, "--workers", "1", "--timeout", "5",
-                 env=wrong)
+    bad = doctor(
+        f"s3://{bucket}/ds",
+        "--endpoint-url",
+        seaweed.endpoint,
+        "--workers",
+        "1",
+        "--timeout",
+        "5",
+        env=wrong,
+    )
     assert bad.exit_code == 1
     errors = [line for line in bad.stderr.splitlines() if line.startswith("error: ")]
     assert len(errors) == 1 and f"s3://{bucket}/ds" in errors[0], bad.output
@@ -160,10 +200,16 @@ def test_usable_cores_follow_the_affinity():
     """Run in a process pinned to one core: the doctor says 1 usable core."""
     import subprocess
 
-    code = "import os; os.sched_setaffinity(0, {min(os.sched_getaffinity(0))}); " \
-           "from shardstream.cli import main; main()"
-    out = subprocess.run([sys.executable, "-c", code, "doctor", "--json", "--workers", "0"], capture_output=True,
-                         text=True, check=True).stdout
+    code = (
+        "import os; os.sched_setaffinity(0, {min(os.sched_getaffinity(0))}); "
+        "from shardstream.cli import main; main()"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code, "doctor", "--json", "--workers", "0"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     doc = json.loads(out)
     assert doc["cores"]["affinity"] == 1 and doc["cores"]["usable"] == 1
 

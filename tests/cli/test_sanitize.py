@@ -58,17 +58,24 @@ def hostile(tmp_path) -> Path:
 # -- the mechanism ----------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("text", "shown"), [
-    ("plain é 中 👍 a\u200db", "plain é 中 👍 a\u200db"),  # ordinary text and joiners are left alone
-    (HOSTILE_KEY, r"a\x1b]0;pwned\x07"),
-    (HOSTILE_FIELD, r"x\x1b[1m"),
-    ("cat" + RLO + "gpj.exe", r"cat\u202egpj.exe"),
-    ("\x9b31m \x7f \x00", r"\x9b31m \x7f \x00"),  # C1 CSI, DEL, NUL
-    ("one\ntwo\r\tthree", r"one\ntwo\r\tthree"),
-    ("sep\u2028\u2029 zw\u200b bom\ufeff", r"sep\u2028\u2029 zw\u200b bom\ufeff"),
-    ("bad\udcff", r"bad\udcff"),  # an undecodable byte of a tar name (surrogateescape)
-    ("tag\U000e0041", r"tag\U000e0041"),  # invisible tag characters
-])
+@pytest.mark.parametrize(
+    ("text", "shown"),
+    [
+        # ordinary text and joiners are left alone
+        (
+            "plain é 中 👍 a\u200db",
+            "plain é 中 👍 a\u200db",
+        ),
+        (HOSTILE_KEY, r"a\x1b]0;pwned\x07"),
+        (HOSTILE_FIELD, r"x\x1b[1m"),
+        ("cat" + RLO + "gpj.exe", r"cat\u202egpj.exe"),
+        ("\x9b31m \x7f \x00", r"\x9b31m \x7f \x00"),  # C1 CSI, DEL, NUL
+        ("one\ntwo\r\tthree", r"one\ntwo\r\tthree"),
+        ("sep\u2028\u2029 zw\u200b bom\ufeff", r"sep\u2028\u2029 zw\u200b bom\ufeff"),
+        ("bad\udcff", r"bad\udcff"),  # an undecodable byte of a tar name (surrogateescape)
+        ("tag\U000e0041", r"tag\U000e0041"),  # invisible tag characters
+    ],
+)
 def test_safe_escapes_what_a_terminal_acts_on(text, shown):
     assert safe(text) == shown
     assert not terminal_problems(safe(text))
@@ -84,7 +91,9 @@ def test_safe_json_is_valid_safe_and_round_trips():
 
 
 def test_warning_lines_are_escaped():
-    record = logging.LogRecord("shardstream", logging.WARNING, __file__, 1, "skipped %s", (HOSTILE_KEY,), None)
+    record = logging.LogRecord(
+        "shardstream", logging.WARNING, __file__, 1, "skipped %s", (HOSTILE_KEY,), None
+    )
     line = _NoTraceback("warning: %(message)s").format(record)
     assert line == r"warning: skipped a\x1b]0;pwned\x07"
 
@@ -115,11 +124,17 @@ def test_arrow_column_names_keys_and_values_are_escaped(tmp_path):
     info = invoke("info", ds)
     assert info.exit_code == 0, info.output
     assert r"x\x1b[1m: string" in info.stdout
-    assert HOSTILE_FIELD in {f["name"] for f in json.loads(invoke("info", ds, "--json").stdout)["fields"]}
+    assert HOSTILE_FIELD in {
+        f["name"] for f in json.loads(invoke("info", ds, "--json").stdout)["fields"]
+    }
     cat = invoke("cat", ds, "0")
     assert cat.exit_code == 0, cat.output
     fields = dict(line.split(None, 1) for line in cat.stdout.strip().splitlines())
-    assert fields == {"__key__": r"'a\x1b]0;pwned\x07'", r"x\x1b[1m": r"'\x1b[2Jboom'", "txt": "plain é 中"}
+    assert fields == {
+        "__key__": r"'a\x1b]0;pwned\x07'",
+        r"x\x1b[1m": r"'\x1b[2Jboom'",
+        "txt": "plain é 中",
+    }
     assert invoke("cat", ds, "--key", HOSTILE_KEY).exit_code == 0
 
 
@@ -163,14 +178,18 @@ def test_error_line_quoting_a_missing_key_is_escaped(hostile):
     one_error_line(result.stderr)
 
 
-@pytest.mark.parametrize(("shard", "shown"), [
-    ("shard" + CLEAR + "-000000.tar", r"shard\x1b[2J-000000.tar"),
-    ("shard" + RLO + "-000000.tar", r"shard\u202e-000000.tar"),
-])
+@pytest.mark.parametrize(
+    ("shard", "shown"),
+    [
+        ("shard" + CLEAR + "-000000.tar", r"shard\x1b[2J-000000.tar"),
+        ("shard" + RLO + "-000000.tar", r"shard\u202e-000000.tar"),
+    ],
+)
 def test_shard_path_with_an_escape(tmp_path, shard, shown):
     ds = hostile_dataset(tmp_path / ("ds" + TITLE), shard=shard)
     result = invoke("ls", ds)
-    if result.exit_code == 0:  # or the manifest check refuses such a path, with an escaped error line
+    # or the manifest check refuses such a path, with an escaped error line
+    if result.exit_code == 0:
         assert shown in result.stdout
         rows = [json.loads(line) for line in invoke("ls", ds, "--json").stdout.splitlines()]
         assert [r["path"] for r in rows] == [shard]
@@ -225,7 +244,9 @@ def test_unexpected_exception_is_one_escaped_line(hostile, monkeypatch):
 def test_output_survives_a_terminal_without_unicode(hostile):
     """Under a Latin-1 locale, 中 cannot be encoded: it is escaped, not a crash."""
     env = {**os.environ, "PYTHONIOENCODING": "latin-1"}
-    proc = subprocess.run([*SHARDSTREAM, "info", str(hostile)], capture_output=True, env=env, timeout=120)
+    proc = subprocess.run(
+        [*SHARDSTREAM, "info", str(hostile)], capture_output=True, env=env, timeout=120
+    )
     assert proc.returncode == 0, proc.stderr
     assert b"Traceback" not in proc.stderr
     assert "plain é \\u4e2d".encode("latin-1") in proc.stdout
@@ -240,7 +261,9 @@ def run_with_terminal_stdout(*args: str | Path) -> tuple[int, bytes, bytes]:
     leader, follower = pty.openpty()
     tty.setraw(follower)  # no newline translation: the bytes arrive as written
     try:
-        proc = subprocess.Popen([*SHARDSTREAM, *map(str, args)], stdout=follower, stderr=subprocess.PIPE)
+        proc = subprocess.Popen(
+            [*SHARDSTREAM, *map(str, args)], stdout=follower, stderr=subprocess.PIPE
+        )
         os.close(follower)
         seen = b""
         while select.select([leader], [], [], 60)[0]:
@@ -279,8 +302,11 @@ def test_cat_field_writes_plain_text_to_a_terminal(hostile):
 
 
 def test_cat_field_writes_raw_bytes_to_a_pipe(hostile):
-    proc = subprocess.run([*SHARDSTREAM, "cat", str(hostile), "0", "--field", HOSTILE_FIELD],
-                          capture_output=True, timeout=120)
+    proc = subprocess.run(
+        [*SHARDSTREAM, "cat", str(hostile), "0", "--field", HOSTILE_FIELD],
+        capture_output=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == CLEAR.encode() + b"boom"
 

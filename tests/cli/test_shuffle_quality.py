@@ -15,7 +15,9 @@ def test_info_reports_classes_per_batch_against_iid(tmp_path):
     files = {f"c{c}/{i:03d}.png": b"x" * 10 for c in range(8) for i in range(20)}
     src = make_files(tmp_path / "src", files)
     pack(src, tmp_path / "ds", samples_per_shard=20, shuffle=False, progress=False)
-    result = CliRunner().invoke(cli, ["info", str(tmp_path / "ds"), "--shuffle-quality", "--batch-size", "16"])
+    result = CliRunner().invoke(
+        cli, ["info", str(tmp_path / "ds"), "--shuffle-quality", "--batch-size", "16"]
+    )
     assert result.exit_code == 0, result.output
     assert "classes per batch of 16 (i.i.d.:" in result.output
     args = ["info", str(tmp_path / "ds"), "--shuffle-quality", "--batch-size", "16", "--json"]

@@ -44,15 +44,27 @@ def test_ragged_bytes_pickles_and_slices_without_copying():
 
 def test_collate_stacks_numbers_and_images_channels_last_and_keeps_the_rest():
     hwc = [np.full((4, 5, 3), i, dtype=np.uint8) for i in range(3)]
-    samples = [{"__key__": f"k{i}", "jpg": torch.from_numpy(h).permute(2, 0, 1), "cls": i, "txt": f"t{i}",
-                "raw": bytes([i])} for i, h in enumerate(hwc)]
+    samples = [
+        {
+            "__key__": f"k{i}",
+            "jpg": torch.from_numpy(h).permute(2, 0, 1),
+            "cls": i,
+            "txt": f"t{i}",
+            "raw": bytes([i]),
+        }
+        for i, h in enumerate(hwc)
+    ]
     batch = collate(samples)
     assert batch["jpg"].shape == (3, 3, 4, 5)
     assert batch["jpg"].is_contiguous(memory_format=torch.channels_last)
     assert torch.equal(batch["jpg"][2], torch.from_numpy(hwc[2]).permute(2, 0, 1))
     assert batch["cls"].tolist() == [0, 1, 2] and batch["cls"].dtype == torch.int64
     assert batch["txt"] == ["t0", "t1", "t2"] and batch["__key__"] == ["k0", "k1", "k2"]
-    assert isinstance(batch["raw"], RaggedBytes) and list(batch["raw"]) == [b"\x00", b"\x01", b"\x02"]
+    assert isinstance(batch["raw"], RaggedBytes) and list(batch["raw"]) == [
+        b"\x00",
+        b"\x01",
+        b"\x02",
+    ]
 
 
 def test_collate_keeps_every_field_even_when_the_first_sample_lacks_it():
@@ -106,7 +118,9 @@ def test_compressed_shards_fall_back_to_ragged_bytes(tmp_path):
 
 
 def test_pad_sequences_pads_and_gives_lengths_and_mask():
-    padded, lengths, mask = pad_sequences([torch.tensor([1, 2, 3]), np.array([4]), [5, 6]], padding_value=-1)
+    padded, lengths, mask = pad_sequences(
+        [torch.tensor([1, 2, 3]), np.array([4]), [5, 6]], padding_value=-1
+    )
     assert padded.tolist() == [[1, 2, 3], [4, -1, -1], [5, 6, -1]] and padded.dtype == torch.int64
     assert lengths.tolist() == [3, 1, 2] and lengths.dtype == torch.int64
     assert mask.tolist() == [[True, True, True], [True, False, False], [True, True, False]]
@@ -116,12 +130,21 @@ def test_pad_sequences_pads_and_gives_lengths_and_mask():
 def test_pad_sequences_with_trailing_dims_empty_sequences_promotion_and_max_length():
     boxes = [torch.ones(2, 4), torch.zeros(0, 4, dtype=torch.float64), 2 * torch.ones(3, 4)]
     padded, lengths, mask = pad_sequences(boxes)
-    assert padded.shape == (3, 3, 4) and padded.dtype == torch.float64  # float32 and float64 promote
+    # float32 and float64 promote
+    assert padded.shape == (3, 3, 4) and padded.dtype == torch.float64
     assert torch.equal(padded[2], 2 * torch.ones(3, 4, dtype=torch.float64))
-    assert torch.equal(padded[0, 2], torch.zeros(4, dtype=torch.float64)) and lengths.tolist() == [2, 0, 3]
+    assert torch.equal(padded[0, 2], torch.zeros(4, dtype=torch.float64)) and lengths.tolist() == [
+        2,
+        0,
+        3,
+    ]
     assert mask.sum(1).tolist() == [2, 0, 3]
     cut, cut_lengths, cut_mask = pad_sequences([torch.arange(5), torch.arange(2)], max_length=3)
-    assert cut.tolist() == [[0, 1, 2], [0, 1, 0]] and cut_lengths.tolist() == [3, 2] and cut_mask.shape == (2, 3)
+    assert (
+        cut.tolist() == [[0, 1, 2], [0, 1, 0]]
+        and cut_lengths.tolist() == [3, 2]
+        and cut_mask.shape == (2, 3)
+    )
     none, none_lengths, none_mask = pad_sequences([torch.zeros(0), torch.zeros(0)])
     assert none.shape == (2, 0) and none_lengths.tolist() == [0, 0] and none_mask.shape == (2, 0)
 
@@ -136,17 +159,36 @@ def test_pad_sequences_refuses_what_cannot_be_padded():
 
 
 def detection_sample(i: int) -> dict:
-    return {"__key__": f"k{i}", "tokens": np.arange(i % 4 + 1, dtype=np.int64) + 10 * i,
-            "boxes": np.full((i % 3, 4), i, dtype=np.float32), "cls": i, "txt": f"t{i}", "raw": bytes([i])}
+    return {
+        "__key__": f"k{i}",
+        "tokens": np.arange(i % 4 + 1, dtype=np.int64) + 10 * i,
+        "boxes": np.full((i % 3, 4), i, dtype=np.float32),
+        "cls": i,
+        "txt": f"t{i}",
+        "raw": bytes([i]),
+    }
 
 
 def test_field_collate_pads_keeps_lists_and_collates_the_rest():
     fc = FieldCollate(pad={"tokens": -1}, lists=["boxes"])
     batch = fc([detection_sample(i) for i in range(3)])
-    assert list(batch) == ["__key__", "tokens", "tokens_lengths", "tokens_mask", "boxes", "cls", "txt", "raw"]
+    assert list(batch) == [
+        "__key__",
+        "tokens",
+        "tokens_lengths",
+        "tokens_mask",
+        "boxes",
+        "cls",
+        "txt",
+        "raw",
+    ]
     assert batch["tokens"].tolist() == [[0, -1, -1], [10, 11, -1], [20, 21, 22]]
     assert batch["tokens_lengths"].tolist() == [1, 2, 3] and batch["tokens_mask"].sum().item() == 6
-    assert [b.shape for b in batch["boxes"]] == [(0, 4), (1, 4), (2, 4)]  # the samples' values, as tensors
+    assert [b.shape for b in batch["boxes"]] == [
+        (0, 4),
+        (1, 4),
+        (2, 4),
+    ]  # the samples' values, as tensors
     assert all(isinstance(b, torch.Tensor) for b in batch["boxes"])
     assert batch["cls"].tolist() == [0, 1, 2] and batch["txt"] == ["t0", "t1", "t2"]
     assert isinstance(batch["raw"], RaggedBytes)
@@ -162,25 +204,41 @@ def test_field_collate_as_the_collate_fn_of_a_shard_dataset_with_workers(tmp_pat
     with ShardWriter(str(tmp_path / "ds"), samples_per_shard=4) as w:
         for i in range(10):
             sample = detection_sample(i)
-            w.write({"__key__": sample["__key__"], "tokens.npy": sample["tokens"], "boxes.npy": sample["boxes"],
-                     "cls": i})
+            w.write(
+                {
+                    "__key__": sample["__key__"],
+                    "tokens.npy": sample["tokens"],
+                    "boxes.npy": sample["boxes"],
+                    "cls": i,
+                }
+            )
     fc = FieldCollate(pad=["tokens.npy"], lists=["boxes.npy"])
     ds = ShardDataset(str(tmp_path / "ds"), shuffle=False, collate_fn=fc)
     batches = list(ds.loader(batch_size=4, num_workers=2))
-    assert [b["tokens.npy_lengths"].tolist() for b in batches] == [[1, 2, 3, 4], [1, 2, 3, 4], [1, 2]]
+    assert [b["tokens.npy_lengths"].tolist() for b in batches] == [
+        [1, 2, 3, 4],
+        [1, 2, 3, 4],
+        [1, 2],
+    ]
     assert batches[1]["tokens.npy"][3].tolist() == [70, 71, 72, 73]
     assert batches[1]["tokens.npy_mask"][0].tolist() == [True, False, False, False]
     assert [tuple(b.shape) for b in batches[2]["boxes.npy"]] == [(2, 4), (0, 4)]
-    assert all(isinstance(b, torch.Tensor) for b in batches[2]["boxes.npy"])  # arrays become tensors
+    # arrays become tensors
+    assert all(isinstance(b, torch.Tensor) for b in batches[2]["boxes.npy"])
     assert batches[2]["boxes.npy"][0].unique().tolist() == [8.0]
     assert batches[0]["cls"].tolist() == [0, 1, 2, 3]
-    spawn = ShardDataset(str(tmp_path / "ds"), collate_fn=fc)  # the pickling guard accepts it for spawn workers
+    # the pickling guard accepts it for spawn workers
+    spawn = ShardDataset(str(tmp_path / "ds"), collate_fn=fc)
     spawn.loader(batch_size=4, num_workers=1, multiprocessing_context="spawn")
 
 
 def test_pad_sequences_keeps_the_dtype_when_a_sequence_is_an_empty_list():
     padded, lengths, _ = pad_sequences([[1, 2, 3], []])
-    assert padded.dtype == torch.int64 and padded.tolist() == [[1, 2, 3], [0, 0, 0]] and lengths.tolist() == [3, 0]
+    assert (
+        padded.dtype == torch.int64
+        and padded.tolist() == [[1, 2, 3], [0, 0, 0]]
+        and lengths.tolist() == [3, 0]
+    )
     assert pad_sequences([[], []])[0].dtype == torch.int64
     assert pad_sequences([torch.tensor([1.5], dtype=torch.float16), []])[0].dtype == torch.float16
 
@@ -198,8 +256,10 @@ def test_collate_allocates_from_the_active_allocator_only_inside_its_block():
         n = int(np.prod(shape)) * torch.empty((), dtype=dtype).element_size()
         return arena[:n].view(dtype).view(shape)
 
-    samples = [{"__key__": "a", "n": 1, "x": np.ones((2, 2), dtype=np.float32)},
-               {"__key__": "b", "n": 2, "x": np.zeros((2, 2), dtype=np.float32)}]
+    samples = [
+        {"__key__": "a", "n": 1, "x": np.ones((2, 2), dtype=np.float32)},
+        {"__key__": "b", "n": 2, "x": np.zeros((2, 2), dtype=np.float32)},
+    ]
     seen_elsewhere = []
     with allocating(allocate):
         batch = collate(samples)
@@ -216,7 +276,9 @@ def test_collate_allocates_from_the_active_allocator_only_inside_its_block():
 
 def test_field_collate_refuses_a_field_name_no_sample_has(tmp_path):
     samples = [detection_sample(0), detection_sample(1)]
-    with pytest.raises(ShardstreamError, match=r"pad=\.\.\.\) names \['token'\].*fields are \['__key__', 'tokens'"):
+    with pytest.raises(
+        ShardstreamError, match=r"pad=\.\.\.\) names \['token'\].*fields are \['__key__', 'tokens'"
+    ):
         FieldCollate(pad=["token"])(samples)
     with pytest.raises(ShardstreamError, match=r"lists=\.\.\.\) names \['box'\]"):
         FieldCollate(lists=["box"])(samples)

@@ -31,10 +31,16 @@ def squares():
 def test_every_dataset_kind_is_readable(tmp_path, squares):
     url = write_dataset(tmp_path, [3, 4])
     tokens, _ = pack_positions(tmp_path, [20, 30], shard_size="64B", name="tok")
-    kinds = [ShardDataset(url), TokenDataset(tokens, 4), MixedDataset([ShardDataset(url)]), squares(10)]
+    kinds = [
+        ShardDataset(url),
+        TokenDataset(tokens, 4),
+        MixedDataset([ShardDataset(url)]),
+        squares(10),
+    ]
     for ds in kinds:
         assert isinstance(ds, Readable) and isinstance(ds, PlannedDataset)
-    assert not isinstance(TokenDataset(tokens, 4), ShardDataset)  # siblings: none pretends to be another
+    # siblings: none pretends to be another
+    assert not isinstance(TokenDataset(tokens, 4), ShardDataset)
 
 
 def test_a_new_kind_gets_the_plan_s_guarantees(squares):
@@ -57,6 +63,8 @@ def test_a_new_kind_splits_equally_over_ranks(squares, monkeypatch):
     for rank in range(3):
         monkeypatch.setenv("RANK", str(rank))
         ds = squares(100)
-        parts.append(np.concatenate([b["x"].numpy() for b in ds.loader(batch_size=7, num_workers=0)]))
+        parts.append(
+            np.concatenate([b["x"].numpy() for b in ds.loader(batch_size=7, num_workers=0)])
+        )
     assert len({len(p) for p in parts}) == 1 and len(parts[0]) == 34  # 100 / 3, padded
     assert set(np.concatenate(parts).tolist()) == {i * i for i in range(100)}

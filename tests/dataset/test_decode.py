@@ -52,7 +52,9 @@ def pillow_rgb(data: bytes) -> np.ndarray:
 # -- images ---------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("ext,make", [("png", png_bytes), ("jpg", jpeg_bytes), ("jpeg", jpeg_bytes)])
+@pytest.mark.parametrize(
+    "ext,make", [("png", png_bytes), ("jpg", jpeg_bytes), ("jpeg", jpeg_bytes)]
+)
 def test_pil_mode_gives_a_loaded_pil_image(ext, make):
     image = Decoder("pil")({"__key__": "k", ext: make()})[ext]
     assert isinstance(image, Image.Image)
@@ -84,7 +86,9 @@ def test_torch_mode_gives_chw_uint8_rgb(ext, make):
     assert tensor.shape == (3, H, W)
     assert tensor.dtype == torch.uint8
     numpy_version = Decoder("numpy")({ext: data})[ext]
-    assert torch.equal(tensor, torch.from_numpy(np.ascontiguousarray(numpy_version)).permute(2, 0, 1))
+    assert torch.equal(
+        tensor, torch.from_numpy(np.ascontiguousarray(numpy_version)).permute(2, 0, 1)
+    )
 
 
 def test_torch_is_the_default_mode():
@@ -92,7 +96,9 @@ def test_torch_is_the_default_mode():
 
 
 @pytest.mark.parametrize("mode", ["numpy", "torch"])
-@pytest.mark.parametrize("ext,image_mode", [("png", "L"), ("png", "RGBA"), ("png", "P"), ("jpg", "L")])
+@pytest.mark.parametrize(
+    "ext,image_mode", [("png", "L"), ("png", "RGBA"), ("png", "P"), ("jpg", "L")]
+)
 def test_grayscale_palette_and_rgba_images_become_rgb(mode, ext, image_mode):
     image = gradient(image_mode)
     data = encode(image, "JPEG" if ext == "jpg" else "PNG")
@@ -106,7 +112,9 @@ def test_grayscale_palette_and_rgba_images_become_rgb(mode, ext, image_mode):
 
 
 def test_compound_extension_decodes_by_its_last_part():
-    sample = Decoder("numpy")({"__key__": "k", "seg.png": png_bytes("L"), "mask.seg.png": png_bytes()})
+    sample = Decoder("numpy")(
+        {"__key__": "k", "seg.png": png_bytes("L"), "mask.seg.png": png_bytes()}
+    )
     assert sample["seg.png"].shape == (H, W, 3)
     assert sample["mask.seg.png"].shape == (H, W, 3)
 
@@ -210,7 +218,14 @@ def test_mapping_with_callables_modes_and_default():
         "seg.png": None,
         "*": "numpy",
     }
-    sample = {"__key__": "k", "txt": b"abc", "png": data, "seg.png": data, "jpg": jpeg_bytes(), "cls": b"2"}
+    sample = {
+        "__key__": "k",
+        "txt": b"abc",
+        "png": data,
+        "seg.png": data,
+        "jpg": jpeg_bytes(),
+        "cls": b"2",
+    }
     out = Decoder(spec)(sample)
     assert out["txt"] == "ABC"
     assert isinstance(out["png"], Image.Image)
@@ -287,18 +302,32 @@ def test_invalid_spec_raises_value_error(spec):
 def test_mapping_naming_a_field_the_sample_lacks_is_refused_even_when_skipping(tmp_path):
     from shardstream import ShardDataset, ShardWriter
 
-    with pytest.raises(ShardstreamError, match=r"names fields \['jpg'\].*fields are \['JPEG', 'cls'\]"):
+    with pytest.raises(
+        ShardstreamError, match=r"names fields \['jpg'\].*fields are \['JPEG', 'cls'\]"
+    ):
         Decoder({"jpg": "pil", "*": None})({"__key__": "k", "JPEG": b"x", "cls": b"1"})
-    assert Decoder({"cls": "numpy", "*": None})({"cls": b"1", "txt": b"a"}) == {"cls": 1, "txt": b"a"}
+    assert Decoder({"cls": "numpy", "*": None})({"cls": b"1", "txt": b"a"}) == {
+        "cls": 1,
+        "txt": b"a",
+    }
     with ShardWriter(str(tmp_path / "ds"), samples_per_shard=2) as w:
         for i in range(4):
             w.write({"__key__": f"{i:03d}", "cls": i})
-    with pytest.raises(ShardstreamError, match=r"\['label'\].*\['cls'\]"):  # refused when made: the manifest
-        ShardDataset(str(tmp_path / "ds"), decode={"label": int}, on_error="skip")  # lists the fields
+    # refused when made: the manifest
+    with pytest.raises(ShardstreamError, match=r"\['label'\].*\['cls'\]"):
+        # lists the fields
+        ShardDataset(str(tmp_path / "ds"), decode={"label": int}, on_error="skip")
 
 
-@pytest.mark.parametrize("kwargs", [{"decode": {"jgp": "torch"}}, {"fields": ["jgp", "cls"]},
-                                    {"fields": {"image": "jgp;jepg"}}, {"decode": {"jgp": None}, "fields": ["cls"]}])
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"decode": {"jgp": "torch"}},
+        {"fields": ["jgp", "cls"]},
+        {"fields": {"image": "jgp;jepg"}},
+        {"decode": {"jgp": None}, "fields": ["cls"]},
+    ],
+)
 def test_names_the_manifest_does_not_list_are_refused_when_the_dataset_is_made(tmp_path, kwargs):
     from shardstream import ShardDataset, ShardWriter
     from shardstream.errors import UsageError
@@ -306,9 +335,14 @@ def test_names_the_manifest_does_not_list_are_refused_when_the_dataset_is_made(t
     with ShardWriter(str(tmp_path / "ds"), samples_per_shard=2) as w:
         for i in range(4):
             w.write({"__key__": f"{i:03d}", "jpg": png_bytes(), "cls": i})
-    with pytest.raises(UsageError, match=r"ds: .*jgp.*the dataset does not have; its fields are \['cls', 'jpg'\]"):
+    with pytest.raises(
+        UsageError, match=r"ds: .*jgp.*the dataset does not have; its fields are \['cls', 'jpg'\]"
+    ):
         ShardDataset(str(tmp_path / "ds"), on_error="skip", **kwargs)
-    assert len(list(ShardDataset(str(tmp_path / "ds"), fields={"image": "jgp;jpg", "label": "cls"}))) == 4
+    assert (
+        len(list(ShardDataset(str(tmp_path / "ds"), fields={"image": "jgp;jpg", "label": "cls"})))
+        == 4
+    )
 
 
 def test_a_decode_function_may_make_the_fields_it_selects(tmp_path):
@@ -317,7 +351,9 @@ def test_a_decode_function_may_make_the_fields_it_selects(tmp_path):
     with ShardWriter(str(tmp_path / "ds"), samples_per_shard=2) as w:
         for i in range(4):
             w.write({"__key__": f"{i:03d}", "cls": i})
-    ds = ShardDataset(str(tmp_path / "ds"), decode=lambda s: {**s, "made": 1}, fields=["made"], shuffle=False)
+    ds = ShardDataset(
+        str(tmp_path / "ds"), decode=lambda s: {**s, "made": 1}, fields=["made"], shuffle=False
+    )
     assert [s["made"] for s in ds] == [1] * 4
 
 
@@ -334,13 +370,20 @@ def test_hugging_face_image_structs_are_decoded_and_named_functions_called(tmp_p
 
     png = _io.BytesIO()
     Image.new("RGB", (4, 3), (255, 0, 0)).save(png, "PNG")
-    table = pa.table({"image": [{"bytes": png.getvalue(), "path": f"{i}.png"} for i in range(3)], "label": [0, 1, 2]})
+    table = pa.table(
+        {
+            "image": [{"bytes": png.getvalue(), "path": f"{i}.png"} for i in range(3)],
+            "label": [0, 1, 2],
+        }
+    )
     pq.write_table(table, tmp_path / "t.parquet")
     ss.pack(tmp_path / "t.parquet", tmp_path / "ds", progress=False, shuffle=False)
     sample = next(iter(ss.ShardDataset(str(tmp_path / "ds"), shuffle=False)))
     assert tuple(sample["image"].shape) == (3, 3, 4) and int(sample["image"][0, 0, 0]) == 255
     seen = []
-    mine = ss.ShardDataset(str(tmp_path / "ds"), shuffle=False, decode={"image": lambda v: seen.append(v) or "mine"})
+    mine = ss.ShardDataset(
+        str(tmp_path / "ds"), shuffle=False, decode={"image": lambda v: seen.append(v) or "mine"}
+    )
     assert next(iter(mine))["image"] == "mine" and seen[0]["path"] == "0.png"
     raw = next(iter(ss.ShardDataset(str(tmp_path / "ds"), shuffle=False, decode=None)))
     assert raw["image"]["path"] == "0.png"  # decode=None keeps the struct
@@ -367,15 +410,25 @@ def test_fields_alternatives_give_one_field_for_mixed_image_extensions(tmp_path)
     ds = ss.ShardDataset(str(tmp_path / "ds"), batch_size=12, fields=["jpg;png", "cls"])
     batch = next(iter(ds))
     assert set(batch) == {"__key__", "jpg", "cls"}
-    assert tuple(batch["jpg"].shape) == (12, 3, H, W) and sorted(batch["cls"].tolist()) == [0] * 6 + [1] * 6
-    renamed = ss.ShardDataset(str(tmp_path / "ds"), decode={"image": "numpy", "*": "torch"},
-                              fields={"image": "jpg;png", "label": "cls"}, shuffle=False)
+    assert (
+        tuple(batch["jpg"].shape) == (12, 3, H, W)
+        and sorted(batch["cls"].tolist()) == [0] * 6 + [1] * 6
+    )
+    renamed = ss.ShardDataset(
+        str(tmp_path / "ds"),
+        decode={"image": "numpy", "*": "torch"},
+        fields={"image": "jpg;png", "label": "cls"},
+        shuffle=False,
+    )
     sample = next(iter(renamed))
     assert set(sample) == {"__key__", "image", "label"} and sample["image"].shape == (H, W, 3)
 
 
 def test_fields_names_case_insensitively_and_refuses_bad_specs():
-    assert Decoder(None, ["JPG;Png"])({"__key__": "k", "png": b"p", "cls": b"1"}) == {"__key__": "k", "jpg": b"p"}
+    assert Decoder(None, ["JPG;Png"])({"__key__": "k", "png": b"p", "cls": b"1"}) == {
+        "__key__": "k",
+        "jpg": b"p",
+    }
     for bad in ("jpg;png", [""], [";"], {"image": 3}, []):
         with pytest.raises(ShardstreamError, match="fields"):
             Decoder(None, bad)
@@ -384,7 +437,9 @@ def test_fields_names_case_insensitively_and_refuses_bad_specs():
 def test_a_sample_without_any_alternative_is_a_decode_error_that_skip_skips(tmp_path):
     from shardstream import ShardDataset, ShardWriter
 
-    with pytest.raises(DecodeError, match=r"no field 'jpg;png' for 'jpg' \(the sample has \['txt'\]\)"):
+    with pytest.raises(
+        DecodeError, match=r"no field 'jpg;png' for 'jpg' \(the sample has \['txt'\]\)"
+    ):
         Decoder(None, ["jpg;png"])({"__key__": "k", "txt": b"t"})
     with ShardWriter(str(tmp_path / "ds"), samples_per_shard=3) as w:
         for i in range(6):

@@ -23,7 +23,8 @@ def make(i: int) -> dict:
 
 @pytest.fixture(scope="module")
 def url(tmp_path_factory):
-    return write_dataset(tmp_path_factory.mktemp("lengths"), [10, 7, 13, 9], make=make)  # 39 samples
+    # 39 samples
+    return write_dataset(tmp_path_factory.mktemp("lengths"), [10, 7, 13, 9], make=make)
 
 
 def skewed(i: int) -> dict:
@@ -32,8 +33,14 @@ def skewed(i: int) -> dict:
 
 
 def bucketing(url: str, **kw) -> LengthBucketing:
-    ds = ShardDataset(url, fields={"input_ids": "npy", "cls": "cls"}, seed=3, shuffle=kw.pop("shuffle", True),
-                      rank=kw.pop("rank", None), world_size=kw.pop("world_size", None))
+    ds = ShardDataset(
+        url,
+        fields={"input_ids": "npy", "cls": "cls"},
+        seed=3,
+        shuffle=kw.pop("shuffle", True),
+        rank=kw.pop("rank", None),
+        world_size=kw.pop("world_size", None),
+    )
     return LengthBucketing(ds, BUDGET, window=8, num_workers=kw.pop("num_workers", 0), **kw)
 
 
@@ -46,12 +53,16 @@ def test_batches_stay_within_the_budget_and_hold_every_sample_once(url):
     for b in got:
         rows, longest = b["input_ids"].shape
         assert rows * longest <= BUDGET or rows == 1
-        assert b["lengths"].tolist() == sorted(b["lengths"].tolist())  # sorted by length within the window
+        # sorted by length within the window
+        assert b["lengths"].tolist() == sorted(b["lengths"].tolist())
         assert (b["attention_mask"].sum(1) == b["lengths"]).all()
         for row, cls in enumerate(b["cls"].tolist()):
-            assert b["input_ids"][row, : b["lengths"][row]].tolist() == list(range(1 + cls * 7 % 23))
+            assert b["input_ids"][row, : b["lengths"][row]].tolist() == list(
+                range(1 + cls * 7 % 23)
+            )
     assert sorted(c for b in summary(got) for c in b) == list(range(39))
-    assert summary(got) == summary(bucketing(url, num_workers=1))  # deterministic, with or without workers
+    # deterministic, with or without workers
+    assert summary(got) == summary(bucketing(url, num_workers=1))
 
 
 def test_resume_mid_window_goes_on_exactly(url):

@@ -34,10 +34,25 @@ def keys(loader) -> list[str]:
 
 
 NEW_VALUES = {
-    "shuffle": False, "seed": 9, "window": 3, "drop_last": True, "batch_size": 2, "on_error": "skip",
-    "transform": lambda s: s, "collate_fn": collate, "decoder": None, "seed_workers": False,
+    "shuffle": False,
+    "seed": 9,
+    "window": 3,
+    "drop_last": True,
+    "batch_size": 2,
+    "on_error": "skip",
+    "transform": lambda s: s,
+    "collate_fn": collate,
+    "decoder": None,
+    "seed_workers": False,
 }
-FIXED = {"store": None, "manifest": None, "storage": None, "disk_cache": None, "prefetch": 0, "counts": None}
+FIXED = {
+    "store": None,
+    "manifest": None,
+    "storage": None,
+    "disk_cache": None,
+    "prefetch": 0,
+    "counts": None,
+}
 
 
 @pytest.mark.parametrize("name", sorted(NEW_VALUES))
@@ -45,7 +60,9 @@ def test_a_setting_refuses_changes_while_a_loader_reads_the_dataset(url, name):
     ds = ShardDataset(url, decode=None)
     loader = ds.loader(batch_size=4, num_workers=0)
     before = getattr(ds, name)
-    with pytest.raises(ShardstreamError, match=f"cannot set '{name}' of a ShardDataset that a loader reads"):
+    with pytest.raises(
+        ShardstreamError, match=f"cannot set '{name}' of a ShardDataset that a loader reads"
+    ):
         setattr(ds, name, NEW_VALUES[name])
     assert getattr(ds, name) is before
     assert len(keys(loader)) == sum(COUNTS)
@@ -55,7 +72,9 @@ def test_a_setting_refuses_changes_while_a_loader_reads_the_dataset(url, name):
 def test_what_the_dataset_was_made_with_is_fixed(url, name):
     ds = ShardDataset(url, decode=None)
     before = getattr(ds, name)
-    with pytest.raises(ShardstreamError, match=f"'{name}' of a ShardDataset is fixed when it is made"):
+    with pytest.raises(
+        ShardstreamError, match=f"'{name}' of a ShardDataset is fixed when it is made"
+    ):
         setattr(ds, name, FIXED[name])
     assert getattr(ds, name) is before or getattr(ds, name) == before  # (prefetch is made anew)
 
@@ -83,7 +102,9 @@ def test_without_a_loader_settings_change_what_the_dataset_yields(url):
 
 
 def test_on_error_set_after_construction_is_honoured(tmp_path):
-    url = write_dataset(tmp_path, [4], make=lambda i: {"__key__": key_of(i), "cls": "x" if i == 2 else str(i)})
+    url = write_dataset(
+        tmp_path, [4], make=lambda i: {"__key__": key_of(i), "cls": "x" if i == 2 else str(i)}
+    )
     ds = ShardDataset(url, shuffle=False, decode="torch")
     with pytest.raises(ShardstreamError, match="sample 2"):
         list(ds)
@@ -99,7 +120,8 @@ def test_seed_workers_is_the_datasets_own_setting_without_a_loader(url):
     ds.seed_workers = False
     assert ds.seed_workers is False and ds.setup.seed_workers is False
     loader = ds.loader(batch_size=2, num_workers=0)
-    assert loader.dataset.seed_workers is False  # the loader takes the dataset's, unless told otherwise
+    # the loader takes the dataset's, unless told otherwise
+    assert loader.dataset.seed_workers is False
 
 
 def test_state_such_as_the_epoch_still_moves_while_a_loader_reads(url):
@@ -149,7 +171,9 @@ def test_once_its_loader_is_gone_the_dataset_forgets_its_transport(url):
 
 @pytest.mark.parametrize("workers", [0, 2])
 @pytest.mark.parametrize("read_first", [False, True])
-def test_a_dataset_whose_loader_is_gone_yields_samples_to_a_plain_dataloader(tmp_path, workers, read_first):
+def test_a_dataset_whose_loader_is_gone_yields_samples_to_a_plain_dataloader(
+    tmp_path, workers, read_first
+):
     """Not the gone loader's batches of 25, which a DataLoader batching again nests ([25, 25, ...])."""
     image = lambda i: {"__key__": key_of(i), "npy": np.full((3, 8, 8), i % 250, np.uint8), "cls": i}  # noqa: E731
     url = write_dataset(tmp_path, [40, 35], make=image)
@@ -161,10 +185,14 @@ def test_a_dataset_whose_loader_is_gone_yields_samples_to_a_plain_dataloader(tmp
     gc.collect()
     assert ds.batch_size is None
     batches = list(DataLoader(ds, batch_size=25, num_workers=workers))
-    assert all(b["npy"].shape[1:] == (3, 8, 8) and len(b["npy"]) <= 25 for b in batches)  # one level of batches
+    # one level of batches
+    assert all(b["npy"].shape[1:] == (3, 8, 8) and len(b["npy"]) <= 25 for b in batches)
     assert all(isinstance(k, str) for b in batches for k in b["__key__"])
-    assert sorted(k for b in batches for k in b["__key__"]) == [key_of(i) for i in range(75)]  # each worker its part
-    assert ds.loader(batch_size=5, num_workers=0).dataset.batch_size == 5  # a new loader sets its own again
+    assert sorted(k for b in batches for k in b["__key__"]) == [
+        key_of(i) for i in range(75)
+    ]  # each worker its part
+    # a new loader sets its own again
+    assert ds.loader(batch_size=5, num_workers=0).dataset.batch_size == 5
 
 
 def test_a_loader_that_torch_refuses_leaves_the_dataset_free(url):
@@ -230,20 +258,34 @@ def ring_sender():
     return functools.partial(Ring, torch.full((1, 4), -1, dtype=torch.int64), slots=4)
 
 
-@pytest.mark.parametrize(("fmt", "decode", "sender", "checked"), [
-    ("tar", "numpy", False, True),  # samples decoded and collated
-    ("tar", "numpy", True, True),  # ...into the transport's arena
-    ("arrow", "torch", False, True),  # Arrow columns
-    ("tar", None, False, False),  # locations in the shard files: nothing in shared memory to check
-])
-def test_each_worker_checks_the_first_batch_of_each_pass_before_it_leaves(tmp_path, in_a_worker, fmt, decode,
-                                                                           sender, checked):
+@pytest.mark.parametrize(
+    ("fmt", "decode", "sender", "checked"),
+    [
+        ("tar", "numpy", False, True),  # samples decoded and collated
+        ("tar", "numpy", True, True),  # ...into the transport's arena
+        ("arrow", "torch", False, True),  # Arrow columns
+        # locations in the shard files: nothing in shared memory to check
+        (
+            "tar",
+            None,
+            False,
+            False,
+        ),
+    ],
+)
+def test_each_worker_checks_the_first_batch_of_each_pass_before_it_leaves(
+    tmp_path, in_a_worker, fmt, decode, sender, checked
+):
     url = write_dataset(tmp_path, COUNTS, fmt, make=numbers)
     ds = ShardDataset(url, decode=decode, shuffle=False)
     seen = []
     holder = Holder()
-    ds.configure(holder, LoaderSetup(batch_size=4, sender=ring_sender() if sender else None,
-                                     check_first_batch=seen.append))
+    ds.configure(
+        holder,
+        LoaderSetup(
+            batch_size=4, sender=ring_sender() if sender else None, check_first_batch=seen.append
+        ),
+    )
     for _ in range(2):
         out = list(ds)
         assert len(out) == -(-sum(COUNTS) // 4)
@@ -264,14 +306,19 @@ def test_the_transport_allocates_only_while_the_batch_is_made(tmp_path, in_a_wor
     it = iter(ds)
     first = next(it)
     assert isinstance(first, Shipment)
-    assert collate_module._ALLOCATOR.get() is None  # not left active while the worker's generator waits
+    # not left active while the worker's generator waits
+    assert collate_module._ALLOCATOR.get() is None
     assert collate([numbers(0)])["npy"].untyped_storage().data_ptr() != 0
     assert len(list(it)) == -(-sum(COUNTS) // 4) - 1
 
 
 def test_a_collate_fn_of_the_users_gets_raw_samples_of_local_tars(url):
     def count(samples):
-        return {"n": len(samples), "keys": [s["__key__"] for s in samples], "txt": [bytes(s["txt"]) for s in samples]}
+        return {
+            "n": len(samples),
+            "keys": [s["__key__"] for s in samples],
+            "txt": [bytes(s["txt"]) for s in samples],
+        }
 
     ds = ShardDataset(url, decode=None, shuffle=False, collate_fn=count)
     assert not ds.mapped

@@ -26,8 +26,10 @@ def sample_of(name: str, offset: int):
 @pytest.fixture(scope="module")
 def urls(tmp_path_factory) -> dict[str, str]:
     root = tmp_path_factory.mktemp("mix")
-    return {name: write_dataset(root, counts, name=name, make=sample_of(name, 100 * k))
-            for k, (name, counts) in enumerate(SIZES.items())}
+    return {
+        name: write_dataset(root, counts, name=name, make=sample_of(name, 100 * k))
+        for k, (name, counts) in enumerate(SIZES.items())
+    }
 
 
 def make(urls, weights=(0.5, 0.3, 0.2), decode=None, **kwargs) -> MixedDataset:
@@ -71,9 +73,15 @@ def test_the_order_is_the_same_for_any_number_of_workers(urls, workers):
     assert keys_of(make(urls, samples_per_epoch=37).loader(3, workers)) == expected
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(weights=st.lists(st.integers(0, 9), min_size=3, max_size=3).filter(lambda w: sum(w) > 0),
-       total=st.integers(1, 60), world=st.integers(1, 5), batch=st.integers(1, 7))
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    weights=st.lists(st.integers(0, 9), min_size=3, max_size=3).filter(lambda w: sum(w) > 0),
+    total=st.integers(1, 60),
+    world=st.integers(1, 5),
+    batch=st.integers(1, 7),
+)
 def test_ranks_split_one_global_order(urls, weights, total, world, batch):
     expected = keys_of(make(urls, weights, samples_per_epoch=total).loader(batch, 0))
     per_rank = -(-total // world)
@@ -84,7 +92,8 @@ def test_ranks_split_one_global_order(urls, weights, total, world, batch):
         got.append(keys_of(ds.loader(batch, 0)))
     assert all(len(g) == per_rank for g in got)  # equal counts on every rank (padded)
     flat = [k for g in got for k in g]
-    assert flat[:total] == expected and flat[total:] == (expected * world)[: len(flat) - total]  # padding wraps
+    # padding wraps
+    assert flat[:total] == expected and flat[total:] == (expected * world)[: len(flat) - total]
     q = make(urls, weights, samples_per_epoch=total).quota
     assert Counter(k[0] for k in expected) == {n: int(c) for n, c in zip("abc", q) if c}
 
@@ -94,7 +103,8 @@ def test_upsampled_source_repeats_every_sample_before_any_a_third_time(urls):
     b = [k for k in keys if k[0] == "b"]
     assert len(b) == 21
     first, second, third = b[:8], b[8:16], b[16:]
-    assert sorted(first) == sorted(second) == [f"b{i:03d}" for i in range(8)]  # whole passes, in turn
+    # whole passes, in turn
+    assert sorted(first) == sorted(second) == [f"b{i:03d}" for i in range(8)]
     assert len(set(third)) == 5 and first != second  # each pass its own shuffle
 
 
@@ -110,8 +120,12 @@ def test_downsampled_source_continues_in_the_next_epoch(urls):
 
 
 def test_each_source_keeps_its_own_decode_and_transform(urls):
-    sources = [ShardDataset(urls["a"], fields=["txt", "cls"]),
-               ShardDataset(urls["b"], fields=["txt", "cls"], transform=lambda s: {**s, "cls": s["cls"] * 0 - 1})]
+    sources = [
+        ShardDataset(urls["a"], fields=["txt", "cls"]),
+        ShardDataset(
+            urls["b"], fields=["txt", "cls"], transform=lambda s: {**s, "cls": s["cls"] * 0 - 1}
+        ),
+    ]
     ds = MixedDataset(sources, [0.5, 0.5], samples_per_epoch=10)
     batch = next(iter(ds.loader(10, 0)))
     src = batch["__source__"]
@@ -127,7 +141,9 @@ def test_mapped_and_decoded_batches_hold_the_same_samples(urls):
     assert got == [t.encode() for b in decoded.loader(4, 2) for t in b["txt"]]
 
 
-@pytest.mark.parametrize(("before", "after"), [((2, 2), (3, 1)), ((3, 0), (1, 3)), ((1, 1), (2, 0))])
+@pytest.mark.parametrize(
+    ("before", "after"), [((2, 2), (3, 1)), ((3, 0), (1, 3)), ((1, 1), (2, 0))]
+)
 def test_resume_with_another_world_size_and_workers(urls, before, after):
     total = 36  # divisible by 2 and 3: no padding, every planned position read once
     expected = Counter(planned(urls, samples_per_epoch=total))
@@ -152,14 +168,18 @@ def test_resume_with_another_world_size_and_workers(urls, before, after):
 def test_a_state_of_another_mix_is_refused(urls):
     state = make(urls, samples_per_epoch=20).loader(2, 0).state_dict()
     with pytest.raises(Exception, match="fingerprint|samples"):
-        make(urls, weights=(0.1, 0.1, 0.8), samples_per_epoch=20).loader(2, 0).load_state_dict(state)
+        make(urls, weights=(0.1, 0.1, 0.8), samples_per_epoch=20).loader(2, 0).load_state_dict(
+            state
+        )
     with pytest.raises(Exception, match="seed"):
         make(urls, samples_per_epoch=20, seed=3).loader(2, 0).load_state_dict(state)
 
 
 def test_the_mix_seed_varies_the_passes(urls):
     assert planned(urls, samples_per_epoch=30) != planned(urls, samples_per_epoch=30, seed=1)
-    assert planned(urls, samples_per_epoch=30, seed=1) == planned(urls, samples_per_epoch=30, seed=1)
+    assert planned(urls, samples_per_epoch=30, seed=1) == planned(
+        urls, samples_per_epoch=30, seed=1
+    )
 
 
 def test_unbatched_samples_carry_their_source(urls):
@@ -171,12 +191,15 @@ def test_unbatched_samples_carry_their_source(urls):
 # -- errors ------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("weights", "match"), [
-    ([1, 2], "2 weights for 3 sources"),
-    ([1, -1, 1], "weight -1 of source 1"),
-    ([1, float("nan"), 1], "weight nan of source 1"),
-    ([0, 0, 0], "every weight of the mix is 0"),
-])
+@pytest.mark.parametrize(
+    ("weights", "match"),
+    [
+        ([1, 2], "2 weights for 3 sources"),
+        ([1, -1, 1], "weight -1 of source 1"),
+        ([1, float("nan"), 1], "weight nan of source 1"),
+        ([0, 0, 0], "every weight of the mix is 0"),
+    ],
+)
 def test_bad_weights_name_the_source(urls, weights, match):
     with pytest.raises(ValueError, match=match):
         make(urls, weights=weights)
@@ -192,7 +215,10 @@ def test_bad_sources_and_epochs(urls):
 
 
 def test_sources_decoded_differently_are_refused_naming_the_field(urls):
-    sources = [ShardDataset(urls["a"], decode=None, fields=["cls"]), ShardDataset(urls["b"], fields=["cls"])]
+    sources = [
+        ShardDataset(urls["a"], decode=None, fields=["cls"]),
+        ShardDataset(urls["b"], fields=["cls"]),
+    ]
     ds = MixedDataset(sources, [0.5, 0.5], samples_per_epoch=8)
     expected = r"field 'cls' of source 1 of the mix \(.*b\) is a number, of source 0 .* bytes"
     with pytest.raises(UsageError, match=expected):
@@ -200,9 +226,14 @@ def test_sources_decoded_differently_are_refused_naming_the_field(urls):
 
 
 def test_sources_with_other_fields_are_refused_naming_the_field(urls):
-    sources = [ShardDataset(urls["a"], fields=["txt", "cls"]), ShardDataset(urls["b"], fields=["txt"])]
+    sources = [
+        ShardDataset(urls["a"], fields=["txt", "cls"]),
+        ShardDataset(urls["b"], fields=["txt"]),
+    ]
     ds = MixedDataset(sources, [0.5, 0.5], samples_per_epoch=8)
-    with pytest.raises(UsageError, match=r"source 1 of the mix \(.*b\) lacks field 'cls' that source 0"):
+    with pytest.raises(
+        UsageError, match=r"source 1 of the mix \(.*b\) lacks field 'cls' that source 0"
+    ):
         keys_of(ds.loader(4, 0))
 
 
@@ -214,14 +245,25 @@ def token_dataset(root: Path, name: str, docs: list[list[int]]) -> str:
 
     src = root / f"{name}.jsonl"
     src.write_text("".join(json.dumps({"text": " ".join(map(str, d))}) + "\n" for d in docs))
-    pack_tokens(str(src), str(root / name), tokenizer=lambda text: [int(t) for t in text.split()], eos_id=0,
-                vocab_size=1000, progress=False, shard_size="64B")
+    pack_tokens(
+        str(src),
+        str(root / name),
+        tokenizer=lambda text: [int(t) for t in text.split()],
+        eos_id=0,
+        vocab_size=1000,
+        progress=False,
+        shard_size="64B",
+    )
     return str(root / name)
 
 
 def test_a_token_mix_weighs_tokens_and_keeps_document_boundaries(tmp_path):
-    web = token_dataset(tmp_path, "web", [list(range(100 + 10 * d, 108 + 10 * d)) for d in range(20)])
-    code = token_dataset(tmp_path, "code", [list(range(500 + 10 * d, 505 + 10 * d)) for d in range(20)])
+    web = token_dataset(
+        tmp_path, "web", [list(range(100 + 10 * d, 108 + 10 * d)) for d in range(20)]
+    )
+    code = token_dataset(
+        tmp_path, "code", [list(range(500 + 10 * d, 505 + 10 * d)) for d in range(20)]
+    )
     sources = [TokenDataset(web, 4, seed=1), TokenDataset(code, 4, seed=2)]
     ds = MixedDataset(sources, [0.75, 0.25], samples_per_epoch=40)
     tokens = Counter()
@@ -230,7 +272,10 @@ def test_a_token_mix_weighs_tokens_and_keeps_document_boundaries(tmp_path):
         assert ((batch["input_ids"][src == 0] < 500) | (batch["input_ids"][src == 0] == 0)).all()
         assert ((batch["input_ids"][src == 1] >= 500) | (batch["input_ids"][src == 1] == 0)).all()
         assert (batch["labels"][:, :-1] == batch["input_ids"][:, 1:]).all()
-        assert batch["cu_seqlens"][-1] == batch["input_ids"].numel() and batch["cu_seqlens"].dtype == torch.int32
+        assert (
+            batch["cu_seqlens"][-1] == batch["input_ids"].numel()
+            and batch["cu_seqlens"].dtype == torch.int32
+        )
         for i in (0, 1):
             tokens[i] += int((src == i).sum()) * 4
     assert tokens == {0: 120, 1: 40}  # labels per source, in the weights' ratio
@@ -270,21 +315,29 @@ def split_pack(tmp_path_factory) -> str:
 
 def test_by_label_balances_every_batch(split_pack):
     ds = MixedDataset.by_label(split_pack, decode=None)
-    assert ds.labels == ["ant", "cat", "zebra"] and len(ds) == 36 and ds.quota.tolist() == [12, 12, 12]
+    assert (
+        ds.labels == ["ant", "cat", "zebra"] and len(ds) == 36 and ds.quota.tolist() == [12, 12, 12]
+    )
     seen = Counter()
     for batch in ds.loader(6, 2):
         per_batch = Counter(int(bytes(c)) for c in batch["cls"])
-        assert all(v == 2 for v in per_batch.values()) and len(per_batch) == 3  # every batch stratified
+        # every batch stratified
+        assert all(v == 2 for v in per_batch.values()) and len(per_batch) == 3
         seen.update(batch["__key__"])
     ants = {k: n for k, n in seen.items() if k.startswith("ant/")}
     assert sorted(ants.values()) == [4, 4, 4]  # 3 ant images, 12 draws: each exactly 4 times
     cats = [k for k in seen if k.startswith("cat/")]
-    assert len(cats) == 12 and max(seen[k] for k in cats) == 1  # 12 of 24 cats, none twice: the rest next epoch
+    # 12 of 24 cats, none twice: the rest next epoch
+    assert len(cats) == 12 and max(seen[k] for k in cats) == 1
 
 
 def test_by_label_weights(split_pack):
     assert MixedDataset.by_label(split_pack, None).quota.tolist() == [3, 24, 9]  # as the dataset is
-    assert MixedDataset.by_label(split_pack, {"ant": 0, "cat": 1, "zebra": 1}).quota.tolist() == [0, 18, 18]
+    assert MixedDataset.by_label(split_pack, {"ant": 0, "cat": 1, "zebra": 1}).quota.tolist() == [
+        0,
+        18,
+        18,
+    ]
     assert MixedDataset.by_label(split_pack, "sqrt", samples_per_epoch=100).quota.sum() == 100
     with pytest.raises(ValueError, match="lack label 'zebra'"):
         MixedDataset.by_label(split_pack, {"ant": 1, "cat": 1})
@@ -307,5 +360,7 @@ def test_a_device_loader_over_a_mix_keeps_the_sources_and_the_resume_state(urls)
     device = DeviceLoader(loader, "cpu")
     batches = list(device)
     assert len(batches) == 3 and all(b["__source__"].dtype == torch.int64 for b in batches)
-    assert [k for b in batches for k in b["__key__"]] == planned(urls, decode="torch", samples_per_epoch=12)
+    assert [k for b in batches for k in b["__key__"]] == planned(
+        urls, decode="torch", samples_per_epoch=12
+    )
     assert device.state_dict()["epoch"] == 1  # a whole epoch read: the next one starts

@@ -22,12 +22,19 @@ PER_SHARD = 4  # shards of 4, 4 and 3 samples
 
 
 def make_sample(i: int) -> dict:
-    return {"__key__": f"key{i:03d}", "txt": f"text {i}", "cls": i, "bin": bytes([i]) * (i * 37 % 600)}
+    return {
+        "__key__": f"key{i:03d}",
+        "txt": f"text {i}",
+        "cls": i,
+        "bin": bytes([i]) * (i * 37 % 600),
+    }
 
 
 def write(root, fmt: str = "tar", compression: str | None = None) -> str:
     url = str(root / f"ds-{fmt}-{compression}")
-    with ShardWriter(url, format=fmt, compression=compression, samples_per_shard=PER_SHARD) as writer:
+    with ShardWriter(
+        url, format=fmt, compression=compression, samples_per_shard=PER_SHARD
+    ) as writer:
         for i in range(N):
             writer.write(make_sample(i))
     return url
@@ -40,7 +47,12 @@ def open_cache(url: str, capacity: int = 16, manifest=None) -> OpenShards:
 
 def expected_tar(i: int) -> dict:
     s = make_sample(i)
-    return {"__key__": s["__key__"], "txt": s["txt"].encode(), "cls": str(i).encode(), "bin": s["bin"]}
+    return {
+        "__key__": s["__key__"],
+        "txt": s["txt"].encode(),
+        "cls": str(i).encode(),
+        "bin": s["bin"],
+    }
 
 
 FORMATS = [("tar", None), ("tar", "zstd"), ("tar", "gzip"), ("arrow", None), ("arrow", "none")]
@@ -69,7 +81,11 @@ def test_tar_zst_shards_are_read(tmp_path):
     cache = open_cache(url)
     assert cache.manifest.shard_format == "tar.zst"
     assert all(p.endswith(".tar.zst") for p in cache.manifest.paths)
-    keys = [cache.get(s).sample(o)["__key__"] for s in range(3) for o in range(int(cache.manifest.samples[s]))]
+    keys = [
+        cache.get(s).sample(o)["__key__"]
+        for s in range(3)
+        for o in range(int(cache.manifest.samples[s]))
+    ]
     assert keys == [f"key{i:03d}" for i in range(N)]
     assert isinstance(cache.get(0), TarShard)
 
@@ -199,8 +215,11 @@ def _indexed_pair(tmp_path):
 def _read(url):
     from shardstream.dataset import ShardDataset
 
-    return [(k, bytes(v)) for b in ShardDataset(url, decode=None, seed=5).loader(3, 0)
-            for k, v in zip(b["__key__"], b["txt"])]
+    return [
+        (k, bytes(v))
+        for b in ShardDataset(url, decode=None, seed=5).loader(3, 0)
+        for k, v in zip(b["__key__"], b["txt"])
+    ]
 
 
 def test_a_local_shard_opens_from_its_index_without_parsing_headers(tmp_path, monkeypatch):
@@ -227,6 +246,12 @@ def test_an_index_that_does_not_check_is_ignored_for_the_headers(tmp_path, monke
     idx.write_bytes(bytes(data))
     parsed = []
     real = tar_format.index_samples
-    monkeypatch.setattr(tar_format, "index_samples", lambda buf, name="shard": parsed.append(name) or real(buf, name))
+    monkeypatch.setattr(
+        tar_format,
+        "index_samples",
+        lambda buf, name="shard": parsed.append(name) or real(buf, name),
+    )
     assert _read(indexed) == expected
-    assert parsed == [str(shard_path(indexed, 1))]  # that shard alone: the others opened from their index
+    assert parsed == [
+        str(shard_path(indexed, 1))
+    ]  # that shard alone: the others opened from their index

@@ -24,8 +24,13 @@ SEED = 5
 def draw(sample: dict) -> dict:
     """A transform that records what an augmentation would draw, and which worker drew it."""
     info = get_worker_info()
-    return {**sample, "py": random.random(), "np": float(np.random.rand()), "pt": float(torch.rand(())),
-            "worker": -1 if info is None else info.id}
+    return {
+        **sample,
+        "py": random.random(),
+        "np": float(np.random.rand()),
+        "pt": float(torch.rand(())),
+        "worker": -1 if info is None else info.id,
+    }
 
 
 @pytest.fixture(scope="module")
@@ -41,8 +46,19 @@ def draws(url: str, epochs=(0,), workers: int = 2, seed: int = SEED, **kwargs) -
     out = []
     for epoch in epochs:
         ds.set_epoch(epoch)
-        out.append([(k, w, p, n, t) for b in loader for k, w, p, n, t in
-                    zip(b["__key__"], b["worker"].tolist(), b["py"].tolist(), b["np"].tolist(), b["pt"].tolist())])
+        out.append(
+            [
+                (k, w, p, n, t)
+                for b in loader
+                for k, w, p, n, t in zip(
+                    b["__key__"],
+                    b["worker"].tolist(),
+                    b["py"].tolist(),
+                    b["np"].tolist(),
+                    b["pt"].tolist(),
+                )
+            ]
+        )
     return out
 
 
@@ -61,7 +77,8 @@ def flat(rows: list[tuple]) -> list[float]:
 
 
 def test_batch_seed_is_stable_and_distinct():
-    assert batch_seed(0, 0, 0) == batch_seed(0, 0, 0) == 8668861027912758289  # pinned: runs stay reproducible
+    # pinned: runs stay reproducible
+    assert batch_seed(0, 0, 0) == batch_seed(0, 0, 0) == 8668861027912758289
     seeds = {batch_seed(s, e, p) for s in (0, 1, 2**40) for e in range(3) for p in (0, 1, 2, 2**33)}
     assert len(seeds) == 3 * 3 * 4
     assert all(0 <= s < 2**64 for s in seeds)
@@ -74,10 +91,13 @@ def test_batches_workers_and_epochs_draw_differently_and_reproducibly(url):
     drawn = flat(values(epoch0))
     assert len(set(drawn)) == len(drawn)  # no draw repeats: no two workers or batches crop alike
     for b in range(len(epoch0) // 2):
-        assert flat(values(epoch0[2 * b : 2 * b + 2])) == pytest.approx(flat(expected_batch(SEED, 0, 2 * b)), rel=1e-7)
+        assert flat(values(epoch0[2 * b : 2 * b + 2])) == pytest.approx(
+            flat(expected_batch(SEED, 0, 2 * b)), rel=1e-7
+        )
     assert flat(values(epoch1[:2])) == pytest.approx(flat(expected_batch(SEED, 1, 0)), rel=1e-7)
     assert values(epoch1) != values(epoch0)  # another epoch, other draws
-    assert epoch0_again == epoch0  # an epoch revisited draws the same (persistent workers are reseeded)
+    # an epoch revisited draws the same (persistent workers are reseeded)
+    assert epoch0_again == epoch0
 
 
 def test_the_same_seed_gives_the_same_draws_in_another_run_and_another_seed_does_not(url):
@@ -108,7 +128,11 @@ def test_a_resumed_epoch_draws_what_the_uninterrupted_one_did(url):
     resumed = ShardDataset(url, seed=SEED, transform=draw, decode=None)
     again = resumed.loader(batch_size=2, num_workers=1)
     again.load_state_dict(state)
-    rest = [(p, n, t) for b in again for p, n, t in zip(b["py"].tolist(), b["np"].tolist(), b["pt"].tolist())]
+    rest = [
+        (p, n, t)
+        for b in again
+        for p, n, t in zip(b["py"].tolist(), b["np"].tolist(), b["pt"].tolist())
+    ]
     assert rest == values(whole)[6:]
 
 
@@ -122,8 +146,13 @@ def test_seed_workers_false_leaves_seeding_to_torch(url):
     ds = ShardDataset(url, seed=SEED, transform=draw, decode=None)
     loader = ds.loader(batch_size=2, num_workers=2, seed_workers=False)
     assert ds.seed_workers is False
-    got = [(k, w, p, n, t) for b in loader for k, w, p, n, t in
-           zip(b["__key__"], b["worker"].tolist(), b["py"].tolist(), b["np"].tolist(), b["pt"].tolist())]
+    got = [
+        (k, w, p, n, t)
+        for b in loader
+        for k, w, p, n, t in zip(
+            b["__key__"], b["worker"].tolist(), b["py"].tolist(), b["np"].tolist(), b["pt"].tolist()
+        )
+    ]
     assert flat(values(got[:2])) != pytest.approx(flat(expected_batch(SEED, 0, 0)), rel=1e-7)
     firsts = {}
     for _, worker, *drawn in got:
@@ -156,4 +185,6 @@ def test_without_workers_a_transform_draws_from_the_main_process_generators(url)
     random.seed(3)
     expected = [random.random() for _ in range(16)]
     random.seed(3)
-    assert [v for b in loader for v in b["py"].tolist()] == expected  # not reseeded: the user's own stream
+    assert [
+        v for b in loader for v in b["py"].tolist()
+    ] == expected  # not reseeded: the user's own stream

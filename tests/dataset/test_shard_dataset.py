@@ -26,12 +26,6 @@ from tests.sample_datasets import key_of, text_sample, write_dataset
 COUNTS = [5, 1, 7, 3, 6]  # uneven shards, 22 samples: not divisible by 3 or 4
 
 
-
-
-
-
-
-
 def keys(iterable) -> list[str]:
     return [s["__key__"] for s in iterable]
 
@@ -55,7 +49,9 @@ def tar_ds(tmp_path_factory) -> str:
 
 @pytest.fixture(scope="module", params=["tar", "tar.zst", "arrow"])
 def any_ds(request, tmp_path_factory) -> str:
-    fmt, compression = {"tar": ("tar", None), "tar.zst": ("tar", "zstd"), "arrow": ("arrow", None)}[request.param]
+    fmt, compression = {"tar": ("tar", None), "tar.zst": ("tar", "zstd"), "arrow": ("arrow", None)}[
+        request.param
+    ]
     return write_dataset(tmp_path_factory.mktemp(request.param), COUNTS, fmt, compression)
 
 
@@ -68,7 +64,9 @@ def test_len_is_the_per_rank_count(tar_ds, world_size, drop_last):
     n = sum(COUNTS)
     expected = n // world_size if drop_last else -(-n // world_size)
     for rank in sorted({0, world_size // 2, world_size - 1}):
-        ds = ShardDataset(tar_ds, rank=rank, world_size=world_size, drop_last=drop_last, decode=None)
+        ds = ShardDataset(
+            tar_ds, rank=rank, world_size=world_size, drop_last=drop_last, decode=None
+        )
         assert len(ds) == expected
 
 
@@ -79,7 +77,9 @@ def test_every_rank_together_reads_every_key_once(any_ds, world_size, drop_last)
     global_order = keys(ShardDataset(any_ds, seed=3, decode=None))
     per_rank = []
     for rank in range(world_size):
-        ds = ShardDataset(any_ds, seed=3, rank=rank, world_size=world_size, drop_last=drop_last, decode=None)
+        ds = ShardDataset(
+            any_ds, seed=3, rank=rank, world_size=world_size, drop_last=drop_last, decode=None
+        )
         got = keys(ds)
         assert len(got) == len(ds)
         per_rank.append(got)
@@ -127,8 +127,14 @@ def test_same_seed_same_global_order_for_any_world_size_and_workers(tar_ds, wind
         for workers in (0, 1, 2, 3):
             flat = []
             for rank in range(world_size):
-                ds = ShardDataset(tar_ds, seed=5, shuffle_window=window, rank=rank, world_size=world_size,
-                                  decode=None)
+                ds = ShardDataset(
+                    tar_ds,
+                    seed=5,
+                    shuffle_window=window,
+                    rank=rank,
+                    world_size=world_size,
+                    decode=None,
+                )
                 flat += keys(DataLoader(ds, batch_size=None, num_workers=workers))
             assert flat == reference + reference[:padding], (world_size, workers)
 
@@ -166,7 +172,10 @@ def test_shuffle_false_reads_in_manifest_order(any_ds, world_size):
 @pytest.mark.parametrize("world_size", [6, 9])
 def test_more_ranks_than_shards(tmp_path, world_size):
     url = write_dataset(tmp_path, [3, 4, 2])
-    got = [keys(ShardDataset(url, rank=r, world_size=world_size, decode=None)) for r in range(world_size)]
+    got = [
+        keys(ShardDataset(url, rank=r, world_size=world_size, decode=None))
+        for r in range(world_size)
+    ]
     assert all(len(g) == 9 // world_size + (9 % world_size > 0) for g in got)
     assert set(k for g in got for k in g) == set(all_keys([9]))
 
@@ -242,8 +251,13 @@ def test_decode_none_gives_bytes(image_ds):
     samples = list(ShardDataset(image_ds, shuffle=False, decode=None))
     assert len(samples) == 10
     for i, s in enumerate(samples):
-        assert s == {"__key__": key_of(i), "png": png(i), "cls": str(i).encode(), "txt": f"t{i}".encode(),
-                     "bin": bytes([i, i])}
+        assert s == {
+            "__key__": key_of(i),
+            "png": png(i),
+            "cls": str(i).encode(),
+            "txt": f"t{i}".encode(),
+            "bin": bytes([i, i]),
+        }
 
 
 def test_default_decode_is_torch(image_ds):
@@ -326,7 +340,8 @@ def test_on_error_raise_for_a_failing_transform(tar_ds):
     with pytest.raises(ShardstreamError) as info:
         list(ShardDataset(tar_ds, transform=transform))
     message = str(info.value)
-    assert os.path.join(tar_ds, "shard-000002.tar") in message  # shards of 5, 1, 7: key 8 is in the third
+    # shards of 5, 1, 7: key 8 is in the third
+    assert os.path.join(tar_ds, "shard-000002.tar") in message
     assert repr(key_of(8)) in message and "transform failed here" in message
 
 
@@ -337,14 +352,23 @@ def test_on_error_skip_in_batches_keeps_the_length_and_counts(bad_ds, caplog):
     flat = [k for b in batches for k in b["__key__"]]
     assert len(flat) == len(ds) == 10
     assert key_of(5) not in flat
-    assert flat[4:8] == [key_of(4), key_of(4), key_of(6), key_of(7)]  # the last good sample stands in
+    assert flat[4:8] == [
+        key_of(4),
+        key_of(4),
+        key_of(6),
+        key_of(7),
+    ]  # the last good sample stands in
     assert batches[1]["png"].shape == (4, 3, 4, 5)
     assert ds.skipped == 1
-    assert any(key_of(5) in r.getMessage() and "shard-000001.tar" in r.getMessage() for r in caplog.records)
+    assert any(
+        key_of(5) in r.getMessage() and "shard-000001.tar" in r.getMessage() for r in caplog.records
+    )
 
 
 def test_on_error_skip_at_the_start_of_a_batch(tar_ds):
-    def cls(data: bytes) -> int:  # a decode function: its failures are bad data (a transform's are bugs)
+    def cls(
+        data: bytes,
+    ) -> int:  # a decode function: its failures are bad data (a transform's are bugs)
         if int(data) in (4, 5):
             raise ValueError("bad")
         return int(data)
@@ -352,7 +376,12 @@ def test_on_error_skip_at_the_start_of_a_batch(tar_ds):
     ds = ShardDataset(tar_ds, shuffle=False, on_error="skip", decode={"cls": cls, "*": None})
     flat = [k for b in ds.loader(batch_size=4, num_workers=0) for k in b["__key__"]]
     assert len(flat) == 22
-    assert flat[4:8] == [key_of(3), key_of(3), key_of(6), key_of(7)]  # the last good sample fills in
+    assert flat[4:8] == [
+        key_of(3),
+        key_of(3),
+        key_of(6),
+        key_of(7),
+    ]  # the last good sample fills in
     assert ds.skipped == 2
 
 
@@ -431,7 +460,13 @@ def test_a_single_webdataset_tar(wds_tars):
 
 
 def arrow_sample(i: int) -> dict:
-    return {"__key__": key_of(i), "label": i, "score": i / 4, "name": f"n{i}", "data": bytes([i]) * 3}
+    return {
+        "__key__": key_of(i),
+        "label": i,
+        "score": i / 4,
+        "name": f"n{i}",
+        "data": bytes([i]) * 3,
+    }
 
 
 def test_arrow_rows_come_back_as_dicts(tmp_path):
@@ -462,13 +497,19 @@ def test_arrow_batch_mode_gives_writable_tensors_for_flat_and_list_columns(tmp_p
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # torch warns about tensors over read-only memory
         first = next(iter(ds))
-    assert first["x"].tolist() == [0.0, 1.0, 2.0, 3.0] and first["v"].tolist() == [[0, 1], [1, 2], [2, 3], [3, 4]]
+    assert first["x"].tolist() == [0.0, 1.0, 2.0, 3.0] and first["v"].tolist() == [
+        [0, 1],
+        [1, 2],
+        [2, 3],
+        [3, 4],
+    ]
     first["x"] += 1  # own memory: writing is fine and leaves the shard alone
     again = next(iter(ShardDataset(str(tmp_path / "ds"), shuffle=False, decode=None, batch_size=4)))
     assert again["x"].tolist() == [0.0, 1.0, 2.0, 3.0]
 
 
 # -- remote storage (fsspec's in-memory filesystem stands in for a bucket; tests/remote uses real endpoints)
+
 
 def to_memory(url: str) -> str:
     """A copy of the local dataset ``url`` on ``memory://``, which shardstream treats as remote."""
@@ -492,20 +533,29 @@ def test_a_remote_dataset_reads_the_plan_through_the_cache(remote_ds, tmp_path, 
     ds = ShardDataset(remote_ds, seed=3, decode=None, cache_dir=tmp_path, prefetch=prefetch)
     assert keys(ds) == planned_keys(COUNTS, 3, 0)
     m = ds.manifest
-    assert sorted(p.name for p in tmp_path.glob("*.shard")) == sorted(f"{d}.shard" for d in m.sha256)
+    assert sorted(p.name for p in tmp_path.glob("*.shard")) == sorted(
+        f"{d}.shard" for d in m.sha256
+    )
 
 
 @pytest.mark.parametrize("num_workers", [0, 2])
-def test_a_remote_dataset_through_the_loader_matches_the_local_one(any_ds, remote_ds, tmp_path, num_workers):
-    assert load_manifest(Store(any_ds)).sha256 == load_manifest(Store(remote_ds)).sha256  # the same shards
+def test_a_remote_dataset_through_the_loader_matches_the_local_one(
+    any_ds, remote_ds, tmp_path, num_workers
+):
+    # the same shards
+    assert load_manifest(Store(any_ds)).sha256 == load_manifest(Store(remote_ds)).sha256
     local = ShardDataset(any_ds, seed=5, decode=None).loader(4, num_workers=num_workers)
-    remote = ShardDataset(remote_ds, seed=5, decode=None, cache_dir=tmp_path).loader(4, num_workers=num_workers)
+    remote = ShardDataset(remote_ds, seed=5, decode=None, cache_dir=tmp_path).loader(
+        4, num_workers=num_workers
+    )
     got = [k for batch in remote for k in batch["__key__"]]
     assert got == [k for batch in local for k in batch["__key__"]]
     assert sorted(got) == all_keys()
 
 
-def test_remote_shards_are_prefetched_in_the_order_the_plan_needs_them(tar_ds, tmp_path, monkeypatch):
+def test_remote_shards_are_prefetched_in_the_order_the_plan_needs_them(
+    tar_ds, tmp_path, monkeypatch
+):
     from shardstream.storage import prefetch as prefetch_module
 
     wanted: list[int] = []
@@ -520,7 +570,9 @@ def test_remote_shards_are_prefetched_in_the_order_the_plan_needs_them(tar_ds, t
     ds = ShardDataset(to_memory(tar_ds), seed=8, decode=None, cache_dir=tmp_path, shuffle_window=4)
     m = ds.manifest
     starts = np.concatenate([[0], np.cumsum(COUNTS)[:-1]])
-    shard_of = {key_of(i): int(np.searchsorted(starts, i, side="right") - 1) for i in range(sum(COUNTS))}
+    shard_of = {
+        key_of(i): int(np.searchsorted(starts, i, side="right") - 1) for i in range(sum(COUNTS))
+    }
     first_use = list(dict.fromkeys(shard_of[k] for k in keys(ds)))
     assert wanted == first_use
     assert len(wanted) == m.num_shards
@@ -558,17 +610,24 @@ def test_stopping_early_leaves_no_prefetch_threads(tar_ds, tmp_path):
     assert not any(t.is_alive() for t in started)
 
 
-def test_a_bad_remote_shard_is_fetched_a_bounded_number_of_times_per_pass_when_skipping(tar_ds, tmp_path,
-                                                                                        monkeypatch):
+def test_a_bad_remote_shard_is_fetched_a_bounded_number_of_times_per_pass_when_skipping(
+    tar_ds, tmp_path, monkeypatch
+):
     url = to_memory(tar_ds)
     store = Store(url)
     original = bytes(store.read_bytes("shard-000002.tar"))
-    store.write_bytes("shard-000002.tar", bytes([original[0] ^ 1]) + original[1:])  # damaged in storage
-    ds = ShardDataset(url, shuffle=False, decode=None, cache_dir=tmp_path, on_error="skip", retries=1)
+    # damaged in storage
+    store.write_bytes("shard-000002.tar", bytes([original[0] ^ 1]) + original[1:])
+    ds = ShardDataset(
+        url, shuffle=False, decode=None, cache_dir=tmp_path, on_error="skip", retries=1
+    )
     reads = []
     fs = ds.store.fs
     real = fs.cat_ranges
-    monkeypatch.setattr(fs, "cat_ranges", lambda paths, *a, **k: reads.extend(paths) or real(paths, *a, **k))
+    monkeypatch.setattr(
+        fs, "cat_ranges", lambda paths, *a, **k: reads.extend(paths) or real(paths, *a, **k)
+    )
     got = keys(ds)
     assert len(got) == sum(COUNTS) and ds.skipped == COUNTS[2]
-    assert sum(p.endswith("shard-000002.tar") for p in reads) == 2  # retries + 1 GETs, not that many per sample
+    # retries + 1 GETs, not that many per sample
+    assert sum(p.endswith("shard-000002.tar") for p in reads) == 2

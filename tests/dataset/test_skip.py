@@ -56,8 +56,10 @@ def damaged(tmp_path_factory):
         fmt, compression, _ = MODES[mode]
         name = f"{fmt}{'-zst' if compression else ''}-{'-'.join(map(str, bad))}-{fmt}"
         if name not in made:
-            made[name] = damage(write_dataset(tmp_path_factory.mktemp("skip"), COUNTS, fmt, compression, name=name),
-                                *bad)
+            made[name] = damage(
+                write_dataset(tmp_path_factory.mktemp("skip"), COUNTS, fmt, compression, name=name),
+                *bad,
+            )
         return made[name]
 
     return get
@@ -118,10 +120,16 @@ def test_skips_add_up_over_epochs_with_persistent_workers_and_can_be_reset(damag
 @pytest.mark.parametrize("shuffle", [False, True])
 def test_columnar_batches_fill_in_as_rows_do(damaged, shuffle):
     url = damaged("arrow-columnar", 2)
-    columnar = flat_keys(make(url, "arrow-columnar", shuffle=shuffle, seed=5, shuffle_window=9)
-                         .loader(batch_size=4, num_workers=0))
-    rows = flat_keys(make(url, "arrow-rows", shuffle=shuffle, seed=5, shuffle_window=9)
-                     .loader(batch_size=4, num_workers=0))
+    columnar = flat_keys(
+        make(url, "arrow-columnar", shuffle=shuffle, seed=5, shuffle_window=9).loader(
+            batch_size=4, num_workers=0
+        )
+    )
+    rows = flat_keys(
+        make(url, "arrow-rows", shuffle=shuffle, seed=5, shuffle_window=9).loader(
+            batch_size=4, num_workers=0
+        )
+    )
     assert columnar == rows and len(columnar) == 22 and not BAD & set(columnar)
 
 
@@ -175,19 +183,27 @@ def test_a_lost_shard_is_logged_once_per_pass(damaged, caplog, batch_size):
     ds = make(url, "tar-decoded")
     with caplog.at_level(logging.WARNING, logger="shardstream"):
         for _ in range(2):
-            got = [s["__key__"] for s in ds] if batch_size is None else flat_keys(
-                ds.loader(batch_size=batch_size, num_workers=0))
+            got = (
+                [s["__key__"] for s in ds]
+                if batch_size is None
+                else flat_keys(ds.loader(batch_size=batch_size, num_workers=0))
+            )
             assert len(got) == 22
     lines = shard_lines(caplog)
     assert len(lines) == 2  # one per pass, not one per sample
     first = 1 if batch_size is None else 2  # the samples of the batch that met the shard first
     path = os.path.join(url, "shard-000002.tar")
-    assert lines[0].startswith(f"shard 2 ({path}): skipped {first} sample{'s' if first > 1 else ''}: "
-                               "the shard does not load: ")
+    assert lines[0].startswith(
+        f"shard 2 ({path}): skipped {first} sample{'s' if first > 1 else ''}: "
+        "the shard does not load: "
+    )
     assert "the manifest says" in lines[0] and path not in lines[0][len(path) + 10 :]  # named once
     assert "ds.skipped is" in lines[0]
     if batch_size is not None:  # and the loader's summary of the pass, with the total
-        assert "epoch 1: skipped 7 samples of rank 0 (on_error='skip'); ds.skipped is 14" in caplog.text
+        assert (
+            "epoch 1: skipped 7 samples of rank 0 (on_error='skip'); ds.skipped is 14"
+            in caplog.text
+        )
 
 
 def test_many_lost_shards_are_logged_up_to_a_limit(tmp_path, caplog):
@@ -239,7 +255,9 @@ def test_a_transform_error_raised_while_finding_a_stand_in_is_not_swallowed(dama
     def fails_always(sample):
         raise KeyError("jpg")
 
-    ds = ShardDataset(damaged("tar-decoded", 0), shuffle=False, on_error="skip", transform=fails_always)
+    ds = ShardDataset(
+        damaged("tar-decoded", 0), shuffle=False, on_error="skip", transform=fails_always
+    )
     with pytest.raises(TransformError, match="the transform raised KeyError"):
         list(ds)
 
@@ -254,10 +272,12 @@ def test_a_decode_function_that_fails_is_bad_data_and_skipped(damaged, caplog):
     ds = ShardDataset(url, shuffle=False, on_error="skip", decode={"cls": cls, "*": None})
     with caplog.at_level(logging.WARNING, logger="shardstream"):
         got = flat_keys(ds.loader(batch_size=4, num_workers=0))
+    # keys 4 and 5 are in shards 0 and 1
     assert shard_lines(caplog)[0] == (
         f"shard 0 ({os.path.join(url, 'shard-000000.tar')}): skipped 1 sample: the first, sample 4 ('s0004'): "
         "field 'cls' does not decode (the decoder given for it raised ValueError: not a class) (later ones of "
-        "this shard are counted, not logged: ds.skipped is 2)")  # keys 4 and 5 are in shards 0 and 1
+        "this shard are counted, not logged: ds.skipped is 2)"
+    )
     assert got[:8] == [key_of(i) for i in range(4)] + [key_of(3)] * 2 + [key_of(6), key_of(7)]
     assert ds.skipped == 2 + 6
 

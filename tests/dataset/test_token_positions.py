@@ -18,7 +18,9 @@ from tests.sample_datasets import write_dataset
 from tests.token_corpus import pack_positions
 
 RNG = np.random.default_rng(7)
-LENGTHS = RNG.integers(1, 40, 120).tolist()  # 120 documents, as in the report that found the mismatch
+LENGTHS = RNG.integers(
+    1, 40, 120
+).tolist()  # 120 documents, as in the report that found the mismatch
 
 
 @pytest.fixture(scope="module")
@@ -96,14 +98,21 @@ def test_single_windows_start_at_zero(corpus):
 
 def test_mixed_token_batches_follow_the_convention(corpus, tmp_path):
     url, offsets = corpus
-    other, other_offsets = pack_positions(tmp_path, [7, 30, 2, 19, 11, 5, 40], shard_size="64B", name="other")
-    mix = MixedDataset([TokenDataset(url, 8, seed=1), TokenDataset(other, 8, seed=2)], [0.6, 0.4],
-                       samples_per_epoch=90)
+    other, other_offsets = pack_positions(
+        tmp_path, [7, 30, 2, 19, 11, 5, 40], shard_size="64B", name="other"
+    )
+    mix = MixedDataset(
+        [TokenDataset(url, 8, seed=1), TokenDataset(other, 8, seed=2)],
+        [0.6, 0.4],
+        samples_per_epoch=90,
+    )
     for workers in (0, 2):
         for batch in mix.loader(5, workers):
             pos = batch["position_ids"].numpy()
             assert (pos[:, 0] == 0).all()
-            assert batch["cu_seqlens"].tolist() == np.flatnonzero(pos.ravel() == 0).tolist() + [pos.size]
+            assert batch["cu_seqlens"].tolist() == np.flatnonzero(pos.ravel() == 0).tolist() + [
+                pos.size
+            ]
             for row, source in enumerate(batch["__source__"].tolist()):
                 one = {k: batch[k][row : row + 1] for k in ("input_ids", "position_ids")}
                 ids, p = one["input_ids"].numpy(), one["position_ids"].numpy()
@@ -117,7 +126,9 @@ def test_length_bucketing_batches_follow_the_convention(tmp_path):
         return {"__key__": f"s{i:04d}", "npy": np.arange(1 + i * 5 % 17), "cls": i}
 
     url = write_dataset(tmp_path, [9, 8, 12], make=sample)
-    buckets = LengthBucketing(ShardDataset(url, fields={"input_ids": "npy", "cls": "cls"}, seed=1), 40, window=8)
+    buckets = LengthBucketing(
+        ShardDataset(url, fields={"input_ids": "npy", "cls": "cls"}, seed=1), 40, window=8
+    )
     batches = list(buckets)
     assert sum(len(b["cls"]) for b in batches) == 29
     for b in batches:
@@ -125,7 +136,9 @@ def test_length_bucketing_batches_follow_the_convention(tmp_path):
         pos = b["position_ids"]
         assert (pos[:, 0] == 0).all()
         flat = pos[mask]  # the real tokens flattened, as a padding-free collator lays them out
-        assert b["cu_seqlens"].tolist() == torch.nonzero(flat == 0).flatten().tolist() + [int(mask.sum())]
+        assert b["cu_seqlens"].tolist() == torch.nonzero(flat == 0).flatten().tolist() + [
+            int(mask.sum())
+        ]
         assert b["cu_seqlens"].tolist() == [0] + torch.cumsum(b["lengths"], 0).tolist()
         assert b["max_seqlen"] == int(b["lengths"].max())
         for row, length in enumerate(b["lengths"].tolist()):
@@ -135,8 +148,10 @@ def test_length_bucketing_batches_follow_the_convention(tmp_path):
 def test_hugging_face_derives_the_same_sequences_from_position_ids(corpus):
     """transformers' padding-free flash-attention path reads sequence starts off the flattened
     ``position_ids`` (installed without its dependencies beside torch, as ``make test`` does)."""
-    fa = pytest.importorskip("transformers.modeling_flash_attention_utils",
-                             reason="transformers is not installed (make test installs it with --no-deps)")
+    fa = pytest.importorskip(
+        "transformers.modeling_flash_attention_utils",
+        reason="transformers is not installed (make test installs it with --no-deps)",
+    )
     url, _ = corpus
     for n, batch in enumerate(TokenDataset(url, 16, seed=4).loader(4, 0)):
         flat = batch["position_ids"].reshape(1, -1)  # DataCollatorWithFlattening's layout: one row

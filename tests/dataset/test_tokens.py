@@ -22,7 +22,8 @@ LENGTHS = [5, 1, 30, 12, 7, 3, 44, 9, 2, 18, 25, 6, 11, 4, 20]  # 197 tokens in 
 
 @pytest.fixture(scope="module")
 def dataset(tmp_path_factory):
-    return pack_positions(tmp_path_factory.mktemp("tok"), LENGTHS, shard_size="160B")  # several shards
+    # several shards
+    return pack_positions(tmp_path_factory.mktemp("tok"), LENGTHS, shard_size="160B")
 
 
 def shard_streams(url: str) -> list[np.ndarray]:
@@ -46,13 +47,22 @@ def doc_position(offsets: np.ndarray, token: np.ndarray) -> np.ndarray:
 
 
 @settings(max_examples=8, deadline=None, derandomize=True)
-@given(seq_len=st.integers(1, 9), batch=st.integers(1, 5), seed=st.integers(0, 3), workers=st.sampled_from([0, 2]))
-def test_every_token_is_a_label_once_per_epoch_minus_the_stated_tails(dataset, seq_len, batch, seed, workers):
+@given(
+    seq_len=st.integers(1, 9),
+    batch=st.integers(1, 5),
+    seed=st.integers(0, 3),
+    workers=st.sampled_from([0, 2]),
+)
+def test_every_token_is_a_label_once_per_epoch_minus_the_stated_tails(
+    dataset, seq_len, batch, seed, workers
+):
     url, offsets = dataset
     ds = TokenDataset(url, seq_len, seed=seed)
     got = batches(ds.loader(batch, workers))
     labels = np.concatenate([b["labels"].ravel() for b in got])
-    expected = np.concatenate([s[1 : 1 + (len(s) - 1) // seq_len * seq_len] for s in shard_streams(url)])
+    expected = np.concatenate(
+        [s[1 : 1 + (len(s) - 1) // seq_len * seq_len] for s in shard_streams(url)]
+    )
     assert sorted(labels.tolist()) == expected.tolist()  # each once; no other token
     assert len(labels) == len(ds) * seq_len and ds.tail_tokens == offsets[-1] - len(labels)
     for b in got:  # ids are positions in the corpus: inputs precede labels by one; positions follow the documents
@@ -61,16 +71,24 @@ def test_every_token_is_a_label_once_per_epoch_minus_the_stated_tails(dataset, s
         assert (b["position_ids"][:, 0] == 0).all()  # every row is a sequence of its own
         zeros = np.flatnonzero(b["position_ids"].ravel() == 0)
         assert b["cu_seqlens"].tolist() == np.append(zeros, b["input_ids"].size).tolist()
-        assert b["cu_seqlens"].dtype == np.int32 and b["max_seqlen"] == np.diff(b["cu_seqlens"]).max()
+        assert (
+            b["cu_seqlens"].dtype == np.int32 and b["max_seqlen"] == np.diff(b["cu_seqlens"]).max()
+        )
 
 
 def test_the_order_is_the_same_for_any_number_of_workers(dataset):
     url, _ = dataset
-    orders = [np.concatenate([b["input_ids"] for b in batches(TokenDataset(url, 4, seed=5).loader(3, w))])
-              for w in (0, 1, 2)]
+    orders = [
+        np.concatenate([b["input_ids"] for b in batches(TokenDataset(url, 4, seed=5).loader(3, w))])
+        for w in (0, 1, 2)
+    ]
     assert (orders[0] == orders[1]).all() and (orders[0] == orders[2]).all()
-    assert not (orders[0] == np.concatenate([b["input_ids"] for b in batches(TokenDataset(url, 4, seed=6)
-                                                                              .loader(3, 0))])).all()
+    assert not (
+        orders[0]
+        == np.concatenate(
+            [b["input_ids"] for b in batches(TokenDataset(url, 4, seed=6).loader(3, 0))]
+        )
+    ).all()
 
 
 def test_mask_across_documents_hides_the_targets_that_start_a_document(dataset):
@@ -85,13 +103,22 @@ def test_mask_across_documents_hides_the_targets_that_start_a_document(dataset):
 def test_samples_without_a_loader_are_single_windows(dataset):
     url, offsets = dataset
     sample = next(iter(TokenDataset(url, 6, shuffle=False)))
-    assert sample["input_ids"].tolist() == list(range(6)) and sample["labels"].tolist() == list(range(1, 7))
+    assert sample["input_ids"].tolist() == list(range(6)) and sample["labels"].tolist() == list(
+        range(1, 7)
+    )
     assert sample["position_ids"].tolist() == doc_position(offsets, np.arange(6))[0].tolist()
 
 
 def test_window_positions_restart_at_the_row_and_at_each_document():
     offsets = np.array([0, 3, 3, 4, 10])
-    assert window_positions(offsets, 2, 6).tolist() == [0, 0, 0, 1, 2, 3]  # the row starts mid-document
+    assert window_positions(offsets, 2, 6).tolist() == [
+        0,
+        0,
+        0,
+        1,
+        2,
+        3,
+    ]  # the row starts mid-document
     assert window_positions(offsets, 0, 3).tolist() == [0, 1, 2]
     assert window_positions(offsets, 5, 4).tolist() == [0, 1, 2, 3]
     assert window_positions(offsets, 3, 3).tolist() == [0, 0, 1]
@@ -121,14 +148,18 @@ def test_resume_on_another_world_size_reads_each_window_once(dataset):
     second, _ = run_ranks(url, 3, k=None, state=json.loads(json.dumps(states[0])), workers=1)
     read = Counter(np.concatenate(first + second).tolist())
     windows = len(whole)  # on one rank: every window
-    assert max(read.values()) == 1 and windows - len(read) < 3  # drop_last leaves out fewer than 3 (world size)
+    # drop_last leaves out fewer than 3 (world size)
+    assert max(read.values()) == 1 and windows - len(read) < 3
     with pytest.raises(Exception, match="num_samples|fingerprint"):
-        TokenDataset(url, 4, seed=2).loader(2, 0).load_state_dict(states[0])  # windows of another length
+        # windows of another length
+        TokenDataset(url, 4, seed=2).loader(2, 0).load_state_dict(states[0])
 
 
 def test_errors_name_the_dataset_and_the_fix(dataset, tmp_path):
     url, _ = dataset
-    with pytest.raises(UsageError, match=r"seq_len 500 is larger than every shard \(the largest holds \d+ tokens\)"):
+    with pytest.raises(
+        UsageError, match=r"seq_len 500 is larger than every shard \(the largest holds \d+ tokens\)"
+    ):
         TokenDataset(url, 500)
     with pytest.raises(ValueError, match="seq_len must be"):
         TokenDataset(url, 0)

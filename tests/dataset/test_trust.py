@@ -38,7 +38,9 @@ def first_batch(url: Path, num_workers: int = 0) -> dict:
 def mapped_paths() -> set[str]:
     """Files this process maps that were deleted (their disk space is held while mapped)."""
     with open("/proc/self/maps") as f:
-        return {line.split(None, 5)[-1].strip() for line in f if line.rstrip().endswith("(deleted)")}
+        return {
+            line.split(None, 5)[-1].strip() for line in f if line.rstrip().endswith("(deleted)")
+        }
 
 
 # -- 2: mapped shard files --------------------------------------------------------------------------
@@ -49,7 +51,8 @@ def test_a_repacked_dataset_is_read_anew_in_the_same_process(tmp_path, num_worke
     url = tmp_path / "ds"
     write(url, b"A" * 10)
     batch = first_batch(url)
-    assert isinstance(batch["bin"], MappedBytes) and batch["bin"][0] == b"A" * 10  # the old file is mapped now
+    # the old file is mapped now
+    assert isinstance(batch["bin"], MappedBytes) and batch["bin"][0] == b"A" * 10
     del batch
     write(url, b"B" * 3000, overwrite=True)
     batch = first_batch(url, num_workers)
@@ -65,9 +68,15 @@ def test_a_batch_whose_file_was_replaced_since_it_was_read_is_refused(tmp_path):
     assert reader.identity == file_identity(ds.store.path(ds.manifest.paths[0]))
     _, fields = reader.locate(0)
     path = ds.store.path(ds.manifest.paths[0])
-    located = MappedBytes([path], np.zeros(1, np.int32), np.array([fields["bin"][0]]), np.array([fields["bin"][1]]),
-                          [reader.identity])
-    write(url, b"B" * 10, overwrite=True)  # same sizes, other bytes (under other names: the old file is removed)
+    located = MappedBytes(
+        [path],
+        np.zeros(1, np.int32),
+        np.array([fields["bin"][0]]),
+        np.array([fields["bin"][1]]),
+        [reader.identity],
+    )
+    # same sizes, other bytes (under other names: the old file is removed)
+    write(url, b"B" * 10, overwrite=True)
     with pytest.raises(CorruptShardError, match="replaced or changed|is gone"):
         located[0]
 
@@ -98,7 +107,8 @@ def test_maps_of_deleted_and_replaced_shards_are_let_go(tmp_path):
     del batch
     gc.collect()
     (old,) = [p for p in mapped._MAPS if p.startswith(str(url))]
-    write(url, b"B" * 10, overwrite=True)  # the mapped file is replaced: deleted, its space held by the map
+    # the mapped file is replaced: deleted, its space held by the map
+    write(url, b"B" * 10, overwrite=True)
     assert any(p.startswith(old) for p in mapped_paths())
     ShardDataset(str(url), decode=None)  # a new dataset lets go of what was replaced
     gc.collect()
@@ -141,12 +151,17 @@ def saved(url: str, **kwargs) -> dict:
     return loader.state_dict()
 
 
-@pytest.mark.parametrize(("saved_with", "loaded_with", "named"), [
-    ({"shuffle": True}, {"shuffle": False}, "shuffle=True in the state"),
-    ({"shuffle_window": 16}, {"shuffle_window": 32}, "shuffle_window=16 in the state, 32 here"),
-    ({}, {"shuffle_window": 0}, "shuffle_window="),
-])
-def test_a_state_saved_with_another_order_is_refused_naming_the_setting(url, saved_with, loaded_with, named):
+@pytest.mark.parametrize(
+    ("saved_with", "loaded_with", "named"),
+    [
+        ({"shuffle": True}, {"shuffle": False}, "shuffle=True in the state"),
+        ({"shuffle_window": 16}, {"shuffle_window": 32}, "shuffle_window=16 in the state, 32 here"),
+        ({}, {"shuffle_window": 0}, "shuffle_window="),
+    ],
+)
+def test_a_state_saved_with_another_order_is_refused_naming_the_setting(
+    url, saved_with, loaded_with, named
+):
     state = saved(url, **saved_with)
     ds = ShardDataset(url, decode=None, seed=5, **loaded_with)
     with pytest.raises(ShardstreamError, match=named) as caught:
@@ -178,8 +193,15 @@ def test_an_identical_repack_keeps_its_states(tmp_path):
 
     ss.pack(str(src), str(tmp_path / "ds"), samples_per_shard=7, workers=1, progress=False)
     state = saved(str(tmp_path / "ds"))
-    ss.pack(str(src), str(tmp_path / "ds"), samples_per_shard=7, workers=1, overwrite=True,
-            progress=False)  # other creation info
+    # other creation info
+    ss.pack(
+        str(src),
+        str(tmp_path / "ds"),
+        samples_per_shard=7,
+        workers=1,
+        overwrite=True,
+        progress=False,
+    )
     ds = ShardDataset(str(tmp_path / "ds"), decode=None, seed=5)
     ds.load_state_dict(state)
     assert ds.remaining() == 26
@@ -188,13 +210,15 @@ def test_an_identical_repack_keeps_its_states(tmp_path):
 def test_a_state_of_release_0_2_0_still_loads(url):
     state = saved(url)
     old = {k: v for k, v in state.items() if k not in ("shuffle", "window", "fingerprint")}
-    ds = ShardDataset(url, decode=None, seed=5, shuffle=False)  # unknown in the old state: not checked
+    # unknown in the old state: not checked
+    ds = ShardDataset(url, decode=None, seed=5, shuffle=False)
     ds.load_state_dict(old)
     assert ds.remaining() == sum(COUNTS) - 4
 
 
-@pytest.mark.parametrize("bad", [{"segment": [[0, 10**9]]}, {"consumed": -1}, {"world_size": 0},
-                                 {"segment": "x"}])
+@pytest.mark.parametrize(
+    "bad", [{"segment": [[0, 10**9]]}, {"consumed": -1}, {"world_size": 0}, {"segment": "x"}]
+)
 def test_a_malformed_state_is_a_one_line_error(url, bad):
     state = {**saved(url), **bad}
     with pytest.raises(ShardstreamError, match="state_dict"):
@@ -218,8 +242,13 @@ def test_a_dataset_made_in_a_forked_child_does_not_hang(url):
             with mp.get_context("fork").Pool(2) as pool:
                 print(pool.map(read, range(2)), flush=True)
     """)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, env=env)
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=300, env=env
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip() == "[4, 4]"
 
@@ -250,13 +279,20 @@ def test_a_nonsensical_shuffle_window_is_refused(url, window):
         ShardDataset(url, shuffle_window=window)
 
 
-@pytest.mark.parametrize(("kwargs", "named"), [({"drop_last": True}, "drop_last"), ({"drop_last": False}, "drop_last"),
-                                               ({"in_order": False}, "in_order")])
+@pytest.mark.parametrize(
+    ("kwargs", "named"),
+    [
+        ({"drop_last": True}, "drop_last"),
+        ({"drop_last": False}, "drop_last"),
+        ({"in_order": False}, "in_order"),
+    ],
+)
 def test_the_loader_refuses_arguments_that_break_order_or_length(url, kwargs, named):
     ds = ShardDataset(url, decode=None)
     with pytest.raises(ValueError, match=named):
         ds.loader(batch_size=4, num_workers=0, **kwargs)
-    assert len(list(ds.loader(batch_size=4, num_workers=0, in_order=True))) == 25  # the dataset is still free
+    # the dataset is still free
+    assert len(list(ds.loader(batch_size=4, num_workers=0, in_order=True))) == 25
 
 
 def count_loads(monkeypatch) -> list[int]:
@@ -311,7 +347,10 @@ def test_verify_checksums_reaches_the_fetcher_and_holds_still_under_a_loader(url
     assert ds.open_shards().fetcher.verify_local is False
     ds.verify_checksums = True  # no loader yet: settable, and the next pass uses it
     assert ds.open_shards().fetcher.verify_local is True
-    assert ShardDataset(url, decode=None, verify_checksums=True).open_shards().fetcher.verify_local is True
+    assert (
+        ShardDataset(url, decode=None, verify_checksums=True).open_shards().fetcher.verify_local
+        is True
+    )
     loader = ds.loader(batch_size=4, num_workers=0)
     with pytest.raises(ShardstreamError, match="verify_checksums"):
         ds.verify_checksums = False
@@ -326,7 +365,9 @@ def test_verify_checksums_refuses_a_local_shard_with_other_bytes(tmp_path):
     at = data.index(b"text 1")
     data[at : at + 6] = b"TEXT 1"  # same size, other payload
     path.write_bytes(bytes(data))
-    assert [s["txt"] for s in ShardDataset(url, decode=None, shuffle=False)][1] == b"TEXT 1"  # not checked
+    assert [s["txt"] for s in ShardDataset(url, decode=None, shuffle=False)][
+        1
+    ] == b"TEXT 1"  # not checked
     with pytest.raises(CorruptShardError):
         list(ShardDataset(url, decode=None, shuffle=False, verify_checksums=True))
 
@@ -343,7 +384,8 @@ def test_the_default_window_over_remote_shards_is_bounded_by_bytes():
     remote = resolve_window(None, counts, nbytes, remote=True)
     assert local >= 60 * 2_000  # many shards mixed: random access into mapped files is cheap
     assert 4 * 2_000 <= remote <= max(4 * 2_000, REMOTE_WINDOW_BYTES // (256 << 20) * 2_000 + 2_000)
-    small = np.full(1000, 1 << 20, dtype=np.int64)  # 1 MB shards: the byte cap allows the full width
+    # 1 MB shards: the byte cap allows the full width
+    small = np.full(1000, 1 << 20, dtype=np.int64)
     assert resolve_window(None, counts, small, remote=True) == local
     assert resolve_window(17, counts, nbytes, remote=True) == 17  # an explicit window is the user's
 
@@ -352,8 +394,12 @@ def test_iterating_a_slice_reads_only_its_own_files(tmp_path):
     first, second = tmp_path / "a.bin", tmp_path / "b.bin"
     first.write_bytes(b"hello world")
     second.write_bytes(b"other file")
-    values = MappedBytes([str(first), str(second)], np.array([0, 0, 1], np.int32), np.array([0, 6, 0]),
-                         np.array([5, 5, 5]))
+    values = MappedBytes(
+        [str(first), str(second)],
+        np.array([0, 0, 1], np.int32),
+        np.array([0, 6, 0]),
+        np.array([5, 5, 5]),
+    )
     part = values.slice(0, 2)
     second.unlink()  # a file only the rest of the batch reads
     assert list(part) == [b"hello", b"world"]

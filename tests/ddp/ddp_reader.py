@@ -55,7 +55,9 @@ def main() -> None:
     dist.init_process_group("gloo")
     rank, world_size = dist.get_rank(), dist.get_world_size()
     options = {"endpoint_url": args.endpoint_url} if args.endpoint_url else None
-    ds = ShardDataset(args.dataset, seed=args.seed, decode=None, storage_options=options, cache_dir=args.cache_dir)
+    ds = ShardDataset(
+        args.dataset, seed=args.seed, decode=None, storage_options=options, cache_dir=args.cache_dir
+    )
     loader = ds.loader(batch_size=args.batch_size, num_workers=1)
     result: dict = {"mode": args.mode, "world_size": world_size, "len": len(ds), "epochs": []}
 
@@ -68,7 +70,9 @@ def main() -> None:
         ds.set_epoch(0)
         keys, batches = read(loader, args.stop_after)
         state = loader.state_dict()
-        result["epochs"].append(gather({"rank": rank, "keys": keys, "batches": batches, "state": state}))
+        result["epochs"].append(
+            gather({"rank": rank, "keys": keys, "batches": batches, "state": state})
+        )
         if rank == 0:
             with open(os.path.join(args.out, "state.json"), "w") as f:
                 json.dump(state, f)

@@ -22,7 +22,9 @@ SAMPLES_PER_EPOCH = 40
 
 
 def make_mix(root: str) -> MixedDataset:
-    sources = [ShardDataset(os.path.join(root, name), decode=None, seed=k) for k, name in enumerate("abc")]
+    sources = [
+        ShardDataset(os.path.join(root, name), decode=None, seed=k) for k, name in enumerate("abc")
+    ]
     return MixedDataset(sources, WEIGHTS, samples_per_epoch=SAMPLES_PER_EPOCH, seed=5)
 
 

@@ -23,10 +23,6 @@ BATCH = 4
 SEED = 7
 
 
-
-
-
-
 def write_dataset(root: Path, counts) -> str:
     return _write_dataset(root, counts, make=lambda i: {"__key__": key_of(i), "txt": f"sample {i}"})
 
@@ -42,14 +38,27 @@ def torchrun(nproc: int, dataset: str, out: Path, *args: str) -> dict:
     for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
         env.pop(name, None)
     command = [
-        sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={nproc}", "--nnodes=1",
-        "--master-addr=127.0.0.1", f"--master-port={free_port()}", str(SCRIPT), dataset, str(out), *args,
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        f"--nproc-per-node={nproc}",
+        "--nnodes=1",
+        "--master-addr=127.0.0.1",
+        f"--master-port={free_port()}",
+        str(SCRIPT),
+        dataset,
+        str(out),
+        *args,
     ]
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=180, env=env)
-    except subprocess.TimeoutExpired as exc:  # a hang is exactly what equal per-rank work must prevent
+    except (
+        subprocess.TimeoutExpired
+    ) as exc:  # a hang is exactly what equal per-rank work must prevent
         pytest.fail(f"torchrun timed out after 180 s\n{exc.stdout}\n{exc.stderr}")
-    assert done.returncode == 0, f"torchrun failed ({done.returncode})\n{done.stdout}\n{done.stderr[-6000:]}"
+    assert done.returncode == 0, (
+        f"torchrun failed ({done.returncode})\n{done.stdout}\n{done.stderr[-6000:]}"
+    )
     mode = args[args.index("--mode") + 1]
     return json.loads((out / f"result-{mode}.json").read_text())
 
@@ -79,20 +88,31 @@ def test_ddp_ranks_read_equal_batches_covering_every_sample(tmp_path):
     dataset = write_dataset(tmp_path, counts)
     out = tmp_path / "out"
     out.mkdir()
-    result = torchrun(3, dataset, out, "--mode", "epochs", "--batch-size", str(BATCH), "--seed", str(SEED))
+    result = torchrun(
+        3, dataset, out, "--mode", "epochs", "--batch-size", str(BATCH), "--seed", str(SEED)
+    )
     check_epochs(result, sum(counts), 3)
 
 
 def test_ddp_resume_on_another_world_size(tmp_path):
-    counts = [7, 5, 9, 4, 5]  # 30 samples: 10 per rank on 3, then 6 left: 3 per rank on 2, no padding
+    counts = [
+        7,
+        5,
+        9,
+        4,
+        5,
+    ]  # 30 samples: 10 per rank on 3, then 6 left: 3 per rank on 2, no padding
     n = sum(counts)
     dataset = write_dataset(tmp_path, counts)
     out = tmp_path / "out"
     out.mkdir()
-    stopped = torchrun(3, dataset, out, "--mode", "stop", "--stop-after", "2", "--batch-size", str(BATCH))
+    stopped = torchrun(
+        3, dataset, out, "--mode", "stop", "--stop-after", "2", "--batch-size", str(BATCH)
+    )
     first = stopped["epochs"][0]
     assert [g["batches"] for g in first] == [2, 2, 2]
-    assert all(g["state"] == first[0]["state"] for g in first)  # every rank would save the same state
+    # every rank would save the same state
+    assert all(g["state"] == first[0]["state"] for g in first)
     assert first[0]["state"]["consumed"] == 2 * BATCH
     assert (out / "state.json").exists()
 

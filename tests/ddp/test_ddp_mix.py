@@ -23,14 +23,27 @@ def torchrun(nproc: int, root: Path, out: Path, mode: str) -> list[dict]:
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(Path(__file__).parents[2])}
     for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
         env.pop(name, None)
-    command = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={nproc}", "--nnodes=1",
-               "--master-addr=127.0.0.1", f"--master-port={free_port()}", str(SCRIPT), str(root), str(out),
-               "--mode", mode]
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        f"--nproc-per-node={nproc}",
+        "--nnodes=1",
+        "--master-addr=127.0.0.1",
+        f"--master-port={free_port()}",
+        str(SCRIPT),
+        str(root),
+        str(out),
+        "--mode",
+        mode,
+    ]
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=180, env=env)
     except subprocess.TimeoutExpired as exc:
         pytest.fail(f"torchrun timed out after 180 s\n{exc.stdout}\n{exc.stderr}")
-    assert done.returncode == 0, f"torchrun failed ({done.returncode})\n{done.stdout}\n{done.stderr[-6000:]}"
+    assert done.returncode == 0, (
+        f"torchrun failed ({done.returncode})\n{done.stdout}\n{done.stderr[-6000:]}"
+    )
     return json.loads((out / f"result-{mode}.json").read_text())
 
 
@@ -38,7 +51,12 @@ def torchrun(nproc: int, root: Path, out: Path, mode: str) -> list[dict]:
 def root(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("ddp-mix")
     for name, counts in SIZES.items():
-        write_dataset(root, counts, name=name, make=lambda i, n=name: {"__key__": f"{n}{i:03d}", "txt": f"{n} {i}"})
+        write_dataset(
+            root,
+            counts,
+            name=name,
+            make=lambda i, n=name: {"__key__": f"{n}{i:03d}", "txt": f"{n} {i}"},
+        )
     return root
 
 
@@ -64,7 +82,8 @@ def test_stop_on_three_ranks_and_resume_on_two(root, tmp_path):
     state = json.loads((tmp_path / "state.json").read_text())
     assert state["world_size"] == 3 and state["consumed"] == 6
     second = torchrun(2, root, tmp_path, "resume")
-    assert len({g["batches"] for g in second}) == 1  # equal on both ranks: nothing for DDP to hang on
+    # equal on both ranks: nothing for DDP to hang on
+    assert len({g["batches"] for g in second}) == 1
     read = Counter(k for g in first + second for k in g["keys"])
     order = planned(root)
     assert read == Counter(order)  # 40 - 18 = 22 left, 11 per rank: every position once, no padding

@@ -23,14 +23,33 @@ def torchrun(nproc: int, dataset: str, out: Path, *args: str) -> dict:
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
         env.pop(name, None)
-    command = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={nproc}", "--nnodes=1",
-               "--master-addr=127.0.0.1", f"--master-port={free_port()}", str(SCRIPT), dataset, str(out), *args]
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        f"--nproc-per-node={nproc}",
+        "--nnodes=1",
+        "--master-addr=127.0.0.1",
+        f"--master-port={free_port()}",
+        str(SCRIPT),
+        dataset,
+        str(out),
+        *args,
+    ]
     try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=240, env=env,
-                              cwd=Path(__file__).parents[2])
+        done = subprocess.run(
+            command,
+            capture_output=True,
+            text=True,
+            timeout=240,
+            env=env,
+            cwd=Path(__file__).parents[2],
+        )
     except subprocess.TimeoutExpired as exc:
         pytest.fail(f"torchrun timed out after 240 s\n{exc.stdout}\n{exc.stderr}")
-    assert done.returncode == 0, f"torchrun failed ({done.returncode})\n{done.stdout}\n{done.stderr[-6000:]}"
+    assert done.returncode == 0, (
+        f"torchrun failed ({done.returncode})\n{done.stdout}\n{done.stderr[-6000:]}"
+    )
     return json.loads((out / f"result-{args[args.index('--mode') + 1]}.json").read_text())
 
 
@@ -41,9 +60,11 @@ def test_torchrun_trains_stops_and_resumes_on_another_world_size(tmp_path):
     out.mkdir()
     first = torchrun(2, url, out, "--mode", "stop", "--stop-after", "3")
     assert [r["batches"] for r in first["ranks"]] == [3, 3]
-    assert first["ranks"][0]["state"] == first["ranks"][1]["state"]  # every rank saves the same state
+    # every rank saves the same state
+    assert first["ranks"][0]["state"] == first["ranks"][1]["state"]
     second = torchrun(3, url, out, "--mode", "resume")
-    assert len({r["batches"] for r in second["ranks"]}) == 1  # equal batches per rank: no hang in DDP
+    # equal batches per rank: no hang in DDP
+    assert len({r["batches"] for r in second["ranks"]}) == 1
     assert all(r["finite"] for run in (first, second) for r in run["ranks"])  # the model trained
     labels = Counter(t for run in (first, second) for r in run["ranks"] for t in r["labels"])
     assert max(labels.values()) == 1  # no token is a label twice

@@ -38,7 +38,9 @@ def main() -> None:
         with open(os.path.join(args.out, "state.json")) as f:
             loader.load_state_dict(json.load(f))
     vocab = ds.token_manifest.tokens["vocab_size"]
-    model = nn.parallel.DistributedDataParallel(nn.Sequential(nn.Embedding(vocab, 8), nn.Linear(8, vocab)))
+    model = nn.parallel.DistributedDataParallel(
+        nn.Sequential(nn.Embedding(vocab, 8), nn.Linear(8, vocab))
+    )
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     labels: list[int] = []
     batches, losses = 0, []
@@ -56,8 +58,17 @@ def main() -> None:
     state = loader.state_dict()
     gathered: list = [None] * dist.get_world_size()
     finite = bool(losses) and all(map(math.isfinite, losses))
-    dist.all_gather_object(gathered, {"rank": dist.get_rank(), "labels": labels, "batches": batches,
-                                      "len": len(ds), "state": state, "finite": finite})
+    dist.all_gather_object(
+        gathered,
+        {
+            "rank": dist.get_rank(),
+            "labels": labels,
+            "batches": batches,
+            "len": len(ds),
+            "state": state,
+            "finite": finite,
+        },
+    )
     if dist.get_rank() == 0:
         with open(os.path.join(args.out, f"result-{args.mode}.json"), "w") as f:
             json.dump({"world_size": dist.get_world_size(), "ranks": gathered}, f)

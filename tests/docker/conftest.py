@@ -2,4 +2,6 @@
 
 
 def pytest_configure(config):
-    config.addinivalue_line("markers", "container: builds and runs images with podman or docker (skipped without one)")
+    config.addinivalue_line(
+        "markers", "container: builds and runs images with podman or docker (skipped without one)"
+    )

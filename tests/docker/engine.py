@@ -29,9 +29,18 @@ class EngineUnavailable(Exception):
     """No engine runs here: the container tests skip with this reason."""
 
 
-def _run(cmd: list[str], env: dict[str, str] | None = None, timeout: float = 600, **kw) -> subprocess.CompletedProcess:
-    return subprocess.run(cmd, env=env, timeout=timeout, capture_output=True, text=True, stdin=subprocess.DEVNULL,
-                          **kw)
+def _run(
+    cmd: list[str], env: dict[str, str] | None = None, timeout: float = 600, **kw
+) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        cmd,
+        env=env,
+        timeout=timeout,
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        **kw,
+    )
 
 
 class Engine:
@@ -90,8 +99,10 @@ def find_engine(workdir: Path) -> Engine:
             return engine
         except (EngineUnavailable, subprocess.TimeoutExpired) as exc:
             reasons.append(str(exc))
-    raise EngineUnavailable("no usable container engine (" + "; ".join(reasons) + "); install one, e.g. "
-                            "`apt-get install podman runc podman-compose mmdebstrap`, then `make docker-test`")
+    raise EngineUnavailable(
+        "no usable container engine (" + "; ".join(reasons) + "); install one, e.g. "
+        "`apt-get install podman runc podman-compose mmdebstrap`, then `make docker-test`"
+    )
 
 
 def ensure_base(engine: Engine) -> str:
@@ -99,10 +110,14 @@ def ensure_base(engine: Engine) -> str:
     if engine("image", "inspect", BASE_TAG).returncode == 0:
         return BASE_TAG
     if not shutil.which("mmdebstrap"):
-        raise EngineUnavailable("no base image and no mmdebstrap to make one (apt-get install mmdebstrap)")
+        raise EngineUnavailable(
+            "no base image and no mmdebstrap to make one (apt-get install mmdebstrap)"
+        )
     made = _run(["bash", str(DOCKER / "build-base.sh"), engine.name, BASE_TAG], engine.env, 900)
     if made.returncode != 0:
-        raise RuntimeError(f"docker/build-base.sh failed:\n{made.stdout[-2000:]}\n{made.stderr[-2000:]}")
+        raise RuntimeError(
+            f"docker/build-base.sh failed:\n{made.stdout[-2000:]}\n{made.stderr[-2000:]}"
+        )
     return BASE_TAG
 
 
@@ -111,9 +126,26 @@ def build_images(engine: Engine, base: str) -> None:
     wheels = _run(["bash", str(DOCKER / "wheelhouse.sh")], engine.env, 900)
     if wheels.returncode != 0:
         raise RuntimeError(f"docker/wheelhouse.sh failed:\n{wheels.stderr[-3000:]}")
-    for dockerfile, tag, extra in (("Dockerfile", IMAGE_TAG, ["--build-arg", "TORCH=torch==2.13.0"]),
-                                   ("store.Dockerfile", STORE_TAG, [])):
-        built = engine("build", *engine.build_args(), "--network", "none", "-f", str(DOCKER / dockerfile),
-                       "-t", tag, "--build-arg", f"BASE_IMAGE={base}", *extra, str(DOCKER), timeout=900)
+    for dockerfile, tag, extra in (
+        ("Dockerfile", IMAGE_TAG, ["--build-arg", "TORCH=torch==2.13.0"]),
+        ("store.Dockerfile", STORE_TAG, []),
+    ):
+        built = engine(
+            "build",
+            *engine.build_args(),
+            "--network",
+            "none",
+            "-f",
+            str(DOCKER / dockerfile),
+            "-t",
+            tag,
+            "--build-arg",
+            f"BASE_IMAGE={base}",
+            *extra,
+            str(DOCKER),
+            timeout=900,
+        )
         if built.returncode != 0:
-            raise RuntimeError(f"building {dockerfile} failed:\n{built.stdout[-3000:]}\n{built.stderr[-3000:]}")
+            raise RuntimeError(
+                f"building {dockerfile} failed:\n{built.stdout[-3000:]}\n{built.stderr[-3000:]}"
+            )

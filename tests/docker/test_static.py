@@ -31,8 +31,16 @@ def test_hadolint_is_clean(name):
 
 
 def test_compose_file_follows_the_compose_specification():
-    result = subprocess.run([tool("check-jsonschema"), "--builtin-schema", "vendor.compose-spec",
-                             str(DOCKER / "compose.yml")], capture_output=True, text=True)
+    result = subprocess.run(
+        [
+            tool("check-jsonschema"),
+            "--builtin-schema",
+            "vendor.compose-spec",
+            str(DOCKER / "compose.yml"),
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert result.returncode == 0, result.stdout + result.stderr
 
 
@@ -42,8 +50,13 @@ def compose_config(tmp_path_factory) -> dict:
     project = tmp_path_factory.mktemp("compose")
     shutil.copy(DOCKER / "compose.yml", project / "compose.yml")
     shutil.copy(DOCKER / ".env.example", project / ".env")
-    result = subprocess.run([tool("docker-compose"), "-f", "compose.yml", "config", "--format", "json"],
-                            cwd=project, capture_output=True, text=True, env={"PATH": "/usr/bin:/bin"})
+    result = subprocess.run(
+        [tool("docker-compose"), "-f", "compose.yml", "config", "--format", "json"],
+        cwd=project,
+        capture_output=True,
+        text=True,
+        env={"PATH": "/usr/bin:/bin"},
+    )
     assert result.returncode == 0, result.stderr
     return json.loads(result.stdout)
 
@@ -68,8 +81,13 @@ def test_compose_config_resolves(compose_config):
 def test_compose_needs_the_env_file(tmp_path):
     """Without docker/.env the stack refuses to start (no store without keys)."""
     shutil.copy(DOCKER / "compose.yml", tmp_path / "compose.yml")
-    result = subprocess.run([tool("docker-compose"), "-f", "compose.yml", "config", "-q"], cwd=tmp_path,
-                            capture_output=True, text=True, env={"PATH": "/usr/bin:/bin"})
+    result = subprocess.run(
+        [tool("docker-compose"), "-f", "compose.yml", "config", "-q"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env={"PATH": "/usr/bin:/bin"},
+    )
     assert result.returncode != 0 and ".env" in result.stderr
 
 
@@ -78,12 +96,17 @@ def test_env_file_is_ignored_and_not_committed():
         pytest.skip("not a git checkout")
     ignored = subprocess.run(["git", "check-ignore", "-q", "docker/.env"], cwd=ROOT)
     assert ignored.returncode == 0, "docker/.env must be in .gitignore"
-    tracked = subprocess.run(["git", "ls-files", "docker/.env"], cwd=ROOT, capture_output=True, text=True)
+    tracked = subprocess.run(
+        ["git", "ls-files", "docker/.env"], cwd=ROOT, capture_output=True, text=True
+    )
     assert tracked.stdout.strip() == ""
     # and it never enters a build context
     rules = (DOCKER / ".dockerignore").read_text().split()
-    assert rules[rules.index("*") + 1:] and all(r.startswith("!") and ".env" not in r
-                                                  for r in rules[rules.index("*") + 1:] if not r.startswith("#"))
+    assert rules[rules.index("*") + 1 :] and all(
+        r.startswith("!") and ".env" not in r
+        for r in rules[rules.index("*") + 1 :]
+        if not r.startswith("#")
+    )
 
 
 SECRET = re.compile(r"(?i)(secret|password|passwd|token|access_key|api_key|credential)")
@@ -105,7 +128,8 @@ def test_base_is_pinned_and_user_is_not_root(name):
     assert base and ":" in base.group(1) and not base.group(1).endswith(":latest")
     assert re.search(r"^FROM \$\{BASE_IMAGE\}$", text, re.M)
     user = re.findall(r"^USER (\S+)$", text, re.M)
-    assert user and re.fullmatch(r"[1-9]\d*:[1-9]\d*", user[-1])  # numeric: runAsNonRoot can check it
+    # numeric: runAsNonRoot can check it
+    assert user and re.fullmatch(r"[1-9]\d*:[1-9]\d*", user[-1])
 
 
 def test_image_layers_deps_before_source_and_preflight():
@@ -127,7 +151,9 @@ def test_requirements_pin_every_runtime_dependency():
     """docker/requirements.txt pins each of pyproject's dependencies (and s3fs), torch aside."""
     tomllib = pytest.importorskip("tomllib")  # Python 3.11+
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    wanted = {re.split(r"[<>=!~\[ ]", d, maxsplit=1)[0].lower() for d in project["dependencies"]} - {"torch"}
+    wanted = {
+        re.split(r"[<>=!~\[ ]", d, maxsplit=1)[0].lower() for d in project["dependencies"]
+    } - {"torch"}
     wanted.add("s3fs")
     pins = {}
     for line in (DOCKER / "requirements.txt").read_text().splitlines():

@@ -16,7 +16,12 @@ from shardstream.formats import count_samples, iter_shard_samples
 
 ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 SCHEMA = pa.schema(
-    [("__key__", pa.string()), ("jpg", pa.binary()), ("label", pa.int64()), ("caption", pa.string())],
+    [
+        ("__key__", pa.string()),
+        ("jpg", pa.binary()),
+        ("label", pa.int64()),
+        ("caption", pa.string()),
+    ],
     metadata={b"origin": b"test"},
 )
 
@@ -25,7 +30,10 @@ def batch(start: int, n: int) -> pa.RecordBatch:
     return pa.RecordBatch.from_pydict(
         {
             "__key__": [f"{i:06d}" for i in range(start, start + n)],
-            "jpg": [b"\xff\xd8" + b"compressible " * 40 + bytes([i % 256]) for i in range(start, start + n)],
+            "jpg": [
+                b"\xff\xd8" + b"compressible " * 40 + bytes([i % 256])
+                for i in range(start, start + n)
+            ],
             "label": [i % 7 for i in range(start, start + n)],
             "caption": [f"caption number {i} é" for i in range(start, start + n)],
         },
@@ -129,8 +137,12 @@ def test_iter_rows_in_order_across_batches():
     data, *_ = write(BATCHES)
     rows = list(A.iter_rows(data, "s"))
     assert rows == ROWS
-    assert rows[80] == {"__key__": "000080", "jpg": b"\xff\xd8" + b"compressible " * 40 + b"\x50",
-                        "label": 80 % 7, "caption": "caption number 80 é"}
+    assert rows[80] == {
+        "__key__": "000080",
+        "jpg": b"\xff\xd8" + b"compressible " * 40 + b"\x50",
+        "label": 80 % 7,
+        "caption": "caption number 80 é",
+    }
     assert list(iter_shard_samples("arrow", data, "s")) == ROWS
     assert count_samples("arrow", data, "s") == 81
 
@@ -156,7 +168,9 @@ def test_truncated_file(cut):
     data, *_ = write(BATCHES)
     damaged = data[: int(len(data) * cut)]
     for read in (A.open_shard, A.read_table, lambda b, n: list(A.iter_rows(b, n))):
-        with pytest.raises(CorruptShardError, match="memory://b/shard-000003.arrow: not a readable Arrow IPC"):
+        with pytest.raises(
+            CorruptShardError, match="memory://b/shard-000003.arrow: not a readable Arrow IPC"
+        ):
             read(damaged, "memory://b/shard-000003.arrow")
 
 
@@ -180,20 +194,34 @@ def test_damaged_record_batch():
         count_samples("arrow", damaged, "s.arrow")
 
 
-@pytest.mark.parametrize(("offsets", "data", "says"), [
-    ([0, 5, 2, 9], b"alphabetagamma", "non-monotonic offset"),  # pyarrow's to_pylist: SystemError, or worse
-    ([0, 2, 4, 6], b"ab\xff\xfeef", "Invalid UTF8"),  # to_pylist: UnicodeDecodeError
-])
+@pytest.mark.parametrize(
+    ("offsets", "data", "says"),
+    [
+        # pyarrow's to_pylist: SystemError, or worse
+        (
+            [0, 5, 2, 9],
+            b"alphabetagamma",
+            "non-monotonic offset",
+        ),
+        ([0, 2, 4, 6], b"ab\xff\xfeef", "Invalid UTF8"),  # to_pylist: UnicodeDecodeError
+    ],
+)
 def test_damaged_buffers_are_a_named_error_not_a_crash(offsets, data, says):
     import numpy as np
 
-    text = pa.StringArray.from_buffers(3, pa.py_buffer(np.array(offsets, np.int32).tobytes()), pa.py_buffer(data))
+    text = pa.StringArray.from_buffers(
+        3, pa.py_buffer(np.array(offsets, np.int32).tobytes()), pa.py_buffer(data)
+    )
     sink = io.BytesIO()
     writer = A.ArrowShardWriter(sink, pa.schema([("text", pa.string())]), compression=None)
-    writer.add_batch(pa.record_batch([text], names=["text"]))  # written unvalidated, as damage would read
+    # written unvalidated, as damage would read
+    writer.add_batch(pa.record_batch([text], names=["text"]))
     writer.close()
     shard = sink.getvalue()
-    for read in (lambda: list(A.iter_rows(shard, "s.arrow")), lambda: A.read_table(shard, "s.arrow"),
-                 lambda: list(iter_shard_samples("arrow", shard, "s.arrow"))):
+    for read in (
+        lambda: list(A.iter_rows(shard, "s.arrow")),
+        lambda: A.read_table(shard, "s.arrow"),
+        lambda: list(iter_shard_samples("arrow", shard, "s.arrow")),
+    ):
         with pytest.raises(CorruptShardError, match=f"s.arrow: damaged record batch.*{says}"):
             read()

@@ -30,7 +30,9 @@ from shardstream.formats import iter_shard_samples
 from shardstream.formats import tar as T
 from shardstream.formats import tar_writer as W
 
-_FUZZ = settings(deadline=None, derandomize=True, database=None, suppress_health_check=list(HealthCheck))
+_FUZZ = settings(
+    deadline=None, derandomize=True, database=None, suppress_health_check=list(HealthCheck)
+)
 
 
 def fuzz(examples: int) -> settings:
@@ -43,17 +45,23 @@ NAME = "fuzz-shard.tar"
 
 # -- valid tars ------------------------------------------------------------------------------------------------
 
+
 def _payload(n: int, seed: int) -> bytes:
     return bytes((i * 31 + seed * 7) % 251 for i in range(n))
 
 
 _names = st.one_of(
-    st.builds(lambda i, ext: f"k{i}.{ext}", st.integers(0, 3), st.sampled_from(["txt", "jpg", "seg.png"])),
-    st.builds(lambda d, i: f"{'d' * d}/sub/k{i}.bin", st.integers(1, 140), st.integers(0, 2)),  # ustar prefix / PAX
+    st.builds(
+        lambda i, ext: f"k{i}.{ext}", st.integers(0, 3), st.sampled_from(["txt", "jpg", "seg.png"])
+    ),
+    # ustar prefix / PAX
+    st.builds(lambda d, i: f"{'d' * d}/sub/k{i}.bin", st.integers(1, 140), st.integers(0, 2)),
     st.builds(lambda n: "é" * n + ".txt", st.integers(1, 80)),  # unicode, long without a slash
     st.sampled_from(["noext", "dir.x/a.b", "README"]),
 )
-_members = st.lists(st.tuples(_names, st.integers(0, 1100), st.sampled_from("fffffdl")), min_size=0, max_size=5)
+_members = st.lists(
+    st.tuples(_names, st.integers(0, 1100), st.sampled_from("fffffdl")), min_size=0, max_size=5
+)
 
 
 @st.composite
@@ -62,7 +70,9 @@ def tarfile_tars(draw) -> bytes:
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w", format=fmt, encoding="utf-8") as tf:
         for i, (name, size, kind) in enumerate(draw(_members)):
-            info = tarfile.TarInfo(name if fmt != tarfile.USTAR_FORMAT or len(name.encode()) <= 100 else f"u{i}.txt")
+            info = tarfile.TarInfo(
+                name if fmt != tarfile.USTAR_FORMAT or len(name.encode()) <= 100 else f"u{i}.txt"
+            )
             if kind == "d":
                 info.type = tarfile.DIRTYPE
             elif kind == "l":
@@ -77,15 +87,20 @@ def tarfile_tars(draw) -> bytes:
 def writer_tars(draw) -> bytes:
     sink = io.BytesIO()
     writer = T.TarShardWriter(sink)
-    keys = draw(st.lists(st.sampled_from(["a", "b/c", "k" * 120, "p" * 160 + "/q", "日本/猫"]), max_size=4))
+    keys = draw(
+        st.lists(st.sampled_from(["a", "b/c", "k" * 120, "p" * 160 + "/q", "日本/猫"]), max_size=4)
+    )
     for i, key in enumerate(keys):
         sizes = draw(st.lists(st.integers(0, 1100), min_size=1, max_size=3))
-        writer.add(f"{key}{i}", [(ext, _payload(n, i)) for ext, n in zip(("cls", "jpg", "json"), sizes)])
+        writer.add(
+            f"{key}{i}", [(ext, _payload(n, i)) for ext, n in zip(("cls", "jpg", "json"), sizes)]
+        )
     writer.close()
     return sink.getvalue()
 
 
 # -- mutations ---------------------------------------------------------------------------------------------
+
 
 def _headers(buf: bytes) -> list[int]:
     """Offsets of every header block of a valid tar (extended headers too), as tarfile finds them."""
@@ -112,37 +127,108 @@ def _record(key: bytes, value: bytes, delta: int = 0) -> bytes:
 
 
 _sizes = st.one_of(
-    st.sampled_from([b"-0000002000\0", b"-0000003000\0", b"-1\0", b"77777777777\0", b"0o0000012\0",
-                     b" 12 \0", b"12 34\0", b"\x80" + bytes(10) + b"\x05", b"\xff" * 12, b"\x81" + bytes(11),
-                     b"\x80" + (2**80).to_bytes(11, "big"), b"0000000001\0\0", b"\0\0garbage\0\0"]),
+    st.sampled_from(
+        [
+            b"-0000002000\0",
+            b"-0000003000\0",
+            b"-1\0",
+            b"77777777777\0",
+            b"0o0000012\0",
+            b" 12 \0",
+            b"12 34\0",
+            b"\x80" + bytes(10) + b"\x05",
+            b"\xff" * 12,
+            b"\x81" + bytes(11),
+            b"\x80" + (2**80).to_bytes(11, "big"),
+            b"0000000001\0\0",
+            b"\0\0garbage\0\0",
+        ]
+    ),
     st.integers(0, 4000).map(lambda n: b"%011o\0" % n),
     st.integers(0, 4000).map(lambda n: b"\x80" + n.to_bytes(11, "big")),
 )
 _fields = st.one_of(
     st.tuples(st.just(124), _sizes),
-    st.tuples(st.just(156), st.sampled_from([b"0", b"\0", b"1", b"2", b"5", b"7", b"x", b"g", b"X", b"L", b"K",
-                                             b"S", b"V", b"M", b"D", b"\xff"])),
+    st.tuples(
+        st.just(156),
+        st.sampled_from(
+            [
+                b"0",
+                b"\0",
+                b"1",
+                b"2",
+                b"5",
+                b"7",
+                b"x",
+                b"g",
+                b"X",
+                b"L",
+                b"K",
+                b"S",
+                b"V",
+                b"M",
+                b"D",
+                b"\xff",
+            ]
+        ),
+    ),
     st.tuples(st.just(0), st.sampled_from([b"a.txt/\0", b"\0", b"x" * 100, b"dir/\0"])),
-    st.tuples(st.just(100), st.sampled_from([b"-000644\0", b"0000644 ", b"garbage!", b"\x80" * 8, b"   \0    "])),
+    st.tuples(
+        st.just(100),
+        st.sampled_from([b"-000644\0", b"0000644 ", b"garbage!", b"\x80" * 8, b"   \0    "]),
+    ),
     st.tuples(st.just(136), st.sampled_from([b"\xff" * 12, b"1234567890123", b"+0000000001\0"])),
     st.tuples(st.just(257), st.sampled_from([b"ustar  \0", b"\0" * 8, b"ustar\x0000"])),
     st.tuples(st.just(345), st.sampled_from([b"pre", b"\0x", b"p" * 155])),
     st.tuples(st.just(148), st.sampled_from([b"\0" * 8, b"-1\0"])),
 )
-_values = st.one_of(st.integers(0, 3000).map(lambda n: str(n).encode()),
-                    st.sampled_from([b"-2000", b"-1536", b"-2048", b"", b"1_0", b" 12", b"9" * 30, b"1e3"]))
-_records = st.lists(st.one_of(
-    st.builds(_record, st.just(b"size"), _values, st.sampled_from([0, 0, 0, -1, 1, -100])),
-    st.builds(_record, st.just(b"path"), st.sampled_from([b"p.txt", b"dir/", b"a/b.jpg", "é.txt".encode(), b""])),
-    st.builds(_record, st.sampled_from([b"comment", b"GNU.sparse.size", b"GNU.sparse.name", b"mtime",
-                                        b"hdrcharset", b"linkpath"]), st.sampled_from([b"1", b"BINARY", b"x.txt"])),
-    st.sampled_from([b"0 path=x\n", b"3 a=\n", b"5 a=b\n", b"99 path=x\n", b"x path=y\n", b"6 path\n", b"\0\0"]),
-), max_size=3).map(b"".join)
+_values = st.one_of(
+    st.integers(0, 3000).map(lambda n: str(n).encode()),
+    st.sampled_from([b"-2000", b"-1536", b"-2048", b"", b"1_0", b" 12", b"9" * 30, b"1e3"]),
+)
+_records = st.lists(
+    st.one_of(
+        st.builds(_record, st.just(b"size"), _values, st.sampled_from([0, 0, 0, -1, 1, -100])),
+        st.builds(
+            _record,
+            st.just(b"path"),
+            st.sampled_from([b"p.txt", b"dir/", b"a/b.jpg", "é.txt".encode(), b""]),
+        ),
+        st.builds(
+            _record,
+            st.sampled_from(
+                [
+                    b"comment",
+                    b"GNU.sparse.size",
+                    b"GNU.sparse.name",
+                    b"mtime",
+                    b"hdrcharset",
+                    b"linkpath",
+                ]
+            ),
+            st.sampled_from([b"1", b"BINARY", b"x.txt"]),
+        ),
+        st.sampled_from(
+            [
+                b"0 path=x\n",
+                b"3 a=\n",
+                b"5 a=b\n",
+                b"99 path=x\n",
+                b"x path=y\n",
+                b"6 path\n",
+                b"\0\0",
+            ]
+        ),
+    ),
+    max_size=3,
+).map(b"".join)
 _inserts = st.one_of(
     st.builds(_pax, _records, st.sampled_from([b"x", b"x", b"g", b"X"])),
-    st.builds(lambda name, kind: _pax(name, kind), st.sampled_from([b"L.txt\0", b"long/" * 30 + b"n.txt\0",
-                                                                    b"noterm.txt", b"a/\0", b"\0"]),
-              st.sampled_from([b"L", b"K"])),
+    st.builds(
+        lambda name, kind: _pax(name, kind),
+        st.sampled_from([b"L.txt\0", b"long/" * 30 + b"n.txt\0", b"noterm.txt", b"a/\0", b"\0"]),
+        st.sampled_from([b"L", b"K"]),
+    ),
 )
 _damage = st.one_of(
     st.tuples(st.just("flip"), st.integers(0, 10**6), st.integers(1, 255)),
@@ -188,9 +274,11 @@ def mutated_tars(draw) -> tuple[bytes, bytes]:
 
 # -- the rule -----------------------------------------------------------------------------------------------
 
+
 @contextlib.contextmanager
 def watchdog(seconds: float = 10.0):
     """Turn a hang into a failure (a case takes milliseconds; the limit is generous)."""
+
     def stop(*_) -> None:
         raise TimeoutError(f"a case still runs after {seconds} s: the parser loops")
 
@@ -206,7 +294,9 @@ def watchdog(seconds: float = 10.0):
 def tarfile_reads(buf: bytes):
     """The regular files (name, size, data) Python's tarfile reads, or a string saying why it cannot."""
     try:
-        with tarfile.open(fileobj=io.BytesIO(buf), mode="r:", encoding="utf-8", errors="surrogateescape") as tf:
+        with tarfile.open(
+            fileobj=io.BytesIO(buf), mode="r:", encoding="utf-8", errors="surrogateescape"
+        ) as tf:
             found = []
             for count, member in enumerate(tf, 1):
                 if count > len(buf) // 512 + 1:
@@ -272,7 +362,10 @@ def test_mutated_tars_read_as_tarfile_reads_them_or_fail_with_a_named_error(case
 
 # -- damage to every shard format ---------------------------------------------------------------------------
 
-SAMPLES = [(f"s/{i:03d}", [("cls", str(i).encode()), ("bin", _payload(300 + 97 * i, i))]) for i in range(12)]
+SAMPLES = [
+    (f"s/{i:03d}", [("cls", str(i).encode()), ("bin", _payload(300 + 97 * i, i))])
+    for i in range(12)
+]
 
 
 def _tar_shard(compression: str | None) -> bytes:
@@ -314,12 +407,16 @@ def test_damaged_tar_shards_give_a_named_error_or_the_right_samples(fmt, damages
 
 def _arrow_shard() -> bytes:
     sink = io.BytesIO()
-    table = pa.table({
-        "id": pa.array(range(40), pa.int64()),
-        "text": pa.array([f"row {i} " * (i % 7) for i in range(40)]),
-        "blob": pa.array([_payload(i * 5, i) for i in range(40)], pa.binary()),
-        "tags": pa.array([[i, i + 1] if i % 3 else None for i in range(40)], pa.list_(pa.int32())),
-    })
+    table = pa.table(
+        {
+            "id": pa.array(range(40), pa.int64()),
+            "text": pa.array([f"row {i} " * (i % 7) for i in range(40)]),
+            "blob": pa.array([_payload(i * 5, i) for i in range(40)], pa.binary()),
+            "tags": pa.array(
+                [[i, i + 1] if i % 3 else None for i in range(40)], pa.list_(pa.int32())
+            ),
+        }
+    )
     writer = A.ArrowShardWriter(sink, table.schema)
     for batch in table.to_batches(max_chunksize=10):
         writer.add_batch(batch)
@@ -344,5 +441,6 @@ def test_damaged_arrow_shards_give_a_named_error_or_a_valid_table(damages):
     except CorruptShardError as exc:
         assert "fuzz-shard.arrow" in str(exc)
         return
-    table.validate(full=True)  # a changed value can pass (the buffers have no checksum); a broken layout cannot
+    # a changed value can pass (the buffers have no checksum); a broken layout cannot
+    table.validate(full=True)
     assert rows == table.to_pylist()

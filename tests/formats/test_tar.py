@@ -134,7 +134,10 @@ def test_iter_members_gives_offsets_of_the_data():
 
 def test_iter_samples_groups_members_by_key():
     shard, *_ = write_shard(SAMPLES)
-    got = [(k, {e: shard[o : o + n] for e, (o, n) in fields.items()}) for k, fields in T.iter_samples(shard)]
+    got = [
+        (k, {e: shard[o : o + n] for e, (o, n) in fields.items()})
+        for k, fields in T.iter_samples(shard)
+    ]
     assert got == [(k, dict(fields)) for k, fields in SAMPLES]
 
 
@@ -206,7 +209,9 @@ def test_unknown_compression_is_refused():
 @pytest.mark.parametrize(("compression", "fmt"), [("zstd", "tar.zst"), ("gzip", "tar.gz")])
 def test_undecompressable_shard(compression, fmt):
     with pytest.raises(CorruptShardError, match=f"bad-shard.{fmt}: cannot decompress"):
-        list(iter_shard_samples(fmt, b"this is not compressed data at all" * 10, f"bad-shard.{fmt}"))
+        list(
+            iter_shard_samples(fmt, b"this is not compressed data at all" * 10, f"bad-shard.{fmt}")
+        )
 
 
 def test_truncated_gzip_shard():
@@ -267,7 +272,9 @@ def test_garbage_size_field_with_a_valid_checksum():
     header[124:136] = b"12x4567\0\0\0\0\0"
     first = T.member_header("j.txt", 2) + b"ok" + bytes(510)  # 1024 bytes
     shard = first + _with_checksum(bytes(header)) + bytes(1536)
-    with pytest.raises(CorruptShardError, match=r"s.tar: bad tar header at byte 1024 \(number field"):
+    with pytest.raises(
+        CorruptShardError, match=r"s.tar: bad tar header at byte 1024 \(number field"
+    ):
         list(T.iter_members(shard, "s.tar"))
 
 
@@ -360,7 +367,9 @@ def test_same_key_again_after_another_key_is_a_new_sample():
 
 
 def test_unkeyed_members_are_skipped_and_reported():
-    shard = raw_member_shard([("README", b"r"), ("a.txt", b"1"), (".hidden", b"h"), ("b.txt", b"2")])
+    shard = raw_member_shard(
+        [("README", b"r"), ("a.txt", b"1"), (".hidden", b"h"), ("b.txt", b"2")]
+    )
     unkeyed: list[str] = []
     assert [k for k, _ in T.iter_samples(shard, unkeyed=unkeyed)] == ["a", "b"]
     assert unkeyed == ["README", ".hidden"]
@@ -426,8 +435,17 @@ def test_split_name(member, expected):
 
 @pytest.mark.parametrize(
     ("name", "fmt"),
-    [("a.tar", "tar"), ("A.TAR", "tar"), ("a.tar.zst", "tar.zst"), ("a.tar.gz", "tar.gz"), ("a.tgz", "tar.gz"),
-     ("a.arrow", "arrow"), ("a.feather", "arrow"), ("a.zip", None), ("tar", None)],
+    [
+        ("a.tar", "tar"),
+        ("A.TAR", "tar"),
+        ("a.tar.zst", "tar.zst"),
+        ("a.tar.gz", "tar.gz"),
+        ("a.tgz", "tar.gz"),
+        ("a.arrow", "arrow"),
+        ("a.feather", "arrow"),
+        ("a.zip", None),
+        ("tar", None),
+    ],
 )
 def test_shard_format_of(name, fmt):
     assert shard_format_of(name) == fmt
@@ -445,11 +463,20 @@ def _written(samples: list[tuple[str, list[tuple[str, bytes]]]]) -> bytes:
     return sink.getvalue()
 
 
-@pytest.mark.parametrize("samples", [
-    [("a/b/k1", [("jpg", b"x" * 700), ("cls", b"3")]), ("a/b/k2", [("jpg", b""), ("txt", b"hi")])],
-    [("d" * 120 + "/k", [("bin", b"1" * 513)]), ("ü ñ/k2", [("seg.png", b"p" * 1024)])],  # ustar prefix, unicode
-    [("x" * 300, [("bin", b"1")])],  # needs a PAX header: the careful parser takes it
-])
+@pytest.mark.parametrize(
+    "samples",
+    [
+        [
+            ("a/b/k1", [("jpg", b"x" * 700), ("cls", b"3")]),
+            ("a/b/k2", [("jpg", b""), ("txt", b"hi")]),
+        ],
+        [
+            ("d" * 120 + "/k", [("bin", b"1" * 513)]),
+            ("ü ñ/k2", [("seg.png", b"p" * 1024)]),
+        ],  # ustar prefix, unicode
+        [("x" * 300, [("bin", b"1")])],  # needs a PAX header: the careful parser takes it
+    ],
+)
 def test_index_samples_fast_path_equals_the_careful_parser(samples):
     data = _written(samples)
     careful = list(T.iter_samples(data, "s"))
@@ -490,5 +517,6 @@ def test_index_samples_fast_path_reads_a_twelve_digit_size_like_tarfile():
 
 def test_index_samples_fast_path_ignores_an_empty_prefix_with_bytes_after_it():
     data = _written([("a", [("bin", b"1")])])
-    odd = _with_header_change(data, lambda h: h.__setitem__(slice(346, 350), b"junk"))  # prefix[0] is NUL
+    # prefix[0] is NUL
+    odd = _with_header_change(data, lambda h: h.__setitem__(slice(346, 350), b"junk"))
     assert T.index_samples(odd, "s")[0] == ["a"] == [k for k, _ in T.iter_samples(odd, "s")]

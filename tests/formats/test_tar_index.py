@@ -23,7 +23,10 @@ def _shard(samples):
     return sink.getvalue(), writer.index.to_bytes()
 
 
-SAMPLES = [(f"{i:04d}", [("cls", str(i).encode()), ("jpg", bytes([i]) * (100 + 700 * i))]) for i in range(5)]
+SAMPLES = [
+    (f"{i:04d}", [("cls", str(i).encode()), ("jpg", bytes([i]) * (100 + 700 * i))])
+    for i in range(5)
+]
 
 
 def test_each_span_is_the_sample_as_tar_reads_it():
@@ -34,7 +37,9 @@ def test_each_span_is_the_sample_as_tar_reads_it():
         start, end = index.span(i)
         span = tar[start:end]
         index.check(i, span, "s.tar")
-        with tarfile.open(fileobj=io.BytesIO(span + T.END_OF_ARCHIVE)) as t:  # a real client reads the span alone
+        with tarfile.open(
+            fileobj=io.BytesIO(span + T.END_OF_ARCHIVE)
+        ) as t:  # a real client reads the span alone
             got = {m.name: t.extractfile(m).read() for m in t.getmembers()}
         assert got == {f"{key}.{ext}": data for ext, data in fields}
 
@@ -54,49 +59,91 @@ def test_a_changed_sample_fails_its_check():
 def _encode(offsets, digests, first, data_offsets, sizes, names) -> bytes:
     blob = b"".join(n.encode() + b"\0" for n in names)
     u8 = lambda v: np.asarray(v, dtype="<u8").tobytes()  # noqa: E731
-    return (MAGIC + struct.pack("<QQQ", len(offsets) - 1, len(sizes), len(blob)) + u8(offsets) + digests + u8(first)
-            + u8(data_offsets) + u8(sizes) + blob)
+    return (
+        MAGIC
+        + struct.pack("<QQQ", len(offsets) - 1, len(sizes), len(blob))
+        + u8(offsets)
+        + digests
+        + u8(first)
+        + u8(data_offsets)
+        + u8(sizes)
+        + blob
+    )
 
 
 def _parts(raw, tar):
     ix = parse_index(raw, "s.tar", 5, len(tar))
-    return dict(offsets=ix.offsets.tolist(), digests=ix.digests, first=ix.first.tolist(),
-                data_offsets=ix.data_offsets.tolist(), sizes=ix.sizes.tolist(), names=list(ix.names))
+    return dict(
+        offsets=ix.offsets.tolist(),
+        digests=ix.digests,
+        first=ix.first.tolist(),
+        data_offsets=ix.data_offsets.tolist(),
+        sizes=ix.sizes.tolist(),
+        names=list(ix.names),
+    )
 
 
 def _with(p, **changes):
     return _encode(**{**p, **changes})
 
 
-@pytest.mark.parametrize("change, says", [
-    (lambda raw, p: b"XXXXXXXX" + raw[8:], "not a shardstream sample index"),
-    (lambda raw, p: raw[:5], "not a shardstream sample index"),
-    (lambda raw, p: raw[:-1], "not the size its counts give"),
-    (lambda raw, p: raw + b"\0", "not the size its counts give"),
-    (lambda raw, p: _with(p, offsets=[512] + p["offsets"][1:]), "not increasing"),
-    (lambda raw, p: _with(p, offsets=p["offsets"][:2] + [p["offsets"][1]] + p["offsets"][3:]), "not increasing"),
-    (lambda raw, p: _with(p, offsets=p["offsets"][:2] + [p["offsets"][2] + 1] + p["offsets"][3:]), "not increasing"),
-    (lambda raw, p: _with(p, offsets=p["offsets"][:-1] + [p["offsets"][-1] + 512]), "not increasing"),
-    (lambda raw, p: _with(p, offsets=p["offsets"][:2] + [2**64 - 512] + p["offsets"][3:]), "not increasing"),
-    (lambda raw, p: _with(p, first=[0, 2, 2, 6, 8, 10]), "member numbers"),
-    (lambda raw, p: _with(p, first=[1] + p["first"][1:]), "member numbers"),
-    (lambda raw, p: _with(p, data_offsets=[0] + p["data_offsets"][1:]), "outside its sample"),
-    (lambda raw, p: _with(p, sizes=p["sizes"][:1] + [10**6] + p["sizes"][2:]), "outside its sample"),
-    (lambda raw, p: _with(p, sizes=p["sizes"][:1] + [2**64 - 1] + p["sizes"][2:]), "outside its sample"),
-    (lambda raw, p: _with(p, names=p["names"][:-1] + ["a\0b"]), "names 11 members, not 10"),
-])
+@pytest.mark.parametrize(
+    "change, says",
+    [
+        (lambda raw, p: b"XXXXXXXX" + raw[8:], "not a shardstream sample index"),
+        (lambda raw, p: raw[:5], "not a shardstream sample index"),
+        (lambda raw, p: raw[:-1], "not the size its counts give"),
+        (lambda raw, p: raw + b"\0", "not the size its counts give"),
+        (lambda raw, p: _with(p, offsets=[512] + p["offsets"][1:]), "not increasing"),
+        (
+            lambda raw, p: _with(
+                p, offsets=p["offsets"][:2] + [p["offsets"][1]] + p["offsets"][3:]
+            ),
+            "not increasing",
+        ),
+        (
+            lambda raw, p: _with(
+                p, offsets=p["offsets"][:2] + [p["offsets"][2] + 1] + p["offsets"][3:]
+            ),
+            "not increasing",
+        ),
+        (
+            lambda raw, p: _with(p, offsets=p["offsets"][:-1] + [p["offsets"][-1] + 512]),
+            "not increasing",
+        ),
+        (
+            lambda raw, p: _with(p, offsets=p["offsets"][:2] + [2**64 - 512] + p["offsets"][3:]),
+            "not increasing",
+        ),
+        (lambda raw, p: _with(p, first=[0, 2, 2, 6, 8, 10]), "member numbers"),
+        (lambda raw, p: _with(p, first=[1] + p["first"][1:]), "member numbers"),
+        (lambda raw, p: _with(p, data_offsets=[0] + p["data_offsets"][1:]), "outside its sample"),
+        (
+            lambda raw, p: _with(p, sizes=p["sizes"][:1] + [10**6] + p["sizes"][2:]),
+            "outside its sample",
+        ),
+        (
+            lambda raw, p: _with(p, sizes=p["sizes"][:1] + [2**64 - 1] + p["sizes"][2:]),
+            "outside its sample",
+        ),
+        (lambda raw, p: _with(p, names=p["names"][:-1] + ["a\0b"]), "names 11 members, not 10"),
+    ],
+)
 def test_hostile_indexes_are_refused(change, says):
     tar, raw = _shard(SAMPLES)
     with pytest.raises(CorruptShardError, match=rf"^s\.tar\.idx: .*{says}.*re-pack"):
         parse_index(change(raw, _parts(raw, tar)), "s.tar.idx", 5, len(tar))
 
 
-@pytest.mark.parametrize("names, says", [
-    (["0000.cls", "0001.jpg"], "do not form one sample"),
-    (["0000.cls", "0000.cls"], "has a field twice"),
-    (["0000.cls", "0000."], "do not form one sample"),
-    (["0000.cls", "noext"], "do not form one sample"),
-])
+@pytest.mark.parametrize(
+    "names, says",
+    [
+        (["0000.cls", "0001.jpg"], "do not form one sample"),
+        (["0000.cls", "0000.cls"], "has a field twice"),
+        (["0000.cls", "0000."], "do not form one sample"),
+        (["0000.cls", "noext"], "do not form one sample"),
+    ],
+)
 def test_index_members_must_form_samples(names, says):
     tar, raw = _shard(SAMPLES)
     p = _parts(raw, tar)
@@ -106,15 +153,22 @@ def test_index_members_must_form_samples(names, says):
 
 
 def test_the_index_gives_the_samples_the_tar_headers_give():
-    samples = [("a/b.c/0001", [("cls", b"1"), ("json", b"{}" * 300), ("jpg", b"x" * 5000)]),
-               ("x" * 150, [("txt", b"long name: a PAX header")]), *SAMPLES]
+    samples = [
+        ("a/b.c/0001", [("cls", b"1"), ("json", b"{}" * 300), ("jpg", b"x" * 5000)]),
+        ("x" * 150, [("txt", b"long name: a PAX header")]),
+        *SAMPLES,
+    ]
     tar, raw = _shard(samples)
-    assert parse_index(raw, "s.tar", len(samples), len(tar)).samples("s.tar") == T.index_samples(tar, "s.tar")
+    assert parse_index(raw, "s.tar", len(samples), len(tar)).samples("s.tar") == T.index_samples(
+        tar, "s.tar"
+    )
 
 
 def test_the_sample_count_must_be_the_manifests():
     tar, raw = _shard(SAMPLES)
-    with pytest.raises(CorruptShardError, match="indexes 5 samples, the manifest says the shard has 6"):
+    with pytest.raises(
+        CorruptShardError, match="indexes 5 samples, the manifest says the shard has 6"
+    ):
         parse_index(raw, "s.tar.idx", 6, len(tar))
 
 

@@ -26,9 +26,19 @@ def test_numpy_alone_reads_a_shard_as_the_docstring_says(tmp_path, dtype):
     offsets = [0, 10, 10, 400, 1000]  # an empty document too
     path = write(tmp_path / "shard-000000.tokens", tokens, offsets, dtype)
     magic, itemsize, n, d = np.fromfile(path, "<u8", count=4)
-    assert magic.tobytes() == b"SSTOKEN1" and (itemsize, n, d) == (np.dtype(dtype).itemsize, 1000, 4)
+    assert magic.tobytes() == b"SSTOKEN1" and (itemsize, n, d) == (
+        np.dtype(dtype).itemsize,
+        1000,
+        4,
+    )
     got_offsets = np.memmap(path, "<i8", mode="r", offset=32, shape=(d + 1,))
-    got = np.memmap(path, {2: "<u2", 4: "<u4"}[int(itemsize)], mode="r", offset=32 + 8 * (int(d) + 1), shape=(int(n),))
+    got = np.memmap(
+        path,
+        {2: "<u2", 4: "<u4"}[int(itemsize)],
+        mode="r",
+        offset=32 + 8 * (int(d) + 1),
+        shape=(int(n),),
+    )
     assert got_offsets.tolist() == offsets and got.tolist() == tokens.tolist()
     shard = TokenShard(Path(path).read_bytes(), "s", dtype, 4)
     shard.check()

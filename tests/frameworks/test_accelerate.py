@@ -34,7 +34,8 @@ def run(out: Path, phase: str) -> None:
     model = torch.nn.Linear(1, 1)
     opt = torch.optim.SGD(model.parameters(), lr=0.0)
     model, opt, prepared = accelerator.prepare(model, opt, loader)
-    assert prepared is loader, type(prepared)  # a rebuilt DataLoader would split the data a second time
+    # a rebuilt DataLoader would split the data a second time
+    assert prepared is loader, type(prepared)
     accelerator.register_for_checkpointing(loader)
     log = out / f"phase{phase}-rank{accelerator.process_index}.jsonl"
     if phase == "2":
@@ -42,7 +43,12 @@ def run(out: Path, phase: str) -> None:
     for epoch in range(ds.epoch, 2):  # the loaded epoch; a finished pass moves on by itself
         for step, batch in enumerate(loader):
             with open(log, "a") as f:
-                f.write(json.dumps({"epoch": epoch, "idx": batch["idx"].tolist(), "batches": len(loader)}) + "\n")
+                f.write(
+                    json.dumps(
+                        {"epoch": epoch, "idx": batch["idx"].tolist(), "batches": len(loader)}
+                    )
+                    + "\n"
+                )
             accelerator.backward((model(batch["idx"].float().view(-1, 1)) ** 2).mean())
             if phase == "1" and step + 1 == PHASE1_STEPS:
                 accelerator.save_state(str(out / "state"))
@@ -64,25 +70,47 @@ def test_prepare_returns_the_loader_and_a_mid_epoch_state_resumes_exactly(tmp_pa
     for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
         env.pop(name, None)
     for phase in ("1", "2"):
-        command = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node=2", "--nnodes=1",
-                   "--master-addr=127.0.0.1", f"--master-port={free_port()}", __file__, str(tmp_path), phase]
+        command = [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nproc-per-node=2",
+            "--nnodes=1",
+            "--master-addr=127.0.0.1",
+            f"--master-port={free_port()}",
+            __file__,
+            str(tmp_path),
+            phase,
+        ]
         try:
-            done = subprocess.run(command, capture_output=True, text=True, timeout=180, env=env, cwd=tmp_path)
+            done = subprocess.run(
+                command, capture_output=True, text=True, timeout=180, env=env, cwd=tmp_path
+            )
         except subprocess.TimeoutExpired as exc:
             pytest.fail(f"phase {phase} timed out\n{exc.stdout}\n{exc.stderr}")
         assert done.returncode == 0, f"phase {phase} failed\n{done.stdout}\n{done.stderr[-6000:]}"
 
-    rows = {(phase, rank): [json.loads(line) for line in (tmp_path / f"phase{phase}-rank{rank}.jsonl").open()]
-            for phase in "12" for rank in (0, 1)}
+    rows = {
+        (phase, rank): [
+            json.loads(line) for line in (tmp_path / f"phase{phase}-rank{rank}.jsonl").open()
+        ]
+        for phase in "12"
+        for rank in (0, 1)
+    }
     assert all(len(rows["1", rank]) == PHASE1_STEPS for rank in (0, 1))
     n, per_rank = sum(COUNTS), sum(COUNTS) // 2 // BATCH
     for epoch in (0, 1):
-        steps = {rank: [r for phase in "12" for r in rows[phase, rank] if r["epoch"] == epoch] for rank in (0, 1)}
+        steps = {
+            rank: [r for phase in "12" for r in rows[phase, rank] if r["epoch"] == epoch]
+            for rank in (0, 1)
+        }
         assert [len(s) for s in steps.values()] == [per_rank, per_rank]
         assert all(r["batches"] == per_rank for s in steps.values() for r in s)
         seen = Counter(i for s in steps.values() for r in s for i in r["idx"])
         assert sorted(seen) == list(range(n)) and max(seen.values()) == 1, f"epoch {epoch}: {seen}"
-    first = [[r["idx"] for phase in "12" for r in rows[phase, 0] if r["epoch"] == e][0] for e in (0, 1)]
+    first = [
+        [r["idx"] for phase in "12" for r in rows[phase, 0] if r["epoch"] == e][0] for e in (0, 1)
+    ]
     assert first[0] != first[1]
 
 

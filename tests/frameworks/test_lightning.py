@@ -28,7 +28,8 @@ def run(out: Path, phase: str) -> None:
     import shardstream as ss
 
     ds = ss.ShardDataset(str(out / "ds"), shuffle=True, seed=3, transform=to_idx)
-    loader = ds.loader(batch_size=BATCH, num_workers=1)  # before fit: rank unknown until the pass starts
+    # before fit: rank unknown until the pass starts
+    loader = ds.loader(batch_size=BATCH, num_workers=1)
 
     class Model(L.LightningModule):
         def __init__(self) -> None:
@@ -37,21 +38,40 @@ def run(out: Path, phase: str) -> None:
 
         def training_step(self, batch, batch_idx):
             with open(out / f"phase{phase}-rank{self.global_rank}.jsonl", "a") as f:
-                f.write(json.dumps({"epoch": self.current_epoch, "idx": batch["idx"].tolist(),
-                                    "batches": self.trainer.num_training_batches}) + "\n")
+                f.write(
+                    json.dumps(
+                        {
+                            "epoch": self.current_epoch,
+                            "idx": batch["idx"].tolist(),
+                            "batches": self.trainer.num_training_batches,
+                        }
+                    )
+                    + "\n"
+                )
             return (self.lin(batch["idx"].float().view(-1, 1)) ** 2).mean()
 
         def configure_optimizers(self):
             return torch.optim.SGD(self.parameters(), lr=0.0)
 
-    common = dict(accelerator="cpu", devices=2, strategy="ddp", logger=False, enable_progress_bar=False,
-                  enable_model_summary=False, num_sanity_val_steps=0)
+    common = dict(
+        accelerator="cpu",
+        devices=2,
+        strategy="ddp",
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+    )
     if phase == "1":
-        saving = ModelCheckpoint(dirpath=out / "ckpt", every_n_train_steps=PHASE1_STEPS, save_top_k=-1)
+        saving = ModelCheckpoint(
+            dirpath=out / "ckpt", every_n_train_steps=PHASE1_STEPS, save_top_k=-1
+        )
         L.Trainer(max_steps=PHASE1_STEPS, callbacks=[saving], **common).fit(Model(), loader)
     else:
         ckpt = sorted((out / "ckpt").glob("*.ckpt"))[-1]
-        L.Trainer(max_epochs=2, enable_checkpointing=False, **common).fit(Model(), loader, ckpt_path=str(ckpt))
+        L.Trainer(max_epochs=2, enable_checkpointing=False, **common).fit(
+            Model(), loader, ckpt_path=str(ckpt)
+        )
 
 
 def test_ddp_mid_epoch_checkpoint_resumes_exactly_and_epochs_advance(tmp_path):
@@ -63,23 +83,40 @@ def test_ddp_mid_epoch_checkpoint_resumes_exactly_and_epochs_advance(tmp_path):
         env.pop(name, None)
     for phase in ("1", "2"):
         try:
-            done = subprocess.run([sys.executable, __file__, str(tmp_path), phase], capture_output=True, text=True,
-                                  timeout=240, env=env, cwd=tmp_path)
+            done = subprocess.run(
+                [sys.executable, __file__, str(tmp_path), phase],
+                capture_output=True,
+                text=True,
+                timeout=240,
+                env=env,
+                cwd=tmp_path,
+            )
         except subprocess.TimeoutExpired as exc:
             pytest.fail(f"phase {phase} timed out\n{exc.stdout}\n{exc.stderr}")
         assert done.returncode == 0, f"phase {phase} failed\n{done.stdout}\n{done.stderr[-6000:]}"
 
-    rows = {(phase, rank): [json.loads(line) for line in (tmp_path / f"phase{phase}-rank{rank}.jsonl").open()]
-            for phase in "12" for rank in (0, 1)}
+    rows = {
+        (phase, rank): [
+            json.loads(line) for line in (tmp_path / f"phase{phase}-rank{rank}.jsonl").open()
+        ]
+        for phase in "12"
+        for rank in (0, 1)
+    }
     assert all(len(rows["1", rank]) == PHASE1_STEPS for rank in (0, 1))
     n, per_rank = sum(COUNTS), sum(COUNTS) // 2 // BATCH
     for epoch in (0, 1):
-        steps = {rank: [r for phase in "12" for r in rows[phase, rank] if r["epoch"] == epoch] for rank in (0, 1)}
+        steps = {
+            rank: [r for phase in "12" for r in rows[phase, rank] if r["epoch"] == epoch]
+            for rank in (0, 1)
+        }
         assert [len(s) for s in steps.values()] == [per_rank, per_rank]
-        assert all(r["batches"] == per_rank for s in steps.values() for r in s)  # len(loader): the whole epoch
+        # len(loader): the whole epoch
+        assert all(r["batches"] == per_rank for s in steps.values() for r in s)
         seen = Counter(i for s in steps.values() for r in s for i in r["idx"])
         assert sorted(seen) == list(range(n)) and max(seen.values()) == 1, f"epoch {epoch}: {seen}"
-    first = [[r["idx"] for phase in "12" for r in rows[phase, 0] if r["epoch"] == e][0] for e in (0, 1)]
+    first = [
+        [r["idx"] for phase in "12" for r in rows[phase, 0] if r["epoch"] == e][0] for e in (0, 1)
+    ]
     assert first[0] != first[1]  # a new order without any set_epoch call
 
 
@@ -97,12 +134,19 @@ def test_predict_refuses_a_shardloader_naming_the_fix_and_takes_a_plain_dataload
         def predict_step(self, batch, batch_idx):
             return batch["idx"]
 
-    trainer = L.Trainer(accelerator="cpu", devices=1, logger=False, enable_progress_bar=False,
-                        enable_model_summary=False)
+    trainer = L.Trainer(
+        accelerator="cpu",
+        devices=1,
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    )
     loader = ss.ShardDataset(url, transform=to_idx).loader(4, 0)
     with pytest.raises(ShardstreamError, match="trainer.predict re-instantiates.*shuffle=False"):
         trainer.predict(Model(), loader)
-    plain = torch.utils.data.DataLoader(ss.ShardDataset(url, shuffle=False, transform=to_idx), batch_size=4)
+    plain = torch.utils.data.DataLoader(
+        ss.ShardDataset(url, shuffle=False, transform=to_idx), batch_size=4
+    )
     assert torch.cat(trainer.predict(Model(), plain)).tolist() == list(range(12))
 
 

@@ -12,7 +12,9 @@ from shardstream.dataset import ShardDataset
 from shardstream.errors import ShardstreamError
 from tests.sample_datasets import key_of, write_dataset
 
-pytestmark = pytest.mark.filterwarnings("ignore:This DataLoader will create", "ignore:'set_vital' is deprecated")
+pytestmark = pytest.mark.filterwarnings(
+    "ignore:This DataLoader will create", "ignore:'set_vital' is deprecated"
+)
 
 COUNTS = [16, 16, 16, 16, 16, 16]  # 96 samples
 N = sum(COUNTS)
@@ -21,7 +23,9 @@ B = 8
 
 @pytest.fixture(scope="module")
 def url(tmp_path_factory) -> str:
-    return write_dataset(tmp_path_factory.mktemp("sdl"), COUNTS, make=lambda i: {"__key__": key_of(i), "cls": i})
+    return write_dataset(
+        tmp_path_factory.mktemp("sdl"), COUNTS, make=lambda i: {"__key__": key_of(i), "cls": i}
+    )
 
 
 def make(url: str, **kwargs) -> ShardDataset:
@@ -104,7 +108,9 @@ def test_a_dataset_a_shardloader_reads_refuses_another_dataloader(url, workers):
     assert len(keys(own)) == N  # the loader itself still reads
 
 
-def test_spawned_workers_inherit_the_rank_of_a_process_without_rank_in_its_environment(url, tmp_path):
+def test_spawned_workers_inherit_the_rank_of_a_process_without_rank_in_its_environment(
+    url, tmp_path
+):
     """Lightning's launcher sets LOCAL_RANK and WORLD_SIZE, not RANK; a spawned DataLoader worker has no
     process group, so it used to fail with "rank is not known yet". It now inherits the rank its
     process had when the worker was started, and the two ranks read the epoch exactly once."""
@@ -120,11 +126,30 @@ def test_spawned_workers_inherit_the_rank_of_a_process_without_rank_in_its_envir
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "LOCAL_RANK", "WORLD_SIZE")}
-    env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), WORLD_SIZE="2", OMP_NUM_THREADS="1",
-               PYTHONPATH=str(ROOT))
-    procs = [subprocess.Popen([sys.executable, "-m", "tests.frameworks.spawn_worker_rank", url,
-                               str(tmp_path / f"{r}.json")], env={**env, "LOCAL_RANK": str(r)}, cwd=ROOT,
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for r in range(2)]
+    env.update(
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(port),
+        WORLD_SIZE="2",
+        OMP_NUM_THREADS="1",
+        PYTHONPATH=str(ROOT),
+    )
+    procs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "tests.frameworks.spawn_worker_rank",
+                url,
+                str(tmp_path / f"{r}.json"),
+            ],
+            env={**env, "LOCAL_RANK": str(r)},
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for r in range(2)
+    ]
     try:
         outputs = [p.communicate(timeout=240)[0] for p in procs]
     finally:

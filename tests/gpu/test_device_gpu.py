@@ -25,7 +25,9 @@ MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 
 
 def images(n: int = 4, h: int = 32, w: int = 48, seed: int = 0) -> torch.Tensor:
-    hwc = torch.from_numpy(np.random.default_rng(seed).integers(0, 256, (n, h, w, 3), dtype=np.uint8))
+    hwc = torch.from_numpy(
+        np.random.default_rng(seed).integers(0, 256, (n, h, w, 3), dtype=np.uint8)
+    )
     return hwc.permute(0, 3, 1, 2)  # channels-last in memory, as shardstream collates images
 
 
@@ -92,11 +94,18 @@ def test_conversions_match_the_cpu_path():
 
 
 def test_batches_already_on_the_gpu_and_another_consumer_stream():
-    on_gpu = [{"x": torch.full((1000,), i, device=CUDA, dtype=torch.uint8).view(10, 1, 10, 10)} for i in range(5)]
+    on_gpu = [
+        {"x": torch.full((1000,), i, device=CUDA, dtype=torch.uint8).view(10, 1, 10, 10)}
+        for i in range(5)
+    ]
     torch.cuda.synchronize()  # made on the default stream; the loop below runs on another
     side = torch.cuda.Stream()
-    with torch.cuda.stream(side):  # the training loop on a stream of its own: it must wait, not the default one
-        sums = [b["x"].sum().item() for b in DeviceLoader(on_gpu, "cuda", dtype=torch.float32, scale=False)]
+    # the training loop on a stream of its own: it must wait, not the default one
+    with torch.cuda.stream(side):
+        sums = [
+            b["x"].sum().item()
+            for b in DeviceLoader(on_gpu, "cuda", dtype=torch.float32, scale=False)
+        ]
     assert sums == [1000.0 * i for i in range(5)]
 
 
@@ -137,7 +146,8 @@ def test_host_memory_is_not_let_go_before_its_copy_is_done():
     def holders(buf: torch.Tensor) -> int:
         return sys.getrefcount(buf)
 
-    unheld = max([holders(b) for b in pool])  # nobody holds them yet: the pool and this comprehension only
+    # nobody holds them yet: the pool and this comprehension only
+    unheld = max([holders(b) for b in pool])
 
     def producer():
         for i in range(n):
@@ -153,10 +163,13 @@ def test_host_memory_is_not_let_go_before_its_copy_is_done():
 
     sums = torch.zeros(n, dtype=torch.int64, device=CUDA)
     for batch in DeviceLoader(producer(), "cuda", prefetch=4):
-        torch.cuda._sleep(cycles)  # keeps the training loop's stream busy; the next copies wait for it
+        # keeps the training loop's stream busy; the next copies wait for it
+        torch.cuda._sleep(cycles)
         sums[batch["i"]] = batch["x"].sum(dtype=torch.int64)
     torch.cuda.synchronize()
-    assert torch.equal(sums.cpu(), torch.tensor([(i % 251) * numel for i in range(n)], dtype=torch.int64))
+    assert torch.equal(
+        sums.cpu(), torch.tensor([(i % 251) * numel for i in range(n)], dtype=torch.int64)
+    )
     assert len(pool) > 2  # buffers were really held while their copies waited
 
 
@@ -189,14 +202,25 @@ def test_copies_overlap_compute():
     run()  # warm up (allocator, pinned pool)
     total = min(run() for _ in range(3))
     serial = n * 2 * copy_ms
-    assert total < 0.8 * serial, f"{total:.1f} ms for {n} steps; copy {copy_ms:.2f} ms, serial {serial:.1f} ms"
+    assert total < 0.8 * serial, (
+        f"{total:.1f} ms for {n} steps; copy {copy_ms:.2f} ms, serial {serial:.1f} ms"
+    )
 
 
 def test_shard_loader_through_device_loader_resumes_exactly(tmp_path):
-    url = write_dataset(tmp_path, [5, 7, 4], make=lambda i: {"__key__": key_of(i), "cls": i,
-                                                               "npy": np.full((3, 8, 8), i, dtype=np.uint8)})
+    url = write_dataset(
+        tmp_path,
+        [5, 7, 4],
+        make=lambda i: {
+            "__key__": key_of(i),
+            "cls": i,
+            "npy": np.full((3, 8, 8), i, dtype=np.uint8),
+        },
+    )
     expected = [k for b in ShardDataset(url, seed=3).loader(3, 0) for k in b["__key__"]]
-    first = DeviceLoader(ShardDataset(url, seed=3).loader(batch_size=3, num_workers=2), "cuda", prefetch=2)
+    first = DeviceLoader(
+        ShardDataset(url, seed=3).loader(batch_size=3, num_workers=2), "cuda", prefetch=2
+    )
     it = iter(first)
     before = []
     for _ in range(2):

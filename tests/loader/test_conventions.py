@@ -21,7 +21,9 @@ N = sum(COUNTS)
 
 @pytest.fixture(scope="module")
 def url(tmp_path_factory) -> str:
-    return write_dataset(tmp_path_factory.mktemp("conv"), COUNTS, make=lambda i: {"__key__": key_of(i), "cls": i})
+    return write_dataset(
+        tmp_path_factory.mktemp("conv"), COUNTS, make=lambda i: {"__key__": key_of(i), "cls": i}
+    )
 
 
 def make(url: str, **kwargs) -> ShardDataset:
@@ -50,7 +52,8 @@ def test_len_is_the_whole_epoch_after_a_mid_epoch_load(url):
 
 def test_sampler_set_epoch_reaches_the_dataset(url):
     loader = make(url).loader(4, 0)
-    loader.sampler.set_epoch(3)  # Lightning calls only this; accelerate calls it or dataset.set_epoch
+    # Lightning calls only this; accelerate calls it or dataset.set_epoch
+    loader.sampler.set_epoch(3)
     assert loader.dataset.epoch == 3
     assert keys(loader) == planned(url, 3)
     loader.set_epoch(2)
@@ -80,7 +83,9 @@ def test_load_state_dict_mid_iteration_applies_to_the_next_pass(url):
     assert before + keys(loader) == planned(url, 0)
 
 
-def test_a_state_after_the_last_batch_is_the_next_epoch_and_pending_batches_stay_in_the_old_one(url):
+def test_a_state_after_the_last_batch_is_the_next_epoch_and_pending_batches_stay_in_the_old_one(
+    url,
+):
     loader = make(url).loader(4, 0)
     assert keys(loader) == planned(url, 0)
     state = loader.state_dict()
@@ -100,7 +105,9 @@ def test_set_epoch_to_another_epoch_warns_that_it_drops_a_loaded_position(url):
     loader.load_state_dict(first.state_dict())
     loader.dataset.set_epoch(0)  # the loaded epoch: the position is kept
     assert loader.dataset.remaining() == N - 4
-    with pytest.warns(UserWarning, match=r"set_epoch\(1\) drops the resume position loaded for epoch 0"):
+    with pytest.warns(
+        UserWarning, match=r"set_epoch\(1\) drops the resume position loaded for epoch 0"
+    ):
         loader.dataset.set_epoch(1)
     assert keys(loader) == planned(url, 1)
 
@@ -126,14 +133,17 @@ def test_another_dataloader_over_a_configured_dataset_raises_naming_the_fix(url,
         next(iter(DataLoader(ds, batch_size=None, num_workers=workers)))
     assert keys(loader) == planned(url, 0)
     plain = make(url)  # a dataset of its own: any DataLoader reads it
-    assert [s["__key__"] for s in DataLoader(plain, batch_size=None, num_workers=workers)] == planned(url, 0)
+    assert [
+        s["__key__"] for s in DataLoader(plain, batch_size=None, num_workers=workers)
+    ] == planned(url, 0)
 
 
 def test_accelerate_prepare_leaves_a_shardloader_alone(url):
     from accelerate import Accelerator
 
     loader = make(url).loader(4, 0)
-    assert ShardLoader._is_accelerate_prepared  # accelerate's own marker: prepare() returns such a loader as is
+    # accelerate's own marker: prepare() returns such a loader as is
+    assert ShardLoader._is_accelerate_prepared
     assert Accelerator(cpu=True).prepare(loader) is loader
     assert keys(loader) == planned(url, 0)
 

@@ -68,10 +68,14 @@ def test_check_shm_raises_with_the_numbers_and_the_fix():
     with pytest.raises(SharedMemoryError) as info:
         guards.check_shm(40 * MB, num_workers=8, batches_per_worker=2, free=64 * MB)
     message = str(info.value)
-    assert "64.0 MB free" in message and "640.0 MB" in message and "8 workers x 2 batches" in message
+    assert (
+        "64.0 MB free" in message and "640.0 MB" in message and "8 workers x 2 batches" in message
+    )
     assert "--shm-size=1g" in message and "--ipc=host" in message and "file_system" in message
-    assert guards.check_shm(4 * MB, num_workers=8, batches_per_worker=2, free=64 * MB) == 64 * MB  # fits
-    assert guards.check_shm(40 * MB, num_workers=0, batches_per_worker=2, free=MB) == 0  # no workers
+    # fits
+    assert guards.check_shm(4 * MB, num_workers=8, batches_per_worker=2, free=64 * MB) == 64 * MB
+    # no workers
+    assert guards.check_shm(40 * MB, num_workers=0, batches_per_worker=2, free=MB) == 0
     assert guards.check_shm(40 * MB, 8, 2, free=MB, action="off") == 640 * MB
     with pytest.warns(RuntimeWarning, match="Bus error"):
         guards.check_shm(40 * MB, 8, 2, free=MB, action="warn")
@@ -94,13 +98,18 @@ def test_shm_free_bytes_is_statvfs(tmp_path):
 
 def test_batch_nbytes_counts_tensors_only():
     (raw,) = ragged_fields([[b"abc", b"de"]])
-    batch = {"x": torch.zeros(10, dtype=torch.float32), "keys": ["a", "b"], "raw": raw,
-             "nested": [torch.zeros(3, dtype=torch.uint8), (torch.zeros(2, dtype=torch.int64), "s")]}
+    batch = {
+        "x": torch.zeros(10, dtype=torch.float32),
+        "keys": ["a", "b"],
+        "raw": raw,
+        "nested": [torch.zeros(3, dtype=torch.uint8), (torch.zeros(2, dtype=torch.int64), "s")],
+    }
     assert guards.batch_nbytes(batch) == 40 + (5 + 3 * 8) + 3 + 16
 
 
 def test_a_small_shm_is_refused_before_workers_start(big_url, monkeypatch):
-    fake_shm(monkeypatch, 20 * MB)  # 4 samples of 250 KB per batch, 2 workers x 4 ring arenas: about 10 MB
+    # 4 samples of 250 KB per batch, 2 workers x 4 ring arenas: about 10 MB
+    fake_shm(monkeypatch, 20 * MB)
     ds = ShardDataset(big_url, decode=None)
     ds.loader(batch_size=4, num_workers=2, shm_check="off")  # fine when asked not to check
     with pytest.raises(SharedMemoryError, match="manifest"):
@@ -108,7 +117,8 @@ def test_a_small_shm_is_refused_before_workers_start(big_url, monkeypatch):
     ds = ShardDataset(big_url, decode="torch")
     with pytest.raises(SharedMemoryError):
         ds.loader(batch_size=16, num_workers=2, prefetch_factor=4)
-    loader = ds.loader(batch_size=16, num_workers=0)  # a refused loader leaves the dataset free; no workers, no shm
+    # a refused loader leaves the dataset free; no workers, no shm
+    loader = ds.loader(batch_size=16, num_workers=0)
     assert len(list(loader)) == 1
 
 
@@ -121,7 +131,10 @@ def test_a_small_shm_is_refused_at_the_first_batch_when_decoding_grows_it(png_ur
     with pytest.warns(RuntimeWarning, match="shm-size"):
         assert sum(len(b["__key__"]) for b in warned) == 16
     fake_shm(monkeypatch, 64 * MB)
-    assert sum(len(b["__key__"]) for b in ShardDataset(png_url).loader(batch_size=4, num_workers=2)) == 16
+    assert (
+        sum(len(b["__key__"]) for b in ShardDataset(png_url).loader(batch_size=4, num_workers=2))
+        == 16
+    )
 
 
 SUBPROCESS = """
@@ -139,16 +152,25 @@ else:
 """
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux") or os.geteuid() != 0 or shutil.which("unshare") is None,
-                    reason="needs root and unshare to mount a small /dev/shm in a private mount namespace")
+@pytest.mark.skipif(
+    not sys.platform.startswith("linux") or os.geteuid() != 0 or shutil.which("unshare") is None,
+    reason="needs root and unshare to mount a small /dev/shm in a private mount namespace",
+)
 def test_a_real_small_shm_gives_the_error_instead_of_a_hang(png_url, tmp_path):
     # 8 x 196 KB per batch, 2 workers x 4 arenas x 1.25: about 16 MB in flight, in a 4 MB /dev/shm
     script = tmp_path / "read.py"
     script.write_text(textwrap.dedent(SUBPROCESS))
-    command = f"mount -t tmpfs -o size=4m tmpfs /dev/shm && exec {sys.executable} {script} {png_url}"
+    command = (
+        f"mount -t tmpfs -o size=4m tmpfs /dev/shm && exec {sys.executable} {script} {png_url}"
+    )
     try:
-        done = subprocess.run(["unshare", "--mount", "sh", "-c", command], capture_output=True, text=True,
-                              timeout=120, env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])})
+        done = subprocess.run(
+            ["unshare", "--mount", "sh", "-c", command],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])},
+        )
     except subprocess.TimeoutExpired:
         pytest.fail("the loader hung in a small /dev/shm")
     if "mount:" in done.stderr or "unshare:" in done.stderr:
@@ -214,7 +236,11 @@ def test_a_lambda_transform_is_named_for_spawn_workers(small_url):
         ds.loader(batch_size=2, num_workers=2, multiprocessing_context="spawn")
     message = str(info.value)
     assert message.startswith("the transform ") and "<lambda>" in message
-    assert f"test_guards.py:{line}" in message and "'spawn'" in message and "def at module level" in message
+    assert (
+        f"test_guards.py:{line}" in message
+        and "'spawn'" in message
+        and "def at module level" in message
+    )
 
 
 def test_a_local_function_is_named_for_forkserver_workers(small_url):
@@ -233,9 +259,17 @@ def test_a_local_function_is_named_for_forkserver_workers(small_url):
 def test_an_open_file_in_a_transform_is_named(small_url, tmp_path):
     ds = ShardDataset(small_url, transform=Logging(tmp_path / "log.txt"))
     with pytest.raises(WorkerPickleError) as info:
-        ds.loader(batch_size=2, num_workers=1, multiprocessing_context=multiprocessing.get_context("spawn"))
+        ds.loader(
+            batch_size=2,
+            num_workers=1,
+            multiprocessing_context=multiprocessing.get_context("spawn"),
+        )
     message = str(info.value)
-    assert "its part log: an open file" in message and "log.txt" in message and "open the file in the worker" in message
+    assert (
+        "its part log: an open file" in message
+        and "log.txt" in message
+        and "open the file in the worker" in message
+    )
     ds.transform.log.close()
 
 
@@ -262,7 +296,9 @@ def test_forked_workers_take_lambdas_and_are_warned_about_open_files(small_url, 
     assert [v for b in batches for v in b["twice"].tolist()] == [0, 2, 4, 6, 8, 10, 12]
     logging = Logging(tmp_path / "log.txt")
     with pytest.warns(RuntimeWarning, match="share its file position"):
-        ShardDataset(small_url, transform=logging).loader(batch_size=2, num_workers=1, multiprocessing_context="fork")
+        ShardDataset(small_url, transform=logging).loader(
+            batch_size=2, num_workers=1, multiprocessing_context="fork"
+        )
     logging.log.close()
 
 
@@ -286,7 +322,8 @@ def test_start_method():
     assert guards.start_method(multiprocessing.get_context("forkserver")) == "forkserver"
     before = multiprocessing.get_start_method(allow_none=True)
     assert guards.start_method() in multiprocessing.get_all_start_methods()
-    assert multiprocessing.get_start_method(allow_none=True) == before  # the default is not fixed as a side effect
+    # the default is not fixed as a side effect
+    assert multiprocessing.get_start_method(allow_none=True) == before
 
 
 # -- tensors from workers -------------------------------------------------------------------------
@@ -301,8 +338,12 @@ def meta_collate(samples: list) -> dict:
 
 def test_foreign_tensors_are_found_anywhere_in_a_batch():
     (raw,) = ragged_fields([[b"x"]])
-    batch = {"a": torch.zeros(1), "b": [torch.zeros(1), {"c": torch.zeros(2, device="meta")}], "raw": raw,
-             "keys": ["k"]}
+    batch = {
+        "a": torch.zeros(1),
+        "b": [torch.zeros(1), {"c": torch.zeros(2, device="meta")}],
+        "raw": raw,
+        "keys": ["k"],
+    }
     assert guards.foreign_tensors(batch) == [("batch['b'][1]['c']", torch.device("meta"))]
     guards.check_worker_batch({"a": torch.zeros(1), "raw": raw})
     with pytest.raises(WorkerDeviceError, match=r"batch\['b'\]\[1\]\['c'\] on meta.*DeviceLoader"):
@@ -314,4 +355,5 @@ def test_a_worker_returning_device_tensors_gets_a_clear_error(small_url):
     with pytest.raises(WorkerDeviceError, match=r"batch\['cls'\] on meta.*main process"):
         list(ds.loader(batch_size=2, num_workers=1))
     in_main = ShardDataset(small_url, collate_fn=meta_collate).loader(batch_size=2, num_workers=0)
-    assert next(iter(in_main))["cls"].device.type == "meta"  # the main process may put batches anywhere
+    # the main process may put batches anywhere
+    assert next(iter(in_main))["cls"].device.type == "meta"

@@ -20,10 +20,6 @@ COUNTS = [5, 1, 7, 3, 6]  # 22 samples in uneven shards
 SEED = 13
 
 
-
-
-
-
 def write_dataset(root: Path, counts, name: str = "ds") -> str:
     return _write_dataset(root, counts, make=lambda i: {"__key__": key_of(i), "cls": i}, name=name)
 
@@ -100,11 +96,14 @@ def test_batch_size_must_be_positive(url):
     [(0, 2, 2), (2, 0, 3), (1, 3, 1), (3, 1, 4), (2, 2, 0), (0, 1, 8), (2, 3, 5)],
 )
 @pytest.mark.parametrize("rank,world_size", [(0, 1), (1, 2)])
-def test_resume_with_other_workers_continues_exactly(url, before_workers, after_workers, k, rank, world_size):
+def test_resume_with_other_workers_continues_exactly(
+    url, before_workers, after_workers, k, rank, world_size
+):
     batch_size = 3
     expected = planned(url, rank=rank, world_size=world_size)
     total_batches = -(-len(expected) // batch_size)
-    k = min(k, total_batches - 1)  # a state after the last batch is the next epoch's start (tested below)
+    # a state after the last batch is the next epoch's start (tested below)
+    k = min(k, total_batches - 1)
     first = make(url, rank=rank, world_size=world_size).loader(batch_size, before_workers)
     before = take(first, k)
     state = json.loads(json.dumps(first.state_dict()))
@@ -112,7 +111,8 @@ def test_resume_with_other_workers_continues_exactly(url, before_workers, after_
 
     second = make(url, rank=rank, world_size=world_size).loader(batch_size, after_workers)
     second.load_state_dict(state)
-    assert len(second) == total_batches  # the whole epoch (the StatefulDataLoader convention Lightning relies on)
+    # the whole epoch (the StatefulDataLoader convention Lightning relies on)
+    assert len(second) == total_batches
     assert second.dataset.remaining() == len(expected) - len(before)
     after = flat(second)
     assert before + after == expected
@@ -175,7 +175,8 @@ def test_a_complete_pass_moves_on_to_the_next_epoch_whole(url):
         loader.load_state_dict(first.state_dict())
         assert before + flat(loader) == planned(url)
         assert loader.dataset.epoch == 1
-        assert flat(loader) == planned(url, 1)  # no set_epoch needed: the next epoch, from its start
+        # no set_epoch needed: the next epoch, from its start
+        assert flat(loader) == planned(url, 1)
         assert len(loader) == 5
         loader.dataset.set_epoch(1)
         assert flat(loader) == planned(url, 1)  # an explicit set_epoch still repeats an epoch
@@ -245,7 +246,15 @@ def test_loading_a_state_of_another_dataset_or_seed_is_refused(url, tmp_path):
 # -- resume with another world size -------------------------------------------------------------
 
 
-def run_ranks(url: str, world_size: int, batch_size: int, k: int | None, state=None, workers: int = 0, **kwargs):
+def run_ranks(
+    url: str,
+    world_size: int,
+    batch_size: int,
+    k: int | None,
+    state=None,
+    workers: int = 0,
+    **kwargs,
+):
     """Each rank reads ``k`` batches (all if None) from ``state``; (keys per rank, state per rank)."""
     got, states = [], []
     for rank in range(world_size):
@@ -262,13 +271,17 @@ def test_resume_from_two_ranks_on_three(tmp_path):
     order = planned(url)
     first, states = run_ranks(url, 2, batch_size=3, k=2)
     assert all(s == states[0] for s in states)  # every rank saves the same state
-    second, _ = run_ranks(url, 3, batch_size=3, k=None, state=json.loads(json.dumps(states[0])), workers=1)
+    second, _ = run_ranks(
+        url, 3, batch_size=3, k=None, state=json.loads(json.dumps(states[0])), workers=1
+    )
     assert [len(g) for g in first] == [6, 6]
     assert [len(g) for g in second] == [6, 6, 6]  # 18 left: no padding
     everything = Counter(k for g in first + second for k in g)
     assert set(everything) == set(all_keys(30)) and max(everything.values()) == 1
     read_first = set(k for g in first for k in g)
-    assert [k for g in second for k in g] == [k for k in order if k not in read_first]  # the order goes on
+    assert [k for g in second for k in g] == [
+        k for k in order if k not in read_first
+    ]  # the order goes on
 
 
 def test_resume_on_another_world_size_with_padding(tmp_path):
@@ -351,11 +364,13 @@ def test_consumed_samples_are_not_read_on_resume_with_shuffling(url, monkeypatch
             out = original(self, i)
             read.append(key_of(out))
             return out
+
         return read_sample
 
     monkeypatch.setattr(TarShard, "sample", recording(TarShard.sample, lambda s: s["__key__"]))
     monkeypatch.setattr(TarShard, "views", recording(TarShard.views, lambda s: s["__key__"]))
-    monkeypatch.setattr(TarShard, "locate", recording(TarShard.locate, lambda found: found[0]))  # mapped raw path
+    # mapped raw path
+    monkeypatch.setattr(TarShard, "locate", recording(TarShard.locate, lambda found: found[0]))
     first = make(url).loader(4, 0)
     before = take(first, 3)
     assert read == before
@@ -411,27 +426,42 @@ def test_a_state_saved_right_after_loading_one_resumes_the_same(url):
     again.load_state_dict(state)
     resumed = flat(again)
     assert resumed == flat(middle)
-    assert len(resumed) == -(-(22 - 2 * 3) // 3)  # both old ranks read one batch: 16 left on 3 ranks
+    # both old ranks read one batch: 16 left on 3 ranks
+    assert len(resumed) == -(-(22 - 2 * 3) // 3)
     assert not set(before) & set(resumed)
 
 
 # -- defaults ---------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("cores,gpus,ranks,expected", [(2, 0, 1, 1), (1, 0, 1, 1), (16, 0, 1, 1), (16, 1, 1, 4),
-                                                       (16, 8, 1, 15), (64, 8, 1, 32), (1, 2, 1, 1), (96, 8, 8, 4),
-                                                       (16, 8, 8, 1), (64, 8, 2, 16)])
+@pytest.mark.parametrize(
+    "cores,gpus,ranks,expected",
+    [
+        (2, 0, 1, 1),
+        (1, 0, 1, 1),
+        (16, 0, 1, 1),
+        (16, 1, 1, 4),
+        (16, 8, 1, 15),
+        (64, 8, 1, 32),
+        (1, 2, 1, 1),
+        (96, 8, 8, 4),
+        (16, 8, 8, 1),
+        (64, 8, 2, 16),
+    ],
+)
 def test_default_num_workers(monkeypatch, cores, gpus, ranks, expected):
     import torch
 
     from shardstream import host
     from shardstream.loader import shard_loader as loader_module
 
-    monkeypatch.setenv("LOCAL_WORLD_SIZE", str(ranks))  # torchrun's processes on this machine share its cores
+    # torchrun's processes on this machine share its cores
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", str(ranks))
     monkeypatch.setattr(host.os, "sched_getaffinity", lambda pid: set(range(cores)))
     monkeypatch.setattr(torch.cuda, "is_available", lambda: gpus > 0)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: gpus)
-    assert loader_module.default_num_workers() == expected  # min(4 x GPUs, cores - 1) / local ranks, at least 1
+    # min(4 x GPUs, cores - 1) / local ranks, at least 1
+    assert loader_module.default_num_workers() == expected
 
 
 def test_defaults_and_overrides(url):
@@ -440,14 +470,22 @@ def test_defaults_and_overrides(url):
     from shardstream.loader import default_num_workers
 
     loader = make(url).loader(batch_size=4)
-    assert loader.num_workers == min(default_num_workers(), 1)  # raw local batches: locations, one worker
+    # raw local batches: locations, one worker
+    assert loader.num_workers == min(default_num_workers(), 1)
     assert make(url, decode="torch").loader(batch_size=4).num_workers == default_num_workers()
     assert loader.pin_memory == torch.cuda.is_available()
     assert loader.persistent_workers and loader.prefetch_factor == 2
     assert loader.generator is not None and loader.dataset.seed_workers
     generator = torch.Generator()
-    custom = make(url).loader(batch_size=4, num_workers=2, persistent_workers=False, prefetch_factor=5,
-                              pin_memory=False, generator=generator, seed_workers=False)
+    custom = make(url).loader(
+        batch_size=4,
+        num_workers=2,
+        persistent_workers=False,
+        prefetch_factor=5,
+        pin_memory=False,
+        generator=generator,
+        seed_workers=False,
+    )
     assert custom.num_workers == 2 and not custom.persistent_workers and custom.prefetch_factor == 5
     assert custom.generator is generator and custom.dataset.seed_workers is False
     assert flat(custom) == planned(url)
@@ -462,7 +500,9 @@ def test_state_with_batches_pending_in_a_prefetching_wrapper(url, workers):
     expected = planned(url)
     loader = make(url).loader(3, workers)
     it = iter(loader)
-    taken = [next(it) for _ in range(4)]  # a wrapper took 4 batches; the training loop has 2 of them
+    taken = [
+        next(it) for _ in range(4)
+    ]  # a wrapper took 4 batches; the training loop has 2 of them
     state = loader.state_dict(pending=2)
     assert state["consumed"] == 6
     assert loader.state_dict(pending=9)["consumed"] == 0

@@ -37,25 +37,45 @@ def to_memory(url: str) -> str:
 
 @pytest.mark.parametrize("num_workers", [0, 2])
 def test_counts_equal_what_the_epoch_read_summed_over_workers(url, num_workers):
-    loader = ShardDataset(url, shuffle=False, decode="torch").loader(batch_size=4, num_workers=num_workers)
+    loader = ShardDataset(url, shuffle=False, decode="torch").loader(
+        batch_size=4, num_workers=num_workers
+    )
     batches = list(loader)
     s = loader.stats()
     assert (s.samples, s.batches, s.samples_read) == (N, len(batches), N)
     assert s.batches == -(-N // 4)
     # every worker maps the shards it reads: with one reader, each shard once
     assert s.storage_bytes == total_bytes(url) * (1 if num_workers == 0 else num_workers)
-    assert (s.cache_bytes, s.cache_hits, s.cache_misses, s.skipped, s.last_skip) == (0, 0, 0, 0, None)
-    assert s.read_s > 0 and s.decode_s > 0 and s.collate_s > 0 and s.transform_s == 0 and s.download_s == 0
+    assert (s.cache_bytes, s.cache_hits, s.cache_misses, s.skipped, s.last_skip) == (
+        0,
+        0,
+        0,
+        0,
+        None,
+    )
+    assert (
+        s.read_s > 0
+        and s.decode_s > 0
+        and s.collate_s > 0
+        and s.transform_s == 0
+        and s.download_s == 0
+    )
     assert 0 < s.wait_s <= s.elapsed_s
     d = s.as_dict()
-    assert d["samples"] == N and 0 < d["data_wait_fraction"] <= 1 and d["dominant_stage"] in ("read", "decode",
-                                                                                              "collate")
-    assert all(isinstance(v, float) for v in s.scalars().values()) and "last_skip" not in s.scalars()
+    assert (
+        d["samples"] == N
+        and 0 < d["data_wait_fraction"] <= 1
+        and d["dominant_stage"] in ("read", "decode", "collate")
+    )
+    assert (
+        all(isinstance(v, float) for v in s.scalars().values()) and "last_skip" not in s.scalars()
+    )
 
 
 def test_a_transform_is_timed_as_its_own_stage(url):
-    loader = ShardDataset(url, decode="torch", transform=lambda s: {**s, "n": len(s["txt"])}).loader(
-        batch_size=5, num_workers=0)
+    loader = ShardDataset(
+        url, decode="torch", transform=lambda s: {**s, "n": len(s["txt"])}
+    ).loader(batch_size=5, num_workers=0)
     list(loader)
     assert loader.stats().transform_s > 0
 
@@ -67,20 +87,24 @@ def test_skips_are_counted_and_the_last_one_named(url):
             raise ValueError("damaged")
         return text
 
-    loader = ShardDataset(url, shuffle=False, decode={"txt": txt}, on_error="skip").loader(batch_size=4,
-                                                                                          num_workers=2)
+    loader = ShardDataset(url, shuffle=False, decode={"txt": txt}, on_error="skip").loader(
+        batch_size=4, num_workers=2
+    )
     list(loader)
     s = loader.stats()
     assert s.skipped == 2 and s.samples == N
     # sample 13 is the 4th of shard 2 (6 + 4 before it); with two workers either may report last, by time
-    assert s.last_skip in (f"{Store(url).url_of(load_manifest(Store(url)).paths[0])} sample 3",
-                           f"{Store(url).url_of(load_manifest(Store(url)).paths[2])} sample 3")
+    assert s.last_skip in (
+        f"{Store(url).url_of(load_manifest(Store(url)).paths[0])} sample 3",
+        f"{Store(url).url_of(load_manifest(Store(url)).paths[2])} sample 3",
+    )
 
 
 def test_the_second_epoch_over_remote_storage_reads_the_disk_cache(url, tmp_path):
     remote = to_memory(url)
-    loader = ShardDataset(remote, shuffle=False, decode=None, cache_dir=tmp_path).loader(batch_size=4,
-                                                                                         num_workers=0)
+    loader = ShardDataset(remote, shuffle=False, decode=None, cache_dir=tmp_path).loader(
+        batch_size=4, num_workers=0
+    )
     list(loader)
     first = loader.stats()
     assert (first.cache_misses, first.cache_hits) == (len(COUNTS), 0)
@@ -103,7 +127,9 @@ def test_stats_add_up_across_a_resume(url):
     del it
     assert loader.stats().samples == 8
 
-    resumed = ShardDataset(url, shuffle=True, seed=5, decode="torch").loader(batch_size=4, num_workers=2)
+    resumed = ShardDataset(url, shuffle=True, seed=5, decode="torch").loader(
+        batch_size=4, num_workers=2
+    )
     resumed.load_state_dict(state)
     list(resumed)
     assert resumed.stats().samples == N - 8 and resumed.stats().batches == -(-(N - 8) // 4)
@@ -139,14 +165,20 @@ def test_report_stats_logs_a_line_without_a_callback(url, caplog):
 
 def test_verdict_names_the_bound_and_the_stage_to_fix():
     stages = {"download": 0.0, "read": 1.0, "decode": 6.0, "transform": 2.0, "collate": 0.5}
-    assert verdict(0.38, stages, steps=10) == ("input-bound: 38% of step time waiting for data; decode dominates; "
-                                               "try more workers or the fast decoder (pip install 'shardstream[fast]')")
-    assert verdict(0.03, stages, steps=10).startswith("compute-bound: 3% of step time waiting for data")
+    assert verdict(0.38, stages, steps=10) == (
+        "input-bound: 38% of step time waiting for data; decode dominates; "
+        "try more workers or the fast decoder (pip install 'shardstream[fast]')"
+    )
+    assert verdict(0.03, stages, steps=10).startswith(
+        "compute-bound: 3% of step time waiting for data"
+    )
     assert "host-to-device copies dominate" in verdict(0.5, stages, steps=10, copy_s=20.0)
     assert verdict(0.5, {}, steps=0) == "no batches yet"
     stats = LoaderStats(batches=4, decode_s=1.0, read_s=3.0, wait_s=1.0, elapsed_s=2.0)
     assert stats.dominant_stage == "read" and stats.stage_shares()["read"] == 0.75
-    assert stats.verdict().startswith("input-bound: 50% of step time waiting for data; read dominates")
+    assert stats.verdict().startswith(
+        "input-bound: 50% of step time waiting for data; read dominates"
+    )
 
 
 def test_a_fresh_loader_reports_zeros(url):

@@ -15,9 +15,17 @@ from shardstream.loader.transport import ArenaRef, Receiver, Ring, Shipment
 
 
 def image_samples(n: int, value: int, size: int = 8) -> list[dict]:
-    return [{"__key__": f"k{value}-{i}", "cls": i,
-             "jpg": torch.from_numpy(np.full((size, size, 3), value + i, dtype=np.uint8)).permute(2, 0, 1),
-             "raw": bytes([value]) * (i + 1)} for i in range(n)]
+    return [
+        {
+            "__key__": f"k{value}-{i}",
+            "cls": i,
+            "jpg": torch.from_numpy(np.full((size, size, 3), value + i, dtype=np.uint8)).permute(
+                2, 0, 1
+            ),
+            "raw": bytes([value]) * (i + 1),
+        }
+        for i in range(n)
+    ]
 
 
 def send(ring: Ring, samples: list[dict]) -> Shipment:
@@ -31,14 +39,22 @@ def test_a_shipped_batch_holds_only_locations_and_arrives_equal():
     ring._want = 1 << 16
     samples = image_samples(3, 10)
     shipment = send(ring, samples)
-    assert isinstance(shipment.batch["jpg"], ArenaRef) and isinstance(shipment.batch["cls"], ArenaRef)
+    assert isinstance(shipment.batch["jpg"], ArenaRef) and isinstance(
+        shipment.batch["cls"], ArenaRef
+    )
     assert isinstance(shipment.batch["raw"].data, ArenaRef)
     assert len(shipment.new_arenas) == 1
     batch = receiver.receive(shipment)
     expected = collate(samples)
-    assert torch.equal(batch["jpg"], expected["jpg"]) and batch["jpg"].is_contiguous(memory_format=torch.channels_last)
+    assert torch.equal(batch["jpg"], expected["jpg"]) and batch["jpg"].is_contiguous(
+        memory_format=torch.channels_last
+    )
     assert batch["cls"].tolist() == [0, 1, 2] and batch["__key__"] == expected["__key__"]
-    assert isinstance(batch["raw"], RaggedBytes) and list(batch["raw"]) == [b"\n", b"\n\n", b"\n\n\n"]
+    assert isinstance(batch["raw"], RaggedBytes) and list(batch["raw"]) == [
+        b"\n",
+        b"\n\n",
+        b"\n\n\n",
+    ]
     assert int(released[0, 0]) == -1  # its tensors are alive: the arena is still held
     del batch
     gc.collect()
@@ -49,7 +65,9 @@ def released_table(slots: int) -> torch.Tensor:
     return torch.full((1, slots), -1, dtype=torch.int64)
 
 
-def test_an_arena_is_reused_only_after_its_batch_is_gone_and_a_held_one_is_never_overwritten(monkeypatch):
+def test_an_arena_is_reused_only_after_its_batch_is_gone_and_a_held_one_is_never_overwritten(
+    monkeypatch,
+):
     monkeypatch.setattr(transport, "_WAIT_S", 0.01)
     released = released_table(2)
     ring, receiver = Ring(released, 0, slots=2), Receiver(released)
@@ -90,7 +108,9 @@ def images(tmp_path):
     url = str(tmp_path / "ds")
     with ShardWriter(url, samples_per_shard=7) as w:
         for i in range(40):
-            w.write({"__key__": f"s{i:03d}", "npy": np.full((4, 4, 3), i, dtype=np.uint8), "cls": i})
+            w.write(
+                {"__key__": f"s{i:03d}", "npy": np.full((4, 4, 3), i, dtype=np.uint8), "cls": i}
+            )
     return url
 
 
@@ -103,9 +123,12 @@ def test_the_loader_ships_through_arenas_across_epochs_and_after_an_early_stop(i
         ds.set_epoch(epoch)
         reference.set_epoch(epoch)
         got = [(b["__key__"], b["npy"].clone(), b["cls"].tolist()) for b in loader]
-        assert ds.setup.sender.args[0] is loader._receiver.released  # the workers report to the loader's table
+        # the workers report to the loader's table
+        assert ds.setup.sender.args[0] is loader._receiver.released
         want = [(b["__key__"], b["npy"], b["cls"].tolist()) for b in reference]
-        assert [g[0] for g in got] == [w[0] for w in want] and [g[2] for g in got] == [w[2] for w in want]
+        assert [g[0] for g in got] == [w[0] for w in want] and [g[2] for g in got] == [
+            w[2] for w in want
+        ]
         assert all(torch.equal(g[1], w[1]) for g, w in zip(got, want))
         if epoch == 1:  # stop early: the workers' in-flight batches are never received
             ds.set_epoch(1)
@@ -171,16 +194,24 @@ def test_raw_batches_with_a_field_some_samples_lack_cross_from_workers_as_bytes(
     url = str(tmp_path / "ragged")
     with ShardWriter(url, samples_per_shard=5, compression="zstd") as w:
         for i in range(20):
-            w.write({"__key__": f"s{i:03d}", "bin": bytes([i]), **({"txt": f"t{i}"} if i != 7 else {})})
+            w.write(
+                {"__key__": f"s{i:03d}", "bin": bytes([i]), **({"txt": f"t{i}"} if i != 7 else {})}
+            )
     ds = ShardDataset(url, shuffle=False, decode=None)
     batches = list(ds.loader(batch_size=4, num_workers=2, timeout=60))
     assert [k for b in batches for k in b["__key__"]] == [f"s{i:03d}" for i in range(20)]
     texts = [t for b in batches for t in b["txt"]]
-    assert texts[7] is None and texts[8] == b"t8" and all(isinstance(t, bytes) for t in texts if t is not None)
+    assert (
+        texts[7] is None
+        and texts[8] == b"t8"
+        and all(isinstance(t, bytes) for t in texts if t is not None)
+    )
 
 
 def test_pin_memory_keeps_located_bytes_as_they_are():
     from torch.utils.data._utils.pin_memory import pin_memory
 
-    located = MappedBytes(["/nonexistent"], np.zeros(2, np.int32), np.zeros(2, np.int64), np.ones(2, np.int64))
+    located = MappedBytes(
+        ["/nonexistent"], np.zeros(2, np.int32), np.zeros(2, np.int64), np.ones(2, np.int64)
+    )
     assert pin_memory({"bin": located})["bin"] is located

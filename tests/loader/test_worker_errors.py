@@ -42,35 +42,64 @@ def damage(path: Path) -> None:
 def urls(tmp_path_factory) -> dict[str, str]:
     root = tmp_path_factory.mktemp("worker-errors")
     made = {
-        "corrupt": write_dataset(root, [4, 4, 4], make=lambda i: {"__key__": key_of(i), "cls": i}, name="corrupt"),
-        "decode": write_dataset(root, [4, 4], make=lambda i: {"__key__": key_of(i), "json": b"{oops", "cls": i},
-                                name="decode"),
-        "plain": write_dataset(root, [4, 4, 4], make=lambda i: {"__key__": key_of(i), "cls": i, "txt": "t"},
-                               name="plain"),
-        "arrays": write_dataset(root, [4, 4], make=lambda i: {"__key__": key_of(i), "npy": np.zeros(4096, "f4")},
-                                name="arrays"),
-        "other": write_dataset(root, [4, 4], make=lambda i: {"__key__": key_of(i), "cls": i}, name="other"),
+        "corrupt": write_dataset(
+            root, [4, 4, 4], make=lambda i: {"__key__": key_of(i), "cls": i}, name="corrupt"
+        ),
+        "decode": write_dataset(
+            root,
+            [4, 4],
+            make=lambda i: {"__key__": key_of(i), "json": b"{oops", "cls": i},
+            name="decode",
+        ),
+        "plain": write_dataset(
+            root,
+            [4, 4, 4],
+            make=lambda i: {"__key__": key_of(i), "cls": i, "txt": "t"},
+            name="plain",
+        ),
+        "arrays": write_dataset(
+            root,
+            [4, 4],
+            make=lambda i: {"__key__": key_of(i), "npy": np.zeros(4096, "f4")},
+            name="arrays",
+        ),
+        "other": write_dataset(
+            root, [4, 4], make=lambda i: {"__key__": key_of(i), "cls": i}, name="other"
+        ),
         "tokens": pack_positions(root, [50] * 20, name="tokens")[0],
     }
     for name in ("corrupt", "tokens"):
-        damage(sorted(Path(made[name]).glob("shard-*"))[1])  # the second shard, whatever packing names it
+        # the second shard, whatever packing names it
+        damage(sorted(Path(made[name]).glob("shard-*"))[1])
     return made
 
 
 def reading(urls: dict[str, str], kind: str) -> ss.ShardDataset:
     """A dataset whose first pass raises an error of shardstream's own in whoever reads it."""
     if kind == "corrupt":
-        return ss.ShardDataset(urls["corrupt"], decode="torch", shuffle=False, verify_checksums=True)
+        return ss.ShardDataset(
+            urls["corrupt"], decode="torch", shuffle=False, verify_checksums=True
+        )
     if kind == "decode":
         return ss.ShardDataset(urls["decode"], decode="torch", shuffle=False)
-    if kind == "usage":  # a mix whose sources give different fields: refused in the worker that collates
-        return ss.MixedDataset([ss.ShardDataset(urls["plain"], decode="torch"),
-                                ss.ShardDataset(urls["other"], decode="torch")])
+    # a mix whose sources give different fields: refused in the worker that collates
+    if kind == "usage":
+        return ss.MixedDataset(
+            [
+                ss.ShardDataset(urls["plain"], decode="torch"),
+                ss.ShardDataset(urls["other"], decode="torch"),
+            ]
+        )
     assert kind == "tokens"
     return ss.TokenDataset(urls["tokens"], seq_len=8, shuffle=False, verify_checksums=True)
 
 
-EXPECTED = {"corrupt": CorruptShardError, "decode": DecodeError, "usage": UsageError, "tokens": CorruptShardError}
+EXPECTED = {
+    "corrupt": CorruptShardError,
+    "decode": DecodeError,
+    "usage": UsageError,
+    "tokens": CorruptShardError,
+}
 
 
 def raised(dataset: ss.ShardDataset, num_workers: int, **kwargs) -> BaseException:
@@ -115,11 +144,14 @@ def test_an_error_of_ours_read_in_the_main_process_is_its_one_line_too(urls):
     exc = raised(reading(urls, "decode"), num_workers=0)
     lines = printed(exc)
     assert lines[-1] == last_line(exc) and len(lines) <= 8, "\n".join(lines)
-    assert "JSONDecodeError" in exc.worker_traceback and "shardstream/dataset/" in exc.worker_traceback
+    assert (
+        "JSONDecodeError" in exc.worker_traceback and "shardstream/dataset/" in exc.worker_traceback
+    )
 
 
 def test_shared_memory_checked_by_a_worker_or_by_the_main_process_is_one_line(urls, monkeypatch):
-    monkeypatch.setattr(ss.ShardDataset, "batch_bytes", lambda self, samples: 0)  # passes the estimate
+    # passes the estimate
+    monkeypatch.setattr(ss.ShardDataset, "batch_bytes", lambda self, samples: 0)
     monkeypatch.setattr(guards, "shm_free_bytes", lambda path=guards.SHM_PATH: 1000)
     ds = ss.ShardDataset(urls["arrays"], decode="torch", shuffle=False)
     exc = raised(ds, num_workers=2, pin_memory=False)  # a worker's check of its first batch
@@ -127,7 +159,8 @@ def test_shared_memory_checked_by_a_worker_or_by_the_main_process_is_one_line(ur
     assert WORKER_TEXT not in str(exc) and "check_first_batch" in exc.worker_traceback
     assert printed(exc)[-1] == last_line(exc) and len(printed(exc)) <= 8
 
-    monkeypatch.setattr(guards, "check_first_batch", lambda *args, **kwargs: None)  # only the main process checks
+    # only the main process checks
+    monkeypatch.setattr(guards, "check_first_batch", lambda *args, **kwargs: None)
     ds = ss.ShardDataset(urls["arrays"], decode="torch", shuffle=False)
     exc = raised(ds, num_workers=2, pin_memory=False)
     assert isinstance(exc, SharedMemoryError) and "measured on the first batch" in str(exc)
@@ -139,11 +172,14 @@ def test_with_worker_tracebacks_the_workers_traceback_is_printed_above_the_same_
     exc = raised(reading(urls, "corrupt"), num_workers=2, worker_tracebacks=True)
     assert type(exc) is CorruptShardError and "Caught" not in str(exc)
     assert str(exc) == str(raised(reading(urls, "corrupt"), num_workers=0))
-    assert isinstance(exc.__cause__, WorkerTraceback) and str(exc.__cause__) == exc.worker_traceback.rstrip("\n")
+    assert isinstance(exc.__cause__, WorkerTraceback) and str(
+        exc.__cause__
+    ) == exc.worker_traceback.rstrip("\n")
     text = "\n".join(printed(exc))
     assert "In DataLoader worker process 0:" in text and "shardstream/dataset/samples.py" in text
     assert printed(exc)[-1] == last_line(exc)
-    main = raised(reading(urls, "corrupt"), num_workers=0, worker_tracebacks=True)  # untouched, causes and all
+    # untouched, causes and all
+    main = raised(reading(urls, "corrupt"), num_workers=0, worker_tracebacks=True)
     assert len(printed(main)) > 20 and main.__traceback__ is not None
 
 
@@ -176,7 +212,9 @@ class FailsOnce:
         return sample
 
 
-def test_a_pass_that_dies_of_an_error_stops_its_workers_and_the_next_pass_starts_new_ones(urls, tmp_path):
+def test_a_pass_that_dies_of_an_error_stops_its_workers_and_the_next_pass_starts_new_ones(
+    urls, tmp_path
+):
     flag = tmp_path / "flag"
     flag.touch()
     pids = tmp_path / "pids"
@@ -191,7 +229,9 @@ def test_a_pass_that_dies_of_an_error_stops_its_workers_and_the_next_pass_starts
         list(loader)
     first = {int(p.name) for p in pids.iterdir()}
     assert len(first) == 2
-    assert not first & {p.pid for p in multiprocessing.active_children()}  # stopped, not left to the collector
+    assert not first & {
+        p.pid for p in multiprocessing.active_children()
+    }  # stopped, not left to the collector
     flag.unlink()
     assert [k for b in loader for k in b["__key__"]] == [key_of(i) for i in range(12)]
     assert len({int(p.name) for p in pids.iterdir()} - first) == 2
@@ -203,7 +243,9 @@ def test_an_error_of_ours_raised_through_the_users_code_keeps_its_whole_tracebac
 
     ds = ss.ShardDataset(urls["decode"], decode={"json": decode_json, "*": None}, shuffle=False)
     exc = raised(ds, num_workers=2)
-    assert isinstance(exc, DecodeError) and str(exc).startswith(f"Caught DecodeError {WORKER_TEXT} 0.")
+    assert isinstance(exc, DecodeError) and str(exc).startswith(
+        f"Caught DecodeError {WORKER_TEXT} 0."
+    )
     assert 'raise ValueError("the user\'s decoder failed")' in str(exc)
 
 
@@ -218,7 +260,8 @@ def test_is_ours_tells_the_users_code_from_shardstreams():
         ss.ShardDataset("/nonexistent/dataset/path")
     except ShardstreamError as exc:
         assert type(exc).__module__.startswith("shardstream")
-        exc.__traceback__ = exc.__traceback__.tb_next  # without this test's frame: shardstream's alone
+        # without this test's frame: shardstream's alone
+        exc.__traceback__ = exc.__traceback__.tb_next
         assert is_ours(exc)
 
 
@@ -252,13 +295,24 @@ def test_what_a_script_that_dies_of_it_prints(urls, tmp_path, kind):
     script = tmp_path / "train.py"
     script.write_text(SCRIPT)
     url = urls["plain"] if kind == "user" else urls["corrupt"]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
-    done = subprocess.run([sys.executable, str(script), url, kind], capture_output=True, text=True, timeout=300,
-                          env=env)
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+    }
+    done = subprocess.run(
+        [sys.executable, str(script), url, kind],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
     assert done.returncode == 1
     lines = done.stderr.rstrip("\n").split("\n")
     if kind == "user":  # torch's whole worker traceback, down to the user's line
-        assert f"Caught TransformError {WORKER_TEXT} 0" in done.stderr and "return 1 / 0" in done.stderr
+        assert (
+            f"Caught TransformError {WORKER_TEXT} 0" in done.stderr
+            and "return 1 / 0" in done.stderr
+        )
         return
     message = str(raised(reading(urls, "corrupt"), num_workers=0))
     assert lines[-1] == f"shardstream.errors.CorruptShardError: {message}"

@@ -25,12 +25,19 @@ from shardstream.manifest.verify import verify
 NAMES = [f"shard-{i:06d}.tar" for i in range(3)]
 
 
-def write_wds(folder: Path, n: int = 10, per_shard: int = 4, pattern: str = "shard-%06d.tar",
-              big: bool = False) -> list[dict]:
+def write_wds(
+    folder: Path,
+    n: int = 10,
+    per_shard: int = 4,
+    pattern: str = "shard-%06d.tar",
+    big: bool = False,
+) -> list[dict]:
     """``n`` samples written by webdataset.ShardWriter into ``folder``; returns what was written."""
     folder.mkdir(parents=True, exist_ok=True)
-    samples = [{"__key__": f"s{i:03d}", "txt": f"hello {i}", "cls": i % 3, "json": {"i": i, "tag": "é"}}
-               for i in range(n)]
+    samples = [
+        {"__key__": f"s{i:03d}", "txt": f"hello {i}", "cls": i % 3, "json": {"i": i, "tag": "é"}}
+        for i in range(n)
+    ]
     if big:
         for i, sample in enumerate(samples):
             sample["bin"] = bytes([i]) * 1500
@@ -126,21 +133,30 @@ def test_index_in_real_processes(tmp_path):
     folder = tmp_path / "tars"
     write_wds(folder)
     exe = [sys.executable, "-m", "shardstream"]
-    proc = subprocess.run([*exe, "index", str(folder / "shard-{000000..000002}.tar")], capture_output=True, text=True,
-                          timeout=60)
+    proc = subprocess.run(
+        [*exe, "index", str(folder / "shard-{000000..000002}.tar")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 0, proc.stderr
     assert "indexed 3 shards, 10 samples" in proc.stdout
     proc = subprocess.run([*exe, "verify", str(folder)], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
-    proc = subprocess.run([*exe, "cat", str(folder), "--key", "s002", "--field", "txt"], capture_output=True,
-                          timeout=60)
+    proc = subprocess.run(
+        [*exe, "cat", str(folder), "--key", "s002", "--field", "txt"],
+        capture_output=True,
+        timeout=60,
+    )
     assert proc.stdout == b"hello 2"
 
 
 def test_output_folder_above_the_shards(tmp_path):
     folder = tmp_path / "data" / "tars"
     write_wds(folder)
-    result = invoke("index", folder / "shard-{000000..000001}.tar", "--output", tmp_path / "data", "-q")
+    result = invoke(
+        "index", folder / "shard-{000000..000001}.tar", "--output", tmp_path / "data", "-q"
+    )
     assert result.exit_code == 0, result.output
     assert not (folder / "_manifest.json").exists()
     doc = json.loads((tmp_path / "data" / "_manifest.json").read_text())
@@ -200,10 +216,19 @@ def test_existing_manifest_is_refused_without_overwrite(tmp_path):
 def test_members_without_key_and_extension_are_reported_not_counted(tmp_path):
     folder = tmp_path / "tars"
     folder.mkdir()
-    (folder / "a.tar").write_bytes(tar_bytes([
-        ("README", b"about this data"), ("images", None), ("images/k1.txt", b"one"), ("images/k1.cls", b"1"),
-        (".hidden", b"h"), ("k2.txt", b"two"), ("trailing.", b"dot"),
-    ]))
+    (folder / "a.tar").write_bytes(
+        tar_bytes(
+            [
+                ("README", b"about this data"),
+                ("images", None),
+                ("images/k1.txt", b"one"),
+                ("images/k1.cls", b"1"),
+                (".hidden", b"h"),
+                ("k2.txt", b"two"),
+                ("trailing.", b"dot"),
+            ]
+        )
+    )
     result = index([str(folder)])
     assert result.manifest.samples.tolist() == [2]
     assert result.unkeyed == ["README", ".hidden", "trailing."]
@@ -243,7 +268,9 @@ def _damage(victim: Path, damage: str) -> None:
     elif damage == "truncated in padding":
         with tarfile.open(victim) as tf:
             member = [m for m in tf.getmembers() if m.name.endswith(".bin")][1]
-        data = data[: member.offset_data + member.size + 10]  # the data is whole, its padding is cut
+        data = data[
+            : member.offset_data + member.size + 10
+        ]  # the data is whole, its padding is cut
     elif damage == "truncated after a header":
         data = data[:700]  # the first member's PAX header, without the member itself
     elif damage == "bad header":
@@ -253,13 +280,16 @@ def _damage(victim: Path, damage: str) -> None:
     victim.write_bytes(bytes(data))
 
 
-@pytest.mark.parametrize("damage", [
-    "truncated inside a member",
-    "truncated after a header",
-    "truncated in padding",
-    "bad header",
-    "garbage",
-])
+@pytest.mark.parametrize(
+    "damage",
+    [
+        "truncated inside a member",
+        "truncated after a header",
+        "truncated in padding",
+        "bad header",
+        "garbage",
+    ],
+)
 def test_corrupt_tar_is_named_and_no_manifest_written(tmp_path, damage):
     folder = tmp_path / "tars"
     write_wds(folder, big=True)
@@ -369,8 +399,11 @@ def interrupted_pack(tmp_path: Path) -> Path:
 def test_index_refuses_the_shards_of_an_unfinished_pack(tmp_path, form):
     folder = interrupted_pack(tmp_path)
     shards = [str(folder / "shard-000000.tar"), str(folder / "shard-000002.tar")]
-    sources, output = {"folder": ([str(folder)], None), "list": (shards, None),
-                       "output above": (shards, str(tmp_path))}[form]
+    sources, output = {
+        "folder": ([str(folder)], None),
+        "list": (shards, None),
+        "output above": (shards, str(tmp_path)),
+    }[form]
     with pytest.raises(ShardstreamError) as info:
         index(sources, output)
     text = str(info.value)
@@ -398,7 +431,8 @@ def test_no_manifest_error_of_an_unfinished_pack_does_not_suggest_index(tmp_path
     line = assert_one_line_error(result.stderr, folder)
     assert "unfinished" in line and "re-run the pack" in line and "index" not in line
     (folder / ".shardstream-writing").unlink()
-    assert "shardstream index" in assert_one_line_error(invoke("info", folder).stderr, folder)  # tars, no pack's marker
+    # tars, no pack's marker
+    assert "shardstream index" in assert_one_line_error(invoke("info", folder).stderr, folder)
 
 
 def test_an_empty_file_is_not_a_tar(tmp_path):

@@ -78,7 +78,8 @@ def test_to_json_is_utf8_and_records_totals():
     assert "été".encode() in data  # not \u escapes
     assert data.endswith(b"\n")
     doc = json.loads(data)
-    assert doc["shardstream_manifest"] == 1  # one JSON file: what every shardstream reads (a table head is 2)
+    # one JSON file: what every shardstream reads (a table head is 2)
+    assert doc["shardstream_manifest"] == 1
     assert doc["num_shards"] == 4
     assert doc["num_samples"] == 10
     assert doc["total_bytes"] == 10_240 * (1 + 2 + 3 + 4)
@@ -107,7 +108,8 @@ def test_shard_name_is_deterministic_and_zero_padded():
     assert shard_name(0, "tar") == "shard-000000.tar"
     assert shard_name(12, "tar.zst") == "shard-000012.tar.zst"
     assert shard_name(999_999, "arrow") == "shard-999999.arrow"
-    assert shard_name(3, "tar", "0123456789abcdef") == "shard-000003-0123456789abcdef.tar"  # a pack run's own names
+    # a pack run's own names
+    assert shard_name(3, "tar", "0123456789abcdef") == "shard-000003-0123456789abcdef.tar"
     with pytest.raises(ValueError, match="16 lower-case hex digits"):
         shard_name(3, "tar", "../x")
 
@@ -116,12 +118,16 @@ def test_the_run_token_in_shard_names_is_not_part_of_the_fingerprint():
     """Two packs of the same source name their shards with their own tokens: one fingerprint (resume states of
     one stay valid on the other); manifests written before run tokens keep theirs."""
     plain = make_manifest()
-    runs = [make_manifest(paths=[shard_name(i, "tar", token) for i in range(4)])
-            for token in ("0123456789abcdef", "fedcba9876543210")]
+    runs = [
+        make_manifest(paths=[shard_name(i, "tar", token) for i in range(4)])
+        for token in ("0123456789abcdef", "fedcba9876543210")
+    ]
     assert plain.fingerprint == runs[0].fingerprint == runs[1].fingerprint
     assert make_manifest(paths=[f"a{p}" for p in plain.paths]).fingerprint != plain.fingerprint
-    assert make_manifest(sha256=[f"{i + 1:064x}" for i in range(4)], paths=runs[0].paths).fingerprint != \
-        plain.fingerprint
+    assert (
+        make_manifest(sha256=[f"{i + 1:064x}" for i in range(4)], paths=runs[0].paths).fingerprint
+        != plain.fingerprint
+    )
 
 
 def test_locate_every_sample_skipping_empty_shards():
@@ -169,21 +175,37 @@ def _bad_manifests() -> list:
         pytest.param(b"\xff\xfe\x00garbage", "is not valid JSON", id="not-utf8"),
         pytest.param(b"", "is not valid JSON", id="empty"),
         pytest.param(b"[1, 2, 3]", "is not a shardstream manifest", id="a-list"),
-        pytest.param(b'{"name": "some other json"}', "is not a shardstream manifest", id="other-json"),
-        pytest.param(_with(good, shardstream_manifest=FORMAT_VERSION + 1), "upgrade shardstream", id="newer"),
-        pytest.param(_with(good, shardstream_manifest="1"), "manifest version '1'", id="version-str"),
+        pytest.param(
+            b'{"name": "some other json"}', "is not a shardstream manifest", id="other-json"
+        ),
+        pytest.param(
+            _with(good, shardstream_manifest=FORMAT_VERSION + 1), "upgrade shardstream", id="newer"
+        ),
+        pytest.param(
+            _with(good, shardstream_manifest="1"), "manifest version '1'", id="version-str"
+        ),
         pytest.param(_with(good, shards=_DELETE), "is damaged", id="no-shards"),
         pytest.param(_with(good, shards=[1, 2]), "is damaged", id="shards-list"),
         pytest.param(_with(good, shards__sha256=_DELETE), "is damaged", id="no-sha"),
-        pytest.param(_with(good, shards__samples=["x", "y", "z", "w"]), "is damaged", id="samples-text"),
+        pytest.param(
+            _with(good, shards__samples=["x", "y", "z", "w"]), "is damaged", id="samples-text"
+        ),
         pytest.param(_with(good, shard_format=_DELETE), "is damaged", id="no-format"),
-        pytest.param(_with(good, shard_format="zip"), "unknown shard format 'zip'", id="bad-format"),
+        pytest.param(
+            _with(good, shard_format="zip"), "unknown shard format 'zip'", id="bad-format"
+        ),
         pytest.param(_with(good, shards__path=["a.tar"]), "different lengths", id="paths-short"),
-        pytest.param(_with(good, shards__sha256=["0" * 64] * 5), "different lengths", id="sha-long"),
+        pytest.param(
+            _with(good, shards__sha256=["0" * 64] * 5), "different lengths", id="sha-long"
+        ),
         pytest.param(_with(good, shards__bytes=[1, 2, 3]), "different lengths", id="bytes-short"),
-        pytest.param(_with(good, shards__samples=[3, -1, 5, 2], num_samples=9), "negative", id="neg-samples"),
+        pytest.param(
+            _with(good, shards__samples=[3, -1, 5, 2], num_samples=9), "negative", id="neg-samples"
+        ),
         pytest.param(_with(good, shards__bytes=[1, 2, -3, 4]), "negative", id="neg-bytes"),
-        pytest.param(_with(good, num_samples=11), "num_samples 11 does not agree", id="num-samples"),
+        pytest.param(
+            _with(good, num_samples=11), "num_samples 11 does not agree", id="num-samples"
+        ),
     ]
 
 
@@ -234,7 +256,11 @@ def test_load_manifest_names_the_damaged_file(tmp_path):
 
 @pytest.mark.parametrize("where", ["local", "memory"])
 def test_write_then_load(tmp_path, where):
-    url = str(tmp_path / "ds") if where == "local" else f"memory://manifest-test-{uuid.uuid4().hex}/ds"
+    url = (
+        str(tmp_path / "ds")
+        if where == "local"
+        else f"memory://manifest-test-{uuid.uuid4().hex}/ds"
+    )
     store = Store(url)
     m = make_manifest(classes=["a", "b"])
     write_manifest(store, m)
@@ -294,12 +320,24 @@ def _refused(data: bytes | str, *expected: str) -> str:
 GOOD_SHA = "0123456789abcdef" * 4
 
 
-@pytest.mark.parametrize("digest", [
-    "/tmp/shardstream-x/" + "p" * 45,  # a path of 64 characters: the cache took it for a file name
-    "../../../../../../../../tmp/" + "a" * 36,  # '..' made .part files outside the cache
-    "g" * 64, "a" * 63, "a" * 65, " " + "a" * 63, "a" * 63 + "\n", "é" * 64, "0x" + "a" * 62,
-    7, None, ["a" * 64],
-])
+@pytest.mark.parametrize(
+    "digest",
+    [
+        "/tmp/shardstream-x/"
+        + "p" * 45,  # a path of 64 characters: the cache took it for a file name
+        "../../../../../../../../tmp/" + "a" * 36,  # '..' made .part files outside the cache
+        "g" * 64,
+        "a" * 63,
+        "a" * 65,
+        " " + "a" * 63,
+        "a" * 63 + "\n",
+        "é" * 64,
+        "0x" + "a" * 62,
+        7,
+        None,
+        ["a" * 64],
+    ],
+)
 def test_a_checksum_that_is_not_64_hex_digits_is_refused(digest):
     doc = doc_of(make_manifest())
     doc["shards"]["sha256"][1] = digest
@@ -372,17 +410,35 @@ def test_an_empty_checksum_means_none():
 
 
 BAD_PATHS = [
-    ("../secret.tar", "'..' segment"), ("a/../../x.tar", "'..' segment"), ("..", "'..' segment; shard paths"),
-    ("/etc/passwd", "absolute"), ("/other-bucket/x.tar", "absolute"),
-    ("s3://other-bucket/x", "a URL"), ("gs://b/x.tar", "a URL"), ("file:///etc/passwd", "a URL"),
-    ("a\\..\\x.tar", "backslash"), ("C:\\x.tar", "backslash"),
-    ("", "empty"), (".", "'.' or '..' segment"), ("./a.tar", "'.' or '..'"), ("a/./b.tar", "'.' or '..'"),
-    ("a//b.tar", "empty segment"), ("a/", "empty segment"),
-    ("a\x00b.tar", "U+0000"), ("a\nb.tar", "U+000A"), ("a\x1b[2Jb.tar", "U+001B"), ("a\x7f.tar", "U+007F"),
-    ("a\x85b.tar", "U+0085"), ("\ud800.tar", "U+D800"),
-    ("%2e%2e/x.tar", "percent-encoded"), ("a%2Fb.tar", "percent-encoded"), ("a%5cb", "percent-encoded"),
+    ("../secret.tar", "'..' segment"),
+    ("a/../../x.tar", "'..' segment"),
+    ("..", "'..' segment; shard paths"),
+    ("/etc/passwd", "absolute"),
+    ("/other-bucket/x.tar", "absolute"),
+    ("s3://other-bucket/x", "a URL"),
+    ("gs://b/x.tar", "a URL"),
+    ("file:///etc/passwd", "a URL"),
+    ("a\\..\\x.tar", "backslash"),
+    ("C:\\x.tar", "backslash"),
+    ("", "empty"),
+    (".", "'.' or '..' segment"),
+    ("./a.tar", "'.' or '..'"),
+    ("a/./b.tar", "'.' or '..'"),
+    ("a//b.tar", "empty segment"),
+    ("a/", "empty segment"),
+    ("a\x00b.tar", "U+0000"),
+    ("a\nb.tar", "U+000A"),
+    ("a\x1b[2Jb.tar", "U+001B"),
+    ("a\x7f.tar", "U+007F"),
+    ("a\x85b.tar", "U+0085"),
+    ("\ud800.tar", "U+D800"),
+    ("%2e%2e/x.tar", "percent-encoded"),
+    ("a%2Fb.tar", "percent-encoded"),
+    ("a%5cb", "percent-encoded"),
     ("a%00.tar", "percent-encoded"),
-    (5, "not a string"), (None, "not a string"), (["a.tar"], "not a string"),
+    (5, "not a string"),
+    (None, "not a string"),
+    (["a.tar"], "not a string"),
 ]
 
 
@@ -396,8 +452,22 @@ def test_a_shard_path_outside_the_dataset_is_refused(path, problem):
         make_manifest(paths=["a.tar", "b.tar", "c.tar", path])
 
 
-GOOD_PATHS = ["a/b/c.tar", "été/中.tar", "shard 1.tar", "...tar", "..a/b..", "a/.hidden.tar", "100%.tar",
-              "a%20b.tar", "\u202eevil.tar", "C:x.tar", "a:b/c.tar", "~/x.tar", "a?b#c.tar", "x" * 5000]
+GOOD_PATHS = [
+    "a/b/c.tar",
+    "été/中.tar",
+    "shard 1.tar",
+    "...tar",
+    "..a/b..",
+    "a/.hidden.tar",
+    "100%.tar",
+    "a%20b.tar",
+    "\u202eevil.tar",
+    "C:x.tar",
+    "a:b/c.tar",
+    "~/x.tar",
+    "a?b#c.tar",
+    "x" * 5000,
+]
 
 
 def test_shard_paths_that_stay_inside_are_kept_as_they_are():
@@ -438,12 +508,18 @@ def test_a_bucket_dataset_cannot_name_another_bucket():
             load_manifest(store)
 
 
-@pytest.mark.parametrize("paths", [["a.tar", "b.tar", "a.tar", "c.tar"], ["a.tar", "a.tar", "b.tar", "c.tar"]])
+@pytest.mark.parametrize(
+    "paths", [["a.tar", "b.tar", "a.tar", "c.tar"], ["a.tar", "a.tar", "b.tar", "c.tar"]]
+)
 def test_a_shard_listed_twice_is_refused(paths):
     doc = doc_of(make_manifest())
     doc["shards"]["path"] = paths
-    _refused(json.dumps(doc), "shard 2: path 'a.tar' is shard 0's too" if paths[2] == "a.tar"
-             else "shard 1: path 'a.tar' is shard 0's too")
+    _refused(
+        json.dumps(doc),
+        "shard 2: path 'a.tar' is shard 0's too"
+        if paths[2] == "a.tar"
+        else "shard 1: path 'a.tar' is shard 0's too",
+    )
 
 
 def _doc(**top) -> dict:
@@ -460,16 +536,33 @@ def _shards(**columns) -> dict:
 
 HOSTILE = [
     # JSON that Python's parser takes, but no manifest may hold
-    pytest.param(b'{"shardstream_manifest": 1, "shardstream_manifest": 1}', "appears twice", id="duplicate-key"),
+    pytest.param(
+        b'{"shardstream_manifest": 1, "shardstream_manifest": 1}',
+        "appears twice",
+        id="duplicate-key",
+    ),
     pytest.param(json.dumps(_shards(samples=[3, float("nan"), 5, 2])), "NaN", id="nan"),
     pytest.param(json.dumps(_doc(created={"x": float("inf")})), "Infinity", id="infinity"),
     pytest.param(b"[" * 100_000 + b"]" * 100_000, "nested too deeply", id="deep-nesting"),
-    pytest.param('{"shardstream_manifest": 1, "x": ' + "9" * 5000 + "}", "not valid JSON", id="5000-digits"),
+    pytest.param(
+        '{"shardstream_manifest": 1, "x": ' + "9" * 5000 + "}", "not valid JSON", id="5000-digits"
+    ),
     # wrong types and ranges in the shard columns
-    pytest.param(json.dumps(_shards(samples=[3, True, 5, 2])), "shard 1 ('shard-000001.tar'): samples is True",
-                 id="bool-for-int"),
-    pytest.param(json.dumps(_shards(samples=[3, 1.0, 5, 2])), "samples is 1.0, not a whole number", id="float"),
-    pytest.param(json.dumps(_shards(bytes=[1, 2, 1e300, 4])).replace("1e+300", "1e400"), "bytes is inf", id="1e400"),
+    pytest.param(
+        json.dumps(_shards(samples=[3, True, 5, 2])),
+        "shard 1 ('shard-000001.tar'): samples is True",
+        id="bool-for-int",
+    ),
+    pytest.param(
+        json.dumps(_shards(samples=[3, 1.0, 5, 2])),
+        "samples is 1.0, not a whole number",
+        id="float",
+    ),
+    pytest.param(
+        json.dumps(_shards(bytes=[1, 2, 1e300, 4])).replace("1e+300", "1e400"),
+        "bytes is inf",
+        id="1e400",
+    ),
     pytest.param(json.dumps(_shards(samples=[3, "1", 5, 2])), "samples is '1'", id="str-for-int"),
     pytest.param(json.dumps(_shards(samples=[3, [1], 5, 2])), "samples is a list", id="nested"),
     pytest.param(json.dumps(_shards(samples=[3, None, 5, 2])), "samples is None", id="null"),
@@ -477,44 +570,101 @@ HOSTILE = [
     pytest.param(json.dumps(_shards(bytes=[1, 2, 2**64 + 5, 4])), "shard 2", id="beyond-uint64"),
     pytest.param(json.dumps(_shards(bytes=[1, 2, -(2**63) - 1, 4])), "shard 2", id="below-int64"),
     pytest.param(json.dumps(_shards(bytes=[1, 2, 2**53, 4])), "2**53 or more", id="2**53"),
-    pytest.param(json.dumps(_shards(bytes=[2**53 - 1, 2**53 - 1, 1, 1])), "add up to 2**53", id="sum-2**53"),
+    pytest.param(
+        json.dumps(_shards(bytes=[2**53 - 1, 2**53 - 1, 1, 1])), "add up to 2**53", id="sum-2**53"
+    ),
     pytest.param(json.dumps(_shards(path="abcd")), "'path' is a string, not a list", id="path-str"),
     pytest.param(json.dumps(_shards(sha256={"a": 1})), "'sha256' is an object", id="sha-object"),
-    pytest.param(json.dumps(_shards(samples=list(range(10**5)))), "different lengths (path 4, samples 100000",
-                 id="huge-column"),
+    pytest.param(
+        json.dumps(_shards(samples=list(range(10**5)))),
+        "different lengths (path 4, samples 100000",
+        id="huge-column",
+    ),
     # the document around them
     pytest.param(json.dumps(_doc(shardstream_manifest=0)), "manifest version 0", id="version-0"),
-    pytest.param(json.dumps(_doc(shardstream_manifest=True)), "manifest version True", id="version-bool"),
-    pytest.param(json.dumps(_doc(shardstream_manifest=1.0)), "manifest version 1.0", id="version-float"),
-    pytest.param(json.dumps(_doc(shard_format=["tar"])), "unknown shard format a list", id="format-list"),
-    pytest.param(json.dumps(_doc(num_shards=True)), "num_shards True does not agree", id="num-shards-bool"),
-    pytest.param(json.dumps(_doc(total_bytes=1.5)), "total_bytes 1.5 does not agree", id="total-float"),
-    pytest.param(json.dumps(_doc(fields={"name": "x"})), "'fields' is an object", id="fields-object"),
+    pytest.param(
+        json.dumps(_doc(shardstream_manifest=True)), "manifest version True", id="version-bool"
+    ),
+    pytest.param(
+        json.dumps(_doc(shardstream_manifest=1.0)), "manifest version 1.0", id="version-float"
+    ),
+    pytest.param(
+        json.dumps(_doc(shard_format=["tar"])), "unknown shard format a list", id="format-list"
+    ),
+    pytest.param(
+        json.dumps(_doc(num_shards=True)), "num_shards True does not agree", id="num-shards-bool"
+    ),
+    pytest.param(
+        json.dumps(_doc(total_bytes=1.5)), "total_bytes 1.5 does not agree", id="total-float"
+    ),
+    pytest.param(
+        json.dumps(_doc(fields={"name": "x"})), "'fields' is an object", id="fields-object"
+    ),
     pytest.param(json.dumps(_doc(fields=["jpg"])), "fields[0] is 'jpg'", id="field-str"),
-    pytest.param(json.dumps(_doc(fields=[{"type": "bytes"}])), "not an object with a name", id="field-no-name"),
-    pytest.param(json.dumps(_doc(fields=[{"name": "", "type": "bytes"}])), "field name ''", id="field-empty"),
-    pytest.param(json.dumps(_doc(fields=[{"name": "../../x", "type": "bytes"}])), "field name '../../x'",
-                 id="field-slash"),
-    pytest.param(json.dumps(_doc(fields=[{"name": "a\\b", "type": "bytes"}])), "field name", id="field-backslash"),
-    pytest.param(json.dumps(_doc(fields=[{"name": "x\x1b[2J", "type": "bytes"}])), r"field name 'x\x1b[2J'",
-                 id="field-escape"),
-    pytest.param(json.dumps(_doc(fields=[{"name": "jpg"}])), "field 'jpg' is not", id="field-no-type"),
-    pytest.param(json.dumps(_doc(fields=[{"name": "jpg", "type": "bytes", "samples": -1}])), "field 'jpg'",
-                 id="field-samples"),
-    pytest.param(json.dumps(_doc(fields=[{"name": "jpg", "type": "bytes", "samples": True}])), "field 'jpg'",
-                 id="field-samples-bool"),
-    pytest.param(json.dumps(_doc(fields=[{"name": "jpg", "type": "bytes", "nullable": "yes"}])), "field 'jpg'",
-                 id="field-nullable"),
-    pytest.param(json.dumps(_doc(fields=[{"name": "jpg", "type": "bytes", "x": {"y": [1]}}])), "field 'jpg'",
-                 id="field-nested"),
+    pytest.param(
+        json.dumps(_doc(fields=[{"type": "bytes"}])),
+        "not an object with a name",
+        id="field-no-name",
+    ),
+    pytest.param(
+        json.dumps(_doc(fields=[{"name": "", "type": "bytes"}])), "field name ''", id="field-empty"
+    ),
+    pytest.param(
+        json.dumps(_doc(fields=[{"name": "../../x", "type": "bytes"}])),
+        "field name '../../x'",
+        id="field-slash",
+    ),
+    pytest.param(
+        json.dumps(_doc(fields=[{"name": "a\\b", "type": "bytes"}])),
+        "field name",
+        id="field-backslash",
+    ),
+    pytest.param(
+        json.dumps(_doc(fields=[{"name": "x\x1b[2J", "type": "bytes"}])),
+        r"field name 'x\x1b[2J'",
+        id="field-escape",
+    ),
+    pytest.param(
+        json.dumps(_doc(fields=[{"name": "jpg"}])), "field 'jpg' is not", id="field-no-type"
+    ),
+    pytest.param(
+        json.dumps(_doc(fields=[{"name": "jpg", "type": "bytes", "samples": -1}])),
+        "field 'jpg'",
+        id="field-samples",
+    ),
+    pytest.param(
+        json.dumps(_doc(fields=[{"name": "jpg", "type": "bytes", "samples": True}])),
+        "field 'jpg'",
+        id="field-samples-bool",
+    ),
+    pytest.param(
+        json.dumps(_doc(fields=[{"name": "jpg", "type": "bytes", "nullable": "yes"}])),
+        "field 'jpg'",
+        id="field-nullable",
+    ),
+    pytest.param(
+        json.dumps(_doc(fields=[{"name": "jpg", "type": "bytes", "x": {"y": [1]}}])),
+        "field 'jpg'",
+        id="field-nested",
+    ),
     pytest.param(json.dumps(_doc(classes="cat")), "'classes' is a string", id="classes-str"),
     pytest.param(json.dumps(_doc(classes=["cat", 1])), "classes[1] is 1", id="classes-int"),
-    pytest.param(json.dumps(_doc(classes=["cat", "a\x00b"])), r"classes[1] is 'a\x00b'", id="classes-nul"),
-    pytest.param(json.dumps(_doc(classes=["\ud800"])), r"classes[0] is '\ud800'", id="classes-surrogate"),
+    pytest.param(
+        json.dumps(_doc(classes=["cat", "a\x00b"])), r"classes[1] is 'a\x00b'", id="classes-nul"
+    ),
+    pytest.param(
+        json.dumps(_doc(classes=["\ud800"])), r"classes[0] is '\ud800'", id="classes-surrogate"
+    ),
     pytest.param(json.dumps(_doc(created=[1])), "'created' is a list", id="created-list"),
-    pytest.param(json.dumps(_doc(created={"at": {"nested": 1}})), "'created' is not", id="created-nested"),
+    pytest.param(
+        json.dumps(_doc(created={"at": {"nested": 1}})), "'created' is not", id="created-nested"
+    ),
     pytest.param(json.dumps(_doc(arrow_schema=5)), "'arrow_schema' is a number", id="schema-int"),
-    pytest.param(json.dumps(_doc(arrow_schema="not base64!")), "arrow_schema is a string, not base64", id="schema"),
+    pytest.param(
+        json.dumps(_doc(arrow_schema="not base64!")),
+        "arrow_schema is a string, not base64",
+        id="schema",
+    ),
 ]
 
 
@@ -524,28 +674,43 @@ def test_hostile_json_is_a_one_line_manifest_error(data, message):
 
 
 def test_fields_of_arrow_datasets_are_column_names():
-    fields = [{"name": "a/b", "type": "int64", "nullable": True}, {"name": "", "type": "string", "nullable": False},
-              {"name": "x\x1b[2J", "type": "string", "nullable": False}]
-    m = make_manifest(shard_format="arrow", paths=[shard_name(i, "arrow") for i in range(4)], fields=fields)
+    fields = [
+        {"name": "a/b", "type": "int64", "nullable": True},
+        {"name": "", "type": "string", "nullable": False},
+        {"name": "x\x1b[2J", "type": "string", "nullable": False},
+    ]
+    m = make_manifest(
+        shard_format="arrow", paths=[shard_name(i, "arrow") for i in range(4)], fields=fields
+    )
     assert Manifest.from_json(m.to_json(), SOURCE).fields == fields
 
 
 def test_a_manifest_made_in_code_is_checked_and_normalized():
     def make_manifest(**kw):
-        args = dict(shard_format="tar", paths=["a.tar", "b.tar", "c.tar", "d.tar"], samples=[1, 2, 3, 4],
-                    nbytes=[1, 2, 3, 4], sha256=[GOOD_SHA] * 4)
+        args = dict(
+            shard_format="tar",
+            paths=["a.tar", "b.tar", "c.tar", "d.tar"],
+            samples=[1, 2, 3, 4],
+            nbytes=[1, 2, 3, 4],
+            sha256=[GOOD_SHA] * 4,
+        )
         return Manifest(**{**args, **kw})
 
-    m = make_manifest(paths=("a.tar", "b.tar", "c.tar", "d.tar"), samples=np.array([1, 2, 3, 4], dtype=np.uint32),
-                      sha256=(GOOD_SHA.upper(),) * 4)
+    m = make_manifest(
+        paths=("a.tar", "b.tar", "c.tar", "d.tar"),
+        samples=np.array([1, 2, 3, 4], dtype=np.uint32),
+        sha256=(GOOD_SHA.upper(),) * 4,
+    )
     assert m.paths == ["a.tar", "b.tar", "c.tar", "d.tar"] and m.samples.dtype == np.int64
     assert m.sha256 == [GOOD_SHA] * 4
-    for bad, message in ((dict(samples=np.array([1.0, 2, 3, 4])), "float64 values"),
-                         (dict(samples=[1, 2, np.uint64(2**64 - 1), 4]), "shard 2"),
-                         (dict(samples=np.array([[1, 2, 3, 4]])), "not a list"),
-                         (dict(shard_format="zip"), "unknown shard format 'zip'"),
-                         (dict(fields=None), "'fields' is null"),
-                         (dict(created={"x": float("nan")}), "'created' is not"),
-                         (dict(paths=["a.tar", "b.tar"]), "different lengths (path 2, samples 4")):
+    for bad, message in (
+        (dict(samples=np.array([1.0, 2, 3, 4])), "float64 values"),
+        (dict(samples=[1, 2, np.uint64(2**64 - 1), 4]), "shard 2"),
+        (dict(samples=np.array([[1, 2, 3, 4]])), "not a list"),
+        (dict(shard_format="zip"), "unknown shard format 'zip'"),
+        (dict(fields=None), "'fields' is null"),
+        (dict(created={"x": float("nan")}), "'created' is not"),
+        (dict(paths=["a.tar", "b.tar"]), "different lengths (path 2, samples 4"),
+    ):
         with pytest.raises(ManifestError, match="invalid manifest: .*" + re.escape(message)):
             make_manifest(**bad)

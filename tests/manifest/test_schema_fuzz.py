@@ -20,7 +20,9 @@ from shardstream.manifest.checks import checksums_fine, path_problem, paths_fine
 from shardstream.packing.writer import ShardWriter
 from shardstream.storage import Store
 
-FUZZ = settings(max_examples=200, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
+FUZZ = settings(
+    max_examples=200, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck)
+)
 SHA = re.compile(r"(?:[0-9a-f]{64})?")
 
 
@@ -52,7 +54,9 @@ def outcome(data: bytes | str) -> Manifest | None:
     assert len(set(m.paths)) == len(m.paths)
     assert all(isinstance(s, str) and SHA.fullmatch(s) for s in m.sha256)
     assert m.samples.dtype == "int64" and m.nbytes.dtype == "int64"
-    assert ((m.samples >= 0) & (m.samples < 2**53)).all() and ((m.nbytes >= 0) & (m.nbytes < 2**53)).all()
+    assert ((m.samples >= 0) & (m.samples < 2**53)).all() and (
+        (m.nbytes >= 0) & (m.nbytes < 2**53)
+    ).all()
     again = Manifest.from_json(m.to_json(), "again")  # what it holds can be written and read back
     assert again.to_json() == m.to_json() and again.fingerprint == m.fingerprint
     return m
@@ -86,24 +90,61 @@ def test_byte_flips_truncation_and_zeroed_ranges(which):
         cases.append(bytes(zeroed))
     for _ in range(150):  # a character replaced by one JSON gives meaning to
         pos = rng.randrange(len(data))
-        cases.append(data[:pos] + rng.choice([b"-", b"9", b".", b"/", b"\\", b'"', b"e", b"A", b"]"]) + data[pos + 1:])
+        cases.append(
+            data[:pos]
+            + rng.choice([b"-", b"9", b".", b"/", b"\\", b'"', b"e", b"A", b"]"])
+            + data[pos + 1 :]
+        )
     results = finishes(lambda: [outcome(case) for case in cases])
     assert outcome(data) is not None
     assert sum(r is None for r in results) > len(cases) // 3  # most damage is caught
 
 
 SCALARS = st.one_of(
-    st.none(), st.booleans(), st.integers(min_value=-(2**70), max_value=2**70),
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(2**70), max_value=2**70),
     st.sampled_from([0, 1, -1, 2**53 - 1, 2**53, 2**63 - 1, 2**63, 2**64, -(2**63) - 1]),
     st.floats(allow_nan=True, allow_infinity=True),
-    st.text(max_size=12), st.sampled_from(["", ".", "..", "/", "a/../b", "/etc/passwd", "s3://b/x", "a\\b",
-                                           "A" * 64, "a" * 64, "\x1b[2J", "%2e%2e", "\ud800", "x\x00"]),
+    st.text(max_size=12),
+    st.sampled_from(
+        [
+            "",
+            ".",
+            "..",
+            "/",
+            "a/../b",
+            "/etc/passwd",
+            "s3://b/x",
+            "a\\b",
+            "A" * 64,
+            "a" * 64,
+            "\x1b[2J",
+            "%2e%2e",
+            "\ud800",
+            "x\x00",
+        ]
+    ),
 )
-VALUES = st.recursive(SCALARS, lambda inner: st.one_of(st.lists(inner, max_size=5),
-                                                       st.dictionaries(st.text(max_size=6), inner, max_size=5)),
-                      max_leaves=20)
-KEYS = ["shardstream_manifest", "shard_format", "num_shards", "num_samples", "total_bytes", "fields", "classes",
-        "arrow_schema", "created", "shards"]
+VALUES = st.recursive(
+    SCALARS,
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=5), st.dictionaries(st.text(max_size=6), inner, max_size=5)
+    ),
+    max_leaves=20,
+)
+KEYS = [
+    "shardstream_manifest",
+    "shard_format",
+    "num_shards",
+    "num_samples",
+    "total_bytes",
+    "fields",
+    "classes",
+    "arrow_schema",
+    "created",
+    "shards",
+]
 COLUMNS = ["path", "samples", "bytes", "sha256"]
 
 
@@ -125,7 +166,9 @@ def hostile_documents(draw) -> str:
         elif where == "field" and isinstance(doc.get("fields"), list) and doc["fields"]:
             entry = doc["fields"][0]
             if isinstance(entry, dict):
-                entry[draw(st.sampled_from(["name", "type", "samples", "nullable", "other"]))] = draw(VALUES)
+                entry[draw(st.sampled_from(["name", "type", "samples", "nullable", "other"]))] = (
+                    draw(VALUES)
+                )
         elif where == "delete":
             doc.pop(draw(st.sampled_from(KEYS)), None)
     return json.dumps(doc, ensure_ascii=draw(st.booleans()))
@@ -144,15 +187,23 @@ def test_any_json_value(value):
     assert outcome(json.dumps(value)) is None
 
 
-@pytest.mark.parametrize("data", [
-    b"[" * 200_000, b'{"a":' * 200_000, b"-" + b"9" * 100_000, b'{"shardstream_manifest": 1' + b', "x": 1' * 100_000,
-    b'{"shardstream_manifest": 1, "shards": {"path": [' + b'"a",' * 100_000 + b'"a"]}}',
-])
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"[" * 200_000,
+        b'{"a":' * 200_000,
+        b"-" + b"9" * 100_000,
+        b'{"shardstream_manifest": 1' + b', "x": 1' * 100_000,
+        b'{"shardstream_manifest": 1, "shards": {"path": [' + b'"a",' * 100_000 + b'"a"]}}',
+    ],
+)
 def test_pathological_json_ends_in_time(data):
     assert finishes(lambda: outcome(data)) is None
 
 
-PATH_CHARS = st.sampled_from(list("ab./%2eEfFc5\\\n\x00\x1b\x7f") + ["\x85", "\xc2", "é", "\u202e", "\ud800"])
+PATH_CHARS = st.sampled_from(
+    list("ab./%2eEfFc5\\\n\x00\x1b\x7f") + ["\x85", "\xc2", "é", "\u202e", "\ud800"]
+)
 
 
 @FUZZ
@@ -165,8 +216,15 @@ def test_the_joined_path_check_is_the_value_by_value_rule(paths):
 
 
 @FUZZ
-@given(st.lists(st.one_of(st.text(st.sampled_from("0aAfFg\n é"), min_size=62, max_size=66),
-                          st.sampled_from(["", "a" * 64, "F" * 64, "aB" * 32])), max_size=6))
+@given(
+    st.lists(
+        st.one_of(
+            st.text(st.sampled_from("0aAfFg\n é"), min_size=62, max_size=66),
+            st.sampled_from(["", "a" * 64, "F" * 64, "aB" * 32]),
+        ),
+        max_size=6,
+    )
+)
 def test_the_joined_checksum_check_is_the_value_by_value_rule(sha):
     valid = all(re.fullmatch(r"[0-9a-fA-F]{64}", s) for s in sha)
     for chunk in (checks._CHUNK, 2):

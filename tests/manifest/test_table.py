@@ -18,10 +18,22 @@ from shardstream.storage import Store
 
 def _manifest(n: int = 50, index: bool = True) -> Manifest:
     sha = [hashlib.sha256(str(i).encode()).hexdigest() if i % 7 else "" for i in range(n)]
-    idx = [hashlib.sha256(f"i{i}".encode()).hexdigest() if i % 3 else "" for i in range(n)] if index else None
-    return Manifest("tar", [f"part/shard-{i:06d}.tar" for i in range(n)], np.arange(n) + 1, np.arange(n) * 100 + 7,
-                    sha, fields=[{"name": "jpg", "type": "bytes", "samples": 3}], classes=["a", "b"],
-                    created={"by": "test"}, index_sha256=idx)
+    idx = (
+        [hashlib.sha256(f"i{i}".encode()).hexdigest() if i % 3 else "" for i in range(n)]
+        if index
+        else None
+    )
+    return Manifest(
+        "tar",
+        [f"part/shard-{i:06d}.tar" for i in range(n)],
+        np.arange(n) + 1,
+        np.arange(n) * 100 + 7,
+        sha,
+        fields=[{"name": "jpg", "type": "bytes", "samples": 3}],
+        classes=["a", "b"],
+        created={"by": "test"},
+        index_sha256=idx,
+    )
 
 
 def _write(tmp_path, m: Manifest, threshold: int = 10) -> tuple[Store, str | None]:
@@ -35,16 +47,24 @@ def test_round_trip_through_a_table_keeps_every_column_and_the_fingerprint(tmp_p
     store, name = _write(tmp_path, m)
     assert name is not None and (tmp_path / name).exists()
     head = json.loads((tmp_path / MANIFEST_NAME).read_text())
-    assert head["shards"] == {"table": name, "sha256": hashlib.sha256((tmp_path / name).read_bytes()).hexdigest(),
-                              "rows": 50}
+    assert head["shards"] == {
+        "table": name,
+        "sha256": hashlib.sha256((tmp_path / name).read_bytes()).hexdigest(),
+        "rows": 50,
+    }
     assert head["num_shards"] == 50 and head["classes"] == ["a", "b"]
-    assert head["shardstream_manifest"] == 2  # older shardstreams say "upgrade" instead of misreading it
+    # older shardstreams say "upgrade" instead of misreading it
+    assert head["shardstream_manifest"] == 2
     loaded = load_manifest(store)
     assert isinstance(loaded.sha256, HexColumn)
     assert loaded.paths == m.paths and loaded.sha256 == m.sha256 and list(loaded.sha256) == m.sha256
     assert (loaded.samples == m.samples).all() and (loaded.nbytes == m.nbytes).all()
     assert loaded.index_sha256 == m.index_sha256
-    assert loaded.sha256[0] == "" and loaded.sha256[1] == m.sha256[1] and loaded.sha256[-1] == m.sha256[-1]
+    assert (
+        loaded.sha256[0] == ""
+        and loaded.sha256[1] == m.sha256[1]
+        and loaded.sha256[-1] == m.sha256[-1]
+    )
     assert loaded.fingerprint == m.fingerprint
     assert loaded.fields == m.fields and loaded.num_samples == m.num_samples
 
@@ -63,7 +83,11 @@ def test_a_table_loaded_manifest_saves_again_as_either_form(tmp_path):
     store, name_a = _write(tmp_path / "a", m)
     loaded = load_manifest(store)
     again = Manifest.from_json(loaded.to_json())  # the old one-file form, from hex columns
-    assert again.sha256 == m.sha256 and again.index_sha256 == m.index_sha256 and again.fingerprint == m.fingerprint
+    assert (
+        again.sha256 == m.sha256
+        and again.index_sha256 == m.index_sha256
+        and again.fingerprint == m.fingerprint
+    )
     (tmp_path / "b").mkdir()
     store_b, name_b = _write(tmp_path / "b", loaded)
     assert name_b == name_a  # same columns, same table bytes, same name
@@ -86,12 +110,28 @@ def test_a_missing_table_names_itself(tmp_path):
         load_manifest(store)
 
 
-@pytest.mark.parametrize("ref", [
-    {"table": "../_shards-0123456789abcdef.arrow", "sha256": "0" * 64, "rows": 1},
-    {"table": "_shards-0123456789abcdef.arrow", "sha256": "0" * 64, "rows": 1},  # sha does not start as the name
-    {"table": "_shards-0123456789abcdef.arrow", "sha256": "0123456789abcdef" + "0" * 48, "rows": -1},
-    {"table": "_shards-0123456789abcdef.arrow", "sha256": "0123456789abcdef" + "0" * 48, "rows": 1, "x": 1},
-])
+@pytest.mark.parametrize(
+    "ref",
+    [
+        {"table": "../_shards-0123456789abcdef.arrow", "sha256": "0" * 64, "rows": 1},
+        {
+            "table": "_shards-0123456789abcdef.arrow",
+            "sha256": "0" * 64,
+            "rows": 1,
+        },  # sha does not start as the name
+        {
+            "table": "_shards-0123456789abcdef.arrow",
+            "sha256": "0123456789abcdef" + "0" * 48,
+            "rows": -1,
+        },
+        {
+            "table": "_shards-0123456789abcdef.arrow",
+            "sha256": "0123456789abcdef" + "0" * 48,
+            "rows": 1,
+            "x": 1,
+        },
+    ],
+)
 def test_a_bad_table_reference_is_refused(ref):
     head = json.loads(_manifest().to_json())
     head["shards"] = ref
@@ -113,22 +153,29 @@ def _head_for(tmp_path, columns: dict) -> Store:
 
 
 def _columns(n: int = 3, **change) -> dict:
-    columns = {"path": pa.array([f"s{i}.tar" for i in range(n)]), "samples": pa.array([1] * n, pa.int64()),
-               "bytes": pa.array([5] * n, pa.int64()), "sha256": pa.array([b"\0" * 32] * n, pa.binary(32))}
+    columns = {
+        "path": pa.array([f"s{i}.tar" for i in range(n)]),
+        "samples": pa.array([1] * n, pa.int64()),
+        "bytes": pa.array([5] * n, pa.int64()),
+        "sha256": pa.array([b"\0" * 32] * n, pa.binary(32)),
+    }
     columns.update(change)
     return columns
 
 
-@pytest.mark.parametrize("change, message", [
-    ({"path": pa.array(["s0.tar", "../up.tar", "s2.tar"])}, "'..'"),
-    ({"path": pa.array(["s0.tar", "s0.tar", "s2.tar"])}, "each shard is listed once"),
-    ({"path": pa.array(["s0.tar", None, "s2.tar"])}, "null"),
-    ({"samples": pa.array([1, -1, 1], pa.int64())}, "negative"),
-    ({"bytes": pa.array([1, 2**53, 1], pa.int64())}, "too large"),
-    ({"samples": pa.array([1, 2, 3], pa.int32())}, "columns"),
-    ({"sha256": pa.array(["x"] * 3)}, "columns"),
-    ({"extra": pa.array([1, 2, 3])}, "columns"),
-])
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"path": pa.array(["s0.tar", "../up.tar", "s2.tar"])}, "'..'"),
+        ({"path": pa.array(["s0.tar", "s0.tar", "s2.tar"])}, "each shard is listed once"),
+        ({"path": pa.array(["s0.tar", None, "s2.tar"])}, "null"),
+        ({"samples": pa.array([1, -1, 1], pa.int64())}, "negative"),
+        ({"bytes": pa.array([1, 2**53, 1], pa.int64())}, "too large"),
+        ({"samples": pa.array([1, 2, 3], pa.int32())}, "columns"),
+        ({"sha256": pa.array(["x"] * 3)}, "columns"),
+        ({"extra": pa.array([1, 2, 3])}, "columns"),
+    ],
+)
 def test_a_hostile_table_gets_the_same_schema_checks(tmp_path, change, message):
     store = _head_for(tmp_path, _columns(**change))
     with pytest.raises(ManifestError, match=message):
@@ -155,7 +202,9 @@ def test_an_unreadable_table_with_a_matching_sha_is_refused(tmp_path):
 
 def test_hex_column_behaves_like_the_list():
     sha = _manifest(20).sha256
-    raw = encode_table([f"s{i}" for i in range(20)], np.ones(20, np.int64), np.ones(20, np.int64), sha, None)
+    raw = encode_table(
+        [f"s{i}" for i in range(20)], np.ones(20, np.int64), np.ones(20, np.int64), sha, None
+    )
     table = pa.ipc.open_file(pa.py_buffer(raw)).read_all()
     from shardstream.manifest.table import _hex_column
 
@@ -170,12 +219,24 @@ def test_numbered_paths_are_stored_as_a_pattern_and_other_paths_as_a_column(tmp_
     from shardstream.manifest.table import expand_pattern, path_pattern
 
     numbered = _manifest(30).paths
-    assert path_pattern(numbered) == {"prefix": "part/shard-", "width": 6, "start": 0, "suffix": ".tar"}
+    assert path_pattern(numbered) == {
+        "prefix": "part/shard-",
+        "width": 6,
+        "start": 0,
+        "suffix": ".tar",
+    }
     assert expand_pattern(path_pattern(numbered), 30) == numbered
     other = [f"x/{name}.tar" for name in ("a", "b9", "b10", "c")]
     assert path_pattern(other) is None and path_pattern(["s9.tar", "s10.tar"]) is None
-    run = [shard_name(i, "tar", "0123456789abcde9") for i in range(30)]  # a pack's: a number and its run's token
-    assert path_pattern(run) == {"prefix": "shard-", "width": 6, "start": 0, "suffix": "-0123456789abcde9.tar"}
+    run = [
+        shard_name(i, "tar", "0123456789abcde9") for i in range(30)
+    ]  # a pack's: a number and its run's token
+    assert path_pattern(run) == {
+        "prefix": "shard-",
+        "width": 6,
+        "start": 0,
+        "suffix": "-0123456789abcde9.tar",
+    }
     assert expand_pattern(path_pattern(run), 30) == run
     m = Manifest("tar", other, np.ones(4, np.int64), np.ones(4, np.int64), [""] * 4)
     (tmp_path / "o").mkdir()
@@ -188,14 +249,17 @@ def test_numbered_paths_are_stored_as_a_pattern_and_other_paths_as_a_column(tmp_
     assert load_manifest(store).paths == numbered
 
 
-@pytest.mark.parametrize("pattern", [
-    '{"prefix": "../", "width": 2, "start": 0, "suffix": ".tar"}',
-    '{"prefix": "s", "width": 1, "start": 5, "suffix": ".tar"}',  # 12 rows: 5..16 outgrow one digit
-    '{"prefix": "s", "width": 0, "start": 0, "suffix": ".tar"}',
-    '{"prefix": "s", "width": 2, "start": -1, "suffix": ".tar"}',
-    '{"prefix": 1, "width": 2, "start": 0, "suffix": ".tar"}',
-    'not json',
-])
+@pytest.mark.parametrize(
+    "pattern",
+    [
+        '{"prefix": "../", "width": 2, "start": 0, "suffix": ".tar"}',
+        '{"prefix": "s", "width": 1, "start": 5, "suffix": ".tar"}',  # 12 rows: 5..16 outgrow one digit
+        '{"prefix": "s", "width": 0, "start": 0, "suffix": ".tar"}',
+        '{"prefix": "s", "width": 2, "start": -1, "suffix": ".tar"}',
+        '{"prefix": 1, "width": 2, "start": 0, "suffix": ".tar"}',
+        "not json",
+    ],
+)
 def test_a_hostile_path_pattern_is_refused(tmp_path, pattern):
     columns = _columns(12)
     del columns["path"]
@@ -217,4 +281,8 @@ def test_a_table_loaded_manifest_pickles_for_worker_processes(tmp_path):
     m = _manifest()
     store, _ = _write(tmp_path, m)
     copy = pickle.loads(pickle.dumps(load_manifest(store)))
-    assert copy.sha256 == m.sha256 and copy.index_sha256 == m.index_sha256 and copy.fingerprint == m.fingerprint
+    assert (
+        copy.sha256 == m.sha256
+        and copy.index_sha256 == m.index_sha256
+        and copy.fingerprint == m.fingerprint
+    )

@@ -24,10 +24,24 @@ from tests.sample_datasets import make_files
 
 def folder_dataset(tmp_path: Path, compression: str | None = None, fmt: str = "tar") -> Path:
     """Nine samples in three shards (3 + 3 + 3)."""
-    src = make_files(tmp_path / "src", {f"s{i}.{ext}": f"{ext}-{i}".encode() * (i + 1)
-                                       for i in range(9) for ext in ("txt", "json")})
+    src = make_files(
+        tmp_path / "src",
+        {
+            f"s{i}.{ext}": f"{ext}-{i}".encode() * (i + 1)
+            for i in range(9)
+            for ext in ("txt", "json")
+        },
+    )
     dest = tmp_path / "ds"
-    pack(src, dest, format=fmt, compression=compression, samples_per_shard=3, workers=1, progress=False)
+    pack(
+        src,
+        dest,
+        format=fmt,
+        compression=compression,
+        samples_per_shard=3,
+        workers=1,
+        progress=False,
+    )
     return dest
 
 
@@ -250,14 +264,22 @@ def test_cli_reports_damaged_shards_and_fails(tmp_path):
 
 def test_cli_verify_in_a_real_process(tmp_path):
     dest = folder_dataset(tmp_path, "zstd")
-    proc = subprocess.run([sys.executable, "-m", "shardstream", "verify", str(dest)], capture_output=True, text=True,
-                          timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-m", "shardstream", "verify", str(dest)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("ok: 3 shards, 9 samples")
     victim = shard_path(dest, 1)
     victim.write_bytes(victim.read_bytes()[:-5])
-    proc = subprocess.run([sys.executable, "-m", "shardstream", "verify", str(dest)], capture_output=True, text=True,
-                          timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-m", "shardstream", "verify", str(dest)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 1
     assert "Traceback" not in proc.stderr
     assert f"damaged: {victim}: " in proc.stderr
@@ -278,8 +300,17 @@ def test_decode_reports_a_non_image_jpeg_naming_the_sample(tmp_path):
 
     image = io.BytesIO()
     Image.new("RGB", (4, 4), (1, 2, 3)).save(image, format="JPEG")
-    src = make_files(tmp_path / "src", {"a.JPEG": image.getvalue(), "a.cls": b"1", "b.JPEG": b"<html>not found",
-                                        "b.cls": b"2", "c.JPEG": image.getvalue(), "c.json": b'{"x": 1}'})
+    src = make_files(
+        tmp_path / "src",
+        {
+            "a.JPEG": image.getvalue(),
+            "a.cls": b"1",
+            "b.JPEG": b"<html>not found",
+            "b.cls": b"2",
+            "c.JPEG": image.getvalue(),
+            "c.json": b'{"x": 1}',
+        },
+    )
     dest = tmp_path / "ds"
     pack(src, dest, workers=1, shuffle=False, progress=False)
     assert verify(str(dest)).ok  # sizes, checksums and tar structure are all fine
@@ -304,7 +335,14 @@ def test_an_empty_checksum_means_none_and_is_not_damage(tmp_path):
 
 def _indexed(tmp_path: Path) -> Path:
     make_files(tmp_path / "src", {f"s{i:02d}.txt": b"t" * (100 * i + 1) for i in range(12)})
-    pack(tmp_path / "src", tmp_path / "ds", samples_per_shard=5, index=True, shuffle=False, progress=False)
+    pack(
+        tmp_path / "src",
+        tmp_path / "ds",
+        samples_per_shard=5,
+        index=True,
+        shuffle=False,
+        progress=False,
+    )
     return tmp_path / "ds"
 
 
@@ -345,4 +383,7 @@ def test_an_index_that_disagrees_with_the_tar_is_reported(tmp_path):
         builder.add([data[start : m.offset_data + m.size + (-m.size % 512)]], [(name, 512, m.size)])
     _republish(ds, 0, builder.to_bytes())
     (problem,) = verify(str(ds)).problems
-    assert f"{_shard(ds, 0).name}.idx: it places samples or members other than the shard's headers do" in problem
+    assert (
+        f"{_shard(ds, 0).name}.idx: it places samples or members other than the shard's headers do"
+        in problem
+    )

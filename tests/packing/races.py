@@ -36,8 +36,15 @@ class Runner:
 
     def __init__(self, env: dict[str, str] | None = None, ray: dict[str, Any] | None = None):
         environ = {**os.environ, **(env or {}), "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
-        self.process = subprocess.Popen([sys.executable, "-m", "tests.packing.races"], cwd=str(REPO), env=environ,
-                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1)
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "tests.packing.races"],
+            cwd=str(REPO),
+            env=environ,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            bufsize=1,
+        )
         self.hello = self._send({"hello": True, "ray": ray})
 
     def _send(self, job: dict[str, Any]) -> dict[str, Any]:
@@ -52,12 +59,16 @@ class Runner:
     def result(self) -> dict[str, Any]:
         assert self.process.stdout is not None
         box: list[str] = []
-        reader = threading.Thread(target=lambda: box.append(self.process.stdout.readline()), daemon=True)
+        reader = threading.Thread(
+            target=lambda: box.append(self.process.stdout.readline()), daemon=True
+        )
         reader.start()
         reader.join(RESULT_TIMEOUT)
         if not box or not box[0]:
-            raise AssertionError(f"a pack runner gave no answer in {RESULT_TIMEOUT:.0f} s (exit status "
-                                 f"{self.process.poll()})")
+            raise AssertionError(
+                f"a pack runner gave no answer in {RESULT_TIMEOUT:.0f} s (exit status "
+                f"{self.process.poll()})"
+            )
         return json.loads(box[0])
 
     def pack(self, source: str, dest: str, **options: Any) -> dict[str, Any]:
@@ -85,7 +96,9 @@ class Watcher(threading.Thread):
     same manifest, one listing tells whether any of its objects changed (its ETag on object storage, inode,
     time and size locally); a change is checked in full."""
 
-    def __init__(self, dest: str, storage_options: dict[str, Any] | None = None, pause: float = 0.01):
+    def __init__(
+        self, dest: str, storage_options: dict[str, Any] | None = None, pause: float = 0.01
+    ):
         super().__init__(daemon=True)
         from shardstream.storage import Store
 
@@ -94,7 +107,8 @@ class Watcher(threading.Thread):
         self.stop = threading.Event()
         self.violations: list[str] = []
         self.seen = 0  # full checks that found the manifest whole
-        self._checked: tuple[bytes, dict[str, Any]] | None = None  # a manifest found whole, its objects' versions
+        # a manifest found whole, its objects' versions
+        self._checked: tuple[bytes, dict[str, Any]] | None = None
 
     def manifest_bytes(self) -> bytes | None:
         from shardstream.errors import StorageError
@@ -133,13 +147,18 @@ class Watcher(threading.Thread):
             if all(versions.get(name) == version for name, version in self._checked[1].items()):
                 return  # nothing it names changed since it was found whole
         try:
-            m = Manifest.from_json(raw, self.store.url, lambda name: bytes(self.store.read_bytes(name)))
-        except ShardstreamError:  # its shard table went with a manifest that replaced it: no longer published
+            m = Manifest.from_json(
+                raw, self.store.url, lambda name: bytes(self.store.read_bytes(name))
+            )
+        # its shard table went with a manifest that replaced it: no longer published
+        except ShardstreamError:
             if self.manifest_bytes() == raw:
                 self.violations.append("the published manifest cannot be read")
             return
         expected = {p: (n, sha) for p, n, sha in zip(m.paths, m.nbytes.tolist(), list(m.sha256))}
-        expected.update({f"{p}.idx": (None, d) for p, d in zip(m.paths, list(m.index_sha256 or [])) if d})
+        expected.update(
+            {f"{p}.idx": (None, d) for p, d in zip(m.paths, list(m.index_sha256 or [])) if d}
+        )
         names = list(expected)
         before = self.versions()
         for path, (nbytes, sha) in expected.items():
@@ -153,7 +172,8 @@ class Watcher(threading.Thread):
                     self.violations.append(f"the published manifest names {path}, which {problem}")
                 return
         after = self.versions()
-        if all(before.get(n) == after.get(n) for n in names):  # (else changed while read: checked in full again)
+        # (else changed while read: checked in full again)
+        if all(before.get(n) == after.get(n) for n in names):
             self._checked = (raw, {n: after.get(n) for n in names})
         self.seen += 1
 
@@ -170,14 +190,23 @@ class Race:
     dest: str
     offsets: tuple[float, float]
     results: tuple[dict[str, Any], dict[str, Any]]
-    published: str | None = None  # "A", "B", "before" (the dataset there before the race) or "?" (none of them)
+    # "A", "B", "before" (the dataset there before the race) or "?" (none of them)
+    published: str | None = None
     problems: list[str] = field(default_factory=list)
-    leftovers: list[str] = field(default_factory=list)  # files there that the manifest (if any) does not name
+    # files there that the manifest (if any) does not name
+    leftovers: list[str] = field(default_factory=list)
 
 
-def judge(dest: str, results: tuple[dict[str, Any], dict[str, Any]], clean: dict[str, list[str]],
-          storage_options: dict[str, Any] | None, watcher: Watcher, offsets: tuple[float, float],
-          before: bytes | None, overwrite: bool = False) -> Race:
+def judge(
+    dest: str,
+    results: tuple[dict[str, Any], dict[str, Any]],
+    clean: dict[str, list[str]],
+    storage_options: dict[str, Any] | None,
+    watcher: Watcher,
+    offsets: tuple[float, float],
+    before: bytes | None,
+    overwrite: bool = False,
+) -> Race:
     """The race's outcome: exactly one run published its own shards (and said so, the other failing), or none
     did (both said so, and the manifest is still ``before``, the bytes it held before the race). ``clean`` maps
     "A", "B" (and "before") to the sha256 column of a clean pack of each source. ``overwrite``: both runs
@@ -202,9 +231,13 @@ def judge(dest: str, results: tuple[dict[str, Any], dict[str, Any]], clean: dict
             race.problems.append("the published shards are those of neither run")
     if not won:
         if after != before:
-            race.problems.append(f"no run reported success, but the manifest changed (published: {race.published})")
+            race.problems.append(
+                f"no run reported success, but the manifest changed (published: {race.published})"
+            )
     elif after == before:
-        race.problems.append(f"{won} reported success, but the manifest is the one from before the race")
+        race.problems.append(
+            f"{won} reported success, but the manifest is the one from before the race"
+        )
     elif race.published not in won:
         race.problems.append(f"{won} reported success, but the dataset there is {race.published}'s")
     elif len(won) == 2:  # both published: only one after the other, replacing what is there
@@ -222,9 +255,17 @@ def judge(dest: str, results: tuple[dict[str, Any], dict[str, Any]], clean: dict
     return race
 
 
-def race_pair(a: Runner, b: Runner, sources: tuple[str, str], dest: str, options: dict[str, Any],
-              clean: dict[str, list[str]], spread: float, rng: random.Random,
-              storage_options: dict[str, Any] | None = None) -> Race:
+def race_pair(
+    a: Runner,
+    b: Runner,
+    sources: tuple[str, str],
+    dest: str,
+    options: dict[str, Any],
+    clean: dict[str, list[str]],
+    spread: float,
+    rng: random.Random,
+    storage_options: dict[str, Any] | None = None,
+) -> Race:
     """One race: ``a`` packs ``sources[0]`` and ``b`` packs ``sources[1]`` into ``dest``, each starting at a
     random offset in ``[0, spread)`` s from a common start; a watcher reads ``dest`` meanwhile."""
     offsets = (rng.uniform(0, spread), rng.uniform(0, spread))
@@ -233,20 +274,39 @@ def race_pair(a: Runner, b: Runner, sources: tuple[str, str], dest: str, options
     start_at = time.time() + 0.05
     watcher.start()
     for runner, source, offset in zip((a, b), sources, offsets):
-        runner.submit({"source": source, "dest": dest, "options": options, "start_at": start_at + offset})
+        runner.submit(
+            {"source": source, "dest": dest, "options": options, "start_at": start_at + offset}
+        )
     try:
         results = (a.result(), b.result())
     finally:
         watcher.stop.set()
         watcher.join(30)
     watcher.check_once(full=True)  # what both left: a reader that comes later
-    return judge(dest, results, clean, storage_options, watcher, offsets, before, bool(options.get("overwrite")))
+    return judge(
+        dest,
+        results,
+        clean,
+        storage_options,
+        watcher,
+        offsets,
+        before,
+        bool(options.get("overwrite")),
+    )
 
 
-def run_races(pairs: list[tuple[Runner, Runner]], n: int, sources: tuple[str, str],
-              dest_of: Callable[[int, int], str], options: dict[str, Any], clean: dict[str, list[str]],
-              spread: float, seed: int = 0, storage_options: dict[str, Any] | None = None,
-              prepare: Callable[[str, Runner], None] | None = None) -> list[Race]:
+def run_races(
+    pairs: list[tuple[Runner, Runner]],
+    n: int,
+    sources: tuple[str, str],
+    dest_of: Callable[[int, int], str],
+    options: dict[str, Any],
+    clean: dict[str, list[str]],
+    spread: float,
+    seed: int = 0,
+    storage_options: dict[str, Any] | None = None,
+    prepare: Callable[[str, Runner], None] | None = None,
+) -> list[Race]:
     """``n`` races, as many at once as there are ``pairs`` of runners: race ``i`` run by pair ``k`` goes to
     ``dest_of(i, k)`` (one destination per race, or one per pair for races that follow each other there);
     ``prepare(dest, runner)`` runs first, e.g. to publish a dataset there to overwrite."""
@@ -266,7 +326,9 @@ def run_races(pairs: list[tuple[Runner, Runner]], n: int, sources: tuple[str, st
             try:
                 if prepare is not None:
                     prepare(dest_of(i, k), a)
-                races[i] = race_pair(a, b, sources, dest_of(i, k), options, clean, spread, rng, storage_options)
+                races[i] = race_pair(
+                    a, b, sources, dest_of(i, k), options, clean, spread, rng, storage_options
+                )
             except BaseException as exc:  # noqa: BLE001 - re-raised below, in the caller's thread
                 errors.append(exc)
                 return
@@ -287,14 +349,19 @@ def summary(races: list[Race]) -> str:
     ends: dict[str, int] = {}
     for r in races:
         ends[str(r.published)] = ends.get(str(r.published), 0) + 1
-    overlapped = sum(1 for r in races
-                     if max(x["started_at"] for x in r.results) < min(x["ended_at"] for x in r.results))
+    overlapped = sum(
+        1
+        for r in races
+        if max(x["started_at"] for x in r.results) < min(x["ended_at"] for x in r.results)
+    )
     both = sum(1 for r in races if all(x["ok"] for x in r.results))
     left = [r for r in races if r.leftovers]
     kept = f"; files left in {len(left)} (e.g. {left[0].leftovers[:3]})" if left else ""
     first = f"; first: {damaged[0].problems[0]}" if damaged else ""
-    return (f"{len(damaged)}/{len(races)} damaged ({overlapped} with both runs at once; both reported success in "
-            f"{both}), published {ends}{kept}{first}")
+    return (
+        f"{len(damaged)}/{len(races)} damaged ({overlapped} with both runs at once; both reported success in "
+        f"{both}), published {ends}{kept}{first}"
+    )
 
 
 # -- the runner process ----------------------------------------------------------------------------------------
@@ -333,7 +400,11 @@ def _serve() -> None:
         except shardstream.ShardstreamError as exc:
             answer = {"ok": False, "error": str(exc)}
         except Exception as exc:  # noqa: BLE001 - reported to the test, which fails on it
-            answer = {"ok": False, "error": f"unexpected {type(exc).__name__}: {exc}", "unexpected": True}
+            answer = {
+                "ok": False,
+                "error": f"unexpected {type(exc).__name__}: {exc}",
+                "unexpected": True,
+            }
         answer["seconds"] = time.perf_counter() - started
         answer["started_at"] = time.time() - answer["seconds"]
         answer["ended_at"] = time.time()

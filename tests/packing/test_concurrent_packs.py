@@ -29,19 +29,25 @@ RACES = int(os.environ.get("SHARDSTREAM_RACES", "20"))  # per variant
 
 def folder(root: Path, tag: str) -> str:
     """12 small samples, the same keys in both sources, other bytes."""
-    return str(make_files(root, {f"s{i:03d}.txt": f"{tag} sample {i} ".encode() * 40 for i in range(12)}))
+    return str(
+        make_files(root, {f"s{i:03d}.txt": f"{tag} sample {i} ".encode() * 40 for i in range(12)})
+    )
 
 
 def table(path: Path, tag: str) -> str:
-    pq.write_table(pa.table({"id": list(range(24)), "text": [f"{tag} row {i} " * 20 for i in range(24)]}), path)
+    pq.write_table(
+        pa.table({"id": list(range(24)), "text": [f"{tag} row {i} " * 20 for i in range(24)]}), path
+    )
     return str(path)
 
 
 @pytest.fixture(scope="module")
 def sources(tmp_path_factory) -> dict[str, tuple[str, str]]:
     root = tmp_path_factory.mktemp("race-sources")
-    return {"folder": (folder(root / "a", "A"), folder(root / "b", "B")),
-            "table": (table(root / "a.parquet", "A"), table(root / "b.parquet", "B"))}
+    return {
+        "folder": (folder(root / "a", "A"), folder(root / "b", "B")),
+        "table": (table(root / "a.parquet", "A"), table(root / "b.parquet", "B")),
+    }
 
 
 @pytest.fixture(scope="module")
@@ -54,7 +60,9 @@ def pairs():
         b.close()
 
 
-def clean_packs(runner: Runner, sources: tuple[str, str], root: Path, options: dict) -> tuple[dict, float]:
+def clean_packs(
+    runner: Runner, sources: tuple[str, str], root: Path, options: dict
+) -> tuple[dict, float]:
     """The sha256 column of a clean pack of each source, and the seconds of the second (a warm runner's)."""
     clean, seconds = {}, 0.0
     for name, source in zip("AB", sources):
@@ -74,15 +82,29 @@ VARIANTS = {
 
 
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
-def test_two_packs_into_one_folder_publish_one_whole_dataset_or_none(variant, sources, pairs, tmp_path):
+def test_two_packs_into_one_folder_publish_one_whole_dataset_or_none(
+    variant, sources, pairs, tmp_path
+):
     kind, options = VARIANTS[variant]
     clean, seconds = clean_packs(pairs[0][0], sources[kind], tmp_path, options)
     assert clean["A"] != clean["B"]
-    races = run_races(pairs, RACES, sources[kind], lambda i, k: str(tmp_path / f"race-{i}"), options, clean,
-                      spread=seconds, seed=zlib.crc32(variant.encode()))
+    races = run_races(
+        pairs,
+        RACES,
+        sources[kind],
+        lambda i, k: str(tmp_path / f"race-{i}"),
+        options,
+        clean,
+        spread=seconds,
+        seed=zlib.crc32(variant.encode()),
+    )
     print(f"{variant}: {summary(races)}")
-    assert not [r for r in races if r.problems or r.leftovers], summary(races)  # the loser removed its files
-    assert {r.published for r in races} & {"A", "B"}  # the races did publish (not all ended in two failures)
+    # the loser removed its files
+    assert not [r for r in races if r.problems or r.leftovers], summary(races)
+    assert {r.published for r in races} & {
+        "A",
+        "B",
+    }  # the races did publish (not all ended in two failures)
 
 
 def test_two_overwrites_of_a_dataset_leave_it_whole(sources, pairs, tmp_path):
@@ -100,10 +122,20 @@ def test_two_overwrites_of_a_dataset_leave_it_whole(sources, pairs, tmp_path):
             answer = by.pack(before, dest, **options)
             assert answer["ok"], answer["error"]
 
-    races = run_races(pairs, RACES, sources["folder"], lambda i, k: str(tmp_path / f"chain-{k}"),
-                      {**options, "overwrite": True}, clean, spread=seconds, seed=7, prepare=publish_before)
+    races = run_races(
+        pairs,
+        RACES,
+        sources["folder"],
+        lambda i, k: str(tmp_path / f"chain-{k}"),
+        {**options, "overwrite": True},
+        clean,
+        spread=seconds,
+        seed=7,
+        prepare=publish_before,
+    )
     print(f"overwrite: {summary(races)}")
-    assert not [r for r in races if r.problems or r.leftovers], summary(races)  # the loser removed its files
+    # the loser removed its files
+    assert not [r for r in races if r.problems or r.leftovers], summary(races)
     assert {r.published for r in races} >= {"A", "B"}
 
 
@@ -111,17 +143,33 @@ def test_two_overwrites_of_a_dataset_leave_it_whole(sources, pairs, tmp_path):
 def ray_pair():
     """Two runners, each on a local Ray instance of its own (two jobs on two clusters)."""
     pytest.importorskip("ray")
-    options = {"num_cpus": 1, "include_dashboard": False, "log_to_driver": False, "_node_ip_address": "127.0.0.1"}
+    options = {
+        "num_cpus": 1,
+        "include_dashboard": False,
+        "log_to_driver": False,
+        "_node_ip_address": "127.0.0.1",
+    }
     first, second = Runner(ray=options), Runner(ray=options)
     yield first, second
     second.close()
     first.close()
 
 
-def test_two_ray_packs_into_one_folder_publish_one_whole_dataset_or_none(sources, ray_pair, tmp_path):
+def test_two_ray_packs_into_one_folder_publish_one_whole_dataset_or_none(
+    sources, ray_pair, tmp_path
+):
     options = {"samples_per_shard": 4, "engine": "ray"}
     clean, seconds = clean_packs(ray_pair[0], sources["folder"], tmp_path, options)
-    races = run_races([ray_pair], RACES, sources["folder"], lambda i, k: str(tmp_path / f"race-{i}"), options, clean,
-                      spread=seconds, seed=5)
+    races = run_races(
+        [ray_pair],
+        RACES,
+        sources["folder"],
+        lambda i, k: str(tmp_path / f"race-{i}"),
+        options,
+        clean,
+        spread=seconds,
+        seed=5,
+    )
     print(f"ray: {summary(races)}")
-    assert not [r for r in races if r.problems or r.leftovers], summary(races)  # the loser removed its files
+    # the loser removed its files
+    assert not [r for r in races if r.problems or r.leftovers], summary(races)

@@ -64,7 +64,8 @@ class Recorder:
     def check_publication(self, dest: Path, shards: list[str]) -> None:
         """The order that makes a published dataset durable."""
         dest = Path(os.path.realpath(dest))
-        durable: set[str] = set()  # files whose bytes were on disk before they got their current name
+        # files whose bytes were on disk before they got their current name
+        durable: set[str] = set()
         renamed_at: dict[str, int] = {}
         dir_syncs: list[int] = []
         for i, event in enumerate(self.events):
@@ -75,7 +76,8 @@ class Recorder:
                     durable.add(event[1])
             else:
                 _, src, dst = event
-                if dst.endswith(IN_PROGRESS):  # the marker's token only matters to runs that are alive
+                # the marker's token only matters to runs that are alive
+                if dst.endswith(IN_PROGRESS):
                     continue
                 assert src in durable, f"{src} renamed to {dst} before its bytes were synced"
                 durable.add(dst)
@@ -83,9 +85,12 @@ class Recorder:
         manifest = str(dest / MANIFEST_NAME)
         last_shard = max((renamed_at[str(dest / s)] for s in shards), default=-1)
         assert manifest in renamed_at, "the manifest was not renamed or linked into place"
-        assert any(last_shard < i < renamed_at[manifest] for i in dir_syncs), \
+        assert any(last_shard < i < renamed_at[manifest] for i in dir_syncs), (
             "the folder was not synced between the shard renames and the manifest"
-        assert any(i > renamed_at[manifest] for i in dir_syncs), "the folder was not synced after the manifest"
+        )
+        assert any(i > renamed_at[manifest] for i in dir_syncs), (
+            "the folder was not synced after the manifest"
+        )
 
 
 def shard_names(dest: Path) -> list[str]:
@@ -128,16 +133,30 @@ def test_index_syncs_its_manifest(tmp_path, monkeypatch, source):
     (dest / MANIFEST_NAME).unlink()
     rec = Recorder(monkeypatch)
     index([str(dest)])
-    assert ("fsync", str(dest / MANIFEST_NAME)) not in rec.events  # the temporary file is synced, then renamed
+    assert (
+        "fsync",
+        str(dest / MANIFEST_NAME),
+    ) not in rec.events  # the temporary file is synced, then renamed
     rec.check_publication(dest, [])
-    manifest_at = next(i for i, e in enumerate(rec.events) if e[0] == "rename" and e[2].endswith(MANIFEST_NAME))
+    manifest_at = next(
+        i for i, e in enumerate(rec.events) if e[0] == "rename" and e[2].endswith(MANIFEST_NAME)
+    )
     synced = {e[1] for e in rec.events[:manifest_at] if e[0] == "fsync"}
-    assert {str(dest / name) for name in shard_names(dest)} <= synced  # tars written by others, just before
+    assert {
+        str(dest / name) for name in shard_names(dest)
+    } <= synced  # tars written by others, just before
 
 
 def test_fsync_false_syncs_nothing(tmp_path, monkeypatch, source):
     rec = Recorder(monkeypatch)
-    pack(str(source), str(tmp_path / "out"), workers=1, samples_per_shard=4, progress=False, fsync=False)
+    pack(
+        str(source),
+        str(tmp_path / "out"),
+        workers=1,
+        samples_per_shard=4,
+        progress=False,
+        fsync=False,
+    )
     with ShardWriter(str(tmp_path / "w"), fsync=False) as w:
         w.write({"txt": "x"})
     assert [e for e in rec.events if e[0] == "fsync"] == []
@@ -153,7 +172,9 @@ def test_a_folder_that_cannot_be_synced_is_not_an_error(tmp_path, monkeypatch, s
     assert result.samples == 12
 
 
-def test_a_failing_fsync_stops_the_pack_naming_the_shard_and_publishes_nothing(tmp_path, monkeypatch, source):
+def test_a_failing_fsync_stops_the_pack_naming_the_shard_and_publishes_nothing(
+    tmp_path, monkeypatch, source
+):
     def io_error(path):
         if "shard-000001" in path:
             raise OSError(errno.EIO, "Input/output error")

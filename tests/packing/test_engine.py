@@ -49,8 +49,13 @@ print("ok")
 @pytest.mark.skipif(not FORKS, reason="no fork on this system")
 def test_forked_workers_get_arguments_that_cannot_be_pickled():
     # in a fresh process: earlier tests of a session leave threads (fsspec's loop, prefetchers) behind
-    done = subprocess.run([sys.executable, "-c", _UNPICKLABLE], capture_output=True, text=True, timeout=120,
-                          cwd=Path(__file__).parents[2])
+    done = subprocess.run(
+        [sys.executable, "-c", _UNPICKLABLE],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=Path(__file__).parents[2],
+    )
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]
 
 

@@ -56,7 +56,8 @@ def test_a_local_conditional_write_creates_once_and_replaces_only_the_version_re
     os.unlink(tmp_path / "m.json")
     with pytest.raises(WriteConflict, match="is gone"):
         store.write_if("m.json", b"five", Expect(store.read_tagged("x") or "0" * 64))
-    assert store.read_tagged("m.json") is None and os.listdir(tmp_path) == []  # no temporary file left
+    # no temporary file left
+    assert store.read_tagged("m.json") is None and os.listdir(tmp_path) == []
 
 
 def test_stores_without_conditional_writes_say_so():
@@ -71,9 +72,13 @@ def test_every_file_of_a_run_carries_its_token_and_a_second_run_writes_none_of_t
     first = pack(src, tmp_path / "ds", samples_per_shard=2, index=True, progress=False)
     run = first.manifest.paths[0].split("-")[-1].split(".")[0]
     names = sorted(os.listdir(tmp_path / "ds"))
-    assert names == sorted([MANIFEST_NAME, *first.manifest.paths, *(p + ".idx" for p in first.manifest.paths)])
+    assert names == sorted(
+        [MANIFEST_NAME, *first.manifest.paths, *(p + ".idx" for p in first.manifest.paths)]
+    )
     assert all(run in n for n in names if n != MANIFEST_NAME)
-    second = pack(src, tmp_path / "ds", samples_per_shard=2, index=True, overwrite=True, progress=False)
+    second = pack(
+        src, tmp_path / "ds", samples_per_shard=2, index=True, overwrite=True, progress=False
+    )
     assert not set(first.manifest.paths) & set(second.manifest.paths)
     assert second.fingerprint == first.fingerprint and verify(str(tmp_path / "ds")).ok
 
@@ -84,10 +89,14 @@ def test_every_file_of_a_run_carries_its_token_and_a_second_run_writes_none_of_t
 def test_a_run_that_lost_the_claim_removes_its_files_and_says_so(tmp_path):
     dest = tmp_path / "ds"
     old = written(ShardWriter(str(dest), samples_per_shard=1))
-    newer = written(ShardWriter(str(dest), samples_per_shard=2), 4)  # claims the folder: the old run is done
+    # claims the folder: the old run is done
+    newer = written(ShardWriter(str(dest), samples_per_shard=2), 4)
     mine = set(newer.paths)
-    with pytest.raises(DestinationLost, match=r"claimed by another pack while this one was writing; this run's "
-                       r"shards were not published and its \d+ files? (was|were) removed; let one pack") as info:
+    with pytest.raises(
+        DestinationLost,
+        match=r"claimed by another pack while this one was writing; this run's "
+        r"shards were not published and its \d+ files? (was|were) removed; let one pack",
+    ) as info:
         old.close()
     assert "\n" not in str(info.value)
     assert not [n for n in os.listdir(dest) if old.token in n]
@@ -104,10 +113,16 @@ def test_a_manifest_that_appears_while_a_run_writes_makes_it_lose_and_stays(tmp_
     with pytest.raises(DestinationLost) as info:
         writer.close()
     text = str(info.value)
-    assert "another pack published a dataset there while this one was writing (_manifest.json appeared)" in text
+    assert (
+        "another pack published a dataset there while this one was writing (_manifest.json appeared)"
+        in text
+    )
     assert "its 3 files were removed" in text and "--overwrite" in text and "\n" not in text
     assert (dest / MANIFEST_NAME).read_bytes() == before  # never replaced
-    assert not [n for n in os.listdir(dest) if writer.token in n] and not (dest / IN_PROGRESS).exists()  # its claim
+    # its claim
+    assert (
+        not [n for n in os.listdir(dest) if writer.token in n] and not (dest / IN_PROGRESS).exists()
+    )
 
 
 def test_an_overwrite_loses_when_the_manifest_it_replaces_changed_meanwhile(tmp_path):
@@ -117,8 +132,11 @@ def test_an_overwrite_loses_when_the_manifest_it_replaces_changed_meanwhile(tmp_
     writer = written(ShardWriter(str(dest), samples_per_shard=1, overwrite=True))
     replaced = other_manifest(tmp_path)
     write_manifest(Store(str(dest)), replaced)  # another overwrite was published first
-    with pytest.raises(DestinationLost, match=r"\(_manifest.json was replaced\); this run's shards were not "
-                       r"published and its 3 files were removed"):
+    with pytest.raises(
+        DestinationLost,
+        match=r"\(_manifest.json was replaced\); this run's shards were not "
+        r"published and its 3 files were removed",
+    ):
         writer.close()
     assert json.loads((dest / MANIFEST_NAME).read_bytes())["shards"]["path"] == replaced.paths
 
@@ -130,13 +148,17 @@ def test_an_overwrite_keeps_the_old_dataset_whole_until_its_manifest_is_publishe
     with pytest.raises(DatasetExistsError):
         ShardWriter(str(dest))
     writer = written(ShardWriter(str(dest), samples_per_shard=1, overwrite=True))
-    assert load_manifest(Store(str(dest))).paths == old.manifest.paths and verify(str(dest)).ok  # still published
+    # still published
+    assert load_manifest(Store(str(dest))).paths == old.manifest.paths and verify(str(dest)).ok
     writer.close()
-    assert sorted(os.listdir(dest)) == sorted([MANIFEST_NAME, *writer.paths])  # the old shards went after it
+    # the old shards went after it
+    assert sorted(os.listdir(dest)) == sorted([MANIFEST_NAME, *writer.paths])
     assert verify(str(dest)).ok
 
 
-def test_a_store_without_conditional_writes_checks_its_manifest_after_writing_it(tmp_path, monkeypatch):
+def test_a_store_without_conditional_writes_checks_its_manifest_after_writing_it(
+    tmp_path, monkeypatch
+):
     """Where the store cannot refuse a second writer, a manifest that lands right after this run's is found by
     the re-read that follows the write: this run fails loudly and removes its files; the other one stands."""
     url = f"memory://cond-{uuid.uuid4().hex}/ds"
@@ -152,9 +174,13 @@ def test_a_store_without_conditional_writes_checks_its_manifest_after_writing_it
 
     monkeypatch.setattr(store, "write_bytes", and_then_another)
     monkeypatch.setattr(store, "honours_conditions", lambda *a: False)
-    with pytest.raises(DestinationLost, match=r"another pack published a dataset over this one \(_manifest.json is "
-                       r"not this run's right after it was written; memory:// takes no conditional writes\); this "
-                       r"run's shards were not published and its 6 files were removed"):  # 3 shards, their indexes
+    # 3 shards, their indexes
+    with pytest.raises(
+        DestinationLost,
+        match=r"another pack published a dataset over this one \(_manifest.json is "
+        r"not this run's right after it was written; memory:// takes no conditional writes\); this "
+        r"run's shards were not published and its 6 files were removed",
+    ):
         writer.close()
     assert bytes(Store(url).read_bytes(MANIFEST_NAME)) == theirs
     assert not [n for n in Store(url).list_files() if writer.token in n]

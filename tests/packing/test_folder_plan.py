@@ -12,7 +12,16 @@ from shardstream.packing.folder import check_sample_names, sample_bytes, sample_
 from shardstream.sources import FileSample
 from tests.packing.test_keys import GOOD_KEYS, HOSTILE_KEYS
 
-KEYS = ["a", "class_03/000123", "é/ü", "x" * 95, "x" * 96, "x" * 97, "d/" + "y" * 120, "\udcff/bad-utf8"]
+KEYS = [
+    "a",
+    "class_03/000123",
+    "é/ü",
+    "x" * 95,
+    "x" * 96,
+    "x" * 97,
+    "d/" + "y" * 120,
+    "\udcff/bad-utf8",
+]
 SIZES = [0, 1, 511, 512, 513, 25_000, 8**11 - 1, 8**11, 10**12]
 
 
@@ -21,8 +30,14 @@ SIZES = [0, 1, 511, 512, 513, 25_000, 8**11 - 1, 8**11, 10**12]
 def test_sample_bytes_is_the_tar_writers_size(key, label):
     for size in SIZES:
         for exts in (["jpg"], ["jpg", "txt"], ["bin"], ["ü"]):
-            sample = FileSample(key, [(ext, f"/nowhere/{ext}", size + i) for i, ext in enumerate(exts)], label)
-            assert sample_bytes(sample) == tar_format.sample_size(key, sample_fields(sample)), (key, size, exts)
+            sample = FileSample(
+                key, [(ext, f"/nowhere/{ext}", size + i) for i, ext in enumerate(exts)], label
+            )
+            assert sample_bytes(sample) == tar_format.sample_size(key, sample_fields(sample)), (
+                key,
+                size,
+                exts,
+            )
 
 
 def _samples(keys: list[str], ext: str = "jpg") -> list[FileSample]:
@@ -50,4 +65,6 @@ def test_one_hostile_key_among_good_ones_is_refused_by_name(key, where):
 @pytest.mark.parametrize("ext", ["a\\b", "esc\x1b", "new\nline"])
 def test_a_hostile_field_name_is_refused_by_name(ext):
     with pytest.raises(SourceError, match="its field name .* rename the file"):
-        check_sample_names(_samples(["class_00/1", "class_00/2"]) + _samples(["class_00/3"], ext), "tar")
+        check_sample_names(
+            _samples(["class_00/1", "class_00/2"]) + _samples(["class_00/3"], ext), "tar"
+        )

@@ -27,11 +27,36 @@ from shardstream.packing.fields import check_key, key_problem
 from tests.sample_datasets import make_files
 
 HOSTILE_KEYS = [
-    "../../../tmp/x", "/etc/x", "a/../../b", "..", "a/..", "//x", "a//b", "./a", "a/./b", "dir/",
-    "a\\..\\b", "C:\\x", "a\x1b]0;title\x07", "a\x1b[2Jb", "a\nb", "a\rb", "a\x7fb", "a\x85b", "a\x00b",
+    "../../../tmp/x",
+    "/etc/x",
+    "a/../../b",
+    "..",
+    "a/..",
+    "//x",
+    "a//b",
+    "./a",
+    "a/./b",
+    "dir/",
+    "a\\..\\b",
+    "C:\\x",
+    "a\x1b]0;title\x07",
+    "a\x1b[2Jb",
+    "a\nb",
+    "a\rb",
+    "a\x7fb",
+    "a\x85b",
+    "a\x00b",
 ]
-GOOD_KEYS = ["plain", "dir/sub/img_0001", "v1.2/train/img", "..hidden-ish/x", "a..b/c", "é ü/space key",
-             "-dash/_x", "deep/" * 20 + "x"]
+GOOD_KEYS = [
+    "plain",
+    "dir/sub/img_0001",
+    "v1.2/train/img",
+    "..hidden-ish/x",
+    "a..b/c",
+    "é ü/space key",
+    "-dash/_x",
+    "deep/" * 20 + "x",
+]
 
 
 def one_line(exc: BaseException) -> str:
@@ -54,7 +79,10 @@ def test_shard_writer_refuses_keys_that_escape_or_are_rewritten(tmp_path, key, f
 
 @pytest.mark.parametrize("field", ["t\\x", "t\x1bx", "t\nx", "a/b", ""])
 def test_shard_writer_refuses_field_names_that_are_paths_or_control_characters(tmp_path, field):
-    with ShardWriter(str(tmp_path / "ds")) as w, pytest.raises(EncodeError, match="field name") as info:
+    with (
+        ShardWriter(str(tmp_path / "ds")) as w,
+        pytest.raises(EncodeError, match="field name") as info,
+    ):
         w.write({"__key__": "k", field: b"x"})
     one_line(info.value)
 
@@ -68,7 +96,9 @@ def test_arrow_keys_are_column_values_not_paths(tmp_path):
 
 def test_table_to_tar_refuses_a_hostile_key_column_naming_table_and_row(tmp_path):
     table = tmp_path / "t.parquet"
-    pq.write_table(pa.table({"__key__": ["ok0", "ok1", "../../../tmp/x"], "txt": ["a", "b", "c"]}), table)
+    pq.write_table(
+        pa.table({"__key__": ["ok0", "ok1", "../../../tmp/x"], "txt": ["a", "b", "c"]}), table
+    )
     dest = tmp_path / "out"
     with pytest.raises(EncodeError) as info:
         pack(str(table), str(dest), format="tar", progress=False)
@@ -77,7 +107,9 @@ def test_table_to_tar_refuses_a_hostile_key_column_naming_table_and_row(tmp_path
     assert not (dest / "_manifest.json").exists()
 
 
-@pytest.mark.parametrize("name", ["back\\slash.txt", "new\nline.txt", "esc\x1b[2J.txt", "dot/x.a\\b"])
+@pytest.mark.parametrize(
+    "name", ["back\\slash.txt", "new\nline.txt", "esc\x1b[2J.txt", "dot/x.a\\b"]
+)
 def test_folder_with_unextractable_file_names_is_refused_before_writing(tmp_path, name):
     src = make_files(tmp_path / "src", {"fine.txt": b"1", name: b"2"})
     dest = tmp_path / "out"
@@ -112,17 +144,28 @@ def _members_inside(target: Path) -> list[str]:
 def test_packed_shards_extract_inside_the_target_with_tarfile_and_tar(tmp_path):
     """Every pack path's shards, extracted by ``tarfile`` (data filter) and ``tar -xf``: every
     member lands inside the target folder, under its own name, and nothing else is written."""
-    src = make_files(tmp_path / "src", {"a/b/img001.jpg": b"j", "a/b/img001.seg.png": b"p", "é ü/x y.txt": b"t",
-                                        "..dots/c.txt": b"c", "v1.2/d.bin": b"d"})
+    src = make_files(
+        tmp_path / "src",
+        {
+            "a/b/img001.jpg": b"j",
+            "a/b/img001.seg.png": b"p",
+            "é ü/x y.txt": b"t",
+            "..dots/c.txt": b"c",
+            "v1.2/d.bin": b"d",
+        },
+    )
     datasets = [pack(str(src), str(tmp_path / "folder"), progress=False).url]
     with ShardWriter(str(tmp_path / "writer"), samples_per_shard=3) as w:
         for i, key in enumerate(GOOD_KEYS):
             w.write({"__key__": key, "txt": f"{i}", "seg.png": b"p"})
-            with pytest.raises(EncodeError):  # a hostile key between good ones is refused, never written
+            # a hostile key between good ones is refused, never written
+            with pytest.raises(EncodeError):
                 w.write({"__key__": HOSTILE_KEYS[i], "txt": "evil"})
     datasets.append(str(tmp_path / "writer"))
     table = tmp_path / "t.parquet"
-    pq.write_table(pa.table({"__key__": GOOD_KEYS, "txt": [str(i) for i in range(len(GOOD_KEYS))]}), table)
+    pq.write_table(
+        pa.table({"__key__": GOOD_KEYS, "txt": [str(i) for i in range(len(GOOD_KEYS))]}), table
+    )
     datasets.append(pack(str(table), str(tmp_path / "table"), format="tar", progress=False).url)
 
     has_tar = shutil.which("tar") is not None
@@ -138,7 +181,9 @@ def test_packed_shards_extract_inside_the_target_with_tarfile_and_tar(tmp_path):
                     with tarfile.open(shard) as tf:
                         tf.extractall(target, filter="data")
                 else:
-                    subprocess.run(["tar", "-xf", str(shard), "-C", str(target)], check=True, timeout=60)
+                    subprocess.run(
+                        ["tar", "-xf", str(shard), "-C", str(target)], check=True, timeout=60
+                    )
             assert os.listdir(outer) == ["target"]
             assert _members_inside(target) == names
 

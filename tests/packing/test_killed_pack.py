@@ -75,28 +75,41 @@ def wait_until(condition, timeout: float, what: str) -> None:
 
 @pytest.fixture
 def source(tmp_path):
-    return make_files(tmp_path / "src", {f"s{i:03d}.txt": f"sample {i}".encode() * 50 for i in range(16)})
+    return make_files(
+        tmp_path / "src", {f"s{i:03d}.txt": f"sample {i}".encode() * 50 for i in range(16)}
+    )
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
-def test_workers_of_a_killed_pack_die_and_a_rerun_with_another_shard_size_verifies(tmp_path, source):
+def test_workers_of_a_killed_pack_die_and_a_rerun_with_another_shard_size_verifies(
+    tmp_path, source
+):
     dest, pids_dir = tmp_path / "out", tmp_path / "pids"
     pids_dir.mkdir()
     script = tmp_path / "pack_script.py"
     script.write_text(textwrap.dedent(PACK_SCRIPT))
     env = {**os.environ, "PIDS": str(pids_dir), "BLOCK": "600", "PYTHONPATH": str(ROOT)}
-    proc = subprocess.Popen([sys.executable, str(script), str(source), str(dest)], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(
+        [sys.executable, str(script), str(source), str(dest)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
     workers: list[int] = []
     try:
-        wait_until(lambda: len(os.listdir(pids_dir)) >= 2 or proc.poll() is not None, 120,
-                   "both workers are mid-pack")
+        wait_until(
+            lambda: len(os.listdir(pids_dir)) >= 2 or proc.poll() is not None,
+            120,
+            "both workers are mid-pack",
+        )
         assert proc.poll() is None, proc.stdout.read().decode(errors="replace")
         workers = [int(name) for name in os.listdir(pids_dir)]
         assert (dest / IN_PROGRESS).exists() and not (dest / MANIFEST_NAME).exists()
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=60)
-        wait_until(lambda: not any(alive(pid) for pid in workers), 60, f"the workers {workers} exit")
+        wait_until(
+            lambda: not any(alive(pid) for pid in workers), 60, f"the workers {workers} exit"
+        )
     finally:
         proc.kill()
         proc.wait(timeout=60)
@@ -105,7 +118,8 @@ def test_workers_of_a_killed_pack_die_and_a_rerun_with_another_shard_size_verifi
                 os.kill(pid, signal.SIGKILL)
     assert not (dest / MANIFEST_NAME).exists()
 
-    result = pack(str(source), str(dest), workers=2, samples_per_shard=3, progress=False)  # no --overwrite needed
+    # no --overwrite needed
+    result = pack(str(source), str(dest), workers=2, samples_per_shard=3, progress=False)
     report = verify(str(dest))
     assert report.ok, report.problems
     assert result.shards == 6 and result.samples == 16
@@ -115,14 +129,20 @@ def test_workers_of_a_killed_pack_die_and_a_rerun_with_another_shard_size_verifi
 def test_a_worker_of_an_older_run_cannot_touch_a_newer_runs_dataset(tmp_path, source):
     """What an orphaned worker of a killed run does when it goes on after the next run claimed the folder."""
     dest = tmp_path / "out"
-    first = pack(str(source), str(dest), workers=1, samples_per_shard=2, overwrite=True, progress=False)
+    first = pack(
+        str(source), str(dest), workers=1, samples_per_shard=2, overwrite=True, progress=False
+    )
     old_token = "0123456789abcdef"  # the killed run's claim, replaced since
     src = open_source(str(source), "auto")
     plan = plan_shards(src.samples, 10**9, 3)  # the old run cut other shards
     before = {p.name: p.read_bytes() for p in dest.iterdir()}
     with pytest.raises(ShardstreamError, match="claimed by another pack"):
-        write_shard(ShardJob(str(dest), None, 0, f"shard-000000-{old_token}.tar", None, plan[0], old_token))
-    assert {p.name: p.read_bytes() for p in dest.iterdir()} == before  # nothing renamed, nothing left behind
+        write_shard(
+            ShardJob(str(dest), None, 0, f"shard-000000-{old_token}.tar", None, plan[0], old_token)
+        )
+    assert {
+        p.name: p.read_bytes() for p in dest.iterdir()
+    } == before  # nothing renamed, nothing left behind
     assert verify(str(dest)).ok and first.shards == 8
 
 
@@ -131,7 +151,9 @@ def test_a_writer_that_lost_its_destination_to_another_does_not_publish(tmp_path
     old = ShardWriter(str(dest), samples_per_shard=1)
     old.write({"__key__": "old", "txt": "old"})
     old.finish()
-    with ShardWriter(str(dest), samples_per_shard=1) as new:  # claims the folder: the old run's shard is ours
+    with ShardWriter(
+        str(dest), samples_per_shard=1
+    ) as new:  # claims the folder: the old run's shard is ours
         for i in range(3):
             new.write({"__key__": f"new{i}", "txt": "new"})
     with pytest.raises(ShardstreamError, match="claimed by another pack") as info:
@@ -162,9 +184,16 @@ def test_a_run_whose_marker_was_removed_does_not_publish(tmp_path, source):
 
 def test_a_worker_whose_parent_is_gone_exits_at_once():
     """The race in the pool initializer: the parent died before the death signal was armed."""
-    code = "from shardstream.packing.engine import die_with_parent; die_with_parent(0); print('alive')"
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    code = (
+        "from shardstream.packing.engine import die_with_parent; die_with_parent(0); print('alive')"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
     assert (proc.returncode, proc.stdout, proc.stderr) == (1, "", "")
 
 
@@ -173,9 +202,15 @@ def test_a_rerun_has_the_same_fingerprint_and_shards_but_another_creation_time(t
     first = pack(str(source), str(dest), workers=2, samples_per_shard=5, progress=False)
     shards = {without_run(p): (dest / p).read_bytes() for p in first.manifest.paths}
     doc = doc_without_runs(json.loads((dest / MANIFEST_NAME).read_bytes()))
-    second = pack(str(source), str(dest), workers=1, samples_per_shard=5, overwrite=True, progress=False)
-    assert second.fingerprint == first.fingerprint  # the run's token in shard names is not part of it
+    second = pack(
+        str(source), str(dest), workers=1, samples_per_shard=5, overwrite=True, progress=False
+    )
+    # the run's token in shard names is not part of it
+    assert second.fingerprint == first.fingerprint
     assert {without_run(p): (dest / p).read_bytes() for p in second.manifest.paths} == shards
-    assert not set(first.manifest.paths) & set(os.listdir(dest))  # new names; the replaced shards are gone
+    # new names; the replaced shards are gone
+    assert not set(first.manifest.paths) & set(os.listdir(dest))
     again = doc_without_runs(json.loads((dest / MANIFEST_NAME).read_bytes()))
-    assert {k: v for k, v in again.items() if k != "created"} == {k: v for k, v in doc.items() if k != "created"}
+    assert {k: v for k, v in again.items() if k != "created"} == {
+        k: v for k, v in doc.items() if k != "created"
+    }

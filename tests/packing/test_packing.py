@@ -34,8 +34,6 @@ pack_module = importlib.import_module("shardstream.packing.driver")
 # -- helpers ------------------------------------------------------------------------------------------------
 
 
-
-
 def load_doc(dest: Path) -> dict:
     return json.loads((dest / "_manifest.json").read_bytes())
 
@@ -49,7 +47,11 @@ def doc_without_created(dest: Path) -> dict:
 
 def shard_files(dest: Path) -> dict[str, bytes]:
     """Every file in ``dest`` except the manifest, by name without the run's token."""
-    return {without_run(p.name): p.read_bytes() for p in sorted(dest.iterdir()) if p.name != "_manifest.json"}
+    return {
+        without_run(p.name): p.read_bytes()
+        for p in sorted(dest.iterdir())
+        if p.name != "_manifest.json"
+    }
 
 
 def read_samples(dest: Path) -> list[dict]:
@@ -64,14 +66,19 @@ def read_samples(dest: Path) -> list[dict]:
 def read_arrow(dest: Path) -> pa.Table:
     doc = load_doc(dest)
     assert doc["shard_format"] == "arrow"
-    tables = [pa.ipc.open_file(pa.py_buffer((dest / p).read_bytes())).read_all() for p in doc["shards"]["path"]]
+    tables = [
+        pa.ipc.open_file(pa.py_buffer((dest / p).read_bytes())).read_all()
+        for p in doc["shards"]["path"]
+    ]
     return pa.concat_tables(tables)
 
 
 def check_manifest_matches_shards(dest: Path) -> None:
     doc = load_doc(dest)
     shards = doc["shards"]
-    for path, n, size, digest in zip(shards["path"], shards["samples"], shards["bytes"], shards["sha256"]):
+    for path, n, size, digest in zip(
+        shards["path"], shards["samples"], shards["bytes"], shards["sha256"]
+    ):
         data = (dest / path).read_bytes()
         assert len(data) == size
         assert hashlib.sha256(data).hexdigest() == digest
@@ -90,13 +97,14 @@ def varied_folder(root: Path, n: int = 24, seed: int = 3) -> Path:
     return make_files(root, files)
 
 
-
-
 def run_python(code: str, preexec) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
-                          preexec_fn=preexec, timeout=120)
-
-
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        preexec_fn=preexec,
+        timeout=120,
+    )
 
 
 # -- folders into tar ---------------------------------------------------------------------------------------
@@ -146,7 +154,11 @@ def test_folder_tar_samples_come_back_in_sorted_order_with_their_bytes(tmp_path)
 
 
 def test_imagefolder_gives_cls_and_classes(tmp_path):
-    files = {f"{cls}/{i:02d}.jpg": f"{cls}{i}".encode() * 10 for cls in ("zebra", "ant", "cat") for i in range(4)}
+    files = {
+        f"{cls}/{i:02d}.jpg": f"{cls}{i}".encode() * 10
+        for cls in ("zebra", "ant", "cat")
+        for i in range(4)
+    }
     src = make_files(tmp_path / "src", files)
     dest = tmp_path / "out"
     result = pack(src, dest, samples_per_shard=5, workers=2, progress=False, shuffle=False)
@@ -180,7 +192,12 @@ ODD_FILES = {
     "a.cls": b"2",
     "v1.0/config.yaml": b"x: 1",
 }
-ODD_HIDDEN = {".DS_Store": b"junk", ".git/HEAD": b"ref", "sub/.hidden.txt": b"secret", "ünïcødé/.x": b"x"}
+ODD_HIDDEN = {
+    ".DS_Store": b"junk",
+    ".git/HEAD": b"ref",
+    "sub/.hidden.txt": b"secret",
+    "ünïcødé/.x": b"x",
+}
 
 
 def expected_odd_samples(src: Path) -> dict[str, dict[str, bytes]]:
@@ -193,12 +210,21 @@ def expected_odd_samples(src: Path) -> dict[str, dict[str, bytes]]:
     return expected
 
 
-@pytest.mark.parametrize(("compression", "workers"), [(None, 1), (None, 2), ("zstd", 2), ("gzip", 1)])
+@pytest.mark.parametrize(
+    ("compression", "workers"), [(None, 1), (None, 2), ("zstd", 2), ("gzip", 1)]
+)
 def test_odd_folder_round_trips(tmp_path, compression, workers):
     src = make_files(tmp_path / "src", {**ODD_FILES, **ODD_HIDDEN})
     dest = tmp_path / "out"
-    result = pack(src, dest, samples_per_shard=3, compression=compression, workers=workers, progress=False,
-                  shuffle=False)
+    result = pack(
+        src,
+        dest,
+        samples_per_shard=3,
+        compression=compression,
+        workers=workers,
+        progress=False,
+        shuffle=False,
+    )
     samples = read_samples(dest)
     got = {s.pop("__key__"): s for s in samples}
     assert len(got) == len(samples)  # no key twice
@@ -217,7 +243,10 @@ def test_odd_folder_is_readable_by_tarfile(tmp_path):
     with tarfile.open(dest / result.manifest.paths[0]) as tf:
         for member in tf.getmembers():
             members[member.name] = tf.extractfile(member).read()
-    expected = {(rel if "." in rel.rpartition("/")[2] else rel + ".bin"): data for rel, data in ODD_FILES.items()}
+    expected = {
+        (rel if "." in rel.rpartition("/")[2] else rel + ".bin"): data
+        for rel, data in ODD_FILES.items()
+    }
     assert "README.bin" in expected and "sub/Makefile.bin" in expected
     assert members == expected
 
@@ -235,7 +264,11 @@ def test_shard_size_is_respected(tmp_path):
         assert size == (dest / path).stat().st_size
         if path not in alone:
             assert size <= 4096
-    assert any(s["__key__"] == "10" for p in alone for s in iter_shard_samples("tar", (dest / p).read_bytes()))
+    assert any(
+        s["__key__"] == "10"
+        for p in alone
+        for s in iter_shard_samples("tar", (dest / p).read_bytes())
+    )
     assert result.samples == 20
     # a 1000-byte file takes 1536 bytes, the end of the tar 1024: two per 4096-byte shard
     assert doc["shards"]["samples"] == [2, 2, 2, 2, 2, 1, 2, 2, 2, 2, 1]
@@ -250,7 +283,9 @@ def test_shard_size_string_is_parsed(tmp_path):
 
 def test_samples_per_shard_is_respected(tmp_path):
     src = make_files(tmp_path / "src", {f"{i:02d}.txt": b"x" for i in range(10)})
-    result = pack(src, tmp_path / "out", samples_per_shard=3, workers=3, progress=False, shuffle=False)
+    result = pack(
+        src, tmp_path / "out", samples_per_shard=3, workers=3, progress=False, shuffle=False
+    )
     assert result.manifest.samples.tolist() == [3, 3, 3, 1]
     assert [s["__key__"] for s in read_samples(tmp_path / "out")] == [f"{i:02d}" for i in range(10)]
 
@@ -261,10 +296,14 @@ def test_compressed_tar_holds_the_plain_tar(tmp_path, compression, suffix):
     plain = tmp_path / "plain"
     packed = tmp_path / "packed"
     pack(src, plain, samples_per_shard=3, workers=1, progress=False)
-    result = pack(src, packed, samples_per_shard=3, compression=compression, workers=2, progress=False)
+    result = pack(
+        src, packed, samples_per_shard=3, compression=compression, workers=2, progress=False
+    )
     assert result.manifest.shard_format == suffix
     doc = load_doc(packed)
-    assert [without_run(p) for p in doc["shards"]["path"]] == [f"shard-{i:06d}.{suffix}" for i in range(3)]
+    assert [without_run(p) for p in doc["shards"]["path"]] == [
+        f"shard-{i:06d}.{suffix}" for i in range(3)
+    ]
     plain_paths = load_doc(plain)["shards"]["path"]
     for i, path in enumerate(doc["shards"]["path"]):
         data = (packed / path).read_bytes()
@@ -279,12 +318,21 @@ def test_compressed_tar_holds_the_plain_tar(tmp_path, compression, suffix):
 def test_compressed_tar_is_deterministic(tmp_path):
     src = varied_folder(tmp_path / "src", n=8)
     for name, workers in (("a", 1), ("b", 2)):
-        pack(src, tmp_path / name, samples_per_shard=3, compression="gzip", workers=workers, progress=False)
+        pack(
+            src,
+            tmp_path / name,
+            samples_per_shard=3,
+            compression="gzip",
+            workers=workers,
+            progress=False,
+        )
     assert shard_files(tmp_path / "a") == shard_files(tmp_path / "b")
 
 
 def test_folder_to_arrow(tmp_path):
-    src = make_files(tmp_path / "src", {"a.jpg": b"jpeg", "a.txt": b"caption", "b.jpg": b"other", "c.txt": b""})
+    src = make_files(
+        tmp_path / "src", {"a.jpg": b"jpeg", "a.txt": b"caption", "b.jpg": b"other", "c.txt": b""}
+    )
     dest = tmp_path / "out"
     result = pack(src, dest, format="arrow", progress=False, shuffle=False)
     assert result.manifest.shard_format == "arrow"
@@ -310,12 +358,18 @@ def test_imagefolder_to_arrow_has_integer_cls(tmp_path):
 
 
 def test_folder_to_arrow_with_fields_that_vary_between_shards(tmp_path):
-    src = make_files(tmp_path / "src", {"a.jpg": b"1", "b.jpg": b"2", "c.txt": b"3", "d.jpg": b"4", "d.txt": b"5"})
+    src = make_files(
+        tmp_path / "src",
+        {"a.jpg": b"1", "b.jpg": b"2", "c.txt": b"3", "d.jpg": b"4", "d.txt": b"5"},
+    )
     dest = tmp_path / "out"
     pack(src, dest, format="arrow", samples_per_shard=1, progress=False, shuffle=False)
     rows = read_arrow(dest).to_pylist()
     assert [(r["__key__"], r.get("jpg"), r.get("txt")) for r in rows] == [
-        ("a", b"1", None), ("b", b"2", None), ("c", None, b"3"), ("d", b"4", b"5"),
+        ("a", b"1", None),
+        ("b", b"2", None),
+        ("c", None, b"3"),
+        ("d", b"4", b"5"),
     ]
 
 
@@ -323,11 +377,13 @@ def test_folder_to_arrow_with_fields_that_vary_between_shards(tmp_path):
 
 
 def demo_table(n: int = 1000) -> pa.Table:
-    return pa.table({
-        "id": pa.array(range(n), pa.int64()),
-        "text": [f"row {i} " + "x" * (i % 23) for i in range(n)],
-        "score": [i / 7 for i in range(n)],
-    })
+    return pa.table(
+        {
+            "id": pa.array(range(n), pa.int64()),
+            "text": [f"row {i} " + "x" * (i % 23) for i in range(n)],
+            "score": [i / 7 for i in range(n)],
+        }
+    )
 
 
 def write_table_source(tmp_path: Path, kind: str, table: pa.Table) -> Path:
@@ -375,7 +431,14 @@ def test_table_to_arrow_is_identical_for_any_worker_count(tmp_path):
     table = demo_table()
     source = write_table_source(tmp_path, "parquet-folder", table)
     for name, workers in (("w1", 1), ("w2", 2), ("w1-again", 1)):
-        pack(source, tmp_path / name, shard_size="6KB", workers=workers, progress=False, shuffle=False)
+        pack(
+            source,
+            tmp_path / name,
+            shard_size="6KB",
+            workers=workers,
+            progress=False,
+            shuffle=False,
+        )
     reference = shard_files(tmp_path / "w1")
     assert len(reference) >= 3
     for name in ("w2", "w1-again"):
@@ -406,7 +469,11 @@ def test_table_to_tar_without_key_column(tmp_path):
         assert s["id"] == str(row["id"]).encode()
         assert s["text"] == row["text"].encode()
         assert float(s["score"]) == row["score"]
-    assert {f["name"]: f["samples"] for f in load_doc(dest)["fields"]} == {"id": 25, "score": 25, "text": 25}
+    assert {f["name"]: f["samples"] for f in load_doc(dest)["fields"]} == {
+        "id": 25,
+        "score": 25,
+        "text": 25,
+    }
     check_manifest_matches_shards(dest)
 
 
@@ -415,7 +482,15 @@ def test_table_to_tar_with_key_column(tmp_path):
     path = tmp_path / "t.parquet"
     pq.write_table(table, path)
     dest = tmp_path / "out"
-    pack(path, dest, format="tar", compression="zstd", samples_per_shard=5, progress=False, shuffle=False)
+    pack(
+        path,
+        dest,
+        format="tar",
+        compression="zstd",
+        samples_per_shard=5,
+        progress=False,
+        shuffle=False,
+    )
     samples = read_samples(dest)
     assert [s["__key__"] for s in samples] == [f"item-{i:03d}" for i in range(12)]
     assert all("__key__" not in {k for k in s if k != "__key__"} for s in samples)
@@ -430,7 +505,10 @@ def test_table_to_tar_skips_nulls(tmp_path):
     dest = tmp_path / "out"
     pack(path, dest, format="tar", progress=False, shuffle=False)
     samples = read_samples(dest)
-    assert samples == [{"__key__": "000000000", "a": b"x", "b": b"1"}, {"__key__": "000000001", "b": b"2"}]
+    assert samples == [
+        {"__key__": "000000000", "a": b"x", "b": b"1"},
+        {"__key__": "000000001", "b": b"2"},
+    ]
 
 
 def test_parquet_files_with_different_columns_lose_nothing(tmp_path):
@@ -516,7 +594,8 @@ def test_unreadable_file_fails_without_manifest_and_a_rerun_matches_a_clean_run(
     locked.chmod(0)
     try:
         for workers in (1, 2):
-            proc = run_python(f"""
+            proc = run_python(
+                f"""
                 import shardstream
                 from shardstream.errors import SourceError
                 try:
@@ -526,7 +605,9 @@ def test_unreadable_file_fails_without_manifest_and_a_rerun_matches_a_clean_run(
                     print("SourceError:", exc)
                 else:
                     print("packed")
-            """, preexec)
+            """,
+                preexec,
+            )
             assert proc.returncode == 0, proc.stderr
             assert proc.stdout.startswith("SourceError: "), proc.stdout
             assert str(locked) in proc.stdout
@@ -620,7 +701,10 @@ def test_existing_dataset_is_refused_unless_overwrite(tmp_path):
     assert len(shard_files(dest)) == 6
     result = pack(src, dest, samples_per_shard=3, workers=1, progress=False, overwrite=True)
     assert result.manifest.samples.tolist() == [3, 3]
-    assert sorted(shard_files(dest)) == ["shard-000000.tar", "shard-000001.tar"]  # old shards removed
+    assert sorted(shard_files(dest)) == [
+        "shard-000000.tar",
+        "shard-000001.tar",
+    ]  # old shards removed
     check_manifest_matches_shards(dest)
 
 
@@ -632,15 +716,23 @@ def test_overwrite_that_fails_leaves_the_previous_dataset_as_it_was(tmp_path, mo
     _open_source_then(monkeypatch, lambda source: (src / "2.txt").unlink())
     with pytest.raises(SourceError):
         pack(src, dest, progress=False, overwrite=True)
-    assert {p.name: p.read_bytes() for p in dest.iterdir() if p.name in before} == before  # still published, whole
+    assert {
+        p.name: p.read_bytes() for p in dest.iterdir() if p.name in before
+    } == before  # still published, whole
     check_manifest_matches_shards(dest)
 
 
 def test_temporary_files_of_an_interrupted_pack_are_cleaned_and_other_files_kept(tmp_path):
     src = make_files(tmp_path / "src", {f"{i}.txt": b"data" for i in range(3)})
-    dest = make_files(tmp_path / "out", {".shard-000000.tar.0123abcd.tmp": b"partial", "notes.md": b"mine"})
+    dest = make_files(
+        tmp_path / "out", {".shard-000000.tar.0123abcd.tmp": b"partial", "notes.md": b"mine"}
+    )
     result = pack(src, dest, progress=False)
-    assert sorted(p.name for p in dest.iterdir()) == ["_manifest.json", "notes.md", *result.manifest.paths]
+    assert sorted(p.name for p in dest.iterdir()) == [
+        "_manifest.json",
+        "notes.md",
+        *result.manifest.paths,
+    ]
     assert (dest / "notes.md").read_bytes() == b"mine"
 
 
@@ -674,10 +766,19 @@ def test_source_error_happens_before_touching_the_destination(tmp_path):
     assert not dest.exists()
 
 
-@pytest.mark.parametrize("kwargs", [
-    {"workers": 0}, {"workers": -1}, {"shard_size": 0}, {"shard_size": "abc"}, {"shard_size": "-5MB"},
-    {"samples_per_shard": 0}, {"format": "zip"}, {"compression": "lz4"},
-])
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"workers": 0},
+        {"workers": -1},
+        {"shard_size": 0},
+        {"shard_size": "abc"},
+        {"shard_size": "-5MB"},
+        {"samples_per_shard": 0},
+        {"format": "zip"},
+        {"compression": "lz4"},
+    ],
+)
 def test_nonsense_options_are_refused(tmp_path, kwargs):
     src = make_files(tmp_path / "src", {"a.txt": b"a"})
     dest = tmp_path / "out"
@@ -700,13 +801,17 @@ def test_parallel_pack_from_a_plain_script(tmp_path):
     """Workers are forked: a script without a ``__main__`` guard works (spawn would re-run it and crash)."""
     src = varied_folder(tmp_path / "src", n=6)
     script = tmp_path / "job.py"
-    script.write_text(textwrap.dedent(f"""
+    script.write_text(
+        textwrap.dedent(f"""
         import shardstream
         result = shardstream.pack({str(src)!r}, {str(tmp_path / "out")!r}, samples_per_shard=2, workers=2,
                                   progress=False)
         print(result.samples)
-    """))
-    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    """)
+    )
+    proc = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=120
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.strip() == "6"
 
@@ -717,7 +822,13 @@ def test_tar_members_have_fixed_metadata(tmp_path):
     result = pack(src, tmp_path / "out", progress=False)
     with tarfile.open(tmp_path / "out" / result.manifest.paths[0]) as tf:
         (member,) = tf.getmembers()
-    assert (member.name, member.mtime, member.uid, member.gid, member.mode) == ("a.txt", 0, 0, 0, 0o644)
+    assert (member.name, member.mtime, member.uid, member.gid, member.mode) == (
+        "a.txt",
+        0,
+        0,
+        0,
+        0o644,
+    )
 
 
 def test_a_shard_size_smaller_than_a_sample_warns_once(tmp_path, caplog):
@@ -725,14 +836,23 @@ def test_a_shard_size_smaller_than_a_sample_warns_once(tmp_path, caplog):
     with caplog.at_level("WARNING", logger="shardstream"):
         result = pack(src, tmp_path / "small", shard_size="1KB", workers=1)
     assert list(result.manifest.samples) == [1] * 6
-    warned = [r.getMessage() for r in caplog.records if "smaller than a typical sample" in r.getMessage()]
-    assert len(warned) == 1 and "1.0 KB" in warned[0] and "6 of 6 shards" in warned[0] and "256MB" in warned[0]
+    warned = [
+        r.getMessage() for r in caplog.records if "smaller than a typical sample" in r.getMessage()
+    ]
+    assert (
+        len(warned) == 1
+        and "1.0 KB" in warned[0]
+        and "6 of 6 shards" in warned[0]
+        and "256MB" in warned[0]
+    )
     caplog.clear()
     with caplog.at_level("WARNING", logger="shardstream"):
         pack(src, tmp_path / "arrow", format="arrow", shard_size="1KB")  # through ShardWriter
         pack(src, tmp_path / "big", workers=1)
         pack(src, tmp_path / "counted", samples_per_shard=1, workers=1)  # one per shard, as asked
-    warned = [r.getMessage() for r in caplog.records if "smaller than a typical sample" in r.getMessage()]
+    warned = [
+        r.getMessage() for r in caplog.records if "smaller than a typical sample" in r.getMessage()
+    ]
     assert len(warned) == 1 and "6 of 6" in warned[0]
 
 
@@ -741,21 +861,32 @@ def test_table_to_tar_stores_typed_values_without_python_reprs(tmp_path):
 
     png = b"\x89PNG\r\n\x1a\n" + b"\0" * 20
     image = pa.struct([("bytes", pa.binary()), ("path", pa.string())])
-    table = pa.table({
-        "image": pa.array([{"bytes": png, "path": "a/x.PNG"}, {"bytes": png, "path": None}], type=image),
-        "raw": pa.array([b"\x00\x01", b"\xff"], type=pa.binary()),
-        "meta": pa.array([{"w": 1, "tags": ["a"]}, {"w": 2, "tags": []}]),
-        "day": pa.array([datetime.date(2024, 1, 2), None]),
-    })
+    table = pa.table(
+        {
+            "image": pa.array(
+                [{"bytes": png, "path": "a/x.PNG"}, {"bytes": png, "path": None}], type=image
+            ),
+            "raw": pa.array([b"\x00\x01", b"\xff"], type=pa.binary()),
+            "meta": pa.array([{"w": 1, "tags": ["a"]}, {"w": 2, "tags": []}]),
+            "day": pa.array([datetime.date(2024, 1, 2), None]),
+        }
+    )
     pq.write_table(table, tmp_path / "t.parquet")
     pack(tmp_path / "t.parquet", tmp_path / "out", format="tar", progress=False, shuffle=False)
     first, second = read_samples(tmp_path / "out")
-    assert first == {"__key__": "000000000", "image.png": png, "raw": b"\x00\x01",
-                     "meta.json": b'{"w": 1, "tags": ["a"]}', "day": b"2024-01-02"}
+    assert first == {
+        "__key__": "000000000",
+        "image.png": png,
+        "raw": b"\x00\x01",
+        "meta.json": b'{"w": 1, "tags": ["a"]}',
+        "day": b"2024-01-02",
+    }
     assert second["image.png"] == png  # no path: the suffix from the bytes
     nested = pa.table({"boxes": pa.array([{"data": b"\x01", "n": 1}])})
     pq.write_table(nested, tmp_path / "n.parquet")
-    with pytest.raises(ShardstreamError, match=r"row 0: column 'boxes': it holds bytes inside a nested value"):
+    with pytest.raises(
+        ShardstreamError, match=r"row 0: column 'boxes': it holds bytes inside a nested value"
+    ):
         pack(tmp_path / "n.parquet", tmp_path / "n", format="tar", progress=False)
 
 
@@ -764,15 +895,33 @@ def test_table_numbers_and_text_packed_to_tar_read_back_as_numbers_and_text(tmp_
     comes back as an int (collated into a tensor) and a string column as str, not b"3" and b"cat"."""
     import shardstream as ss
 
-    table = pa.table({"label": [3, 1, 4], "caption": ["cat", "dög", "x"], "score": [0.5, 1.25, -2.0],
-                      "ok": [True, False, True], "raw": [b"\x00", b"\x01", b"\x02"]})
+    table = pa.table(
+        {
+            "label": [3, 1, 4],
+            "caption": ["cat", "dög", "x"],
+            "score": [0.5, 1.25, -2.0],
+            "ok": [True, False, True],
+            "raw": [b"\x00", b"\x01", b"\x02"],
+        }
+    )
     pq.write_table(table, tmp_path / "t.parquet")
-    result = pack(tmp_path / "t.parquet", tmp_path / "out", format="tar", progress=False, shuffle=False)
+    result = pack(
+        tmp_path / "t.parquet", tmp_path / "out", format="tar", progress=False, shuffle=False
+    )
     types = {f["name"]: f["type"] for f in result.manifest.fields}
-    assert types == {"label": "int", "caption": "str", "score": "float", "ok": "bool", "raw": "bytes"}
+    assert types == {
+        "label": "int",
+        "caption": "str",
+        "score": "float",
+        "ok": "bool",
+        "raw": "bytes",
+    }
     rows = list(ss.ShardDataset(str(tmp_path / "out"), shuffle=False))
     assert [(r["label"], r["caption"], r["score"], r["ok"], r["raw"]) for r in rows] == [
-        (3, "cat", 0.5, True, b"\x00"), (1, "dög", 1.25, False, b"\x01"), (4, "x", -2.0, True, b"\x02")]
+        (3, "cat", 0.5, True, b"\x00"),
+        (1, "dög", 1.25, False, b"\x01"),
+        (4, "x", -2.0, True, b"\x02"),
+    ]
     batch = next(iter(ss.ShardDataset(str(tmp_path / "out"), shuffle=False, batch_size=3)))
     assert batch["label"].tolist() == [3, 1, 4] and batch["caption"] == ["cat", "dög", "x"]
     raw = next(iter(ss.ShardDataset(str(tmp_path / "out"), shuffle=False, decode=None)))

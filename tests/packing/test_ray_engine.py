@@ -23,8 +23,13 @@ REPO = str(Path(__file__).resolve().parents[2])
 
 @pytest.fixture(scope="module")
 def local_ray():
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, _node_ip_address="127.0.0.1",
-             runtime_env={"env_vars": {"PYTHONPATH": REPO}})
+    ray.init(
+        num_cpus=2,
+        include_dashboard=False,
+        log_to_driver=False,
+        _node_ip_address="127.0.0.1",
+        runtime_env={"env_vars": {"PYTHONPATH": REPO}},
+    )
     yield
     ray.shutdown()
 
@@ -39,13 +44,17 @@ def shard_jobs(tmp_path: Path, dest: Path) -> list[tuple]:
     files = {f"k{i:03d}.txt": f"value {i}".encode() * 40 for i in range(30)}
     src = open_source(str(make_files(tmp_path / "src", files)))
     plan = plan_shards(src.samples, 1 << 30, 10)
-    return [(ShardJob(str(dest), None, i, f"shard-{i:06d}.tar", None, samples, None, False),)
-            for i, samples in enumerate(plan)]
+    return [
+        (ShardJob(str(dest), None, i, f"shard-{i:06d}.tar", None, samples, None, False),)
+        for i, samples in enumerate(plan)
+    ]
 
 
 def test_a_worker_killed_mid_task_is_retried_and_the_shards_are_identical(local_ray, tmp_path):
     local = tmp_path / "local"
-    local_results = engine.run_jobs("local", ray_jobs.write_shard, shard_jobs(tmp_path, local), 1, True, lambda i: None)
+    local_results = engine.run_jobs(
+        "local", ray_jobs.write_shard, shard_jobs(tmp_path, local), 1, True, lambda i: None
+    )
     killed = tmp_path / "ray"
     marker = tmp_path / "killed.pid"
     jobs = [(str(marker), 1, *args) for args in shard_jobs(tmp_path, killed)]
@@ -59,11 +68,18 @@ def test_a_worker_killed_mid_task_is_retried_and_the_shards_are_identical(local_
 
 def test_a_worker_that_always_dies_ends_with_one_line_naming_the_input(local_ray, tmp_path):
     marker = tmp_path / "deaths"
-    with pytest.raises(ShardstreamError, match=r"^shard 0 \(photos/a.jpg\): its Ray worker died 2 times") as info:
+    with pytest.raises(
+        ShardstreamError, match=r"^shard 0 \(photos/a.jpg\): its Ray worker died 2 times"
+    ) as info:
         from shardstream.packing.ray_engine import run_ray
 
-        run_ray(ray_jobs.always_killed, [(str(marker),)], lambda i: None, retries=1,
-                describe=lambda i: "photos/a.jpg")
+        run_ray(
+            ray_jobs.always_killed,
+            [(str(marker),)],
+            lambda i: None,
+            retries=1,
+            describe=lambda i: "photos/a.jpg",
+        )
     assert "\n" not in str(info.value)
     assert len(marker.read_text().split()) == 2  # first try and one retry
 
@@ -71,15 +87,19 @@ def test_a_worker_that_always_dies_ends_with_one_line_naming_the_input(local_ray
 def test_an_error_in_the_data_is_raised_as_is(local_ray):
     with pytest.raises(SourceError, match=r"^x.jpg: not a JPEG"):
         engine.run_jobs("ray", ray_jobs.bad_file, [("x.jpg",)], 2, True, lambda i: None)
-    with pytest.raises(ShardstreamError, match=r"^shard 0 failed on Ray: TypeError: cannot handle 3$"):
+    with pytest.raises(
+        ShardstreamError, match=r"^shard 0 failed on Ray: TypeError: cannot handle 3$"
+    ):
         engine.run_jobs("ray", ray_jobs.type_error, [(3,)], 2, True, lambda i: None)
 
 
 def test_an_unknown_engine_and_an_unreachable_cluster():
     with pytest.raises(ValueError, match="unknown engine 'spark'"):
         engine.run_jobs("spark", ray_jobs.square, [(1,)], 1, True, lambda i: None)
-    code = ("from shardstream.packing.ray_engine import connect\n"
-            "try:\n    connect('127.0.0.1:9')\nexcept Exception as e:\n    print(type(e).__name__, e)")
+    code = (
+        "from shardstream.packing.ray_engine import connect\n"
+        "try:\n    connect('127.0.0.1:9')\nexcept Exception as e:\n    print(type(e).__name__, e)"
+    )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.stdout.startswith("ShardstreamError cannot reach the Ray cluster at 127.0.0.1:9 (")
     assert "ray start --head" in done.stdout
@@ -98,15 +118,30 @@ def manifest_without_creation(dest: Path) -> dict:
 def test_a_ray_pack_is_byte_identical_to_a_local_one(local_ray, tmp_path, compression):
     from shardstream import pack
 
-    files = {f"{c}/{i:02d}.jpg": f"{c}{i}".encode() * (50 + i) for c in ("cat", "dog") for i in range(25)}
+    files = {
+        f"{c}/{i:02d}.jpg": f"{c}{i}".encode() * (50 + i) for c in ("cat", "dog") for i in range(25)
+    }
     src = make_files(tmp_path / "src", files)
-    local = pack(src, tmp_path / "local", samples_per_shard=7, compression=compression, progress=False)
-    remote = pack(src, tmp_path / "ray", samples_per_shard=7, compression=compression, progress=False, engine="ray")
+    local = pack(
+        src, tmp_path / "local", samples_per_shard=7, compression=compression, progress=False
+    )
+    remote = pack(
+        src,
+        tmp_path / "ray",
+        samples_per_shard=7,
+        compression=compression,
+        progress=False,
+        engine="ray",
+    )
     assert local.manifest.num_shards == 8 and remote.fingerprint == local.fingerprint
-    assert manifest_without_creation(tmp_path / "ray") == manifest_without_creation(tmp_path / "local")
+    assert manifest_without_creation(tmp_path / "ray") == manifest_without_creation(
+        tmp_path / "local"
+    )
     for name, other in zip(local.manifest.paths, remote.manifest.paths):
         assert (tmp_path / "ray" / other).read_bytes() == (tmp_path / "local" / name).read_bytes()
-    names = {d: sorted(without_run(p.name) for p in (tmp_path / d).iterdir()) for d in ("ray", "local")}
+    names = {
+        d: sorted(without_run(p.name) for p in (tmp_path / d).iterdir()) for d in ("ray", "local")
+    }
     assert names["ray"] == names["local"]  # nothing staged or temporary left
 
 
@@ -119,9 +154,16 @@ def test_a_table_packs_on_ray_as_it_does_locally(local_ray, tmp_path):
     table = pa.table({"x": list(range(300)), "name": [f"row {i}" for i in range(300)]})
     pq.write_table(table, tmp_path / "t.parquet", row_group_size=50)
     pack(tmp_path / "t.parquet", tmp_path / "local", samples_per_shard=64, progress=False)
-    pack(tmp_path / "t.parquet", tmp_path / "ray", samples_per_shard=64, progress=False, engine="ray")
-    assert manifest_without_creation(tmp_path / "ray") == manifest_without_creation(tmp_path / "local")
-    assert shard_bytes(tmp_path / "ray") == shard_bytes(tmp_path / "local") and len(shard_bytes(tmp_path / "ray")) == 5
+    pack(
+        tmp_path / "t.parquet", tmp_path / "ray", samples_per_shard=64, progress=False, engine="ray"
+    )
+    assert manifest_without_creation(tmp_path / "ray") == manifest_without_creation(
+        tmp_path / "local"
+    )
+    assert (
+        shard_bytes(tmp_path / "ray") == shard_bytes(tmp_path / "local")
+        and len(shard_bytes(tmp_path / "ray")) == 5
+    )
 
 
 def test_what_ray_does_not_pack_is_refused(local_ray, tmp_path):
@@ -129,7 +171,9 @@ def test_what_ray_does_not_pack_is_refused(local_ray, tmp_path):
 
     table = tmp_path / "t.csv"
     table.write_text("a,b\n1,2\n")
-    with pytest.raises(ShardstreamError, match="engine='ray' packs folder trees into tar shards, tables into Arrow"):
+    with pytest.raises(
+        ShardstreamError, match="engine='ray' packs folder trees into tar shards, tables into Arrow"
+    ):
         pack(table, tmp_path / "out", engine="ray", progress=False, format="tar")
     assert not (tmp_path / "out" / "_manifest.json").exists()
 
@@ -139,9 +183,25 @@ def test_the_command_line_packs_on_a_local_ray(tmp_path):
     src = make_files(tmp_path / "src", files)
     env = {**__import__("os").environ, "PYTHONPATH": REPO}
     env.pop("RAY_ADDRESS", None)
-    done = subprocess.run([sys.executable, "-m", "shardstream", "pack", str(src), str(tmp_path / "out"), "--engine",
-                           "ray", "--samples-per-shard", "4", "-q"], capture_output=True, text=True, env=env,
-                          timeout=300)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "shardstream",
+            "pack",
+            str(src),
+            str(tmp_path / "out"),
+            "--engine",
+            "ray",
+            "--samples-per-shard",
+            "4",
+            "-q",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     assert "packed 9 samples into 3 tar shards" in done.stdout
 
@@ -154,13 +214,18 @@ def shard_bytes(dest: Path) -> dict[str, bytes]:
 def test_a_function_pack_on_ray_equals_the_local_one(local_ray, tmp_path):
     from shardstream import pack
 
-    def make(i: int) -> list[dict]:  # a closure-free lambda would do too: Ray pickles functions by value
+    def make(
+        i: int,
+    ) -> list[dict]:  # a closure-free lambda would do too: Ray pickles functions by value
         return [{"__key__": f"in{i:03d}_{j}", "txt": f"input {i} part {j}"} for j in range(i % 3)]
 
     inputs = list(range(40))
     pack(inputs, tmp_path / "local", fn=make, samples_per_shard=9, progress=False)
     pack(inputs, tmp_path / "ray", fn=make, samples_per_shard=9, progress=False, engine="ray")
-    assert shard_bytes(tmp_path / "ray") == shard_bytes(tmp_path / "local") and len(shard_bytes(tmp_path / "ray")) == 5
+    assert (
+        shard_bytes(tmp_path / "ray") == shard_bytes(tmp_path / "local")
+        and len(shard_bytes(tmp_path / "ray")) == 5
+    )
 
 
 def test_an_hdf5_file_packs_on_ray_as_it_does_locally(local_ray, tmp_path):
@@ -175,7 +240,10 @@ def test_an_hdf5_file_packs_on_ray_as_it_does_locally(local_ray, tmp_path):
         f["labels"] = np.arange(50) % 7
     pack(path, tmp_path / "local", samples_per_shard=16, progress=False)
     pack(path, tmp_path / "ray", samples_per_shard=16, progress=False, engine="ray")
-    assert shard_bytes(tmp_path / "ray") == shard_bytes(tmp_path / "local") and len(shard_bytes(tmp_path / "ray")) == 4
+    assert (
+        shard_bytes(tmp_path / "ray") == shard_bytes(tmp_path / "local")
+        and len(shard_bytes(tmp_path / "ray")) == 4
+    )
 
 
 def test_a_failing_input_on_ray_names_it_and_publishes_nothing(local_ray, tmp_path):
@@ -186,6 +254,8 @@ def test_a_failing_input_on_ray_names_it_and_publishes_nothing(local_ray, tmp_pa
             raise ValueError("bad record")
         return {"__key__": f"k{i}", "txt": str(i)}
 
-    with pytest.raises(ShardstreamError, match=r"fn .*make on input 7 \(7\) failed: ValueError: bad record"):
+    with pytest.raises(
+        ShardstreamError, match=r"fn .*make on input 7 \(7\) failed: ValueError: bad record"
+    ):
         pack(list(range(12)), tmp_path / "out", fn=make, progress=False, engine="ray")
     assert not (tmp_path / "out" / "_manifest.json").exists()

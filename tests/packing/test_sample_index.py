@@ -34,18 +34,23 @@ def _check(url: str) -> None:
 
 
 @pytest.mark.parametrize("workers", [1, 2])
-def test_a_local_pack_with_index_publishes_checked_indexes_and_no_staged_files(folder, tmp_path, workers):
+def test_a_local_pack_with_index_publishes_checked_indexes_and_no_staged_files(
+    folder, tmp_path, workers
+):
     dest = tmp_path / "ds"
     shardstream.pack(folder, dest, samples_per_shard=4, workers=workers, index=True, progress=False)
     _check(str(dest))
     names = sorted(without_run(p.name) for p in dest.iterdir())
-    assert names == ["_manifest.json"] + [f"shard-00000{i}.tar{x}" for i in range(3) for x in ("", ".idx")]
+    assert names == ["_manifest.json"] + [
+        f"shard-00000{i}.tar{x}" for i in range(3) for x in ("", ".idx")
+    ]
 
 
 def test_local_packs_have_no_index_by_default_and_compressed_shards_none_at_all(folder, tmp_path):
     plain = shardstream.pack(folder, tmp_path / "a", samples_per_shard=4, progress=False).manifest
-    zst = shardstream.pack(folder, tmp_path / "b", samples_per_shard=4, compression="zstd", index=True,
-                           progress=False).manifest
+    zst = shardstream.pack(
+        folder, tmp_path / "b", samples_per_shard=4, compression="zstd", index=True, progress=False
+    ).manifest
     assert plain.index_sha256 is None and zst.index_sha256 is None
     assert not list((tmp_path / "a").glob("*.idx")) and not list((tmp_path / "b").glob("*.idx"))
 
@@ -58,8 +63,18 @@ def test_a_repack_without_index_clears_the_old_indexes(folder, tmp_path):
 
 
 def test_the_cli_packs_with_index(folder, tmp_path):
-    result = CliRunner().invoke(cli, ["pack", str(folder), str(tmp_path / "ds"), "--samples-per-shard", "4",
-                                       "--index", "--quiet"])
+    result = CliRunner().invoke(
+        cli,
+        [
+            "pack",
+            str(folder),
+            str(tmp_path / "ds"),
+            "--samples-per-shard",
+            "4",
+            "--index",
+            "--quiet",
+        ],
+    )
     assert result.exit_code == 0, result.output
     _check(str(tmp_path / "ds"))
 

@@ -14,7 +14,11 @@ from tests.sample_datasets import make_files
 
 
 def class_sorted_folder(root, classes: int = 5, per_class: int = 12):
-    files = {f"c{c}/{i:03d}.png": f"{c}-{i}".encode() * 8 for c in range(classes) for i in range(per_class)}
+    files = {
+        f"c{c}/{i:03d}.png": f"{c}-{i}".encode() * 8
+        for c in range(classes)
+        for i in range(per_class)
+    }
     return make_files(root, files), files
 
 
@@ -28,7 +32,7 @@ def test_folder_pack_is_shuffled_by_default_with_the_same_samples(tmp_path):
         assert s["png"] == files[s["__key__"] + ".png"]
         assert int(s["cls"]) == int(s["__key__"][1])
     # a class-sorted tree gives shards of one class without shuffle; shuffled, every shard mixes classes
-    per_shard = [{s["__key__"][:2] for s in samples[i:i + 12]} for i in range(0, 60, 12)]
+    per_shard = [{s["__key__"][:2] for s in samples[i : i + 12]} for i in range(0, 60, 12)]
     assert all(len(classes) >= 3 for classes in per_shard)
 
 
@@ -74,8 +78,14 @@ def test_table_to_tar_keeps_row_numbers_as_keys(tmp_path):
 def test_cli_shuffle_flags(tmp_path):
     src, _ = class_sorted_folder(tmp_path / "src")
     runner = CliRunner()
-    for name, extra in (("a", ["--seed", "3"]), ("b", ["--seed", "3", "--workers", "1"]), ("c", ["--no-shuffle"])):
-        result = runner.invoke(cli, ["pack", str(src), str(tmp_path / name), "-q", "--samples-per-shard", "9", *extra])
+    for name, extra in (
+        ("a", ["--seed", "3"]),
+        ("b", ["--seed", "3", "--workers", "1"]),
+        ("c", ["--no-shuffle"]),
+    ):
+        result = runner.invoke(
+            cli, ["pack", str(src), str(tmp_path / name), "-q", "--samples-per-shard", "9", *extra]
+        )
         assert result.exit_code == 0, result.output
     assert shard_files(tmp_path / "a") == shard_files(tmp_path / "b")
     keys = [s["__key__"] for s in read_samples(tmp_path / "c")]

@@ -31,7 +31,9 @@ def _reference(samples: list[FileSample]) -> bytes:
     return out.getvalue()
 
 
-def _fast(tmp_path, samples: list[FileSample], writeback: bool = False) -> tuple[bytes, int, str, Counter[str]]:
+def _fast(
+    tmp_path, samples: list[FileSample], writeback: bool = False
+) -> tuple[bytes, int, str, Counter[str]]:
     target = tmp_path / "out.tar"
     fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
     try:
@@ -97,7 +99,10 @@ def test_a_file_that_shrank_is_refused_by_name(tmp_path):
     samples = _samples(tmp_path)[5:7]
     path = samples[1].files[0][1]
     os.truncate(path, 100)
-    with pytest.raises(SourceError, match=rf"{re.escape(path)} changed while packing \(it was 700000 bytes, now 100\)"):
+    with pytest.raises(
+        SourceError,
+        match=rf"{re.escape(path)} changed while packing \(it was 700000 bytes, now 100\)",
+    ):
         _fast(tmp_path, samples)
 
 
@@ -118,8 +123,11 @@ def test_files_from_more_folders_than_stay_open_and_relative_paths(tmp_path, mon
     samples = []
     for i in range(300):  # more folders than write_files keeps open at once
         path, size = _file(tmp_path, f"src/f{i:03d}/{i}.bin", 700 + i, seed=i)
-        samples.append(FileSample(f"f{i:03d}/{i}", [("bin", os.path.relpath(path), size)], label=i % 3))
-    samples.append(FileSample("top", [("bin", *_file(tmp_path, "top.bin", 5))]))  # no folder in its path
+        samples.append(
+            FileSample(f"f{i:03d}/{i}", [("bin", os.path.relpath(path), size)], label=i % 3)
+        )
+    # no folder in its path
+    samples.append(FileSample("top", [("bin", *_file(tmp_path, "top.bin", 5))]))
     samples[-1].files[0] = ("bin", "top.bin", 5)
     before = _open_fds()
     assert _fast(tmp_path, samples)[0] == _reference(samples)

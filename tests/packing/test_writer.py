@@ -34,7 +34,8 @@ def read_all(url: str) -> tuple[list[dict], list[list[dict]]]:
     store = Store(url)
     manifest = load_manifest(store)
     per_shard = [
-        list(iter_shard_samples(manifest.shard_format, store.read_bytes(p), p)) for p in manifest.paths
+        list(iter_shard_samples(manifest.shard_format, store.read_bytes(p), p))
+        for p in manifest.paths
     ]
     return [s for shard in per_shard for s in shard], per_shard
 
@@ -91,7 +92,9 @@ def test_shard_names_are_deterministic(tmp_path):
         for i in range(10):
             w.write({"__key__": f"k{i:02d}", "txt": f"text {i}"})
     m = w.manifest
-    assert m.paths == [f"shard-00000{i}-{w.token}.tar" for i in range(4)]  # the run's token: no run writes another's
+    assert m.paths == [
+        f"shard-00000{i}-{w.token}.tar" for i in range(4)
+    ]  # the run's token: no run writes another's
     assert sorted(os.listdir(tmp_path / "ds")) == sorted([*m.paths, MANIFEST_NAME])
     assert m.samples.tolist() == [3, 3, 3, 1]
     assert m.shard_format == "tar"
@@ -105,7 +108,9 @@ def test_same_samples_give_identical_shards(tmp_path):
         return w.manifest
 
     a, b = run(tmp_path / "a"), run(tmp_path / "b")
-    assert [without_run(p) for p in a.paths] == [without_run(p) for p in b.paths] and a.sha256 == b.sha256
+    assert [without_run(p) for p in a.paths] == [
+        without_run(p) for p in b.paths
+    ] and a.sha256 == b.sha256
     for p, q in zip(a.paths, b.paths):
         assert (tmp_path / "a" / p).read_bytes() == (tmp_path / "b" / q).read_bytes()
 
@@ -226,10 +231,17 @@ def test_memory_store_publishes_on_clean_exit_only():
         for i in range(3):
             w.write({"txt": str(i)})
     assert [without_run(n) for n in Store(url).list_files()] == [
-        "_manifest.json", "shard-000000.tar", "shard-000000.tar.idx", "shard-000001.tar", "shard-000001.tar.idx"]
+        "_manifest.json",
+        "shard-000000.tar",
+        "shard-000000.tar.idx",
+        "shard-000001.tar",
+        "shard-000001.tar.idx",
+    ]
     samples, _ = read_all(url)
     assert [s["txt"] for s in samples] == [b"0", b"1", b"2"]
-    with ShardWriter(url, samples_per_shard=5, overwrite=True, index=False) as w:  # leftover indexes go too
+    with ShardWriter(
+        url, samples_per_shard=5, overwrite=True, index=False
+    ) as w:  # leftover indexes go too
         w.write({"txt": "x"})
     assert Store(url).list_files() == ["_manifest.json", f"shard-000000-{w.token}.tar"]
 
@@ -274,7 +286,12 @@ def test_overwrite_replaces_and_removes_stale_shards(tmp_path):
     with ShardWriter(str(tmp_path), samples_per_shard=1, overwrite=True) as w:
         for i in range(2):
             w.write({"txt": f"new {i}"})
-    assert files_in(tmp_path) == ["README.md", MANIFEST_NAME, "shard-000000.tar", "shard-000001.tar"]
+    assert files_in(tmp_path) == [
+        "README.md",
+        MANIFEST_NAME,
+        "shard-000000.tar",
+        "shard-000001.tar",
+    ]
     samples, _ = read_all(str(tmp_path))
     assert [s["txt"] for s in samples] == [b"new 0", b"new 1"]
 
@@ -434,7 +451,9 @@ def test_field_encoding_round_trip(tmp_path):
 def test_fields_are_stored_sorted_by_name(tmp_path):
     with ShardWriter(str(tmp_path)) as w:
         w.write({"__key__": "k", "txt": "t", "cls": "1", "jpg": b"j"})
-    names = [n for n, _, _ in tar_format.iter_members((tmp_path / w.manifest.paths[0]).read_bytes())]
+    names = [
+        n for n, _, _ in tar_format.iter_members((tmp_path / w.manifest.paths[0]).read_bytes())
+    ]
     assert names == ["k.cls", "k.jpg", "k.txt"]
 
 
@@ -522,8 +541,10 @@ def test_arrow_auto_keys(tmp_path):
 
 
 def test_arrow_schema_mismatch_across_shards(tmp_path):
-    with pytest.raises(EncodeError, match="schema"), \
-            ShardWriter(str(tmp_path), format="arrow", samples_per_shard=1) as w:
+    with (
+        pytest.raises(EncodeError, match="schema"),
+        ShardWriter(str(tmp_path), format="arrow", samples_per_shard=1) as w,
+    ):
         w.write({"__key__": "a", "x": 1})
         w.write({"__key__": "b", "x": "not a number"})
         w.write({"__key__": "c", "x": 3})  # closing b's shard finds the mismatch
@@ -532,8 +553,10 @@ def test_arrow_schema_mismatch_across_shards(tmp_path):
 
 
 def test_arrow_new_field_is_rejected(tmp_path):
-    with pytest.raises(EncodeError, match=r"\['extra'\] are not in this dataset's Arrow schema"), \
-            ShardWriter(str(tmp_path), format="arrow", samples_per_shard=1) as w:
+    with (
+        pytest.raises(EncodeError, match=r"\['extra'\] are not in this dataset's Arrow schema"),
+        ShardWriter(str(tmp_path), format="arrow", samples_per_shard=1) as w,
+    ):
         w.write({"__key__": "a", "x": 1})
         w.write({"__key__": "b", "x": 2, "extra": 5})
         w.write({"__key__": "c", "x": 3})
@@ -541,8 +564,10 @@ def test_arrow_new_field_is_rejected(tmp_path):
 
 
 def test_arrow_schema_mismatch_in_one_shard_is_an_encode_error(tmp_path):
-    with pytest.raises(EncodeError, match=r"'a'..'b' do not fit the Arrow schema"), \
-            ShardWriter(str(tmp_path), format="arrow") as w:
+    with (
+        pytest.raises(EncodeError, match=r"'a'..'b' do not fit the Arrow schema"),
+        ShardWriter(str(tmp_path), format="arrow") as w,
+    ):
         w.write({"__key__": "a", "x": 1})
         w.write({"__key__": "b", "x": "not a number"})
     assert MANIFEST_NAME not in files_in(tmp_path)
@@ -593,8 +618,13 @@ BASE = "abcXYZ019_- é"
 FIELD_NAMES = ["txt", "cls", "json", "seg.png", "a.b.c", "bin"]
 keys = st.builds(
     lambda dirs, base: "/".join([*dirs, base]),
-    st.lists(st.text(alphabet=BASE + ".", min_size=1, max_size=60).filter(lambda d: d not in (".", "..")),
-             max_size=3),  # '.' and '..' folders are refused: see test_keys.py
+    # '.' and '..' folders are refused: see test_keys.py
+    st.lists(
+        st.text(alphabet=BASE + ".", min_size=1, max_size=60).filter(
+            lambda d: d not in (".", "..")
+        ),
+        max_size=3,
+    ),
     st.text(alphabet=BASE, min_size=1, max_size=40),
 )
 values = st.binary(max_size=700)
@@ -606,8 +636,10 @@ def datasets(draw, same_fields: bool):
     shared = draw(st.lists(st.sampled_from(FIELD_NAMES), min_size=1, max_size=4, unique=True))
     samples = []
     for key in sample_keys:
-        names = shared if same_fields else draw(
-            st.lists(st.sampled_from(FIELD_NAMES), min_size=1, max_size=4, unique=True)
+        names = (
+            shared
+            if same_fields
+            else draw(st.lists(st.sampled_from(FIELD_NAMES), min_size=1, max_size=4, unique=True))
         )
         samples.append({"__key__": key, **{n: draw(values) for n in names}})
     return samples
@@ -616,8 +648,13 @@ def datasets(draw, same_fields: bool):
 def _round_trip(samples, fmt, compression, shard_size, per_shard):
     with tempfile.TemporaryDirectory() as tmp:
         url = os.path.join(tmp, "ds")
-        with ShardWriter(url, format=fmt, compression=compression, shard_size=shard_size,
-                         samples_per_shard=per_shard) as w:
+        with ShardWriter(
+            url,
+            format=fmt,
+            compression=compression,
+            shard_size=shard_size,
+            samples_per_shard=per_shard,
+        ) as w:
             for s in samples:
                 w.write(s)
         manifest = load_manifest(Store(url))
@@ -629,7 +666,9 @@ def _round_trip(samples, fmt, compression, shard_size, per_shard):
         assert sorted(os.listdir(url)) == sorted([*manifest.paths, MANIFEST_NAME])
         for i, path in enumerate(manifest.paths):
             data = open(os.path.join(url, path), "rb").read()  # noqa: SIM115
-            assert without_run(path) == f"shard-{i:06d}.{manifest.shard_format}" and path != without_run(path)
+            assert without_run(
+                path
+            ) == f"shard-{i:06d}.{manifest.shard_format}" and path != without_run(path)
             assert manifest.nbytes[i] == len(data)
             assert manifest.sha256[i] == hashlib.sha256(data).hexdigest()
         if per_shard is not None:
@@ -641,7 +680,11 @@ def _round_trip(samples, fmt, compression, shard_size, per_shard):
 
 @pytest.mark.parametrize(("fmt", "compression"), [("tar", None), ("tar", "zstd"), ("arrow", None)])
 @settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(data=st.data(), shard_size=st.integers(1500, 12_000), per_shard=st.one_of(st.none(), st.integers(1, 5)))
+@given(
+    data=st.data(),
+    shard_size=st.integers(1500, 12_000),
+    per_shard=st.one_of(st.none(), st.integers(1, 5)),
+)
 def test_round_trip_property(fmt, compression, data, shard_size, per_shard):
     samples = data.draw(datasets(same_fields=fmt == "arrow"))
     _round_trip(samples, fmt, compression, shard_size, per_shard)

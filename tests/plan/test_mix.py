@@ -9,8 +9,9 @@ from hypothesis import strategies as st
 
 from shardstream.plan.mix import MixSchedule, quotas, stream_items
 
-weights_st = st.lists(st.floats(min_value=0.0, max_value=100.0, allow_nan=False), min_size=1, max_size=8).filter(
-    lambda w: sum(w) > 0)
+weights_st = st.lists(
+    st.floats(min_value=0.0, max_value=100.0, allow_nan=False), min_size=1, max_size=8
+).filter(lambda w: sum(w) > 0)
 
 
 def prefix_counts(src: np.ndarray, k: int) -> np.ndarray:
@@ -39,7 +40,9 @@ def test_every_source_gets_exactly_its_quota_in_stream_order(weights, total):
     for i in range(len(q)):
         mine = src == i
         assert mine.sum() == q[i]
-        assert (index[mine] == np.arange(q[i])).all()  # each source's items in its own order, none twice
+        assert (
+            index[mine] == np.arange(q[i])
+        ).all()  # each source's items in its own order, none twice
 
 
 @settings(max_examples=150, deadline=None)
@@ -64,7 +67,8 @@ def test_counts_are_a_closed_form_of_the_position(weights, total, data):
     n = data.draw(st.integers(0, total))
     assert schedule.counts(n).tolist() == prefix_counts(src, len(q))[n].tolist()
     lo = data.draw(st.integers(0, total - 1))
-    part_src, part_index = schedule.locate(np.arange(lo, total))  # any slice alone, as a worker places it
+    # any slice alone, as a worker places it
+    part_src, part_index = schedule.locate(np.arange(lo, total))
     full_src, full_index = schedule.locate(np.arange(total))
     assert (part_src == full_src[lo:]).all() and (part_index == full_index[lo:]).all()
 
@@ -103,5 +107,6 @@ def test_large_mixes_plan_without_samples_tables():
     src, index = schedule.locate(np.arange(10**9 - 4096, 10**9))
     assert schedule.counts(10**9).tolist() == q.tolist()
     assert np.bincount(src, minlength=10).sum() == 4096 and (index < q[src]).all()
-    big = MixSchedule.create(quotas([1, 2], 3 * 10**9))  # past 2**30 positions: exact integers still
+    # past 2**30 positions: exact integers still
+    big = MixSchedule.create(quotas([1, 2], 3 * 10**9))
     assert big.counts(3 * 10**9).tolist() == [10**9, 2 * 10**9]

@@ -132,7 +132,9 @@ def test_epoch_order_is_a_bijection_onto_all_samples(counts, seed, epoch, shuffl
 @given(counts=counts_st, seed=seeds, epoch=epochs, shuffle=st.booleans(), window=windows)
 def test_epoch_order_is_deterministic(counts, seed, epoch, shuffle, window):
     a = EpochOrder.create(counts, seed=seed, epoch=epoch, shuffle=shuffle, window=window)
-    b = EpochOrder.create(np.array(counts, dtype=np.int64), seed=seed, epoch=epoch, shuffle=shuffle, window=window)
+    b = EpochOrder.create(
+        np.array(counts, dtype=np.int64), seed=seed, epoch=epoch, shuffle=shuffle, window=window
+    )
     assert np.array_equal(a.shard_order, b.shard_order)
     positions = np.arange(a.total)[::-1]  # any order of positions, also reversed
     for x, y in zip(a.samples(positions), b.samples(positions)):
@@ -144,8 +146,10 @@ def test_different_epochs_and_seeds_give_different_orders():
     base = EpochOrder.create(counts, seed=7, epoch=0, window=256)
     positions = np.arange(base.total)
     ref = base.samples(positions)
-    for other in (EpochOrder.create(counts, seed=7, epoch=1, window=256),
-                  EpochOrder.create(counts, seed=8, epoch=0, window=256)):
+    for other in (
+        EpochOrder.create(counts, seed=7, epoch=1, window=256),
+        EpochOrder.create(counts, seed=8, epoch=0, window=256),
+    ):
         assert not np.array_equal(other.shard_order, base.shard_order)
         got = other.samples(positions)
         assert not (np.array_equal(got[0], ref[0]) and np.array_equal(got[1], ref[1]))
@@ -175,7 +179,9 @@ def test_no_shuffle_reads_shards_in_order_with_identity_windows(counts, seed, ep
 
 @FAST
 @given(counts=counts_st, seed=seeds, epoch=epochs, shuffle=st.booleans(), window=st.integers(1, 60))
-def test_window_permutation_is_a_permutation_and_the_last_window_is_shorter(counts, seed, epoch, shuffle, window):
+def test_window_permutation_is_a_permutation_and_the_last_window_is_shorter(
+    counts, seed, epoch, shuffle, window
+):
     order = EpochOrder.create(counts, seed=seed, epoch=epoch, shuffle=shuffle, window=window)
     n = order.total
     nwin = -(-n // window)
@@ -192,7 +198,9 @@ def test_window_permutation_is_a_permutation_and_the_last_window_is_shorter(coun
             assert lengths[-1] < window
     # the shuffle stays inside its window: position p of window w reads what the same shard order
     # without the in-window shuffle has at w * window + perm[p - w * window]
-    unshuffled = EpochOrder(order.counts, seed, epoch, False, window, order.shard_order, order.ends, order.total)
+    unshuffled = EpochOrder(
+        order.counts, seed, epoch, False, window, order.shard_order, order.ends, order.total
+    )
     for w in range(nwin):
         pos = np.arange(w * window, min((w + 1) * window, n))
         src = w * window + order.window_permutation(w)
@@ -226,9 +234,18 @@ def test_ranks_concatenated_are_the_global_order_for_any_world_size(segment, wor
 
 
 @FAST
-@given(counts=counts_st, seed=seeds, epoch=epochs, shuffle=st.booleans(), window=windows,
-       world=st.one_of(worlds, st.integers(10, 200)), drop_last=st.booleans())
-def test_every_rank_gets_the_same_number_of_samples(counts, seed, epoch, shuffle, window, world, drop_last):
+@given(
+    counts=counts_st,
+    seed=seeds,
+    epoch=epochs,
+    shuffle=st.booleans(),
+    window=windows,
+    world=st.one_of(worlds, st.integers(10, 200)),
+    drop_last=st.booleans(),
+)
+def test_every_rank_gets_the_same_number_of_samples(
+    counts, seed, epoch, shuffle, window, world, drop_last
+):
     n = sum(counts)
     order = EpochOrder.create(counts, seed=seed, epoch=epoch, shuffle=shuffle, window=window)
     segment = [(0, n)]
@@ -281,7 +298,12 @@ def test_segment_positions_maps_intervals_and_wraps():
     segment = [(10, 13), (20, 22)]
     got = segment_positions(segment, np.arange(12))
     assert got.tolist() == [10, 11, 12, 20, 21, 10, 11, 12, 20, 21, 10, 11]
-    assert segment_positions([(5, 5), (7, 9), (9, 9), (0, 1)], np.arange(4)).tolist() == [7, 8, 0, 7]
+    assert segment_positions([(5, 5), (7, 9), (9, 9), (0, 1)], np.arange(4)).tolist() == [
+        7,
+        8,
+        0,
+        7,
+    ]
 
 
 @FAST
@@ -298,16 +320,27 @@ def test_segment_positions_follows_the_intervals_and_pads_by_wrapping(segment, e
 
 
 @FAST
-@given(segment=segments(), world=worlds, data=st.data(), num_workers=workers, batch_size=batches,
-       drop_last=st.booleans())
-def test_dataloader_order_is_the_rank_order_for_any_worker_count(segment, world, data, num_workers, batch_size,
-                                                                 drop_last):
+@given(
+    segment=segments(),
+    world=worlds,
+    data=st.data(),
+    num_workers=workers,
+    batch_size=batches,
+    drop_last=st.booleans(),
+)
+def test_dataloader_order_is_the_rank_order_for_any_worker_count(
+    segment, world, data, num_workers, batch_size, drop_last
+):
     rank = data.draw(st.integers(0, world - 1))
     span = rank_range(segment, world, rank, drop_last)
     consumed = data.draw(st.integers(0, span[1] - span[0]))
-    per_worker = [list(worker_chunks(span, batch_size, num_workers, w, consumed)) for w in range(num_workers)]
+    per_worker = [
+        list(worker_chunks(span, batch_size, num_workers, w, consumed)) for w in range(num_workers)
+    ]
     # the rank's span from `consumed` on, cut into batches; chunk c goes to worker c % num_workers
-    cuts = [(lo, min(lo + batch_size, span[1])) for lo in range(span[0] + consumed, span[1], batch_size)]
+    cuts = [
+        (lo, min(lo + batch_size, span[1])) for lo in range(span[0] + consumed, span[1], batch_size)
+    ]
     for w in range(num_workers):
         assert per_worker[w] == cuts[w::num_workers]
     collected = dataloader_order(per_worker)
@@ -315,16 +348,29 @@ def test_dataloader_order_is_the_rank_order_for_any_worker_count(segment, world,
     indices = [i for lo, hi in collected for i in range(lo, hi)]
     assert indices == list(range(span[0] + consumed, span[1]))
     if segment_length(segment):
-        got = [p for lo, hi in collected for p in segment_positions(segment, np.arange(lo, hi)).tolist()]
+        got = [
+            p
+            for lo, hi in collected
+            for p in segment_positions(segment, np.arange(lo, hi)).tolist()
+        ]
         want = segment_positions(segment, np.arange(span[0] + consumed, span[1])).tolist()
         assert got == want
 
 
 @FAST
-@given(counts=counts_st, seed=seeds, world=worlds, data=st.data(), num_workers=workers, batch_size=batches,
-       window=windows, shuffle=st.booleans())
-def test_workers_read_the_rank_samples_in_plan_order(counts, seed, world, data, num_workers, batch_size, window,
-                                                     shuffle):
+@given(
+    counts=counts_st,
+    seed=seeds,
+    world=worlds,
+    data=st.data(),
+    num_workers=workers,
+    batch_size=batches,
+    window=windows,
+    shuffle=st.booleans(),
+)
+def test_workers_read_the_rank_samples_in_plan_order(
+    counts, seed, world, data, num_workers, batch_size, window, shuffle
+):
     """End to end: what the DataLoader yields on a rank equals that rank's planned (shard, sample) sequence."""
     order = EpochOrder.create(counts, seed=seed, epoch=3, shuffle=shuffle, window=window)
     segment = [(0, order.total)]
@@ -362,12 +408,18 @@ def test_resume_with_any_world_size_repeats_and_skips_nothing(segment, world, ne
     assert len(before) + segment_length(rest) == segment_length(segment)
     # the new segment keeps the global order: it is the segment with the consumed positions taken out
     read = set(before)
-    assert all_positions(rest).tolist() == [p for p in all_positions(segment).tolist() if p not in read]
+    assert all_positions(rest).tolist() == [
+        p for p in all_positions(segment).tolist() if p not in read
+    ]
 
 
 @FAST
-@given(segment=segments(), world=worlds, new_world=worlds, data=st.data(), new_drop_last=st.booleans())
-def test_resume_with_drop_last_stays_inside_the_original_spans(segment, world, new_world, data, new_drop_last):
+@given(
+    segment=segments(), world=worlds, new_world=worlds, data=st.data(), new_drop_last=st.booleans()
+)
+def test_resume_with_drop_last_stays_inside_the_original_spans(
+    segment, world, new_world, data, new_drop_last
+):
     total = segment_length(segment)
     n = per_rank(total, world, True)
     k = data.draw(st.integers(0, n))
@@ -398,14 +450,18 @@ def test_chained_resumes_stay_exact(segment, w1, w2, w3, data):
 
 @FAST
 @given(counts=counts_st, seed=seeds, world=worlds, new_world=worlds, data=st.data(), window=windows)
-def test_resume_reads_every_sample_of_the_epoch_exactly_once(counts, seed, world, new_world, data, window):
+def test_resume_reads_every_sample_of_the_epoch_exactly_once(
+    counts, seed, world, new_world, data, window
+):
     """Samples, not just positions: the whole epoch across a resize, with real padding left out."""
     order = EpochOrder.create(counts, seed=seed, epoch=2, window=window)
     segment = [(0, order.total)]
     k = data.draw(st.integers(0, per_rank(order.total, world, False)))
     rest = remaining(segment, world, k, False)
-    positions = np.array(consumed_positions(segment, world, k, False) + read_in_full(rest, new_world, False),
-                         dtype=np.int64)
+    positions = np.array(
+        consumed_positions(segment, world, k, False) + read_in_full(rest, new_world, False),
+        dtype=np.int64,
+    )
     shards, offsets = order.samples(positions)
     pairs = list(zip(shards.tolist(), offsets.tolist()))
     assert len(pairs) == len(set(pairs))
@@ -431,9 +487,17 @@ def test_remaining_example():
 
 
 @settings(max_examples=150, deadline=None)
-@given(counts=st.lists(st.integers(0, 30), min_size=1, max_size=15), seed=st.integers(-(2**70), 2**70),
-       window=st.integers(1, 50), world=st.integers(1, 6), drop_last=st.booleans(), data=st.data())
-def test_a_restricted_order_reads_the_same_samples_for_its_rank(counts, seed, window, world, drop_last, data):
+@given(
+    counts=st.lists(st.integers(0, 30), min_size=1, max_size=15),
+    seed=st.integers(-(2**70), 2**70),
+    window=st.integers(1, 50),
+    world=st.integers(1, 6),
+    drop_last=st.booleans(),
+    data=st.data(),
+)
+def test_a_restricted_order_reads_the_same_samples_for_its_rank(
+    counts, seed, window, world, drop_last, data
+):
     order = EpochOrder.create(counts, seed=seed, epoch=1, window=window)
     n = order.total
     if n == 0 or (drop_last and n < world):

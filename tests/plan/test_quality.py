@@ -18,7 +18,8 @@ def test_the_default_window_gives_class_sorted_packs_iid_diversity():
     default = EpochOrder.create(counts, seed=3, window=default_window(counts))
     seen, iid = batch_diversity(default, labels, 128)
     assert seen >= 0.9 * iid
-    old = EpochOrder.create(counts, seed=3, window=max(1024, 4 * 100))  # 0.2.0's default: about four shards
+    # 0.2.0's default: about four shards
+    old = EpochOrder.create(counts, seed=3, window=max(1024, 4 * 100))
     seen_old, _ = batch_diversity(old, labels, 128)
     assert seen_old < 0.5 * iid
 
@@ -29,7 +30,8 @@ def test_default_window_spans_many_shards_within_the_bounds_and_balances_the_tai
     window = default_window(counts)
     assert 60 * 2300 <= window <= 64 * 2300
     total = sum(counts)
-    assert total % window == 0 or total % window >= window - total // window - 1  # no short tail window
+    # no short tail window
+    assert total % window == 0 or total % window >= window - total // window - 1
     budget = default_window(counts, nbytes=[256 << 20] * 556, max_bytes=4 << 30)
     assert budget <= 16 * 2300
     assert default_window([10**6] * 10) <= 1 << 20

@@ -24,13 +24,17 @@ def invoke(*args: object) -> Result:
 def ok(*args: object) -> Result:
     """``invoke`` that must succeed."""
     result = invoke(*args)
-    assert result.exit_code == 0, f"exit {result.exit_code}\nstdout: {result.stdout}\nstderr: {result.stderr}"
+    assert result.exit_code == 0, (
+        f"exit {result.exit_code}\nstdout: {result.stdout}\nstderr: {result.stderr}"
+    )
     return result
 
 
 def run(*args: object, timeout: float = 120) -> subprocess.CompletedProcess[str]:
     """The real ``shardstream`` executable in a child process."""
-    return subprocess.run([*SHARDSTREAM, *map(str, args)], capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [*SHARDSTREAM, *map(str, args)], capture_output=True, text=True, timeout=timeout
+    )
 
 
 def one_line_error(result: Result | subprocess.CompletedProcess[str], *names: str) -> str:

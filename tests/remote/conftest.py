@@ -34,7 +34,15 @@ from pathlib import Path
 
 import pytest
 
-from .endpoints import AWS_ENV_TO_UNSET, DUMMY_AWS_ENV, GCS_ENV, Bucket, FakeGCS, MotoS3, StaticHTTPServer
+from .endpoints import (
+    AWS_ENV_TO_UNSET,
+    DUMMY_AWS_ENV,
+    GCS_ENV,
+    Bucket,
+    FakeGCS,
+    MotoS3,
+    StaticHTTPServer,
+)
 from .proxy import FaultProxy
 
 # gcsfs reads this when it is imported; set it before anything can import it.
@@ -46,7 +54,8 @@ HERE = Path(__file__).parent
 def pytest_collection_modifyitems(session, config, items) -> None:
     """Run the endpoint tests last: their session servers and threads stay until the session ends."""
     here = str(HERE) + os.sep
-    items.sort(key=lambda item: str(item.path).startswith(here))  # stable: the order within each part is kept
+    # stable: the order within each part is kept
+    items.sort(key=lambda item: str(item.path).startswith(here))
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -85,8 +94,10 @@ def gcs_server(remote_environment) -> Iterator[FakeGCS]:
     import gcsfs
 
     if gcsfs.GCSFileSystem.__name__ != "GCSFileSystem":
-        pytest.fail("gcsfs was imported before GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT=false was set: every new bucket "
-                    "would wait 60 s on a gRPC probe; set it in the environment of the test run")
+        pytest.fail(
+            "gcsfs was imported before GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT=false was set: every new bucket "
+            "would wait 60 s on a gRPC probe; set it in the environment of the test run"
+        )
     with FakeGCS() as server:
         yield server
 

@@ -31,8 +31,14 @@ def jpeg(rng: random.Random, size: tuple[int, int] = (24, 32)) -> bytes:
     h, w = size
     ys, xs = np.mgrid[0:h, 0:w]
     a, b, c = (rng.randrange(1, 9) for _ in range(3))
-    rgb = np.stack([(xs * a + rng.randrange(256)) % 256, (ys * b + rng.randrange(256)) % 256,
-                    (xs * ys * c) % 256], axis=-1).astype(np.uint8)
+    rgb = np.stack(
+        [
+            (xs * a + rng.randrange(256)) % 256,
+            (ys * b + rng.randrange(256)) % 256,
+            (xs * ys * c) % 256,
+        ],
+        axis=-1,
+    ).astype(np.uint8)
     out = io.BytesIO()
     Image.fromarray(rgb, "RGB").save(out, "JPEG", quality=92, subsampling=0)
     return out.getvalue()
@@ -58,18 +64,21 @@ def class_of(key: str) -> int:
 def parquet_table(path: Path, rows: int = 40, seed: int | None = None) -> pa.Table:
     """A Parquet file of ``rows`` rows (id, text, score, blob); returns the table."""
     rng = random.Random(fresh_seed() if seed is None else seed)
-    table = pa.table({
-        "id": pa.array(range(rows), pa.int64()),
-        "text": [f"row {i} {rng.random():.6f}" for i in range(rows)],
-        "score": pa.array([rng.random() for _ in range(rows)], pa.float64()),
-        "blob": [rng.randbytes(rng.randrange(10, 200)) for _ in range(rows)],
-    })
+    table = pa.table(
+        {
+            "id": pa.array(range(rows), pa.int64()),
+            "text": [f"row {i} {rng.random():.6f}" for i in range(rows)],
+            "score": pa.array([rng.random() for _ in range(rows)], pa.float64()),
+            "blob": [rng.randbytes(rng.randrange(10, 200)) for _ in range(rows)],
+        }
+    )
     pq.write_table(table, path)
     return table
 
 
-def wds_tars(folder: Path, shards: int = 3, per_shard: int = 5, seed: int | None = None
-             ) -> tuple[list[Path], dict[str, dict[str, bytes]]]:
+def wds_tars(
+    folder: Path, shards: int = 3, per_shard: int = 5, seed: int | None = None
+) -> tuple[list[Path], dict[str, dict[str, bytes]]]:
     """WebDataset tars written with ``tarfile`` (as any other tool would): ``part-000.tar``...;
     returns the paths and {key: {ext: bytes}}."""
     rng = random.Random(fresh_seed() if seed is None else seed)
@@ -80,7 +89,10 @@ def wds_tars(folder: Path, shards: int = 3, per_shard: int = 5, seed: int | None
         with tarfile.open(path, "w", format=tarfile.USTAR_FORMAT) as tar:
             for i in range(per_shard):
                 key = f"k{s:02d}{i:03d}"
-                fields = {"txt": f"sample {key} {rng.random()}".encode(), "bin": rng.randbytes(rng.randrange(1, 3000))}
+                fields = {
+                    "txt": f"sample {key} {rng.random()}".encode(),
+                    "bin": rng.randbytes(rng.randrange(1, 3000)),
+                }
                 samples[key] = fields
                 for ext, data in fields.items():
                     info = tarfile.TarInfo(f"{key}.{ext}")

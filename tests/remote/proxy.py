@@ -94,16 +94,27 @@ _CONTENT_SCAN = 1 << 16  # ``content`` patterns look at the first 64 KiB of a re
 
 def s3_error(code: str = "SlowDown", message: str = "Please reduce your request rate.") -> bytes:
     """An S3 error document, e.g. ``s3_error("SlowDown")`` (with 503), ``s3_error("AccessDenied", ...)`` (403)."""
-    return (f'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>{escape(code)}</Code>'
-            f"<Message>{escape(message)}</Message><RequestId>fault-proxy</RequestId></Error>").encode()
+    return (
+        f'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>{escape(code)}</Code>'
+        f"<Message>{escape(message)}</Message><RequestId>fault-proxy</RequestId></Error>"
+    ).encode()
 
 
-def gcs_error(status: int = 503, message: str = "Backend Error", reason: str = "backendError") -> bytes:
+def gcs_error(
+    status: int = 503, message: str = "Backend Error", reason: str = "backendError"
+) -> bytes:
     """A GCS JSON API error document, e.g. ``gcs_error(429, "Rate limit", "rateLimitExceeded")``."""
     import json
 
-    return json.dumps({"error": {"code": status, "message": message,
-                                 "errors": [{"domain": "global", "reason": reason, "message": message}]}}).encode()
+    return json.dumps(
+        {
+            "error": {
+                "code": status,
+                "message": message,
+                "errors": [{"domain": "global", "reason": reason, "message": message}],
+            }
+        }
+    ).encode()
 
 
 @dataclass
@@ -267,13 +278,20 @@ class _Handler(socketserver.StreamRequestHandler):
             self.rfile.readline(_MAX_LINE)
 
     # -- forwarding --------------------------------------------------------------------------------
-    def _forward(self, proxy: FaultProxy, method: str, target: str, headers: list[tuple[str, str]],
-                 body: bytes) -> _Response:
+    def _forward(
+        self,
+        proxy: FaultProxy,
+        method: str,
+        target: str,
+        headers: list[tuple[str, str]],
+        body: bytes,
+    ) -> _Response:
         for attempt in range(2):
             reused = self.upstream is not None
             if self.upstream is None:
-                self.upstream = http.client.HTTPConnection(proxy.target_host, proxy.target_port,
-                                                           timeout=proxy.upstream_timeout)
+                self.upstream = http.client.HTTPConnection(
+                    proxy.target_host, proxy.target_port, timeout=proxy.upstream_timeout
+                )
             conn = self.upstream
             try:
                 conn.putrequest(method, target, skip_host=True, skip_accept_encoding=True)
@@ -286,7 +304,8 @@ class _Handler(socketserver.StreamRequestHandler):
             except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError):
                 conn.close()
                 self.upstream = None
-                if reused and attempt == 0:  # the server closed an idle kept-alive connection: once more
+                # the server closed an idle kept-alive connection: once more
+                if reused and attempt == 0:
                     continue
                 raise
             out = []
@@ -305,7 +324,9 @@ class _Handler(socketserver.StreamRequestHandler):
                 conn.close()
                 self.upstream = None
             return _Response(resp.status, resp.reason, out, data)
-        raise ConnectionError("upstream unreachable")  # pragma: no cover - the loop returns or raises
+        raise ConnectionError(
+            "upstream unreachable"
+        )  # pragma: no cover - the loop returns or raises
 
     # -- one exchange --------------------------------------------------------------------------------
     def _one_request(self, proxy: FaultProxy) -> bool:
@@ -331,10 +352,17 @@ class _Handler(socketserver.StreamRequestHandler):
             record(None)
             self._reset()
         if kind == "status":
-            payload = rule.body if rule.body is not None else f"fault-proxy: {rule.status}\n".encode()
-            response = _Response(rule.status, http.client.responses.get(rule.status, "Error"),
-                                 [*rule.headers.items(), ("Content-Length", str(len(payload)))], payload)
-            record(rule.status)  # before the client can see the answer: the log is complete when it does
+            payload = (
+                rule.body if rule.body is not None else f"fault-proxy: {rule.status}\n".encode()
+            )
+            response = _Response(
+                rule.status,
+                http.client.responses.get(rule.status, "Error"),
+                [*rule.headers.items(), ("Content-Length", str(len(payload)))],
+                payload,
+            )
+            # before the client can see the answer: the log is complete when it does
+            record(rule.status)
             self._send(response.head_bytes(), b"" if method == "HEAD" else payload)
             return True
         response = self._forward(proxy, method, target, headers, body)
@@ -383,8 +411,14 @@ class FaultProxy:
     endpoint. Faults are added and removed at any time, also while requests are in flight.
     """
 
-    def __init__(self, target_host: str, target_port: int, host: str = "127.0.0.1", port: int = 0,
-                 upstream_timeout: float = 60.0):
+    def __init__(
+        self,
+        target_host: str,
+        target_port: int,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        upstream_timeout: float = 60.0,
+    ):
         self.target_host, self.target_port = target_host, int(target_port)
         self.host, self.port = host, port
         self.upstream_timeout = upstream_timeout
@@ -422,8 +456,12 @@ class FaultProxy:
         server = _Server((self.host, self.port), _Handler)
         server.proxy = self
         self._server = server
-        self._thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05},
-                                        name="fault-proxy", daemon=True)
+        self._thread = threading.Thread(
+            target=server.serve_forever,
+            kwargs={"poll_interval": 0.05},
+            name="fault-proxy",
+            daemon=True,
+        )
         self._thread.start()
         return self
 
@@ -450,15 +488,45 @@ class FaultProxy:
         self.stop()
 
     # -- faults ----------------------------------------------------------------------------------------
-    def inject(self, kind: str, *, method: str | None = None, path: str | None = None, after: int = 0,
-               times: int | None = None, probability: float | None = None, seed: int = 0, seconds: float = 0.0,
-               status: int = 503, body: bytes | None = None, headers: dict[str, str] | None = None,
-               nbytes: int = 0, forward: bool = False, rst: bool = False, content: bytes | str | None = None,
-               callback: Callable[[Seen], None] | None = None) -> Rule:
+    def inject(
+        self,
+        kind: str,
+        *,
+        method: str | None = None,
+        path: str | None = None,
+        after: int = 0,
+        times: int | None = None,
+        probability: float | None = None,
+        seed: int = 0,
+        seconds: float = 0.0,
+        status: int = 503,
+        body: bytes | None = None,
+        headers: dict[str, str] | None = None,
+        nbytes: int = 0,
+        forward: bool = False,
+        rst: bool = False,
+        content: bytes | str | None = None,
+        callback: Callable[[Seen], None] | None = None,
+    ) -> Rule:
         """Add a fault (see the module's documentation); returns its :class:`Rule` (live counters)."""
-        rule = Rule(kind, method=method, path=path, after=after, times=times, probability=probability, seed=seed,
-                    seconds=seconds, status=status, body=body, headers=dict(headers or {}), nbytes=nbytes,
-                    forward=forward, rst=rst, content=content, callback=callback)
+        rule = Rule(
+            kind,
+            method=method,
+            path=path,
+            after=after,
+            times=times,
+            probability=probability,
+            seed=seed,
+            seconds=seconds,
+            status=status,
+            body=body,
+            headers=dict(headers or {}),
+            nbytes=nbytes,
+            forward=forward,
+            rst=rst,
+            content=content,
+            callback=callback,
+        )
         rule._proxy = self
         with self._lock:
             self._rules.append(rule)
@@ -490,19 +558,27 @@ class FaultProxy:
         with self._lock:
             return list(self._log)
 
-    def count(self, method: str | None = None, path: str | None = None, fault: str | None = None) -> int:
+    def count(
+        self, method: str | None = None, path: str | None = None, fault: str | None = None
+    ) -> int:
         """Requests seen with this method (any if None) whose decoded target matches ``path`` (a regex)."""
         pattern = re.compile(path) if path is not None else None
-        return sum(1 for s in self.log if (method is None or s.method == method.upper())
-                   and (pattern is None or pattern.search(s.target)) and (fault is None or s.fault == fault))
+        return sum(
+            1
+            for s in self.log
+            if (method is None or s.method == method.upper())
+            and (pattern is None or pattern.search(s.target))
+            and (fault is None or s.fault == fault)
+        )
 
     def reset_log(self) -> None:
         with self._lock:
             self._log.clear()
 
     # -- used by the handler ----------------------------------------------------------------------------
-    def _match(self, method: str, target: str, body: bytes, ranged: str | None = None
-               ) -> tuple[float, Rule | None]:
+    def _match(
+        self, method: str, target: str, body: bytes, ranged: str | None = None
+    ) -> tuple[float, Rule | None]:
         delay, chosen, fired = 0.0, None, []
         with self._lock:
             for rule in self._rules:
@@ -531,7 +607,7 @@ class FaultProxy:
             return value
         for origin in (self.target_url, f"http://localhost:{self.target_port}"):
             if value.startswith(origin):
-                return self.url + value[len(origin):]
+                return self.url + value[len(origin) :]
         return value
 
     def _opened(self, conn: socket.socket) -> None:

@@ -27,7 +27,9 @@ from .clitools import invoke, ok, one_line_error
 from .data import CLASSES, class_of, image_folder, parquet_table, wds_tars
 
 SHARDS = ["shard-000000.tar", "shard-000001.tar", "shard-000002.tar", "shard-000003.tar"]
-WITH_INDEXES = [name for shard in SHARDS for name in (shard, shard + ".idx")]  # packs to a bucket index samples
+WITH_INDEXES = [
+    name for shard in SHARDS for name in (shard, shard + ".idx")
+]  # packs to a bucket index samples
 COUNTS = [4, 4, 4, 2]  # 14 images, 4 per shard
 
 
@@ -36,8 +38,14 @@ def pack_images(bucket, tmp_path, prefix: str = "ds", **kwargs):
     files = image_folder(tmp_path / "src")
     kwargs.setdefault("workers", 2)
     kwargs.setdefault("shuffle", False)  # the checks below read the shards in source order
-    result = shardstream.pack(tmp_path / "src", bucket.url(prefix), storage_options=bucket.storage_options,
-                              samples_per_shard=4, progress=False, **kwargs)
+    result = shardstream.pack(
+        tmp_path / "src",
+        bucket.url(prefix),
+        storage_options=bucket.storage_options,
+        samples_per_shard=4,
+        progress=False,
+        **kwargs,
+    )
     return files, result
 
 
@@ -55,7 +63,9 @@ def test_pack_publishes_shards_and_manifest_and_nothing_else(bucket, tmp_path):
     files, result = pack_images(bucket, tmp_path)
     assert (result.samples, result.shards, result.url) == (14, 4, bucket.url("ds"))
     keys = bucket.keys("ds")  # no marker, no temporaries; shards named with the run's token
-    assert [without_run(k) for k in keys] == ["ds/_manifest.json"] + [f"ds/{s}" for s in WITH_INDEXES]
+    assert [without_run(k) for k in keys] == ["ds/_manifest.json"] + [
+        f"ds/{s}" for s in WITH_INDEXES
+    ]
     m = shardstream.load_manifest(dataset_store(bucket.url("ds"), bucket.storage_options))
     assert [without_run(p) for p in m.paths] == SHARDS and m.samples.tolist() == COUNTS
     assert m.classes == list(CLASSES) and all(f"ds/{p}" in keys for p in m.paths)
@@ -63,7 +73,9 @@ def test_pack_publishes_shards_and_manifest_and_nothing_else(bucket, tmp_path):
     for i, name in enumerate(m.paths):
         data = bucket.read(f"ds/{name}")
         assert len(data) == m.nbytes[i] and hashlib.sha256(data).hexdigest() == m.sha256[i]
-        with tarfile.open(fileobj=io.BytesIO(data)) as tar:  # a plain tar, as WebDataset writes them
+        with tarfile.open(
+            fileobj=io.BytesIO(data)
+        ) as tar:  # a plain tar, as WebDataset writes them
             members = tar.getmembers()
             keys += [n.name[: -len(".jpg")] for n in members if n.name.endswith(".jpg")]
             for member in members:
@@ -75,8 +87,9 @@ def test_pack_publishes_shards_and_manifest_and_nothing_else(bucket, tmp_path):
 
 def test_read_back_in_the_main_process(bucket, tmp_path):
     files, _ = pack_images(bucket, tmp_path)
-    ds = shardstream.ShardDataset(bucket.url("ds"), storage_options=bucket.storage_options, decode=None,
-                                  shuffle=False)
+    ds = shardstream.ShardDataset(
+        bucket.url("ds"), storage_options=bucket.storage_options, decode=None, shuffle=False
+    )
     assert len(ds) == 14
     samples = list(ds)
     assert [s["__key__"] for s in samples] == list(files)
@@ -87,8 +100,9 @@ def test_read_back_in_the_main_process(bucket, tmp_path):
 
 def test_loader_with_two_workers_reads_every_sample_once(bucket, tmp_path):
     files, _ = pack_images(bucket, tmp_path)
-    ds = shardstream.ShardDataset(bucket.url("ds"), storage_options=bucket.storage_options, decode=None,
-                                  shuffle=True, seed=5)
+    ds = shardstream.ShardDataset(
+        bucket.url("ds"), storage_options=bucket.storage_options, decode=None, shuffle=True, seed=5
+    )
     loader = ds.loader(batch_size=3, num_workers=2)
     seen: dict[str, bytes] = {}
     batches = 0
@@ -100,13 +114,21 @@ def test_loader_with_two_workers_reads_every_sample_once(bucket, tmp_path):
     assert batches == 5 and seen == files
 
 
-def test_resume_mid_epoch_continues_exactly_without_reading_consumed_shards(bucket, tmp_path, proxied):
+def test_resume_mid_epoch_continues_exactly_without_reading_consumed_shards(
+    bucket, tmp_path, proxied
+):
     _, _ = pack_images(bucket, tmp_path)
     url, opts = bucket.url("ds"), bucket.storage_options
 
     def loader(storage_options, cache: str, workers: int, shuffle: bool = False):
-        ds = shardstream.ShardDataset(url, storage_options=storage_options, decode=None, shuffle=shuffle, seed=9,
-                                      cache_dir=tmp_path / cache)
+        ds = shardstream.ShardDataset(
+            url,
+            storage_options=storage_options,
+            decode=None,
+            shuffle=shuffle,
+            seed=9,
+            cache_dir=tmp_path / cache,
+        )
         return ds.loader(batch_size=4, num_workers=workers)
 
     whole = [k for b in loader(opts, "c0", 2, shuffle=True) for k in b["__key__"]]
@@ -137,8 +159,9 @@ def test_resume_mid_epoch_continues_exactly_without_reading_consumed_shards(buck
 
 def test_decode_torch_gives_the_images(bucket, tmp_path):
     files, _ = pack_images(bucket, tmp_path)
-    ds = shardstream.ShardDataset(bucket.url("ds"), storage_options=bucket.storage_options, decode="torch",
-                                  shuffle=False)
+    ds = shardstream.ShardDataset(
+        bucket.url("ds"), storage_options=bucket.storage_options, decode="torch", shuffle=False
+    )
     batches = list(ds.loader(batch_size=7, num_workers=2))
     assert len(batches) == 2
     for batch in batches:
@@ -146,7 +169,9 @@ def test_decode_torch_gives_the_images(bucket, tmp_path):
         assert images.dtype == torch.uint8
         assert tuple(images.shape) == (7, 3, 24, 32)
         for key, image, label in zip(batch["__key__"], images, labels.tolist()):
-            expected = np.asarray(Image.open(io.BytesIO(files[key])).convert("RGB")).transpose(2, 0, 1)
+            expected = np.asarray(Image.open(io.BytesIO(files[key])).convert("RGB")).transpose(
+                2, 0, 1
+            )
             diff = np.abs(image.numpy().astype(np.int16) - expected.astype(np.int16))
             assert diff.max() <= 8 and diff.mean() < 1.0  # Pillow or simplejpeg
             assert label == class_of(key)
@@ -154,16 +179,25 @@ def test_decode_torch_gives_the_images(bucket, tmp_path):
 
 def test_table_to_arrow_shards_and_back(bucket, tmp_path):
     table = parquet_table(tmp_path / "t.parquet", rows=40)
-    result = shardstream.pack(tmp_path / "t.parquet", bucket.url("tab"), storage_options=bucket.storage_options,
-                              samples_per_shard=15, progress=False, shuffle=False)
+    result = shardstream.pack(
+        tmp_path / "t.parquet",
+        bucket.url("tab"),
+        storage_options=bucket.storage_options,
+        samples_per_shard=15,
+        progress=False,
+        shuffle=False,
+    )
     assert (result.samples, result.shards) == (40, 3)
     assert [without_run(k) for k in bucket.keys("tab")] == ["tab/_manifest.json"] + [
-        f"tab/shard-00000{i}.arrow" for i in range(3)]
-    ds = shardstream.ShardDataset(bucket.url("tab"), storage_options=bucket.storage_options, decode=None,
-                                  shuffle=False)
+        f"tab/shard-00000{i}.arrow" for i in range(3)
+    ]
+    ds = shardstream.ShardDataset(
+        bucket.url("tab"), storage_options=bucket.storage_options, decode=None, shuffle=False
+    )
     assert list(ds) == table.to_pylist()
-    batched = shardstream.ShardDataset(bucket.url("tab"), storage_options=bucket.storage_options, decode=None,
-                                       shuffle=False)
+    batched = shardstream.ShardDataset(
+        bucket.url("tab"), storage_options=bucket.storage_options, decode=None, shuffle=False
+    )
     ids, blobs = [], []
     for batch in batched.loader(batch_size=8, num_workers=2):
         ids += batch["id"].tolist()  # numeric columns arrive as tensors
@@ -177,14 +211,32 @@ def test_table_to_arrow_shards_and_back(bucket, tmp_path):
 def test_cli_pack_info_ls_cat_verify(bucket, tmp_path):
     files = image_folder(tmp_path / "src")
     url, o = bucket.url("cli"), bucket.cli_options
-    packed = ok("pack", tmp_path / "src", url, "--samples-per-shard", "4", "--workers", "2", "--no-shuffle", "-q", *o)
+    packed = ok(
+        "pack",
+        tmp_path / "src",
+        url,
+        "--samples-per-shard",
+        "4",
+        "--workers",
+        "2",
+        "--no-shuffle",
+        "-q",
+        *o,
+    )
     assert packed.stdout.startswith("packed 14 samples into 4 tar shards") and url in packed.stdout
     doc = json.loads(ok("info", url, "--json", *o).stdout)
-    assert (doc["url"], doc["num_samples"], doc["num_shards"], doc["classes"]) == (url, 14, 4, list(CLASSES))
+    assert (doc["url"], doc["num_samples"], doc["num_shards"], doc["classes"]) == (
+        url,
+        14,
+        4,
+        list(CLASSES),
+    )
     text = ok("info", url, *o).stdout
     assert url in text and "14" in text
     rows = [json.loads(line) for line in ok("ls", url, "--json", *o).stdout.splitlines()]
-    assert [without_run(r["path"]) for r in rows] == SHARDS and [r["samples"] for r in rows] == COUNTS
+    assert [without_run(r["path"]) for r in rows] == SHARDS and [
+        r["samples"] for r in rows
+    ] == COUNTS
     for r in rows:
         data = bucket.read(f"cli/{r['path']}")
         assert r["bytes"] == len(data) and r["sha256"] == hashlib.sha256(data).hexdigest()
@@ -220,25 +272,37 @@ def test_s3_anonymous_access_reads_public_objects_only(s3_bucket, tmp_path):
     bucket = s3_bucket
     files, _ = pack_images(bucket, tmp_path)
     url, anon = bucket.url("ds"), ["--endpoint-url", bucket.endpoint_url, "--anon"]
-    one_line_error(invoke("info", url, *anon), url)  # private objects: unsigned requests are refused
+    # private objects: unsigned requests are refused
+    one_line_error(invoke("info", url, *anon), url)
     client = bucket.server.client()
     for key in bucket.keys("ds"):
         client.put_object_acl(Bucket=bucket.name, Key=key, ACL="public-read")
     assert json.loads(ok("info", url, "--json", *anon).stdout)["num_samples"] == 14
     assert ok("verify", url, "-q", *anon).stdout.startswith("ok: 4 shards, 14 samples")
-    ds = shardstream.ShardDataset(url, storage_options={"endpoint_url": bucket.endpoint_url, "anon": True},
-                                  decode=None, shuffle=False)
+    ds = shardstream.ShardDataset(
+        url,
+        storage_options={"endpoint_url": bucket.endpoint_url, "anon": True},
+        decode=None,
+        shuffle=False,
+    )
     assert {s["__key__"]: bytes(s["jpg"]) for s in ds} == files
 
 
 def test_cli_connection_flags_that_do_not_apply(bucket, tmp_path):
     url = bucket.url("ds")
     if bucket.kind == "gcs":
-        one_line_error(invoke("info", url, "--profile", "p", "--anon", "--endpoint-url", bucket.endpoint_url),
-                       url, "profile")
-    one_line_error(invoke("info", tmp_path / "local", "--endpoint-url", bucket.endpoint_url), str(tmp_path))
-    one_line_error(invoke("info", "http://127.0.0.1:9/ds", "--endpoint-url", bucket.endpoint_url),
-                   "http://127.0.0.1:9/ds")
+        one_line_error(
+            invoke("info", url, "--profile", "p", "--anon", "--endpoint-url", bucket.endpoint_url),
+            url,
+            "profile",
+        )
+    one_line_error(
+        invoke("info", tmp_path / "local", "--endpoint-url", bucket.endpoint_url), str(tmp_path)
+    )
+    one_line_error(
+        invoke("info", "http://127.0.0.1:9/ds", "--endpoint-url", bucket.endpoint_url),
+        "http://127.0.0.1:9/ds",
+    )
 
 
 def test_cli_verify_names_every_damaged_shard(bucket, tmp_path):
@@ -267,10 +331,14 @@ def test_cli_index_webdataset_tars_in_a_bucket(bucket, tmp_path):
     bucket.write("wds-folder/README.txt", b"not a shard")
     o = bucket.cli_options
     done = ok("index", bucket.url("wds", "part-{000..002}.tar"), "-q", *o)
-    assert done.stdout.strip().startswith("indexed 3 shards, 15 samples") and bucket.url("wds") in done.stdout
+    assert (
+        done.stdout.strip().startswith("indexed 3 shards, 15 samples")
+        and bucket.url("wds") in done.stdout
+    )
     assert "wds/_manifest.json" in bucket.keys("wds")
-    ds = shardstream.ShardDataset(bucket.url("wds"), storage_options=bucket.storage_options, decode=None,
-                                  shuffle=False)
+    ds = shardstream.ShardDataset(
+        bucket.url("wds"), storage_options=bucket.storage_options, decode=None, shuffle=False
+    )
     got = {s["__key__"]: {"txt": bytes(s["txt"]), "bin": bytes(s["bin"])} for s in ds}
     assert got == samples
 
@@ -317,8 +385,12 @@ def test_reading_tars_without_a_manifest_from_a_brace_pattern(bucket, tmp_path):
     paths, samples = wds_tars(tmp_path / "wds", shards=2)
     for p in paths:
         bucket.write(f"raw/{p.name}", p.read_bytes())
-    ds = shardstream.ShardDataset(bucket.url("raw", "part-{000..001}.tar"), storage_options=bucket.storage_options,
-                                  decode=None, shuffle=False)
+    ds = shardstream.ShardDataset(
+        bucket.url("raw", "part-{000..001}.tar"),
+        storage_options=bucket.storage_options,
+        decode=None,
+        shuffle=False,
+    )
     assert [s["__key__"] for s in ds] == list(samples)
 
 
@@ -336,10 +408,16 @@ def test_overwrite_on_a_bucket(bucket, tmp_path):
     ok("pack", tmp_path / "newer", url, "--samples-per-shard", "8", "--overwrite", "-q", *o)
     # the old shards are gone once the new manifest is published, not left beside the new dataset
     assert [without_run(k) for k in bucket.keys("ds")] == [
-        "ds/_manifest.json", "ds/shard-000000.tar", "ds/shard-000000.tar.idx", "ds/shard-000001.tar",
-        "ds/shard-000001.tar.idx"]
+        "ds/_manifest.json",
+        "ds/shard-000000.tar",
+        "ds/shard-000000.tar.idx",
+        "ds/shard-000001.tar",
+        "ds/shard-000001.tar.idx",
+    ]
     assert not set(bucket.keys("ds")) & {f"ds/{p}" for p in old.manifest.paths}
-    ds = shardstream.ShardDataset(url, storage_options=bucket.storage_options, decode=None, shuffle=False)
+    ds = shardstream.ShardDataset(
+        url, storage_options=bucket.storage_options, decode=None, shuffle=False
+    )
     assert {s["__key__"]: bytes(s["jpg"]) for s in ds} == newer
 
 
@@ -347,12 +425,16 @@ def test_foreign_shard_names_are_not_replaced_without_overwrite(bucket, tmp_path
     image_folder(tmp_path / "src")
     bucket.write("mixed/shard-000000.tar", b"someone else's tar")
     url, o = bucket.url("mixed"), bucket.cli_options
-    one_line_error(invoke("pack", tmp_path / "src", url, "-q", *o), url, "shard-000000.tar", "--overwrite")
+    one_line_error(
+        invoke("pack", tmp_path / "src", url, "-q", *o), url, "shard-000000.tar", "--overwrite"
+    )
     assert bucket.keys("mixed") == ["mixed/shard-000000.tar"]
     assert bucket.read("mixed/shard-000000.tar") == b"someone else's tar"
 
 
-def test_a_pack_whose_upload_fails_publishes_nothing_and_a_rerun_completes(bucket, tmp_path, proxied):
+def test_a_pack_whose_upload_fails_publishes_nothing_and_a_rerun_completes(
+    bucket, tmp_path, proxied
+):
     from .proxy import gcs_error, s3_error
 
     via = proxied(bucket)
@@ -360,24 +442,52 @@ def test_a_pack_whose_upload_fails_publishes_nothing_and_a_rerun_completes(bucke
         body = s3_error("AccessDenied", "Access Denied")
     else:
         body = gcs_error(403, "Forbidden", "forbidden")
-    rule = via.proxy.inject("status", status=403, body=body, **upload_rule(bucket, rf"ds/shard-000002{RUN}\.tar"))
+    rule = via.proxy.inject(
+        "status", status=403, body=body, **upload_rule(bucket, rf"ds/shard-000002{RUN}\.tar")
+    )
     files = image_folder(tmp_path / "src")
     url = bucket.url("ds")
-    with pytest.raises(shardstream.ShardstreamError, match=rf"{re.escape(url)}/shard-000002{RUN}\.tar"):
-        shardstream.pack(tmp_path / "src", url, storage_options=via.storage_options, samples_per_shard=4,
-                         workers=2, progress=False)
+    with pytest.raises(
+        shardstream.ShardstreamError, match=rf"{re.escape(url)}/shard-000002{RUN}\.tar"
+    ):
+        shardstream.pack(
+            tmp_path / "src",
+            url,
+            storage_options=via.storage_options,
+            samples_per_shard=4,
+            workers=2,
+            progress=False,
+        )
     assert rule.applied >= 1
     assert "ds/_manifest.json" not in bucket.keys("ds")
     with pytest.raises(shardstream.ManifestError, match="holds an unfinished shardstream pack"):
         shardstream.ShardDataset(url, storage_options=bucket.storage_options)
     rule.remove()
-    result = shardstream.pack(tmp_path / "src", url, storage_options=via.storage_options, samples_per_shard=4,
-                              workers=2, progress=False)  # no --overwrite needed: the leftovers are its own
-    clean = shardstream.pack(tmp_path / "src", bucket.url("clean"), storage_options=bucket.storage_options,
-                             samples_per_shard=4, workers=1, progress=False)
-    assert result.manifest.sha256 == clean.manifest.sha256  # the same shards as a pack that never failed
-    assert [without_run(k) for k in bucket.keys("ds")] == ["ds/_manifest.json"] + [f"ds/{s}" for s in WITH_INDEXES]
-    ds = shardstream.ShardDataset(url, storage_options=bucket.storage_options, decode=None, shuffle=False)
+    # no --overwrite needed: the leftovers are its own
+    result = shardstream.pack(
+        tmp_path / "src",
+        url,
+        storage_options=via.storage_options,
+        samples_per_shard=4,
+        workers=2,
+        progress=False,
+    )
+    clean = shardstream.pack(
+        tmp_path / "src",
+        bucket.url("clean"),
+        storage_options=bucket.storage_options,
+        samples_per_shard=4,
+        workers=1,
+        progress=False,
+    )
+    # the same shards as a pack that never failed
+    assert result.manifest.sha256 == clean.manifest.sha256
+    assert [without_run(k) for k in bucket.keys("ds")] == ["ds/_manifest.json"] + [
+        f"ds/{s}" for s in WITH_INDEXES
+    ]
+    ds = shardstream.ShardDataset(
+        url, storage_options=bucket.storage_options, decode=None, shuffle=False
+    )
     assert {s["__key__"]: bytes(s["jpg"]) for s in ds} == files
 
 
@@ -389,10 +499,25 @@ def test_a_source_file_changing_mid_pack_publishes_nothing(bucket, tmp_path, pro
     def shrink(_seen) -> None:  # while the first shard is being uploaded
         victim.write_bytes(victim.read_bytes()[:100])
 
-    via.proxy.inject("delay", seconds=0, times=1, callback=shrink, **upload_rule(bucket, rf"ds/shard-000000{RUN}\.tar"))
+    via.proxy.inject(
+        "delay",
+        seconds=0,
+        times=1,
+        callback=shrink,
+        **upload_rule(bucket, rf"ds/shard-000000{RUN}\.tar"),
+    )
     url = bucket.url("ds")
-    result = invoke("pack", tmp_path / "src", url, "--samples-per-shard", "4", "--workers", "1", "-q",
-                    *via.cli_options)
+    result = invoke(
+        "pack",
+        tmp_path / "src",
+        url,
+        "--samples-per-shard",
+        "4",
+        "--workers",
+        "1",
+        "-q",
+        *via.cli_options,
+    )
     one_line_error(result, str(victim), "changed while packing")
     keys = [without_run(k) for k in bucket.keys("ds")]
     assert "ds/shard-000000.tar" in keys and "ds/_manifest.json" not in keys

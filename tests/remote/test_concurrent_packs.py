@@ -34,7 +34,10 @@ def sources(tmp_path_factory) -> dict[str, tuple[str, str]]:
     image_folder(root / "b", seed=2)
     parquet_table(root / "a.parquet", rows=24, seed=1)
     parquet_table(root / "b.parquet", rows=24, seed=2)
-    return {"folder": (str(root / "a"), str(root / "b")), "table": (str(root / "a.parquet"), str(root / "b.parquet"))}
+    return {
+        "folder": (str(root / "a"), str(root / "b")),
+        "table": (str(root / "a.parquet"), str(root / "b.parquet")),
+    }
 
 
 @pytest.fixture(scope="module")
@@ -47,7 +50,9 @@ def pairs(moto_server):
         b.close()
 
 
-def clean_packs(runner: Runner, sources: tuple[str, str], bucket, options: dict) -> tuple[dict, float]:
+def clean_packs(
+    runner: Runner, sources: tuple[str, str], bucket, options: dict
+) -> tuple[dict, float]:
     """The sha256 column of a clean pack of each source, and the seconds of the second (a warm runner's)."""
     clean, seconds = {}, 0.0
     for name, source in zip("AB", sources):
@@ -66,20 +71,36 @@ VARIANTS = {
 
 
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
-def test_two_packs_into_one_prefix_publish_one_whole_dataset_or_none(variant, sources, pairs, s3_bucket):
+def test_two_packs_into_one_prefix_publish_one_whole_dataset_or_none(
+    variant, sources, pairs, s3_bucket
+):
     kind, options = VARIANTS[variant]
     options = {**options, "storage_options": s3_bucket.storage_options}
     clean, seconds = clean_packs(pairs[0][0], sources[kind], s3_bucket, options)
     assert clean["A"] != clean["B"]
-    races = run_races(pairs, RACES, sources[kind], lambda i, k: s3_bucket.url(f"race-{i}"), options, clean,
-                      spread=seconds, seed=zlib.crc32(variant.encode()),
-                      storage_options=s3_bucket.storage_options)
+    races = run_races(
+        pairs,
+        RACES,
+        sources[kind],
+        lambda i, k: s3_bucket.url(f"race-{i}"),
+        options,
+        clean,
+        spread=seconds,
+        seed=zlib.crc32(variant.encode()),
+        storage_options=s3_bucket.storage_options,
+    )
     print(f"{variant}: {summary(races)}")
-    assert not [r for r in races if r.problems or r.leftovers], summary(races)  # the loser removed its files
-    assert {r.published for r in races} & {"A", "B"}  # the races did publish (not all ended in two failures)
+    # the loser removed its files
+    assert not [r for r in races if r.problems or r.leftovers], summary(races)
+    assert {r.published for r in races} & {
+        "A",
+        "B",
+    }  # the races did publish (not all ended in two failures)
 
 
-def test_two_overwrites_of_a_dataset_in_a_bucket_leave_it_whole(sources, pairs, s3_bucket, tmp_path):
+def test_two_overwrites_of_a_dataset_in_a_bucket_leave_it_whole(
+    sources, pairs, s3_bucket, tmp_path
+):
     """Both runs replace the dataset there (the one the previous race left, at first another one): one replaces
     it, both do one after the other, or neither does and it stays; readers meanwhile always find a whole
     dataset (the old one until the new manifest is there)."""
@@ -88,19 +109,32 @@ def test_two_overwrites_of_a_dataset_in_a_bucket_leave_it_whole(sources, pairs, 
     before = str(tmp_path / "before")
     clean, seconds = clean_packs(pairs[0][0], sources["folder"], s3_bucket, options)
     assert pairs[0][0].pack(before, s3_bucket.url("clean-before"), **options)["ok"]
-    clean["before"] = list(load_manifest(dataset_store(s3_bucket.url("clean-before"), s3_bucket.storage_options))
-                           .sha256)
+    clean["before"] = list(
+        load_manifest(
+            dataset_store(s3_bucket.url("clean-before"), s3_bucket.storage_options)
+        ).sha256
+    )
 
     def publish_before(dest: str, by: Runner) -> None:
         if not s3_bucket.keys(dest.split("/", 3)[3] + "/_manifest.json"):
             answer = by.pack(before, dest, **options)
             assert answer["ok"], answer["error"]
 
-    races = run_races(pairs, RACES, sources["folder"], lambda i, k: s3_bucket.url(f"chain-{k}"),
-                      {**options, "overwrite": True}, clean, spread=seconds, seed=11,
-                      storage_options=s3_bucket.storage_options, prepare=publish_before)
+    races = run_races(
+        pairs,
+        RACES,
+        sources["folder"],
+        lambda i, k: s3_bucket.url(f"chain-{k}"),
+        {**options, "overwrite": True},
+        clean,
+        spread=seconds,
+        seed=11,
+        storage_options=s3_bucket.storage_options,
+        prepare=publish_before,
+    )
     print(f"s3-overwrite: {summary(races)}")
-    assert not [r for r in races if r.problems or r.leftovers], summary(races)  # the loser removed its files
+    # the loser removed its files
+    assert not [r for r in races if r.problems or r.leftovers], summary(races)
     assert {r.published for r in races} >= {"A", "B"}
 
 
@@ -134,7 +168,11 @@ def seaweed(tmp_path_factory):
 
 
 def test_seaweedfs_honours_if_none_match_and_if_match(seaweed):
-    options = {"endpoint_url": seaweed.endpoint, "key": seaweed.access_key, "secret": seaweed.secret_key}
+    options = {
+        "endpoint_url": seaweed.endpoint,
+        "key": seaweed.access_key,
+        "secret": seaweed.secret_key,
+    }
     check_conditional_writes(Store(f"s3://{seaweed.new_bucket()}/cond", options))
 
 
@@ -147,8 +185,13 @@ def test_a_run_that_loses_the_publish_in_a_bucket_removes_its_objects(s3_bucket,
     with ShardWriter(str(tmp_path / "other")) as other:
         other.write({"__key__": "o", "txt": "other"})
     write_manifest(Store(url, options), other.manifest)  # published by someone else meanwhile
-    with pytest.raises(DestinationLost, match=r"\(_manifest.json appeared\); this run's shards were not published "
-                       r"and its 6 files were removed") as info:  # 3 shards and their sample indexes
+    with pytest.raises(
+        DestinationLost,
+        match=r"\(_manifest.json appeared\); this run's shards were not published "
+        r"and its 6 files were removed",
+    ) as info:  # 3 shards and their sample indexes
         writer.close()
     assert "\n" not in str(info.value)
-    assert s3_bucket.keys("ds") == ["ds/_manifest.json"]  # the other's manifest, and nothing of this run
+    assert s3_bucket.keys("ds") == [
+        "ds/_manifest.json"
+    ]  # the other's manifest, and nothing of this run

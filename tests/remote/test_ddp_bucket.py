@@ -15,17 +15,35 @@ from tests.sample_datasets import key_of, write_dataset
 def test_ranks_read_a_bucket_in_equal_batches_covering_every_sample(s3_bucket, proxied, tmp_path):
     counts = [1, 13, 4, 9, 2, 11, 6]  # 46 samples in 7 uneven shards: 46 = 3 * 16 - 2
     salt = uuid.uuid4().hex  # content of this test only: no shard cache anywhere can hold it
-    local = Path(write_dataset(tmp_path / "local", counts, make=lambda i: {"__key__": key_of(i),
-                                                                            "txt": f"sample {i} {salt}"}))
+    local = Path(
+        write_dataset(
+            tmp_path / "local",
+            counts,
+            make=lambda i: {"__key__": key_of(i), "txt": f"sample {i} {salt}"},
+        )
+    )
     for path in sorted(local.iterdir()):
         s3_bucket.write(f"ddp/{path.name}", path.read_bytes())
     via = proxied(s3_bucket)
     out = tmp_path / "out"
     out.mkdir()
-    result = torchrun(3, s3_bucket.url("ddp"), out, "--mode", "epochs", "--endpoint-url", via.endpoint_url,
-                      "--cache-dir", str(tmp_path / "cache"), "--batch-size", str(BATCH))
+    result = torchrun(
+        3,
+        s3_bucket.url("ddp"),
+        out,
+        "--mode",
+        "epochs",
+        "--endpoint-url",
+        via.endpoint_url,
+        "--cache-dir",
+        str(tmp_path / "cache"),
+        "--batch-size",
+        str(BATCH),
+    )
     check_epochs(result, sum(counts), 3)
     # every shard came from the bucket, and the ranks shared one cache on this host: each object fetched once
-    gets = Counter(s.target for s in via.proxy.log if s.method == "GET" and s.target.endswith(".tar"))
+    gets = Counter(
+        s.target for s in via.proxy.log if s.method == "GET" and s.target.endswith(".tar")
+    )
     assert set(gets) == {f"/{s3_bucket.name}/ddp/shard-{i:06d}.tar" for i in range(len(counts))}
     assert max(gets.values()) == 1, gets

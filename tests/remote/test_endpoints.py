@@ -48,7 +48,11 @@ def test_static_server_answers_ranges(tmp_path):
         status, headers, body = fetch(url)
         assert (status, body, headers["Accept-Ranges"]) == (200, data, "bytes")
         status, headers, body = fetch(url, {"Range": "bytes=100-199"})
-        assert (status, body, headers["Content-Range"]) == (206, data[100:200], "bytes 100-199/10240")
+        assert (status, body, headers["Content-Range"]) == (
+            206,
+            data[100:200],
+            "bytes 100-199/10240",
+        )
         assert fetch(url, {"Range": "bytes=10000-"})[2] == data[10000:]
         assert fetch(url, {"Range": "bytes=-40"})[2] == data[-40:]
         assert fetch(url, {"Range": "bytes=10240-"})[0] == 416
@@ -65,7 +69,10 @@ def test_moto_auth_is_switched_on_and_off(moto_server):
     bucket = moto_server.new_bucket()
     client = moto_server.client()
     client.put_object(Bucket=bucket.name, Key="k", Body=b"v")
-    with moto_server.enforce_auth(), pytest.raises(Exception, match="InvalidAccessKeyId|403|Forbidden"):
+    with (
+        moto_server.enforce_auth(),
+        pytest.raises(Exception, match="InvalidAccessKeyId|403|Forbidden"),
+    ):
         client.get_object(Bucket=bucket.name, Key="k")
     assert client.get_object(Bucket=bucket.name, Key="k")["Body"].read() == b"v"
 
@@ -75,7 +82,10 @@ def test_the_remote_environment(remote_environment):
 
     import gcsfs
 
-    assert os.environ["AWS_ACCESS_KEY_ID"] == "testing" and os.environ["AWS_CONFIG_FILE"] == os.devnull
+    assert (
+        os.environ["AWS_ACCESS_KEY_ID"] == "testing" and os.environ["AWS_CONFIG_FILE"] == os.devnull
+    )
     assert "AWS_PROFILE" not in os.environ
-    assert gcsfs.GCSFileSystem.__name__ == "GCSFileSystem"  # not the experimental one that probes gRPC
+    # not the experimental one that probes gRPC
+    assert gcsfs.GCSFileSystem.__name__ == "GCSFileSystem"
     assert tempfile.gettempdir() == str(remote_environment)

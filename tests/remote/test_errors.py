@@ -23,8 +23,14 @@ def pack_into(bucket, tmp_path) -> str:
 
 def pack_result(bucket, tmp_path):
     image_folder(tmp_path / "src")
-    return shardstream.pack(tmp_path / "src", bucket.url("ds"), storage_options=bucket.storage_options,
-                            samples_per_shard=4, workers=1, progress=False)
+    return shardstream.pack(
+        tmp_path / "src",
+        bucket.url("ds"),
+        storage_options=bucket.storage_options,
+        samples_per_shard=4,
+        workers=1,
+        progress=False,
+    )
 
 
 def forbidden(bucket) -> bytes:
@@ -63,9 +69,11 @@ def test_missing_shard_object(bucket, tmp_path):
     bucket.delete(f"ds/{packed.manifest.paths[1]}")
     shard = f"{url}/{packed.manifest.paths[1]}"
     one_line_error(invoke("cat", url, "5", *bucket.cli_options), shard)
-    assert ok("cat", url, "0", *bucket.cli_options).stdout.startswith("__key__")  # the other shards still read
-    ds = shardstream.ShardDataset(url, storage_options=bucket.storage_options, decode=None, shuffle=False,
-                                  retries=1)
+    # the other shards still read
+    assert ok("cat", url, "0", *bucket.cli_options).stdout.startswith("__key__")
+    ds = shardstream.ShardDataset(
+        url, storage_options=bucket.storage_options, decode=None, shuffle=False, retries=1
+    )
     with pytest.raises(shardstream.ShardstreamError, match=shard) as err:
         list(ds)
     assert "\n" not in str(err.value)
@@ -81,7 +89,8 @@ def test_forbidden_everywhere_is_one_line_and_not_retried(bucket, tmp_path, prox
     message = str(err.value)
     assert url in message and "\n" not in message and "gave up after" not in message
     assert via.proxy.count() <= 2  # not retried (at most one existence check after the failed read)
-    one_line_error(run("info", url, *via.cli_options), url)  # the real executable: nothing logged either
+    # the real executable: nothing logged either
+    one_line_error(run("info", url, *via.cli_options), url)
 
 
 def test_s3_wrong_credentials_and_profiles(s3_bucket, tmp_path, monkeypatch):
@@ -91,24 +100,54 @@ def test_s3_wrong_credentials_and_profiles(s3_bucket, tmp_path, monkeypatch):
     bucket, server = s3_bucket, s3_bucket.server
     image_folder(tmp_path / "src")
     url = bucket.url("ds")
-    ok("pack", tmp_path / "src", url, "--samples-per-shard", "7", "-q", "--endpoint-url", server.endpoint_url)
+    ok(
+        "pack",
+        tmp_path / "src",
+        url,
+        "--samples-per-shard",
+        "7",
+        "-q",
+        "--endpoint-url",
+        server.endpoint_url,
+    )
     iam = boto3.client("iam", endpoint_url=server.endpoint_url, region_name="us-east-1")
     user = f"reader-{bucket.name}"
     iam.create_user(UserName=user)
-    iam.put_user_policy(UserName=user, PolicyName="everything", PolicyDocument=json.dumps(
-        {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "*", "Resource": "*"}]}))
+    iam.put_user_policy(
+        UserName=user,
+        PolicyName="everything",
+        PolicyDocument=json.dumps(
+            {
+                "Version": "2012-10-17",
+                "Statement": [{"Effect": "Allow", "Action": "*", "Resource": "*"}],
+            }
+        ),
+    )
     key = iam.create_access_key(UserName=user)["AccessKey"]
     credentials = tmp_path / "credentials"
-    credentials.write_text(f"[issued]\naws_access_key_id = {key['AccessKeyId']}\n"
-                           f"aws_secret_access_key = {key['SecretAccessKey']}\n")
+    credentials.write_text(
+        f"[issued]\naws_access_key_id = {key['AccessKeyId']}\n"
+        f"aws_secret_access_key = {key['SecretAccessKey']}\n"
+    )
     monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(credentials))
     endpoint = ["--endpoint-url", server.endpoint_url]
     with server.enforce_auth():
-        line = one_line_error(invoke("info", url, *endpoint), url)  # the dummy keys of the environment
-        assert "forbidden" in line.lower() or "denied" in line.lower() or "credentials" in line.lower()
-        assert json.loads(ok("info", url, "--json", "--profile", "issued", *endpoint).stdout)["num_samples"] == 14
-        child = run("ls", url, "--profile", "issued", *endpoint)  # the real executable, same environment
-        assert child.returncode == 0 and re.search(rf"shard-000001{RUN}\.tar", child.stdout), child.stderr
+        # the dummy keys of the environment
+        line = one_line_error(invoke("info", url, *endpoint), url)
+        assert (
+            "forbidden" in line.lower() or "denied" in line.lower() or "credentials" in line.lower()
+        )
+        assert (
+            json.loads(ok("info", url, "--json", "--profile", "issued", *endpoint).stdout)[
+                "num_samples"
+            ]
+            == 14
+        )
+        # the real executable, same environment
+        child = run("ls", url, "--profile", "issued", *endpoint)
+        assert child.returncode == 0 and re.search(rf"shard-000001{RUN}\.tar", child.stdout), (
+            child.stderr
+        )
 
 
 def test_s3_missing_profile_is_reported_at_once(s3_bucket, tmp_path, monkeypatch):

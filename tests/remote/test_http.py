@@ -22,8 +22,14 @@ SHARDS = ["shard-000000.tar", "shard-000001.tar", "shard-000002.tar", "shard-000
 def served(http_dir, tmp_path):
     """(http_dir, dataset URL, {key: jpeg bytes}): 14 images in 4 shards, packed locally into the served folder."""
     files = image_folder(tmp_path / "src")
-    shardstream.pack(tmp_path / "src", http_dir.path / "ds", samples_per_shard=4, workers=1, progress=False,
-                     shuffle=False)
+    shardstream.pack(
+        tmp_path / "src",
+        http_dir.path / "ds",
+        samples_per_shard=4,
+        workers=1,
+        progress=False,
+        shuffle=False,
+    )
     return http_dir, f"{http_dir.url}/ds", files
 
 
@@ -43,7 +49,9 @@ def test_shard_dataset_over_http(served, tmp_path):
     http_dir, url, files = served
     ds = shardstream.ShardDataset(url, decode=None, shuffle=False, cache_dir=tmp_path / "cache")
     assert {s["__key__"]: bytes(s["jpg"]) for s in ds} == files
-    ds = shardstream.ShardDataset(url, decode=None, shuffle=True, seed=4, cache_dir=tmp_path / "cache2")
+    ds = shardstream.ShardDataset(
+        url, decode=None, shuffle=True, seed=4, cache_dir=tmp_path / "cache2"
+    )
     got = {}
     for batch in ds.loader(batch_size=4, num_workers=2):
         for key, jpg in zip(batch["__key__"], list(batch["jpg"])):
@@ -66,8 +74,12 @@ def test_a_server_without_range_requests(served, tmp_path):
 
 def test_webdataset_tars_over_http_without_a_manifest(http_dir, tmp_path):
     _, samples = wds_tars(http_dir.path / "wds", shards=2)
-    ds = shardstream.ShardDataset(f"{http_dir.url}/wds/part-{{000..001}}.tar", decode=None, shuffle=False,
-                                  cache_dir=tmp_path / "cache")
+    ds = shardstream.ShardDataset(
+        f"{http_dir.url}/wds/part-{{000..001}}.tar",
+        decode=None,
+        shuffle=False,
+        cache_dir=tmp_path / "cache",
+    )
     assert {s["__key__"]: {"txt": bytes(s["txt"]), "bin": bytes(s["bin"])} for s in ds} == samples
 
 
@@ -75,10 +87,18 @@ def test_writing_to_http_is_a_one_line_error(served, tmp_path):
     http_dir, url, _ = served
     image_folder(tmp_path / "more")
     before = sorted(p.name for p in http_dir.path.iterdir())
-    one_line_error(invoke("pack", tmp_path / "more", f"{http_dir.url}/new", "-q"), f"{http_dir.url}/new", "read-only")
+    one_line_error(
+        invoke("pack", tmp_path / "more", f"{http_dir.url}/new", "-q"),
+        f"{http_dir.url}/new",
+        "read-only",
+    )
     one_line_error(invoke("pack", tmp_path / "more", url, "--overwrite", "-q"), url, "read-only")
     wds_tars(http_dir.path / "wds", shards=2)
-    one_line_error(invoke("index", f"{http_dir.url}/wds/part-{{000..001}}.tar", "-q"), http_dir.url, "read-only")
+    one_line_error(
+        invoke("index", f"{http_dir.url}/wds/part-{{000..001}}.tar", "-q"),
+        http_dir.url,
+        "read-only",
+    )
     one_line_error(invoke("index", f"{http_dir.url}/wds", "-q"), http_dir.url, "read-only")
     assert sorted(p.name for p in http_dir.path.iterdir()) == sorted([*before, "wds"])
     assert not (http_dir.path / "wds" / "_manifest.json").exists()
@@ -96,6 +116,8 @@ def test_errors_over_http(served, tmp_path):
     failed = invoke("verify", url, "-q")
     assert failed.exit_code == 1 and f"damaged: cannot read {shard}" in failed.stderr
     assert failed.stderr.strip().splitlines()[-1] == f"error: 1 of 4 shards is damaged in {url}"
-    ds = shardstream.ShardDataset(url, decode=None, shuffle=False, retries=1, cache_dir=tmp_path / "cache")
+    ds = shardstream.ShardDataset(
+        url, decode=None, shuffle=False, retries=1, cache_dir=tmp_path / "cache"
+    )
     with pytest.raises(shardstream.ShardstreamError, match=shard):
         list(ds)

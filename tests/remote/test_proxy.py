@@ -46,7 +46,8 @@ class BackendHandler(http.server.BaseHTTPRequestHandler):
 
     def setup(self) -> None:
         super().setup()
-        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # headers and body are two sends
+        # headers and body are two sends
+        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         with self.server.lock:
             self.server.connections += 1
 
@@ -69,7 +70,11 @@ class BackendHandler(http.server.BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         self._record()
         if self.path.startswith("/bytes/"):
-            self._reply(200, payload(int(self.path.split("/")[2])), {"Content-Type": "application/octet-stream"})
+            self._reply(
+                200,
+                payload(int(self.path.split("/")[2])),
+                {"Content-Type": "application/octet-stream"},
+            )
         elif self.path.startswith("/chunked/"):
             data = payload(int(self.path.split("/")[2]))
             self.send_response(200)
@@ -119,7 +124,9 @@ class BackendHandler(http.server.BaseHTTPRequestHandler):
 @pytest.fixture
 def backend() -> Iterator[Backend]:
     server = Backend()
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread = threading.Thread(
+        target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+    )
     thread.start()
     try:
         yield server
@@ -136,11 +143,18 @@ def proxy(backend) -> Iterator[FaultProxy]:
 
 
 def connect(proxy: FaultProxy, timeout: float = 10) -> http.client.HTTPConnection:
-    return http.client.HTTPConnection("127.0.0.1", int(proxy.url.rsplit(":", 1)[1]), timeout=timeout)
+    return http.client.HTTPConnection(
+        "127.0.0.1", int(proxy.url.rsplit(":", 1)[1]), timeout=timeout
+    )
 
 
-def get(conn: http.client.HTTPConnection, path: str, method: str = "GET", body: bytes | None = None,
-        headers: dict[str, str] | None = None) -> tuple[int, bytes, http.client.HTTPResponse]:
+def get(
+    conn: http.client.HTTPConnection,
+    path: str,
+    method: str = "GET",
+    body: bytes | None = None,
+    headers: dict[str, str] | None = None,
+) -> tuple[int, bytes, http.client.HTTPResponse]:
     conn.request(method, path, body=body, headers=headers or {})
     resp = conn.getresponse()
     return resp.status, resp.read(), resp
@@ -165,16 +179,27 @@ def test_forwards_every_method_on_one_kept_alive_connection(proxy, backend):
     conn.close()
     assert backend.connections == 1  # one upstream connection served the whole keep-alive session
     assert [(s.method, s.target, s.status) for s in proxy.log] == [
-        ("PUT", "/obj/a", 200), ("GET", "/obj/a", 200), ("HEAD", "/obj/a", 200), ("POST", "/obj/a", 200),
-        ("DELETE", "/obj/a", 204), ("GET", "/obj/a", 404)]
-    assert proxy.count("GET") == 2 and proxy.count(path=r"^/obj/a$") == 6 and proxy.count("PUT", "nothing") == 0
+        ("PUT", "/obj/a", 200),
+        ("GET", "/obj/a", 200),
+        ("HEAD", "/obj/a", 200),
+        ("POST", "/obj/a", 200),
+        ("DELETE", "/obj/a", 204),
+        ("GET", "/obj/a", 404),
+    ]
+    assert (
+        proxy.count("GET") == 2
+        and proxy.count(path=r"^/obj/a$") == 6
+        and proxy.count("PUT", "nothing") == 0
+    )
 
 
 def test_chunked_bodies_both_ways_and_expect_continue(proxy, backend):
     conn = connect(proxy)
     status, body, resp = get(conn, "/chunked/25000")
     assert status == 200 and body == payload(25000)
-    assert resp.getheader("Content-Length") == "25000" and resp.getheader("Transfer-Encoding") is None
+    assert (
+        resp.getheader("Content-Length") == "25000" and resp.getheader("Transfer-Encoding") is None
+    )
     conn.request("PUT", "/obj/c", body=iter([b"abc", b"defg"]), encode_chunked=True)
     resp = conn.getresponse()
     assert resp.read() == hashlib.sha256(b"abcdefg").hexdigest().encode()
@@ -182,7 +207,9 @@ def test_chunked_bodies_both_ways_and_expect_continue(proxy, backend):
     # Expect: 100-continue is answered by the proxy before the body is sent
     port = int(proxy.url.rsplit(":", 1)[1])
     with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
-        s.sendall(b"PUT /obj/e HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nExpect: 100-continue\r\n\r\n")
+        s.sendall(
+            b"PUT /obj/e HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nExpect: 100-continue\r\n\r\n"
+        )
         assert s.recv(64).startswith(b"HTTP/1.1 100 Continue\r\n\r\n")
         s.sendall(b"hello")
         reply = http.client.HTTPResponse(s)
@@ -194,7 +221,9 @@ def test_chunked_bodies_both_ways_and_expect_continue(proxy, backend):
 def test_urllib_through_the_proxy_decodes_targets_and_rewrites_locations(proxy, backend):
     with urllib.request.urlopen(proxy.url + "/bytes/300", timeout=10) as r:
         assert r.read() == payload(300)
-    with urllib.request.urlopen(proxy.url + "/redirect", timeout=10) as r:  # followed through the proxy, not around
+    with urllib.request.urlopen(
+        proxy.url + "/redirect", timeout=10
+    ) as r:  # followed through the proxy, not around
         assert r.read() == payload(5)
     assert [s.target for s in proxy.log] == ["/bytes/300", "/redirect", "/bytes/5"]
     with pytest.raises(urllib.error.HTTPError) as err:
@@ -217,12 +246,22 @@ def test_stop_closes_the_port(backend):
 
 
 def test_status_for_the_next_n_requests_then_forwarding(proxy, backend):
-    rule = proxy.inject("status", status=503, body=s3_error("SlowDown"), times=2, headers={"Retry-After": "0"})
+    rule = proxy.inject(
+        "status", status=503, body=s3_error("SlowDown"), times=2, headers={"Retry-After": "0"}
+    )
     conn = connect(proxy)
     first = get(conn, "/bytes/10")
-    assert first[0] == 503 and b"<Code>SlowDown</Code>" in first[1] and first[2].getheader("Retry-After") == "0"
+    assert (
+        first[0] == 503
+        and b"<Code>SlowDown</Code>" in first[1]
+        and first[2].getheader("Retry-After") == "0"
+    )
     assert get(conn, "/bytes/10")[0] == 503
-    assert get(conn, "/bytes/10")[:2] == (200, payload(10))  # same connection: kept alive through the faults
+    # same connection: kept alive through the faults
+    assert get(conn, "/bytes/10")[:2] == (
+        200,
+        payload(10),
+    )
     assert (rule.matched, rule.applied) == (3, 2)
     assert backend.seen == [("GET", "/bytes/10")]  # the faulted requests never reached the server
     assert [s.fault for s in proxy.log] == ["status", "status", None]
@@ -241,9 +280,13 @@ def test_reset_before_forwarding_never_reaches_the_server(proxy, backend):
         get(conn, "/obj/r", "PUT", b"data")
     assert backend.seen == [] and "/obj/r" not in backend.objects
     conn = connect(proxy)
-    assert get(conn, "/obj/r", "PUT", b"data")[0] == 200  # a retry on a fresh connection goes through
+    # a retry on a fresh connection goes through
+    assert get(conn, "/obj/r", "PUT", b"data")[0] == 200
     assert backend.objects["/obj/r"] == b"data"
-    assert [(s.method, s.status, s.fault) for s in proxy.log] == [("PUT", None, "reset"), ("PUT", 200, None)]
+    assert [(s.method, s.status, s.fault) for s in proxy.log] == [
+        ("PUT", None, "reset"),
+        ("PUT", 200, None),
+    ]
 
 
 def test_reset_after_forwarding_loses_only_the_answer(proxy, backend):
@@ -291,7 +334,8 @@ def test_delay_adds_latency_and_combines_with_another_fault(proxy):
     assert get(conn, "/bytes/1")[:2] == (200, payload(1))
     assert time.monotonic() - start >= 0.6
     start = time.monotonic()
-    assert get(conn, "/bytes/2")[0] == 200  # other paths: no delay (generous bound for a loaded machine)
+    # other paths: no delay (generous bound for a loaded machine)
+    assert get(conn, "/bytes/2")[0] == 200
     assert time.monotonic() - start < 0.3 + 5
 
 
@@ -321,11 +365,15 @@ def test_stall_in_the_middle_of_a_body(proxy):
 
 
 def test_method_path_and_kth_request_filters(proxy):
-    rule = proxy.inject("status", status=500, method="GET", path=r"/bytes/7$", after=2, times=1)  # the 3rd GET only
+    # the 3rd GET only
+    rule = proxy.inject("status", status=500, method="GET", path=r"/bytes/7$", after=2, times=1)
     conn = connect(proxy)
     statuses = [get(conn, "/bytes/7")[0] for _ in range(5)]
     assert statuses == [200, 200, 500, 200, 200]
-    assert get(conn, "/bytes/7", "HEAD")[0] == 200 and get(conn, "/bytes/8", headers={"Range": "bytes=0-3"})[0] == 200
+    assert (
+        get(conn, "/bytes/7", "HEAD")[0] == 200
+        and get(conn, "/bytes/8", headers={"Range": "bytes=0-3"})[0] == 200
+    )
     assert proxy.log[-1].range == "bytes=0-3" and proxy.log[-2].range is None
     assert (rule.matched, rule.applied) == (5, 1)
     rule.remove()
@@ -353,7 +401,9 @@ def test_probability_is_seeded(backend):
 
 def test_fault_context_and_callback(proxy):
     calls = []
-    with proxy.fault("delay", seconds=0, path="/bytes/3", callback=lambda seen: calls.append(seen.target)) as rule:
+    with proxy.fault(
+        "delay", seconds=0, path="/bytes/3", callback=lambda seen: calls.append(seen.target)
+    ) as rule:
         assert get(connect(proxy), "/bytes/3")[0] == 200
     assert get(connect(proxy), "/bytes/3")[0] == 200
     assert calls == ["/bytes/3"] and rule.applied == 1

@@ -65,22 +65,32 @@ def test_round_trip(h5file, tmp_path: Path, fmt: str) -> None:
         assert s["names"] == data["names"][i] and s["jpegs"] == data["jpegs"][i]
 
 
-def test_workers_give_identical_shards(h5file, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_workers_give_identical_shards(
+    h5file, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(numpy_arrays, "MAX_CHUNK", 3)  # ten jobs: each worker opens the file itself
     path, _ = h5file
     ss.pack(path, tmp_path / "one", workers=1, samples_per_shard=6, progress=False)
     ss.pack(path, tmp_path / "two", workers=2, samples_per_shard=6, progress=False)
     ss.pack(path, tmp_path / "again", workers=2, samples_per_shard=6, progress=False)
-    assert shard_bytes(tmp_path / "one") == shard_bytes(tmp_path / "two") == shard_bytes(tmp_path / "again")
+    assert (
+        shard_bytes(tmp_path / "one")
+        == shard_bytes(tmp_path / "two")
+        == shard_bytes(tmp_path / "again")
+    )
     assert len(shard_bytes(tmp_path / "one")) == 5
 
 
 def test_fields_pick_datasets(h5file, tmp_path: Path) -> None:
     path, data = h5file
-    ss.pack(path, tmp_path / "out", fields=["images", "/meta/labels"], shuffle=False, progress=False)
+    ss.pack(
+        path, tmp_path / "out", fields=["images", "/meta/labels"], shuffle=False, progress=False
+    )
     got = read_back(tmp_path / "out")
     assert set(got["000000004"]) == {"__key__", "images.npy", "meta_labels"}
-    with pytest.raises(SourceError, match=r"data.h5: no dataset 'nope' \(datasets: images, jpegs, meta/labels"):
+    with pytest.raises(
+        SourceError, match=r"data.h5: no dataset 'nope' \(datasets: images, jpegs, meta/labels"
+    ):
         ss.pack(path, tmp_path / "bad", fields=["nope"], progress=False)
 
 
@@ -89,7 +99,9 @@ def test_unequal_lengths_name_file_and_datasets(tmp_path: Path) -> None:
     with h5py.File(path, "w") as f:
         f["x"] = np.zeros((10, 2))
         f["y"] = np.zeros(9)
-    with pytest.raises(SourceError, match=r"odd.h5: datasets have different lengths along axis 0 \(x: 10, y: 9\)"):
+    with pytest.raises(
+        SourceError, match=r"odd.h5: datasets have different lengths along axis 0 \(x: 10, y: 9\)"
+    ):
         ss.pack(path, tmp_path / "out", progress=False)
     assert not (tmp_path / "out" / "_manifest.json").exists()
 
@@ -101,7 +113,9 @@ def test_unsupported_dtype_and_unreadable_file(tmp_path: Path) -> None:
         refs = f.create_dataset("refs", (3,), dtype=h5py.ref_dtype)
         refs[0] = f["x"].ref
         f.create_dataset("floats", (3,), dtype=h5py.vlen_dtype(np.float32))
-    with pytest.raises(SourceError, match=r"refs.h5: dataset 'floats' has variable-length rows of float32"):
+    with pytest.raises(
+        SourceError, match=r"refs.h5: dataset 'floats' has variable-length rows of float32"
+    ):
         ss.pack(path, tmp_path / "out", progress=False)
     with pytest.raises(SourceError, match=r"refs.h5: dataset 'refs' holds HDF5 references"):
         ss.pack(path, tmp_path / "out", fields=["refs"], progress=False)
@@ -129,10 +143,13 @@ def test_command_line_fields(h5file, tmp_path: Path) -> None:
     from shardstream.cli import cli
 
     path, _ = h5file
-    result = CliRunner().invoke(cli, ["pack", str(path), str(tmp_path / "out"), "--fields", "images, meta/labels",
-                                      "-q"])
+    result = CliRunner().invoke(
+        cli, ["pack", str(path), str(tmp_path / "out"), "--fields", "images, meta/labels", "-q"]
+    )
     assert result.exit_code == 0, result.output
     assert "layout hdf5" in result.output
     assert set(read_back(tmp_path / "out")["000000000"]) == {"__key__", "images.npy", "meta_labels"}
-    result = CliRunner().invoke(cli, ["pack", str(path), str(tmp_path / "bad"), "--field-name", "x", "-q"])
+    result = CliRunner().invoke(
+        cli, ["pack", str(path), str(tmp_path / "bad"), "--field-name", "x", "-q"]
+    )
     assert result.exit_code != 0 and "field_name do not apply to" in result.output

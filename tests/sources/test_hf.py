@@ -24,7 +24,10 @@ def png(i: int) -> bytes:
 
 @pytest.fixture(scope="module")
 def saved(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[dict]]:
-    rows = [{"image": {"bytes": png(i), "path": f"img{i}.png"}, "label": i % 3, "text": f"row {i}"} for i in range(23)]
+    rows = [
+        {"image": {"bytes": png(i), "path": f"img{i}.png"}, "label": i % 3, "text": f"row {i}"}
+        for i in range(23)
+    ]
     ds = datasets.Dataset.from_list(rows).cast_column("image", datasets.Image())
     path = tmp_path_factory.mktemp("hf") / "train"
     ds.save_to_disk(str(path), num_shards=2)  # two Arrow files, read in order
@@ -44,7 +47,9 @@ def test_arrow_shards_round_trip(saved, tmp_path: Path) -> None:
     got = list(ss.ShardDataset(str(tmp_path / "out"), shuffle=False, decode=None))
     assert [r["label"] for r in got] == [r["label"] for r in rows]
     assert [r["text"] for r in got] == [r["text"] for r in rows]
-    assert [r["image"]["bytes"] for r in got] == [r["image"]["bytes"] for r in rows]  # images kept as bytes
+    assert [r["image"]["bytes"] for r in got] == [
+        r["image"]["bytes"] for r in rows
+    ]  # images kept as bytes
     import pyarrow as pa
 
     schema = pa.ipc.open_file(str(tmp_path / "out" / result.manifest.paths[0])).schema
@@ -65,14 +70,18 @@ def test_tar_shards_keep_images_as_files(saved, tmp_path: Path) -> None:
     ss.pack(path, tmp_path / "tar", format="tar", shuffle=False, progress=False)
     got = list(ss.ShardDataset(str(tmp_path / "tar"), shuffle=False, decode=None))
     assert [g["image.png"] for g in got] == [r["image"]["bytes"] for r in rows]
-    assert [int(g["label"]) for g in got] == [r["label"] for r in rows]  # decode=None: bytes as stored
+    assert [int(g["label"]) for g in got] == [
+        r["label"] for r in rows
+    ]  # decode=None: bytes as stored
 
 
 def test_dataset_dict_and_broken_state(saved, tmp_path: Path) -> None:
     path, _ = saved
     dd = datasets.DatasetDict({"train": datasets.Dataset.from_dict({"x": [1, 2]})})
     dd.save_to_disk(str(tmp_path / "dd"))
-    with pytest.raises(SourceError, match=r"is a DatasetDict with splits train; pack one split, e.g. .*dd/train"):
+    with pytest.raises(
+        SourceError, match=r"is a DatasetDict with splits train; pack one split, e.g. .*dd/train"
+    ):
         ss.pack(tmp_path / "dd", tmp_path / "out", progress=False)
     broken = tmp_path / "broken"
     broken.mkdir()

@@ -19,7 +19,9 @@ def tree(root, extra: dict[str, bytes]):
 @pytest.mark.parametrize("stray", ["README.txt", "cat/nested/1.jpg", "dog/notes.txt"])
 def test_a_stray_file_in_an_image_folder_is_named(tmp_path, stray):
     src = tree(tmp_path / "src", {stray: b"hello"})
-    with pytest.raises(SourceError, match=r"does not fit the ImageFolder layout.*--layout files") as info:
+    with pytest.raises(
+        SourceError, match=r"does not fit the ImageFolder layout.*--layout files"
+    ) as info:
         open_source(str(src))
     assert stray in str(info.value) and "\n" not in str(info.value)
     assert open_source(str(src), "files").layout == "files"  # asked for explicitly: packed as files

@@ -14,7 +14,12 @@ from tests.sample_datasets import without_run
 
 lmdb = pytest.importorskip("lmdb")
 
-KEYS = [f"train/{i:04d}.jpg".encode() for i in range(40)] + [b"\xff\x00raw", b"a%2Eb", b"a.b", b"../up"]
+KEYS = [f"train/{i:04d}.jpg".encode() for i in range(40)] + [
+    b"\xff\x00raw",
+    b"a%2Eb",
+    b"a.b",
+    b"../up",
+]
 
 
 def shard_bytes(dest: Path) -> dict[str, bytes]:
@@ -40,7 +45,9 @@ def decode(key: bytes, value: bytes) -> dict:
 def test_round_trip_raw_values(env: Path, tmp_path: Path) -> None:
     result = ss.pack(env, tmp_path / "out", samples_per_shard=16, progress=False)
     assert result.samples == len(KEYS) and result.manifest.created["layout"] == "lmdb"
-    got = {s["__key__"]: s for s in ss.ShardDataset(str(tmp_path / "out"), shuffle=False, decode=None)}
+    got = {
+        s["__key__"]: s for s in ss.ShardDataset(str(tmp_path / "out"), shuffle=False, decode=None)
+    }
     assert len(got) == len(KEYS)  # distinct keys stay distinct
     for i, key in enumerate(KEYS):
         s = got[lmdbs.sample_key(key)]
@@ -56,19 +63,32 @@ def test_field_name_and_arrow(env: Path, tmp_path: Path) -> None:
     assert {r["jpg"] for r in rows} == {bytes([i % 256]) * (i + 1) for i in range(len(KEYS))}
 
 
-def test_decode_value_and_workers_identical(env: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_decode_value_and_workers_identical(
+    env: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(lmdbs, "CHUNK", 5)  # nine jobs over two workers
-    ss.pack(env, tmp_path / "one", decode_value=decode, workers=1, samples_per_shard=7, progress=False)
-    ss.pack(env, tmp_path / "two", decode_value=decode, workers=2, samples_per_shard=7, progress=False)
+    ss.pack(
+        env, tmp_path / "one", decode_value=decode, workers=1, samples_per_shard=7, progress=False
+    )
+    ss.pack(
+        env, tmp_path / "two", decode_value=decode, workers=2, samples_per_shard=7, progress=False
+    )
     assert shard_bytes(tmp_path / "one") == shard_bytes(tmp_path / "two")
     got = {s["__key__"]: s for s in ss.ShardDataset(str(tmp_path / "two"), shuffle=False)}
-    assert got[lmdbs.sample_key(KEYS[3])] == {"__key__": lmdbs.sample_key(KEYS[3]), "cls": 3, "txt": KEYS[3].hex()}
+    assert got[lmdbs.sample_key(KEYS[3])] == {
+        "__key__": lmdbs.sample_key(KEYS[3]),
+        "cls": 3,
+        "txt": KEYS[3].hex(),
+    }
 
 
 def test_a_lambda_decoder_runs_in_workers(env: Path, tmp_path: Path) -> None:
-    ss.pack(env, tmp_path / "out", decode_value=lambda k, v: {"n": len(v)}, workers=2, progress=False)
-    assert sorted(s["n"] for s in ss.ShardDataset(str(tmp_path / "out"), shuffle=False)) == \
-        list(range(1, len(KEYS) + 1))
+    ss.pack(
+        env, tmp_path / "out", decode_value=lambda k, v: {"n": len(v)}, workers=2, progress=False
+    )
+    assert sorted(s["n"] for s in ss.ShardDataset(str(tmp_path / "out"), shuffle=False)) == list(
+        range(1, len(KEYS) + 1)
+    )
 
 
 def test_failing_decoder_names_the_key(env: Path, tmp_path: Path) -> None:
@@ -77,7 +97,10 @@ def test_failing_decoder_names_the_key(env: Path, tmp_path: Path) -> None:
             raise ValueError("bad record")
         return {"bin": value}
 
-    with pytest.raises(ShardstreamError, match=r"env.lmdb: decode_value failed on key b'a.b': ValueError: bad record"):
+    with pytest.raises(
+        ShardstreamError,
+        match=r"env.lmdb: decode_value failed on key b'a.b': ValueError: bad record",
+    ):
         ss.pack(env, tmp_path / "out", decode_value=picky, workers=2, progress=False)
     assert not (tmp_path / "out" / "_manifest.json").exists()
 
@@ -86,7 +109,9 @@ def test_unreadable_environment(tmp_path: Path) -> None:
     path = tmp_path / "broken"
     path.mkdir()
     (path / "data.mdb").write_bytes(b"\0" * 100)
-    with pytest.raises(SourceError, match=r"cannot read LMDB environment .*broken: .*data.mdb") as info:
+    with pytest.raises(
+        SourceError, match=r"cannot read LMDB environment .*broken: .*data.mdb"
+    ) as info:
         ss.pack(path, tmp_path / "out", progress=False)
     assert "\n" not in str(info.value)
 
@@ -106,6 +131,8 @@ def test_command_line_field_name(env: Path, tmp_path: Path) -> None:
 
     from shardstream.cli import cli
 
-    result = CliRunner().invoke(cli, ["pack", str(env), str(tmp_path / "out"), "--field-name", "jpg", "-q"])
+    result = CliRunner().invoke(
+        cli, ["pack", str(env), str(tmp_path / "out"), "--field-name", "jpg", "-q"]
+    )
     assert result.exit_code == 0, result.output
     assert {f["name"] for f in ss.ShardDataset(str(tmp_path / "out")).manifest.fields} == {"jpg"}

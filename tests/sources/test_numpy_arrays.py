@@ -48,7 +48,9 @@ def test_folder_round_trips(arrays, tmp_path: Path, fmt: str) -> None:
         assert sample["labels"] == labels[i] and isinstance(sample["labels"], int)
 
 
-def test_workers_give_identical_shards(arrays, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_workers_give_identical_shards(
+    arrays, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(numpy_arrays, "MAX_CHUNK", 4)  # ten jobs, so two workers really share them
     src, _, _ = arrays
     one = ss.pack(src, tmp_path / "one", workers=1, samples_per_shard=8, progress=False)
@@ -61,8 +63,12 @@ def test_shuffle_keeps_keys_and_changes_order(arrays, tmp_path: Path) -> None:
     src, images, _ = arrays
     ss.pack(src, tmp_path / "plain", shuffle=False, progress=False)
     ss.pack(src, tmp_path / "mixed", seed=5, progress=False)
-    plain = [s["__key__"] for s in ss.ShardDataset(str(tmp_path / "plain"), shuffle=False, decode=None)]
-    mixed = [s["__key__"] for s in ss.ShardDataset(str(tmp_path / "mixed"), shuffle=False, decode=None)]
+    plain = [
+        s["__key__"] for s in ss.ShardDataset(str(tmp_path / "plain"), shuffle=False, decode=None)
+    ]
+    mixed = [
+        s["__key__"] for s in ss.ShardDataset(str(tmp_path / "mixed"), shuffle=False, decode=None)
+    ]
     assert plain == sorted(plain) and mixed != plain and sorted(mixed) == plain
     got = read_back(tmp_path / "mixed")
     np.testing.assert_array_equal(got["000000011"]["images.npy"], images[11])
@@ -80,7 +86,9 @@ def test_one_file_and_fields(arrays, tmp_path: Path) -> None:
 def test_unequal_lengths_name_the_files(arrays, tmp_path: Path) -> None:
     src, _, _ = arrays
     np.save(src / "short.npy", np.zeros(5))
-    with pytest.raises(SourceError, match=r"different lengths along axis 0 \(.*short.npy: 5") as info:
+    with pytest.raises(
+        SourceError, match=r"different lengths along axis 0 \(.*short.npy: 5"
+    ) as info:
         ss.pack(src, tmp_path / "out", progress=False)
     assert "\n" not in str(info.value) and not (tmp_path / "out" / "_manifest.json").exists()
 

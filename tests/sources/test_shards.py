@@ -34,35 +34,61 @@ def dataset(tmp_path: Path) -> Path:
     return tmp_path / "packed"
 
 
-@pytest.mark.parametrize("options", [{"samples_per_shard": 5, "compression": "zstd"},
-                                     {"shard_size": "300B", "compression": "gzip"},
-                                     {"format": "arrow"}])
-def test_reshard_keeps_samples_order_and_classes(dataset: Path, tmp_path: Path, options: dict) -> None:
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"samples_per_shard": 5, "compression": "zstd"},
+        {"shard_size": "300B", "compression": "gzip"},
+        {"format": "arrow"},
+    ],
+)
+def test_reshard_keeps_samples_order_and_classes(
+    dataset: Path, tmp_path: Path, options: dict
+) -> None:
     result = ss.pack(dataset, tmp_path / "out", progress=False, **options)
     assert result.manifest.created["layout"] == "shards"
     assert result.manifest.classes == ["a", "b", "c"]
     before, after = samples(dataset), samples(tmp_path / "out")
-    assert [(s["__key__"], s["png"], int(s["cls"])) for s in after] == \
-        [(s["__key__"], s["png"], int(s["cls"])) for s in before]  # in the source's order (no second shuffle)
+    assert [(s["__key__"], s["png"], int(s["cls"])) for s in after] == [
+        (s["__key__"], s["png"], int(s["cls"])) for s in before
+    ]  # in the source's order (no second shuffle)
     assert result.shards != 6
 
 
 def test_arrow_dataset_back_to_tar(dataset: Path, tmp_path: Path) -> None:
     ss.pack(dataset, tmp_path / "arrow", format="arrow", progress=False)
-    result = ss.pack(tmp_path / "arrow", tmp_path / "tar", format="tar", samples_per_shard=8, progress=False)
+    result = ss.pack(
+        tmp_path / "arrow", tmp_path / "tar", format="tar", samples_per_shard=8, progress=False
+    )
     assert result.manifest.classes == ["a", "b", "c"] and result.shards == 3
-    assert [(s["__key__"], s["png"], int(s["cls"])) for s in samples(tmp_path / "tar")] == \
-        [(s["__key__"], s["png"], int(s["cls"])) for s in samples(dataset)]
+    assert [(s["__key__"], s["png"], int(s["cls"])) for s in samples(tmp_path / "tar")] == [
+        (s["__key__"], s["png"], int(s["cls"])) for s in samples(dataset)
+    ]
 
 
 def test_typed_fields_stay_typed(tmp_path: Path) -> None:
     with ss.ShardWriter(str(tmp_path / "typed"), samples_per_shard=3) as w:
         for i in range(10):
-            w.write({"__key__": f"k{i}", "n": i, "x": i / 3, "ok": i % 2 == 0, "name": f"s{i}", "raw": b"\0" * i})
+            w.write(
+                {
+                    "__key__": f"k{i}",
+                    "n": i,
+                    "x": i / 3,
+                    "ok": i % 2 == 0,
+                    "name": f"s{i}",
+                    "raw": b"\0" * i,
+                }
+            )
     ss.pack(tmp_path / "typed", tmp_path / "out", samples_per_shard=4, workers=2, progress=False)
     assert samples(tmp_path / "out", "numpy") == samples(tmp_path / "typed", "numpy")
-    assert samples(tmp_path / "out", "numpy")[3] == {"__key__": "k3", "n": 3, "x": 1.0, "ok": False, "name": "s3",
-                                                      "raw": b"\0" * 3}
+    assert samples(tmp_path / "out", "numpy")[3] == {
+        "__key__": "k3",
+        "n": 3,
+        "x": 1.0,
+        "ok": False,
+        "name": "s3",
+        "raw": b"\0" * 3,
+    }
 
 
 def test_workers_give_identical_shards(dataset: Path, tmp_path: Path) -> None:
@@ -82,7 +108,10 @@ def make_tar(path: Path, members: list[tuple[str, bytes]], mode: str = "w") -> N
 def test_webdataset_tars_without_manifest(tmp_path: Path) -> None:
     tars = tmp_path / "wds"
     tars.mkdir()
-    make_tar(tars / "part-0.tar", [(f"s{i}.{ext}", f"{ext}{i}".encode()) for i in range(5) for ext in ("jpg", "txt")])
+    make_tar(
+        tars / "part-0.tar",
+        [(f"s{i}.{ext}", f"{ext}{i}".encode()) for i in range(5) for ext in ("jpg", "txt")],
+    )
     make_tar(tars / "part-1.tar.gz", [(f"t{i}.jpg", b"J" * i) for i in range(1, 4)], "w:gz")
     result = ss.pack(tars, tmp_path / "out", format="arrow", progress=False)
     assert result.samples == 8 and result.manifest.created["layout"] == "shards"
@@ -98,7 +127,9 @@ def test_damaged_shard_is_named(dataset: Path, tmp_path: Path) -> None:
     data = bytearray(shard.read_bytes())
     data[600] ^= 1
     shard.write_bytes(bytes(data))
-    with pytest.raises(SourceError, match=rf"{shard.name} does not match the sha256 in its manifest") as info:
+    with pytest.raises(
+        SourceError, match=rf"{shard.name} does not match the sha256 in its manifest"
+    ) as info:
         ss.pack(dataset, tmp_path / "out", workers=2, progress=False)
     assert "\n" not in str(info.value) and not (tmp_path / "out" / "_manifest.json").exists()
     (tmp_path / "bad").mkdir()

@@ -27,33 +27,47 @@ def small_table(n: int = 5) -> pa.Table:
     return pa.table({"id": list(range(n)), "text": [f"row {i}" for i in range(n)]})
 
 
-
-
-
-
 # -- layout detection ---------------------------------------------------------------------------------------
 
 
 def test_an_explicit_imagefolder_refuses_a_sample_without_an_image(tmp_path):
     """--layout imagefolder with a stray text file among images: an error naming it, not a sample without
     an image (class folders holding only other files, such as texts, stay a valid ImageFolder: see below)."""
-    root = make_files(tmp_path / "src", {"cat/1.jpg": b"c1", "cat/notes.txt": b"n", "dog/2.png": b"d2"})
-    with pytest.raises(SourceError, match=r"notes\.txt.*no image file, unlike the other.*--layout files"):
+    root = make_files(
+        tmp_path / "src", {"cat/1.jpg": b"c1", "cat/notes.txt": b"n", "dog/2.png": b"d2"}
+    )
+    with pytest.raises(
+        SourceError, match=r"notes\.txt.*no image file, unlike the other.*--layout files"
+    ):
         open_source(str(root), layout="imagefolder")
     assert open_source(str(root), layout="files").layout == "files"
 
 
 def test_imagefolder_tree_gives_classes_and_labels(tmp_path):
-    root = make_files(tmp_path / "src", {
-        "dog/b.JPG": b"d1", "cat/2.png": b"c2", "cat/1.jpeg": b"c1", "dog/a.webp": b"d2",
-        ".DS_Store": b"x", "cat/.thumbs": b"y",
-    })
+    root = make_files(
+        tmp_path / "src",
+        {
+            "dog/b.JPG": b"d1",
+            "cat/2.png": b"c2",
+            "cat/1.jpeg": b"c1",
+            "dog/a.webp": b"d2",
+            ".DS_Store": b"x",
+            "cat/.thumbs": b"y",
+        },
+    )
     src = open_source(str(root))
     assert isinstance(src, FolderSource)
     assert src.layout == "imagefolder"
     assert src.classes == ["cat", "dog"]
-    assert [(s.key, s.label) for s in src.samples] == [("cat/1", 0), ("cat/2", 0), ("dog/a", 1), ("dog/b", 1)]
-    assert fields_of(src)["dog/b"] == {"jpg": (str(root / "dog" / "b.JPG"), 2)}  # lower case, as webdataset
+    assert [(s.key, s.label) for s in src.samples] == [
+        ("cat/1", 0),
+        ("cat/2", 0),
+        ("dog/a", 1),
+        ("dog/b", 1),
+    ]
+    assert fields_of(src)["dog/b"] == {
+        "jpg": (str(root / "dog" / "b.JPG"), 2)
+    }  # lower case, as webdataset
     assert src.skipped_hidden == 2
 
 
@@ -65,12 +79,15 @@ def test_imagefolder_classes_skip_hidden_class_folders(tmp_path):
     assert [s.key for s in src.samples] == ["a/1", "b/1"]
 
 
-@pytest.mark.parametrize("extra", [
-    {"cat/notes.txt": b"not an image"},  # a non-image file
-    {"cat/sub/3.jpg": b"too deep"},  # two folders deep
-    {"top.jpg": b"at the root"},  # not in a class folder
-    {"cat/noext": b"no extension"},
-])
+@pytest.mark.parametrize(
+    "extra",
+    [
+        {"cat/notes.txt": b"not an image"},  # a non-image file
+        {"cat/sub/3.jpg": b"too deep"},  # two folders deep
+        {"top.jpg": b"at the root"},  # not in a class folder
+        {"cat/noext": b"no extension"},
+    ],
+)
 def test_not_imagefolder_unless_every_file_is_an_image_one_folder_deep(tmp_path, extra):
     root = make_files(tmp_path / "src", {"cat/1.jpg": b"1", "dog/2.png": b"2", **extra})
     # an ImageFolder but for a stray file: named, never silently packed without classes (issue 11)
@@ -118,9 +135,16 @@ def test_unknown_layout_is_refused(tmp_path):
         open_source(str(root), layout="nonsense")
 
 
-@pytest.mark.parametrize(("suffix", "fmt"), [
-    (".parquet", "parquet"), (".csv", "csv"), (".jsonl", "json"), (".feather", "ipc"), (".arrow", "ipc"),
-])
+@pytest.mark.parametrize(
+    ("suffix", "fmt"),
+    [
+        (".parquet", "parquet"),
+        (".csv", "csv"),
+        (".jsonl", "json"),
+        (".feather", "ipc"),
+        (".arrow", "ipc"),
+    ],
+)
 def test_folder_of_one_table_kind_is_a_table(tmp_path, suffix, fmt):
     root = tmp_path / "src"
     (root / "part").mkdir(parents=True)
@@ -138,7 +162,11 @@ def test_folder_of_one_table_kind_is_a_table(tmp_path, suffix, fmt):
     src = open_source(str(root))
     assert isinstance(src, TableSource)
     assert src.format == fmt
-    assert src.files == [str(root / f"a{suffix}"), str(root / f"b{suffix}"), str(root / "part" / f"c{suffix}")]
+    assert src.files == [
+        str(root / f"a{suffix}"),
+        str(root / f"b{suffix}"),
+        str(root / "part" / f"c{suffix}"),
+    ]
     assert src.dataset().to_table().num_rows == 15
 
 
@@ -213,18 +241,31 @@ def test_layout_files_packs_table_files_as_bytes(tmp_path):
 
 
 def test_files_group_by_path_without_extension(tmp_path):
-    root = make_files(tmp_path / "src", {
-        "a.jpg": b"jpg!", "a.json": b"{}", "a.seg.png": b"seg", "b.txt": b"bee",
-        "sub/c.txt": b"sea", "sub/c.cls": b"3", "sub/deeper/c.txt": b"deep",
-    })
+    root = make_files(
+        tmp_path / "src",
+        {
+            "a.jpg": b"jpg!",
+            "a.json": b"{}",
+            "a.seg.png": b"seg",
+            "b.txt": b"bee",
+            "sub/c.txt": b"sea",
+            "sub/c.cls": b"3",
+            "sub/deeper/c.txt": b"deep",
+        },
+    )
     src = open_source(str(root))
     assert src.layout == "files"
     got = fields_of(src)
     assert list(got) == ["a", "b", "sub/c", "sub/deeper/c"]
     assert got["a"] == {
-        "jpg": (str(root / "a.jpg"), 4), "json": (str(root / "a.json"), 2), "seg.png": (str(root / "a.seg.png"), 3),
+        "jpg": (str(root / "a.jpg"), 4),
+        "json": (str(root / "a.json"), 2),
+        "seg.png": (str(root / "a.seg.png"), 3),
     }
-    assert got["sub/c"] == {"cls": (str(root / "sub/c.cls"), 1), "txt": (str(root / "sub/c.txt"), 3)}
+    assert got["sub/c"] == {
+        "cls": (str(root / "sub/c.cls"), 1),
+        "txt": (str(root / "sub/c.txt"), 3),
+    }
     # each sample's fields are sorted by name
     for s in src.samples:
         assert [ext for ext, _, _ in s.files] == sorted(ext for ext, _, _ in s.files)
@@ -244,7 +285,10 @@ def test_samples_are_sorted_by_key_whatever_the_creation_order(tmp_path):
 
 
 def test_listing_is_deterministic(tmp_path):
-    root = make_files(tmp_path / "src", {f"d{i % 3}/f{i}.{ext}": b"x" * i for i in range(12) for ext in ("a", "b")})
+    root = make_files(
+        tmp_path / "src",
+        {f"d{i % 3}/f{i}.{ext}": b"x" * i for i in range(12) for ext in ("a", "b")},
+    )
     first = open_source(str(root))
     second = open_source(str(root))
     assert first.samples == second.samples
@@ -252,7 +296,9 @@ def test_listing_is_deterministic(tmp_path):
 
 
 def test_unicode_and_spaces_in_names(tmp_path):
-    root = make_files(tmp_path / "src", {"dossier été/ça va.txt": b"oui", "日本/データ 1.json": b"[]"})
+    root = make_files(
+        tmp_path / "src", {"dossier été/ça va.txt": b"oui", "日本/データ 1.json": b"[]"}
+    )
     got = fields_of(open_source(str(root)))
     assert got == {
         "dossier été/ça va": {"txt": (str(root / "dossier été/ça va.txt"), 3)},
@@ -272,10 +318,17 @@ def test_dots_in_folder_names_do_not_split_the_key(tmp_path):
 
 
 def test_hidden_files_and_folders_are_skipped_and_counted(tmp_path):
-    root = make_files(tmp_path / "src", {
-        "a.txt": b"a", ".DS_Store": b"x", ".git/config": b"x", ".git/objects/1.txt": b"x",
-        "sub/.hidden.txt": b"x", "sub/b.txt": b"b",
-    })
+    root = make_files(
+        tmp_path / "src",
+        {
+            "a.txt": b"a",
+            ".DS_Store": b"x",
+            ".git/config": b"x",
+            ".git/objects/1.txt": b"x",
+            "sub/.hidden.txt": b"x",
+            "sub/b.txt": b"b",
+        },
+    )
     src = open_source(str(root))
     assert [s.key for s in src.samples] == ["a", "sub/b"]
     assert src.skipped_hidden == 3  # .DS_Store, .git (not its content), sub/.hidden.txt
@@ -283,10 +336,15 @@ def test_hidden_files_and_folders_are_skipped_and_counted(tmp_path):
 
 
 def test_file_without_extension_is_field_bin(tmp_path):
-    root = make_files(tmp_path / "src", {"README": b"read me", "sub/data": b"\x00\x01", "sub/data.txt": b"t"})
+    root = make_files(
+        tmp_path / "src", {"README": b"read me", "sub/data": b"\x00\x01", "sub/data.txt": b"t"}
+    )
     got = fields_of(open_source(str(root)))
     assert got["README"] == {"bin": (str(root / "README"), 7)}
-    assert got["sub/data"] == {"bin": (str(root / "sub/data"), 2), "txt": (str(root / "sub/data.txt"), 1)}
+    assert got["sub/data"] == {
+        "bin": (str(root / "sub/data"), 2),
+        "txt": (str(root / "sub/data.txt"), 1),
+    }
 
 
 def test_file_without_extension_clashes_with_key_dot_bin(tmp_path):
@@ -436,8 +494,13 @@ else:
     print("no error")
 """
     try:
-        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, preexec_fn=preexec,
-                              timeout=60)
+        proc = subprocess.run(
+            [sys.executable, "-c", code],
+            capture_output=True,
+            text=True,
+            preexec_fn=preexec,
+            timeout=60,
+        )
     finally:
         (root / "locked").chmod(0o755)
     assert proc.returncode == 0, proc.stderr
@@ -459,9 +522,16 @@ def test_every_registered_kind_loads_its_lister():
 def test_a_kind_whose_library_is_missing_names_the_install_command():
     from shardstream.sources import SourceKind
 
-    kind = SourceKind("shardstream.sources.folder:file_tree", ("no_such_library_here",), "pip install 'shardstream[x]'")
-    with pytest.raises(SourceError, match="hdf5 sources need the 'no_such_library_here' package; install it with: "
-                                          "pip install 'shardstream\\[x\\]'"):
+    kind = SourceKind(
+        "shardstream.sources.folder:file_tree",
+        ("no_such_library_here",),
+        "pip install 'shardstream[x]'",
+    )
+    with pytest.raises(
+        SourceError,
+        match="hdf5 sources need the 'no_such_library_here' package; install it with: "
+        "pip install 'shardstream\\[x\\]'",
+    ):
         kind.load("hdf5")
 
 
@@ -469,8 +539,10 @@ def test_the_lister_is_imported_only_when_a_pack_uses_it():
     import subprocess
     import sys
 
-    code = ("import sys, shardstream.sources as s; assert 'pyarrow' not in sys.modules, 'eager'; "
-            "s.REGISTRY['table'].load('table'); assert 'pyarrow' in sys.modules")
+    code = (
+        "import sys, shardstream.sources as s; assert 'pyarrow' not in sys.modules, 'eager'; "
+        "s.REGISTRY['table'].load('table'); assert 'pyarrow' in sys.modules"
+    )
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
@@ -479,16 +551,29 @@ def test_field_names_are_lower_case_as_webdataset_names_them(tmp_path):
 
     from shardstream import ShardDataset, pack
 
-    root = make_files(tmp_path / "src", {"n01/IMG_1.JPEG": b"x", "n01/IMG_1.Seg.PNG": b"y", "n01/IMG_2.JPEG": b"z"})
+    root = make_files(
+        tmp_path / "src",
+        {"n01/IMG_1.JPEG": b"x", "n01/IMG_1.Seg.PNG": b"y", "n01/IMG_2.JPEG": b"z"},
+    )
     src = open_source(str(root))
-    assert fields_of(src)["n01/IMG_1"] == {"jpeg": (str(root / "n01" / "IMG_1.JPEG"), 1),
-                                           "seg.png": (str(root / "n01" / "IMG_1.Seg.PNG"), 1)}
+    assert fields_of(src)["n01/IMG_1"] == {
+        "jpeg": (str(root / "n01" / "IMG_1.JPEG"), 1),
+        "seg.png": (str(root / "n01" / "IMG_1.Seg.PNG"), 1),
+    }
     result = pack(root, tmp_path / "ds", workers=1, shuffle=False, progress=False)
     with tarfile.open(tmp_path / "ds" / result.manifest.paths[0]) as tar:
         names = tar.getnames()
-    assert names == ["n01/IMG_1.cls", "n01/IMG_1.jpeg", "n01/IMG_1.seg.png", "n01/IMG_2.cls", "n01/IMG_2.jpeg"]
+    assert names == [
+        "n01/IMG_1.cls",
+        "n01/IMG_1.jpeg",
+        "n01/IMG_1.seg.png",
+        "n01/IMG_2.cls",
+        "n01/IMG_2.jpeg",
+    ]
     (first, _) = ShardDataset(str(tmp_path / "ds"), decode=None, shuffle=False)
     assert first["jpeg"] == b"x" and first["__key__"] == "n01/IMG_1"
     clash = make_files(tmp_path / "clash", {"a.JPG": b"1", "a.jpg": b"2"})
-    with pytest.raises(SourceError, match=r"both give field 'jpg' of sample 'a' \(field names are lower case"):
+    with pytest.raises(
+        SourceError, match=r"both give field 'jpg' of sample 'a' \(field names are lower case"
+    ):
         open_source(str(clash))

@@ -39,7 +39,10 @@ def test_every_text_kind_gives_the_documents_in_order(tmp_path):
 def test_a_missing_text_field_names_the_file_and_row(tmp_path):
     path = tmp_path / "c.jsonl"
     path.write_text('{"text": "a"}\n{"txt": "b"}\n')
-    with pytest.raises(SourceError, match=rf"^{path}: line 2 has no 'text' field \(its keys: txt\); pass --text-field"):
+    with pytest.raises(
+        SourceError,
+        match=rf"^{path}: line 2 has no 'text' field \(its keys: txt\); pass --text-field",
+    ):
         all_texts(path)
     pq.write_table(pa.table({"body": ["a", None]}), tmp_path / "c.parquet")
     with pytest.raises(SourceError, match="c.parquet: no column 'text'"):
@@ -58,7 +61,10 @@ def test_megatron_pairs_round_trip_and_a_mismatched_idx_is_refused(tmp_path):
     assert src.kind == "megatron" and src.files == [str(tmp_path / "m.bin")]
     with open(tmp_path / "m.bin", "ab") as f:
         f.write(b"\0\0")
-    with pytest.raises(SourceError, match=r"m\.idx does not match .*m\.bin \(54 bytes, the index describes 52 bytes\)"):
+    with pytest.raises(
+        SourceError,
+        match=r"m\.idx does not match .*m\.bin \(54 bytes, the index describes 52 bytes\)",
+    ):
         read_megatron(str(tmp_path / "m.bin"))
 
 

@@ -141,6 +141,7 @@ def test_bad_limit_and_unwritable_root(tmp_path):
 
 # -- several processes ---------------------------------------------------------------------
 
+
 def _fetch_slowly(root: str, log: str, start: float) -> None:
     while time.time() < start:  # all begin together
         time.sleep(0.001)
@@ -187,7 +188,9 @@ def test_a_crash_mid_download_leaves_nothing_that_blocks_the_next_run(tmp_path, 
     assert started.wait(20)
     os.kill(proc.pid, signal.SIGKILL)
     proc.join()
-    assert [f for f in files(tmp_path) if f.endswith(".part")]  # its partial download is still there...
+    assert [
+        f for f in files(tmp_path) if f.endswith(".part")
+    ]  # its partial download is still there...
     monkeypatch.setattr(cache_module, "_STALE_PART", 0.0)
     t0 = time.monotonic()
     assert bytes(DiskCache(tmp_path, limit=10 * SIZE).get(key(5), lambda: blob(5))) == blob(5)

@@ -53,13 +53,16 @@ def test_a_forged_cached_shard_is_removed_and_fetched_again(tmp_path, replace, c
     url = genuine_dataset()
     ds = ShardDataset(url, decode="torch", shuffle=False, cache_dir=tmp_path / "cache", retries=1)
     assert [s["txt"] for s in ds] == [f"genuine {i}" for i in range(8)]
-    for shard in range(2):  # a warm cache: every shard whole (the first samples may have come by ranged reads)
+    # a warm cache: every shard whole (the first samples may have come by ranged reads)
+    for shard in range(2):
         bytes(ShardFetcher(ds.store, ds.manifest, ds.disk_cache).fetch(shard))
     gc.collect()
     cached = sorted((tmp_path / "cache").glob("*.shard"))
     assert len(cached) == 2
     forge(str(cached[0]), replace)
-    again = ShardDataset(url, decode="torch", shuffle=False, cache_dir=tmp_path / "cache", retries=1)
+    again = ShardDataset(
+        url, decode="torch", shuffle=False, cache_dir=tmp_path / "cache", retries=1
+    )
     with caplog.at_level(logging.WARNING, logger="shardstream"):
         assert [s["txt"] for s in again] == [f"genuine {i}" for i in range(8)]  # never FORGED!
     assert again.disk_cache.healed == 1
@@ -67,7 +70,9 @@ def test_a_forged_cached_shard_is_removed_and_fetched_again(tmp_path, replace, c
     assert b"FORGED!" not in cached[0].read_bytes()  # healed on disk too
 
 
-def test_an_unchanged_cached_file_is_hashed_once_per_host_and_never_after_its_own_download(tmp_path, monkeypatch):
+def test_an_unchanged_cached_file_is_hashed_once_per_host_and_never_after_its_own_download(
+    tmp_path, monkeypatch
+):
     url = genuine_dataset()
     store = Store(url, retry=FAST)
     from shardstream.manifest import load_manifest
@@ -80,17 +85,22 @@ def test_an_unchanged_cached_file_is_hashed_once_per_host_and_never_after_its_ow
         hashed.append(len(data))
         return real(data)
 
-    monkeypatch.setattr(cache_module, "hashlib", types.SimpleNamespace(sha256=counting))  # the cache's hashing only
+    # the cache's hashing only
+    monkeypatch.setattr(cache_module, "hashlib", types.SimpleNamespace(sha256=counting))
     first = DiskCache(tmp_path, limit=1 << 20)
-    bytes(ShardFetcher(store, m, first).fetch(0))  # downloaded, checked on the way: recorded, not hashed again
+    # downloaded, checked on the way: recorded, not hashed again
+    bytes(ShardFetcher(store, m, first).fetch(0))
     assert hashed == []
     gc.collect()
-    for _ in range(3):  # other processes of the host (other caches on the folder): the record stands
-        assert bytes(ShardFetcher(store, m, DiskCache(tmp_path, limit=1 << 20)).fetch(0)) == \
-            bytes(store.read_bytes(m.paths[0]))
+    # other processes of the host (other caches on the folder): the record stands
+    for _ in range(3):
+        assert bytes(ShardFetcher(store, m, DiskCache(tmp_path, limit=1 << 20)).fetch(0)) == bytes(
+            store.read_bytes(m.paths[0])
+        )
         gc.collect()
     assert hashed == []
-    os.unlink(next((tmp_path / "checked").glob("*.ok")))  # a file with no record (an older version's cache)
+    # a file with no record (an older version's cache)
+    os.unlink(next((tmp_path / "checked").glob("*.ok")))
     for _ in range(3):
         bytes(ShardFetcher(store, m, DiskCache(tmp_path, limit=1 << 20)).fetch(0))
         gc.collect()

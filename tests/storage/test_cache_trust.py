@@ -40,6 +40,7 @@ def never() -> bytes:
 
 # -- a private folder ---------------------------------------------------------------------------------------
 
+
 def test_a_new_cache_folder_and_its_files_are_private(tmp_path):
     c = DiskCache(tmp_path / "a" / "cache", limit=10 * SIZE)
     assert mode(c.root) == 0o700
@@ -58,9 +59,13 @@ def test_the_default_folder_and_its_parent_are_made_private(tmp_path, monkeypatc
 def test_a_folder_other_users_can_reach_is_refused(tmp_path, bits):
     planted = tmp_path / "cache"
     planted.mkdir()
-    os.chmod(planted, bits)  # ours, but open to others: they may have planted shards in it, or can read ours
-    with pytest.raises(StorageError, match=r"cannot use the shard cache .*cache: other users can reach it "
-                                           r"\(mode 0\d+\); run 'chmod 700 .*choose another cache_dir"):
+    # ours, but open to others: they may have planted shards in it, or can read ours
+    os.chmod(planted, bits)
+    with pytest.raises(
+        StorageError,
+        match=r"cannot use the shard cache .*cache: other users can reach it "
+        r"\(mode 0\d+\); run 'chmod 700 .*choose another cache_dir",
+    ):
         DiskCache(planted, limit=SIZE)
     assert mode(planted) == bits  # not changed behind the user's back
 
@@ -68,13 +73,16 @@ def test_a_folder_other_users_can_reach_is_refused(tmp_path, bits):
 def test_a_forged_shard_in_a_shared_folder_is_never_served(tmp_path):
     shared = tmp_path / "cache"
     shared.mkdir()
-    (shared / f"{key(1)}.shard").write_bytes(b"FORGED!".ljust(SIZE, b"!"))  # another user's plant, right name
+    # another user's plant, right name
+    (shared / f"{key(1)}.shard").write_bytes(b"FORGED!".ljust(SIZE, b"!"))
     os.chmod(shared, 0o777)
     with pytest.raises(StorageError, match="other users can reach it"):
         DiskCache(shared, limit=10 * SIZE).get(key(1), lambda: blob(1))
 
 
-def test_the_default_folder_left_readable_by_an_earlier_version_is_made_private(tmp_path, monkeypatch):
+def test_the_default_folder_left_readable_by_an_earlier_version_is_made_private(
+    tmp_path, monkeypatch
+):
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     root = default_cache_dir()
     os.makedirs(root)
@@ -82,7 +90,8 @@ def test_the_default_folder_left_readable_by_an_earlier_version_is_made_private(
     os.chmod(os.path.dirname(root), 0o755)
     DiskCache(limit=SIZE)
     assert mode(root) == 0o700 and mode(os.path.dirname(root)) == 0o700
-    os.chmod(root, 0o775)  # writable by the group: it may hold anything, so it is refused, default or not
+    # writable by the group: it may hold anything, so it is refused, default or not
+    os.chmod(root, 0o775)
     with pytest.raises(StorageError, match="other users can reach it"):
         DiskCache(limit=SIZE)
 
@@ -91,7 +100,10 @@ def test_a_folder_of_another_user_is_refused(tmp_path, monkeypatch):
     (tmp_path / "cache").mkdir(mode=0o700)
     uid = os.geteuid()
     monkeypatch.setattr(os, "geteuid", lambda: uid + 1)  # as seen by that other user
-    with pytest.raises(StorageError, match=r"cache: it belongs to another user \(uid \d+\).*choose another cache_dir"):
+    with pytest.raises(
+        StorageError,
+        match=r"cache: it belongs to another user \(uid \d+\).*choose another cache_dir",
+    ):
         DiskCache(tmp_path / "cache", limit=SIZE)
 
 
@@ -99,7 +111,9 @@ def test_a_link_as_the_cache_folder_is_refused(tmp_path):
     real = tmp_path / "real"
     real.mkdir(mode=0o700)
     (tmp_path / "cache").symlink_to(real)
-    with pytest.raises(StorageError, match="cache: it is a symbolic link; choose another cache_dir"):
+    with pytest.raises(
+        StorageError, match="cache: it is a symbolic link; choose another cache_dir"
+    ):
         DiskCache(tmp_path / "cache", limit=SIZE)
 
 
@@ -115,19 +129,32 @@ def test_a_link_in_place_of_a_shard_is_never_followed(tmp_path):
 
 # -- keys ---------------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("bad", [
-    "../" + "p" * 61, "/tmp/" + "p" * 59, "a" * 63, "A" * 64, "g" * 64, key(1) + "\n", "." * 64, "",
-])
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        "../" + "p" * 61,
+        "/tmp/" + "p" * 59,
+        "a" * 63,
+        "A" * 64,
+        "g" * 64,
+        key(1) + "\n",
+        "." * 64,
+        "",
+    ],
+)
 def test_only_sha256_hex_keys_name_files(tmp_path, bad):
     c = DiskCache(tmp_path / "cache", limit=10 * SIZE)
     before = sorted(os.listdir(tmp_path))
     for use in (lambda: c.get(bad, never), lambda: c.open(bad), lambda: c.path(bad)):
         with pytest.raises(StorageError, match="is not a shard cache key"):
             use()
-    assert sorted(os.listdir(tmp_path)) == before and os.listdir(c.root) == []  # nothing made anywhere
+    # nothing made anywhere
+    assert sorted(os.listdir(tmp_path)) == before and os.listdir(c.root) == []
 
 
 # -- wrong sizes ------------------------------------------------------------------------------------------
+
 
 def test_a_truncated_cached_shard_is_downloaded_again(tmp_path, caplog):
     c = DiskCache(tmp_path, limit=10 * SIZE)
@@ -151,11 +178,14 @@ def test_a_download_of_the_wrong_size_never_enters_the_cache(tmp_path):
 
 # -- a failed download is reported to those waiting ---------------------------------------------------------
 
+
 def _download_then_fail(root: str, claimed, go) -> None:
     def download() -> bytes:
         claimed.set()
         assert go.wait(30)
-        raise StorageError("cannot read s3://b/x.tar: the request timed out (gave up after 6 attempts)")
+        raise StorageError(
+            "cannot read s3://b/x.tar: the request timed out (gave up after 6 attempts)"
+        )
 
     try:
         DiskCache(root, limit=10 * SIZE).get(key(7), download)
@@ -164,14 +194,17 @@ def _download_then_fail(root: str, claimed, go) -> None:
     os._exit(1)
 
 
-def test_processes_waiting_for_a_download_that_fails_get_its_error_without_trying_again(tmp_path, monkeypatch):
+def test_processes_waiting_for_a_download_that_fails_get_its_error_without_trying_again(
+    tmp_path, monkeypatch
+):
     ctx = mp.get_context("fork")
     claimed, go = ctx.Event(), ctx.Event()
     proc = ctx.Process(target=_download_then_fail, args=(str(tmp_path), claimed, go))
     proc.start()
     try:
         assert claimed.wait(30)
-        monkeypatch.setattr(cache_module, "_FAILED_FOR", 0.0, raising=False)  # only the failure waited for counts here
+        # only the failure waited for counts here
+        monkeypatch.setattr(cache_module, "_FAILED_FOR", 0.0, raising=False)
         real_wait = DiskCache._wait_for
 
         def wait_for(part: str) -> None:
@@ -179,8 +212,11 @@ def test_processes_waiting_for_a_download_that_fails_get_its_error_without_tryin
             real_wait(part)
 
         monkeypatch.setattr(DiskCache, "_wait_for", staticmethod(wait_for))
-        with pytest.raises(StorageError, match=r"cannot read s3://b/x.tar: the request timed out \(gave up after 6 "
-                                               r"attempts\) \(the same download failed in another process"):
+        with pytest.raises(
+            StorageError,
+            match=r"cannot read s3://b/x.tar: the request timed out \(gave up after 6 "
+            r"attempts\) \(the same download failed in another process",
+        ):
             DiskCache(tmp_path, limit=10 * SIZE).get(key(7), never)
     finally:
         go.set()
@@ -193,11 +229,15 @@ def test_a_recent_failure_is_reported_for_a_short_time_then_tried_again(tmp_path
     c = DiskCache(tmp_path, limit=10 * SIZE)
 
     def damaged() -> bytes:
-        raise CorruptShardError("s3://b/x.tar: its sha256 differs from the manifest's on each of 6 downloads")
+        raise CorruptShardError(
+            "s3://b/x.tar: its sha256 differs from the manifest's on each of 6 downloads"
+        )
 
     with pytest.raises(CorruptShardError, match="each of 6 downloads$"):
         c.get(key(3), damaged)
-    with pytest.raises(CorruptShardError, match=r"each of 6 downloads \(the same download failed in another"):
+    with pytest.raises(
+        CorruptShardError, match=r"each of 6 downloads \(the same download failed in another"
+    ):
         DiskCache(tmp_path, limit=10 * SIZE).get(key(3), never)  # a newcomer a moment later
     monkeypatch.setattr(cache_module, "_FAILED_FOR", 0.0, raising=False)  # some time later
     assert bytes(c.get(key(3), lambda: blob(3))) == blob(3)
@@ -218,8 +258,12 @@ def test_an_interrupted_download_is_not_reported_as_a_failure(tmp_path):
 
 # -- no space: the checked bytes are returned all the same ------------------------------------------------
 
-def test_no_space_to_cache_a_shard_returns_its_bytes_with_one_warning(tmp_path, monkeypatch, caplog):
+
+def test_no_space_to_cache_a_shard_returns_its_bytes_with_one_warning(
+    tmp_path, monkeypatch, caplog
+):
     """Simulated by making ``posix_fallocate`` fail as a full disk does (no tmpfs can be mounted here)."""
+
     def full(fd, offset, length):
         raise OSError(errno.ENOSPC, "No space left on device")
 
@@ -243,7 +287,8 @@ def test_no_space_while_writing_returns_the_bytes_too(tmp_path, monkeypatch):
             raise OSError(errno.EDQUOT, "Disk quota exceeded")
         return real_write(fd, data)
 
-    def unsupported(fd, offset, length):  # file systems without it: the write is where space runs out
+    # file systems without it: the write is where space runs out
+    def unsupported(fd, offset, length):
         raise OSError(errno.EOPNOTSUPP, "Operation not supported")
 
     monkeypatch.setattr(os, "posix_fallocate", unsupported)
@@ -252,6 +297,7 @@ def test_no_space_while_writing_returns_the_bytes_too(tmp_path, monkeypatch):
 
 
 # -- trimmed when readers let go, and when opened --------------------------------------------------------
+
 
 def test_the_cache_is_trimmed_when_readers_let_go_of_their_shards(tmp_path):
     c = DiskCache(tmp_path, limit=2 * SIZE)

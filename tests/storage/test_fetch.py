@@ -37,7 +37,7 @@ def count_reads(monkeypatch, store: Store, damage=None) -> list[str]:
     def read(paths, starts, ends, **kwargs):
         parts = original(paths, starts, ends, **kwargs)
         assert len(parts) == 1
-        reads.append(paths[0][len(store.root) + 1:])
+        reads.append(paths[0][len(store.root) + 1 :])
         return [damage(len(reads), parts[0]) if damage else parts[0]]
 
     monkeypatch.setattr(fs, "cat_ranges", read)
@@ -66,13 +66,16 @@ def test_same_content_under_two_urls_is_stored_once(tmp_path):
     cache = DiskCache(tmp_path, limit=1 << 20)
     ShardFetcher(store, m, cache).fetch(0)
     assert bytes(ShardFetcher(copy, m, cache).fetch(0)) == bytes(store.read_bytes(m.paths[0]))
-    assert len(list(tmp_path.glob("*.shard"))) == 1  # one file for both URLs (besides its check record)
+    # one file for both URLs (besides its check record)
+    assert len(list(tmp_path.glob("*.shard"))) == 1
 
 
 def test_a_download_cut_short_is_fetched_again(tmp_path, monkeypatch, caplog):
     store = remote_dataset()
     m = load_manifest(store)
-    reads = count_reads(monkeypatch, store, damage=lambda n, data: data[: len(data) // 2] if n == 1 else data)
+    reads = count_reads(
+        monkeypatch, store, damage=lambda n, data: data[: len(data) // 2] if n == 1 else data
+    )
     with caplog.at_level(logging.WARNING, logger="shardstream"):
         data = ShardFetcher(store, m, DiskCache(tmp_path, limit=1 << 20)).fetch(2)
     assert hashlib.sha256(bytes(data)).hexdigest() == m.sha256[2]
@@ -103,7 +106,9 @@ def test_a_shard_that_never_matches_fails_naming_its_url_and_is_not_cached(tmp_p
     assert "3 downloads" in str(err.value) and "shardstream verify" in str(err.value)
     assert len(reads) == FAST.retries + 1  # bounded
     gc.collect()
-    assert [p.name for p in tmp_path.iterdir()] == [f".{m.sha256[1]}.failed"]  # no shard: only the failure, for waiters
+    assert [p.name for p in tmp_path.iterdir()] == [
+        f".{m.sha256[1]}.failed"
+    ]  # no shard: only the failure, for waiters
 
 
 def test_without_verification_only_the_size_is_checked(tmp_path):
@@ -122,7 +127,10 @@ def test_shards_without_a_checksum_are_cached_by_url_and_size(tmp_path):
     m.sha256 = [""] * m.num_shards
     fetcher = ShardFetcher(store, m, DiskCache(tmp_path, limit=1 << 20))
     assert fetcher.key(0) != fetcher.key(1)
-    assert fetcher.key(0) == hashlib.sha256(f"{store.url_of(m.paths[0])}\0{m.nbytes[0]}".encode()).hexdigest()
+    assert (
+        fetcher.key(0)
+        == hashlib.sha256(f"{store.url_of(m.paths[0])}\0{m.nbytes[0]}".encode()).hexdigest()
+    )
     assert bytes(fetcher.fetch(0)) == bytes(store.read_bytes(m.paths[0]))
 
 

@@ -65,7 +65,9 @@ def test_transport_errors_and_damaged_bytes_share_one_retry_budget(tmp_path, mon
         return flip(data)
 
     calls = gets(monkeypatch, store, reset_or_damaged)
-    with pytest.raises(StorageError, match=r"shard-000001-\w+\.tar: .*reset.*gave up after 3 attempts"):
+    with pytest.raises(
+        StorageError, match=r"shard-000001-\w+\.tar: .*reset.*gave up after 3 attempts"
+    ):
         ShardFetcher(store, m, DiskCache(tmp_path, limit=1 << 20)).fetch(1)
     assert len(calls) == FAST.retries + 1  # not (retries + 1) squared
 
@@ -74,7 +76,9 @@ def test_a_damaged_object_is_read_retries_plus_one_times_in_all(tmp_path, monkey
     store = remote_dataset()
     m = load_manifest(store)
     calls = gets(monkeypatch, store, lambda n, data: flip(data))
-    with pytest.raises(CorruptShardError, match=r"sha256 differs from the manifest's on each of 3 downloads"):
+    with pytest.raises(
+        CorruptShardError, match=r"sha256 differs from the manifest's on each of 3 downloads"
+    ):
         ShardFetcher(store, m, DiskCache(tmp_path, limit=1 << 20)).fetch(0)
     assert len(calls) == 3
 
@@ -85,10 +89,16 @@ def test_a_hostile_checksum_in_the_manifest_names_no_file(tmp_path, digest):
     m = load_manifest(store)
     m.sha256 = [digest] * m.num_shards
     before = sorted(os.listdir(tmp_path))
-    with pytest.raises(ManifestError, match=r"shard-000000-\w+\.tar: the manifest's sha256 for it, .* is not 64 hex "
-                                           "digits"):
+    with pytest.raises(
+        ManifestError,
+        match=r"shard-000000-\w+\.tar: the manifest's sha256 for it, .* is not 64 hex "
+        "digits",
+    ):
         ShardFetcher(store, m, DiskCache(tmp_path / "cache", limit=1 << 20)).fetch(0)
-    assert sorted(os.listdir(tmp_path)) == sorted([*before, "cache"]) and os.listdir(tmp_path / "cache") == []
+    assert (
+        sorted(os.listdir(tmp_path)) == sorted([*before, "cache"])
+        and os.listdir(tmp_path / "cache") == []
+    )
 
 
 def test_upper_case_checksums_are_the_same_checksums(tmp_path):
@@ -106,10 +116,12 @@ def test_unchecked_downloads_never_sit_under_the_content_name(tmp_path):
     damaged = flip(bytes(store.fs.cat_file(path)))
     store.fs.pipe_file(path, damaged)  # same size, other bytes
     cache = DiskCache(tmp_path, limit=1 << 20)
-    assert bytes(ShardFetcher(store, m, cache, verify=False).fetch(1)) == damaged  # served unchecked, as asked
+    # served unchecked, as asked
+    assert bytes(ShardFetcher(store, m, cache, verify=False).fetch(1)) == damaged
     gc.collect()
     assert not (tmp_path / f"{m.sha256[1]}.shard").exists()
-    with pytest.raises(CorruptShardError, match="sha256 differs"):  # a checking reader is never given those bytes
+    # a checking reader is never given those bytes
+    with pytest.raises(CorruptShardError, match="sha256 differs"):
         ShardFetcher(store, m, cache).fetch(1)
 
 
@@ -122,7 +134,8 @@ def test_a_cached_shard_cut_short_is_downloaded_again(tmp_path, monkeypatch):
     with open(cache.path(m.sha256[1]), "r+b") as f:
         f.truncate(len(good) - 100)
     calls = gets(monkeypatch, store, lambda n, data: data)
-    assert bytes(ShardFetcher(store, m, cache).fetch(1)) == good  # not a failure on every later read
+    # not a failure on every later read
+    assert bytes(ShardFetcher(store, m, cache).fetch(1)) == good
     assert len(calls) == 1
     assert bytes(ShardFetcher(store, m, cache).fetch(1)) == good and len(calls) == 1
 
@@ -133,10 +146,13 @@ def test_a_forged_cached_shard_of_another_size_is_replaced(tmp_path):
     cache = DiskCache(tmp_path, limit=1 << 20)
     with open(cache.path(m.sha256[0]), "wb") as f:
         f.write(b"FORGED!")
-    assert bytes(ShardFetcher(store, m, cache).fetch(0)) == bytes(store.fs.cat_file(store.path(m.paths[0])))
+    assert bytes(ShardFetcher(store, m, cache).fetch(0)) == bytes(
+        store.fs.cat_file(store.path(m.paths[0]))
+    )
 
 
 # -- local shards, verified once per host ----------------------------------------------------------------
+
 
 class Hashes:
     """Counts the sha256 computations of the fetch module."""
@@ -165,7 +181,10 @@ def test_local_shards_are_checked_once_per_host_when_asked(tmp_path, monkeypatch
         ShardFetcher(store, m, cache, verify_local=True).fetch(0)
     assert hashes.count - first <= 3  # the record's name only, never the shard's bytes again
     records = os.listdir(tmp_path / "cache" / "checked")
-    assert len(records) == 1 and (os.stat(tmp_path / "cache" / "checked" / records[0]).st_mode & 0o777) == 0o600
+    assert (
+        len(records) == 1
+        and (os.stat(tmp_path / "cache" / "checked" / records[0]).st_mode & 0o777) == 0o600
+    )
     hashes.count = 0
     ShardFetcher(store, m, cache).fetch(1)  # without verify_local: never hashed
     assert hashes.count == 0
@@ -183,7 +202,9 @@ def test_a_damaged_local_shard_is_refused_with_verify_local(tmp_path):
     with open(shard, "r+b") as f:  # in place: same file, same size
         f.write(data)
     os.utime(shard, ns=(before.st_atime_ns, before.st_mtime_ns))  # even with its old mtime back
-    with pytest.raises(CorruptShardError, match=r"shard-000001-\w+\.tar: its sha256 differs from the manifest's"):
+    with pytest.raises(
+        CorruptShardError, match=r"shard-000001-\w+\.tar: its sha256 differs from the manifest's"
+    ):
         ShardFetcher(store, m, cache, verify_local=True).fetch(1)
     assert bytes(ShardFetcher(store, m, cache).fetch(1)) == bytes(data)  # unchecked reads as before
 

@@ -96,7 +96,9 @@ def test_budget_zero_loads_nothing_ahead():
     p.want([1, 2])
     assert p.queued() == ([], [1, 2])  # nothing handed to the threads, so nothing can load ahead
     assert p.take(1) == "shard-1"
-    assert loads.calls == [(1, threading.current_thread().name)]  # loaded when needed, by who needs it
+    assert loads.calls == [
+        (1, threading.current_thread().name)
+    ]  # loaded when needed, by who needs it
     assert p.queued() == ([], [2])
     p.close()
 
@@ -189,6 +191,7 @@ def test_threads_must_be_positive():
 
 # -- close calls off what runs (issue 10) ---------------------------------------------------------------------
 
+
 def test_close_leaves_no_download_running_on_into_the_cache(tmp_path):
     import hashlib
     import os
@@ -203,8 +206,12 @@ def test_close_leaves_no_download_running_on_into_the_cache(tmp_path):
         assert release.wait(10)
         return b"x" * 1000
 
-    p = Prefetcher(lambda i: cache.get(hashlib.sha256(b"%d" % i).hexdigest(), download), lambda i: 1000,
-                   budget=10_000, threads=1)
+    p = Prefetcher(
+        lambda i: cache.get(hashlib.sha256(b"%d" % i).hexdigest(), download),
+        lambda i: 1000,
+        budget=10_000,
+        threads=1,
+    )
     p.want([1])
     assert arrived.wait(10)
     p.close()  # the download is still under way: close waits a bounded time, then leaves it called off
@@ -220,7 +227,10 @@ def test_close_wakes_a_download_waiting_to_retry(monkeypatch):
 
     from shardstream.storage import RetryPolicy, Store
 
-    store = Store(f"memory://prefetch-{uuid.uuid4().hex}/s", retry=RetryPolicy(retries=5, backoff=30, max_backoff=30))
+    store = Store(
+        f"memory://prefetch-{uuid.uuid4().hex}/s",
+        retry=RetryPolicy(retries=5, backoff=30, max_backoff=30),
+    )
     store.write_bytes("a", b"x")
     failed = threading.Event()
 
@@ -228,7 +238,8 @@ def test_close_wakes_a_download_waiting_to_retry(monkeypatch):
         failed.set()
         raise ConnectionResetError("connection reset by peer")
 
-    monkeypatch.setattr(store.fs, "cat_file", unreachable)  # the memory filesystem is shared: put it back after
+    # the memory filesystem is shared: put it back after
+    monkeypatch.setattr(store.fs, "cat_file", unreachable)
     p = Prefetcher(lambda i: store.read_bytes("a"), lambda i: 1, budget=10, threads=1)
     p.want([0])
     assert failed.wait(10)  # now it waits 15 s or more before its next attempt

@@ -80,7 +80,13 @@ def test_list_files(store):
     for name in ["b.txt", "a.txt", "sub/c.txt", "sub/deeper/d.txt", "été.txt"]:
         store.write_bytes(name, name.encode())
     assert store.list_files() == ["a.txt", "b.txt", "été.txt"]
-    assert store.list_files(recursive=True) == ["a.txt", "b.txt", "sub/c.txt", "sub/deeper/d.txt", "été.txt"]
+    assert store.list_files(recursive=True) == [
+        "a.txt",
+        "b.txt",
+        "sub/c.txt",
+        "sub/deeper/d.txt",
+        "été.txt",
+    ]
 
 
 def test_remove(store):
@@ -214,12 +220,15 @@ def test_os_errors_raised_inside_open_write_become_storage_errors(tmp_path):
 
 def test_no_space_error_names_a_fix(tmp_path):
     store = Store(tmp_path)
-    with pytest.raises(StorageError, match="no space left on the device; free some space"), \
-            store.open_write("out.bin"):
+    with (
+        pytest.raises(StorageError, match="no space left on the device; free some space"),
+        store.open_write("out.bin"),
+    ):
         raise OSError(errno.ENOSPC, "No space left on device")
 
 
 # -- remote requests: retries, timeouts, protocols -------------------------------------------
+
 
 class Flaky:
     """Fails with ``errors`` in turn, then returns ``value``; counts calls."""
@@ -245,20 +254,23 @@ class HTTPStatusError(Exception):
 HTTPStatusError.__module__ = "aiohttp.client_exceptions"  # as the network stack raises them
 
 
-@pytest.mark.parametrize(("exc", "transient"), [
-    (ConnectionResetError("reset"), True),
-    (TimeoutError(), True),
-    (OSError(errno.EIO, "i/o"), True),
-    (HTTPStatusError(503), True),
-    (HTTPStatusError(429), True),
-    (HTTPStatusError(500), True),
-    (FileNotFoundError("x"), False),
-    (PermissionError("denied"), False),
-    (HTTPStatusError(403), False),
-    (HTTPStatusError(404), False),
-    (ValueError("bad"), False),
-    (KeyError("bug"), False),  # not from the network: a bug, never retried
-])
+@pytest.mark.parametrize(
+    ("exc", "transient"),
+    [
+        (ConnectionResetError("reset"), True),
+        (TimeoutError(), True),
+        (OSError(errno.EIO, "i/o"), True),
+        (HTTPStatusError(503), True),
+        (HTTPStatusError(429), True),
+        (HTTPStatusError(500), True),
+        (FileNotFoundError("x"), False),
+        (PermissionError("denied"), False),
+        (HTTPStatusError(403), False),
+        (HTTPStatusError(404), False),
+        (ValueError("bad"), False),
+        (KeyError("bug"), False),  # not from the network: a bug, never retried
+    ],
+)
 def test_transient_errors_are_told_from_permanent_ones(exc, transient):
     from shardstream.storage import is_transient
 
@@ -277,7 +289,9 @@ def test_retries_give_up_with_an_error_naming_what_failed():
     from shardstream.storage import RetryPolicy
 
     fn = Flaky([ConnectionResetError("connection reset by peer")] * 10)
-    with pytest.raises(StorageError, match=r"cannot read s3://b/x: .*reset.*gave up after 3 attempts"):
+    with pytest.raises(
+        StorageError, match=r"cannot read s3://b/x: .*reset.*gave up after 3 attempts"
+    ):
         RetryPolicy(retries=2, backoff=0.001).call(fn, lambda: "cannot read s3://b/x")
     assert fn.calls == 3
 
@@ -311,7 +325,9 @@ def test_backoff_doubles_up_to_its_limit_with_jitter():
 def test_a_remote_read_survives_transient_errors(monkeypatch):
     from shardstream.storage import RetryPolicy
 
-    store = Store(f"memory://storage-test-{uuid.uuid4().hex}/s", retry=RetryPolicy(retries=3, backoff=0.001))
+    store = Store(
+        f"memory://storage-test-{uuid.uuid4().hex}/s", retry=RetryPolicy(retries=3, backoff=0.001)
+    )
     store.write_bytes("a.bin", b"payload" * 100)
     real = store.fs.cat_file
     failures = Flaky([ConnectionResetError("reset"), OSError(errno.EIO, "broken pipe")])
@@ -369,29 +385,45 @@ def test_a_remote_store_reconnects_after_pickling_and_in_forked_children():
 
 def test_bad_storage_options_name_the_url():
     store = Store("s3://bucket/x", {"endpoint_url": "http://127.0.0.1:9", "no_such_option": 1})
-    with pytest.raises(StorageError, match=r"cannot read s3://bucket/x/a: .*no_such_option.*check the storage options"):
+    with pytest.raises(
+        StorageError,
+        match=r"cannot read s3://bucket/x/a: .*no_such_option.*check the storage options",
+    ):
         store.read_bytes("a")  # s3fs hands its options to the client only when it first connects
 
 
-@pytest.mark.parametrize(("url", "flags", "expected"), [
-    ("s3://b/x", {"endpoint_url": "http://127.0.0.1:9000"}, {"endpoint_url": "http://127.0.0.1:9000"}),
-    ("s3://b/x", {"anon": True, "profile": "dev"}, {"anon": True, "profile": "dev"}),
-    ("gs://b/x", {"endpoint_url": "http://127.0.0.1:4443", "anon": True},
-     {"endpoint_url": "http://127.0.0.1:4443", "token": "anon"}),
-    ("https://host/x", {"anon": True}, {}),
-    ("/local/x", {}, {}),
-])
+@pytest.mark.parametrize(
+    ("url", "flags", "expected"),
+    [
+        (
+            "s3://b/x",
+            {"endpoint_url": "http://127.0.0.1:9000"},
+            {"endpoint_url": "http://127.0.0.1:9000"},
+        ),
+        ("s3://b/x", {"anon": True, "profile": "dev"}, {"anon": True, "profile": "dev"}),
+        (
+            "gs://b/x",
+            {"endpoint_url": "http://127.0.0.1:4443", "anon": True},
+            {"endpoint_url": "http://127.0.0.1:4443", "token": "anon"},
+        ),
+        ("https://host/x", {"anon": True}, {}),
+        ("/local/x", {}, {}),
+    ],
+)
 def test_connection_flags_become_each_protocols_storage_options(url, flags, expected):
     from shardstream.storage import connection_options
 
     assert connection_options(url, **flags) == expected
 
 
-@pytest.mark.parametrize(("url", "flags"), [
-    ("/local/x", {"endpoint_url": "http://e"}),
-    ("https://host/x", {"endpoint_url": "http://e"}),
-    ("gs://b/x", {"profile": "dev"}),
-])
+@pytest.mark.parametrize(
+    ("url", "flags"),
+    [
+        ("/local/x", {"endpoint_url": "http://e"}),
+        ("https://host/x", {"endpoint_url": "http://e"}),
+        ("gs://b/x", {"profile": "dev"}),
+    ],
+)
 def test_connection_flags_that_do_not_apply_are_refused(url, flags):
     from shardstream.storage import connection_options
 
@@ -403,7 +435,9 @@ def test_failed_ranges_returned_as_values_are_raised_and_retried(monkeypatch):
     """fsspec before 2026.6 hands failed parts back in the result list instead of raising."""
     from shardstream.storage import RetryPolicy
 
-    store = Store(f"memory://storage-test-{uuid.uuid4().hex}/s", retry=RetryPolicy(retries=2, backoff=0.001))
+    store = Store(
+        f"memory://storage-test-{uuid.uuid4().hex}/s", retry=RetryPolicy(retries=2, backoff=0.001)
+    )
     store.write_bytes("a", b"x" * 100)
     real = store.fs.cat_ranges
     calls = []

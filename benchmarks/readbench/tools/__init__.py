@@ -17,15 +17,33 @@ from _data import ImageSet
 from . import litdata, mosaic, shardstream, webdataset
 from .base import RemoteSource
 
-_MODULES = {"shardstream": shardstream, "webdataset": webdataset, "mosaic": mosaic, "litdata": litdata}
+_MODULES = {
+    "shardstream": shardstream,
+    "webdataset": webdataset,
+    "mosaic": mosaic,
+    "litdata": litdata,
+}
 
 TOOLS = tuple(_MODULES)
-LOADERS: dict[str, Callable[[Path, str, RemoteSource | None], Any]] = {n: m.loader for n, m in _MODULES.items()}
+LOADERS: dict[str, Callable[[Path, str, RemoteSource | None], Any]] = {
+    n: m.loader for n, m in _MODULES.items()
+}
 DATA_OF = {name: module.DATA for name, module in _MODULES.items()}
 SHUFFLES = {name: module.SHUFFLE for name, module in _MODULES.items()}
 # conversions written by the tool's own library in a child process (``read.py --convert NAME``)
-WRITERS: dict[str, Callable[[ImageSet, Path], None]] = {"mosaic": mosaic.write, "litdata": litdata.write}
+WRITERS: dict[str, Callable[[ImageSet, Path], None]] = {
+    "mosaic": mosaic.write,
+    "litdata": litdata.write,
+}
 # known limitations of a tool with a remote endpoint: a failed run whose output shows one is not a failure
 REMOTE_LIMITATIONS: dict[str, Callable[[str], str | None]] = {"litdata": litdata.remote_limitation}
 
-__all__ = ["DATA_OF", "LOADERS", "REMOTE_LIMITATIONS", "SHUFFLES", "TOOLS", "WRITERS", "RemoteSource"]
+__all__ = [
+    "DATA_OF",
+    "LOADERS",
+    "REMOTE_LIMITATIONS",
+    "SHUFFLES",
+    "TOOLS",
+    "WRITERS",
+    "RemoteSource",
+]

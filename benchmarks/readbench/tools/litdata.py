@@ -31,8 +31,15 @@ def litdata_sample(item: tuple[str, int]) -> dict[str, Any]:
 def write(images: ImageSet, out: Path) -> None:
     from litdata import optimize
 
-    optimize(fn=litdata_sample, inputs=labelled_files(images), output_dir=str(out), chunk_bytes=SHARD_SIZE,
-             num_workers=WORKERS, reorder_files=False, verbose=False)
+    optimize(
+        fn=litdata_sample,
+        inputs=labelled_files(images),
+        output_dir=str(out),
+        chunk_bytes=SHARD_SIZE,
+        num_workers=WORKERS,
+        reorder_files=False,
+        verbose=False,
+    )
 
 
 def loader(data: Path, mode: str, remote: RemoteSource | None = None) -> Any:
@@ -43,9 +50,14 @@ def loader(data: Path, mode: str, remote: RemoteSource | None = None) -> Any:
     if remote is None:
         dataset = StreamingDataset(input_dir=str(data), shuffle=True, seed=0, transform=transform)
     else:
-        dataset = StreamingDataset(input_dir=remote.url("litdata"), cache_dir=str(remote.scratch / "litdata"),
-                                   storage_options={"endpoint_url": remote.endpoint}, shuffle=True, seed=0,
-                                   transform=transform)
+        dataset = StreamingDataset(
+            input_dir=remote.url("litdata"),
+            cache_dir=str(remote.scratch / "litdata"),
+            storage_options={"endpoint_url": remote.endpoint},
+            shuffle=True,
+            seed=0,
+            transform=transform,
+        )
     return StreamingDataLoader(dataset, batch_size=BATCH_SIZE, num_workers=WORKERS)
 
 

@@ -29,7 +29,9 @@ SHUFFLE = "shuffle=True (py1e, default block size)"
 def write(images: ImageSet, out: Path) -> None:
     from streaming import MDSWriter
 
-    with MDSWriter(out=str(out), columns={"jpg": "bytes", "cls": "int"}, size_limit=SHARD_BYTES) as writer:
+    with MDSWriter(
+        out=str(out), columns={"jpg": "bytes", "cls": "int"}, size_limit=SHARD_BYTES
+    ) as writer:
         for path, label in labelled_files(images):
             writer.write({"jpg": Path(path).read_bytes(), "cls": label})
 
@@ -45,14 +47,21 @@ def loader(data: Path, mode: str, remote: RemoteSource | None = None) -> Any:
     class Decoded(StreamingDataset):
         def get_item(self, sample_id: int, retry: int = 7) -> Any:
             sample = super().get_item(sample_id, retry)
-            return sample if decode is None else {"jpg": decode(sample["jpg"]), "cls": sample["cls"]}
+            return (
+                sample if decode is None else {"jpg": decode(sample["jpg"]), "cls": sample["cls"]}
+            )
 
     if remote is None:
         dataset = Decoded(local=str(data), batch_size=BATCH_SIZE, shuffle=True, shuffle_seed=0)
     else:  # its boto3 client takes the endpoint from S3_ENDPOINT_URL; a fresh, empty local folder
         os.environ["S3_ENDPOINT_URL"] = remote.endpoint
-        dataset = Decoded(remote=remote.url("mosaic"), local=str(remote.scratch / "mosaic"), batch_size=BATCH_SIZE,
-                          shuffle=True, shuffle_seed=0)
+        dataset = Decoded(
+            remote=remote.url("mosaic"),
+            local=str(remote.scratch / "mosaic"),
+            batch_size=BATCH_SIZE,
+            shuffle=True,
+            shuffle_seed=0,
+        )
         # streaming 0.13.0 keeps the boto3 client that fetched index.json here, and forked workers inherit it:
         # they share its kept-alive connection, their responses cross (a request waits out its 60 s timeout, or a
         # shard arrives corrupt). moto closes every connection, so only the proxy, like S3, shows it. Drop it.

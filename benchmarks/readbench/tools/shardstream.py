@@ -32,8 +32,17 @@ def pack_argv(source: Path, out: Path) -> list[str]:
     """The ``shardstream pack`` command that converts ``source`` (an image folder or a Parquet file) into ``out``;
     tar shards with their sample indexes (``--index``), as a pack for an upload to object storage has them."""
     index = ["--index"] if source.suffix != ".parquet" else []
-    return [*shardstream_command(), "pack", str(source), str(out), "--shard-size", SHARD_SIZE, "--overwrite", "-q",
-            *index]
+    return [
+        *shardstream_command(),
+        "pack",
+        str(source),
+        str(out),
+        "--shard-size",
+        SHARD_SIZE,
+        "--overwrite",
+        "-q",
+        *index,
+    ]
 
 
 def loader(data: Path, mode: str, remote: RemoteSource | None = None) -> Any:
@@ -43,6 +52,12 @@ def loader(data: Path, mode: str, remote: RemoteSource | None = None) -> Any:
     if remote is None:
         dataset = ShardDataset(str(data), shuffle=True, seed=0, decode=decode)
     else:  # a fresh, empty cache: the epoch downloads every shard (default prefetch, retries and timeout)
-        dataset = ShardDataset(remote.url("shardstream"), storage_options={"endpoint_url": remote.endpoint},
-                               cache_dir=str(remote.scratch / "cache"), shuffle=True, seed=0, decode=decode)
+        dataset = ShardDataset(
+            remote.url("shardstream"),
+            storage_options={"endpoint_url": remote.endpoint},
+            cache_dir=str(remote.scratch / "cache"),
+            shuffle=True,
+            seed=0,
+            decode=decode,
+        )
     return dataset.loader(batch_size=BATCH_SIZE, num_workers=WORKERS)

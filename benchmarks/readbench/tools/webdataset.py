@@ -42,7 +42,8 @@ def loader(data: Path, mode: str, remote: RemoteSource | None = None) -> Any:
     if remote is not None:  # the same tars, in the bucket
         wds.gopen_schemes["s3"] = FsspecOpener(remote.endpoint)
         urls = [remote.url("shardstream", Path(u).name) for u in urls]
-    dataset = wds.WebDataset(urls, shardshuffle=len(urls), seed=0, empty_check=False)  # a worker may get no shard
+    # a worker may get no shard
+    dataset = wds.WebDataset(urls, shardshuffle=len(urls), seed=0, empty_check=False)
     dataset = dataset.shuffle(WDS_SHUFFLE_BUFFER).to_tuple("jpg", "cls")
     decode = image_decoder(mode)
     if decode is not None:
