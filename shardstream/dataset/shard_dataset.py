@@ -21,8 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from ..manifest import Manifest
-from ..storage import DiskCache, ShardFetcher, Store
+from ..storage import ShardFetcher
 from ..storage.settings import DEFAULT, StorageSettings
 from .base import PassRun, PlannedDataset
 from .collate import collate
@@ -32,13 +31,13 @@ from .decode import Decoder, DecodeSpec, FieldSpec, written_types
 from .readers import Chunk, OpenShards
 from .samples import SampleReader
 from .setup import LoaderSetup
-from .shard_pass import ShardPass, open_stored
+from .shard_pass import ShardPass, StoredDataset, open_stored
 from .state import resolve_window
 
 _CHUNK_BYTES = 8 << 20  # raw batches a worker sends at once: about this many bytes
 
 
-class ShardDataset(PlannedDataset):
+class ShardDataset(StoredDataset, PlannedDataset):
     """Stream a shardstream dataset (or WebDataset tars) to DDP ranks and DataLoader workers.
 
     Args:
@@ -130,26 +129,6 @@ class ShardDataset(PlannedDataset):
         self._start_planning(rank, world_size, batch_size)
 
     # -- where it reads from, and what the plan reads ----------------------------------------------
-    @property
-    def store(self) -> Store:
-        """The dataset's storage location (folder or bucket prefix)."""
-        return self.stored.store
-
-    @property
-    def manifest(self) -> Manifest:
-        """The dataset's manifest, as read when the dataset was made."""
-        return self.stored.manifest
-
-    @property
-    def storage(self) -> StorageSettings:
-        """The settings remote shards are read with."""
-        return self.stored.storage
-
-    @property
-    def disk_cache(self) -> DiskCache | None:
-        """The host's shard cache (``None`` for a local dataset, read in place)."""
-        return self.stored.disk_cache
-
     @property
     def num_samples(self) -> int:
         """Samples of one epoch (the manifest's)."""

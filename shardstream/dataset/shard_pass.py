@@ -35,6 +35,33 @@ class Stored:
     disk_cache: DiskCache | None
 
 
+class StoredDataset:
+    """A dataset that reads one stored dataset: what it was opened from, fixed when it is made (its
+    ``stored``), and these views of it."""
+
+    stored: Stored
+
+    @property
+    def store(self) -> Store:
+        """The dataset's storage location (folder or bucket prefix)."""
+        return self.stored.store
+
+    @property
+    def manifest(self) -> Manifest:
+        """The dataset's manifest, as read when the dataset was made."""
+        return self.stored.manifest
+
+    @property
+    def storage(self) -> StorageSettings:
+        """The settings remote shards are read with."""
+        return self.stored.storage
+
+    @property
+    def disk_cache(self) -> DiskCache | None:
+        """The host's shard cache (``None`` for a local dataset, read in place)."""
+        return self.stored.disk_cache
+
+
 def open_stored(
     url_or_urls: str | os.PathLike[str] | Sequence[str], storage: StorageSettings
 ) -> Stored:
@@ -113,4 +140,4 @@ class ShardPass:
         self.close()
 
 
-__all__ = ["ShardPass", "Stored", "open_stored"]
+__all__ = ["ShardPass", "Stored", "StoredDataset", "open_stored"]

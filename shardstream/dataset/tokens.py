@@ -24,14 +24,14 @@ from ..errors import CorruptShardError, UsageError
 from ..formats.tokens import TokenShard
 from ..manifest import Manifest
 from ..manifest.token_stats import shard_tokens
-from ..storage import DiskCache, ShardFetcher, Store
+from ..storage import ShardFetcher
 from ..storage.settings import DEFAULT, StorageSettings
 from .base import PassRun, PlannedDataset
 from .collate import empty_batch_tensor
 from .contract import Counters
 from .counters import StageCounters
 from .readers import OpenShards, window_span
-from .shard_pass import ShardPass, open_stored
+from .shard_pass import ShardPass, StoredDataset, open_stored
 from .state import resolve_window
 
 _CHUNK_BYTES = 4 << 20
@@ -104,7 +104,7 @@ def varlen_fields(position_ids: np.ndarray) -> dict[str, Any]:
     return {"cu_seqlens": cu, "max_seqlen": int(np.diff(cu_np).max()) if rows else 0}
 
 
-class TokenDataset(PlannedDataset):
+class TokenDataset(StoredDataset, PlannedDataset):
     """Stream windows of ``seq_len + 1`` tokens from a token dataset (``pack(..., format="tokens")``).
 
     Each sample holds ``input_ids`` (the first ``seq_len`` tokens), ``labels`` (the next token of
@@ -182,26 +182,10 @@ class TokenDataset(PlannedDataset):
 
     # -- where it reads from, and what the plan reads ----------------------------------------------
     @property
-    def store(self) -> Store:
-        """The dataset's storage location (folder or bucket prefix)."""
-        return self.stored.store
-
-    @property
-    def manifest(self) -> Manifest:
-        """The token dataset's manifest (samples per shard are documents; :attr:`counts` are windows)."""
-        return self.stored.manifest
-
-    token_manifest = manifest  # the name of earlier releases
-
-    @property
-    def storage(self) -> StorageSettings:
-        """The settings remote shards are read with."""
-        return self.stored.storage
-
-    @property
-    def disk_cache(self) -> DiskCache | None:
-        """The host's shard cache (``None`` for a local dataset, read in place)."""
-        return self.stored.disk_cache
+    def token_manifest(self) -> Manifest:
+        """The manifest (the name of earlier releases): samples per shard are documents, :attr:`counts`
+        are windows."""
+        return self.manifest
 
     @property
     def seq_len(self) -> int:
