@@ -19,7 +19,6 @@ from typing import IO, Any
 
 from ..errors import StorageError
 from .classify import storage_errors
-from .retry import RetryPolicy
 from .store import Check, PartCheck, Store, sink_errors
 from .urls import BUCKETS
 
@@ -42,17 +41,12 @@ os.register_at_fork(after_in_child=_new_lock_after_fork)
 class FsspecStore(Store):
     """One folder on an fsspec filesystem (what ``Store(url)`` makes for ``s3://``, ``gs://``, ``http://``...)."""
 
-    def __init__(
-        self,
-        url: str | os.PathLike[str],
-        storage_options: dict[str, Any] | None = None,
-        retry: RetryPolicy | None = None,
-    ):
-        super().__init__(url, storage_options, retry)
-        self.local = False
-        self._fs: Any = None
-        self._pid = 0
-        self.root = self._connect()[1].rstrip("/")
+    local = False
+    _fs: Any = None  # the filesystem, made by _connect in the process that uses it
+    _pid = 0
+
+    def _locate(self) -> str:
+        return self._connect()[1].rstrip("/")
 
     def _connect(self) -> tuple[Any, str]:
         import fsspec

@@ -14,12 +14,12 @@ import os
 import posixpath
 import uuid
 from collections.abc import Iterator
-from typing import IO, Any
+from typing import IO
 
 from ..errors import StorageError
 from .classify import describe_os_error, storage_errors
 from .conditional import Expect
-from .retry import DamagedRead, RetryPolicy
+from .retry import DamagedRead
 from .store import Check, PartCheck, Store, sink_errors
 
 _NO_LINKS = (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EMLINK, errno.EXDEV, errno.ENOSYS)
@@ -29,15 +29,10 @@ _CANNOT_SYNC = {errno.EINVAL, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EBADF}
 class LocalStore(Store):
     """One local folder (what ``Store(path)`` makes for a path or ``file://`` URL)."""
 
-    def __init__(
-        self,
-        url: str | os.PathLike[str],
-        storage_options: dict[str, Any] | None = None,
-        retry: RetryPolicy | None = None,
-    ):
-        super().__init__(url, storage_options, retry)
-        self.local = True
-        self.root = os.path.abspath(self.url)
+    local = True
+
+    def _locate(self) -> str:
+        return os.path.abspath(self.url)
 
     def path(self, name: str) -> str:
         self._inside(name)

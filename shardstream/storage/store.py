@@ -64,6 +64,11 @@ class Store:
         self.retry = retry or RetryPolicy()
         self.protocol = protocol_of(self.url)
         self.read_only = self.protocol in READ_ONLY
+        self.root = self._locate()
+
+    def _locate(self) -> str:
+        """The folder's path in its filesystem (connecting to it where the backend needs to)."""
+        raise NotImplementedError
 
     def __repr__(self) -> str:
         return f"Store({self.url!r})"
