@@ -231,7 +231,7 @@ def storage_report(url: str, options: dict[str, Any], timeout: float) -> dict[st
         m = load_manifest(store)
     except ShardstreamError as exc:
         text = str(exc)
-        if any(word in text for word in _DENIED):
+        if any(word in text for word in _DENIED) and "AWS_ACCESS_KEY_ID" not in text:
             text += (
                 "; check the credentials this process gets (for s3://: AWS_ACCESS_KEY_ID and "
                 "AWS_SECRET_ACCESS_KEY, or --profile; in a container: the env_file or the mounted secret)"
