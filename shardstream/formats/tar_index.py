@@ -210,3 +210,26 @@ def parse_index(data: bytes, name: str, samples: int, tar_size: int) -> SampleIn
         sizes.astype(np.int64),
         [b.decode("utf-8", "surrogateescape") for b in names[:-1]],
     )
+
+
+def build_index(buf, name: str) -> bytes:
+    """The sample index of the tar ``buf`` (uncompressed), from its own headers parsed strictly: for a tar
+    packed without one (another tool's, or ``--no-index``). Sample ``i`` spans from the end of sample
+    ``i - 1``'s last member (0 for the first) to the end of its own last member's padding, so what lies
+    between two samples' members (extended headers, folders, members that are no sample's) belongs to
+    the sample after it; its sha256 covers that span."""
+    from . import tar as tar_format
+
+    view = memoryview(buf)
+    keys, fields = tar_format.index_samples(buf, name)
+    builder = IndexBuilder()
+    at = 0
+    for key, entry in zip(keys, fields):
+        members = []
+        start = cursor = at
+        for ext, (offset, size) in entry.items():
+            members.append((f"{key}.{ext}", offset - cursor, size))
+            cursor = offset + size + (-size % 512)
+        builder.add_hashed(hashlib.sha256(view[start:cursor]).digest(), members)
+        at = cursor
+    return builder.to_bytes()
