@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import logging
 import os
 import posixpath
 from collections import Counter
@@ -12,13 +14,16 @@ from typing import Any
 
 from braceexpand import braceexpand
 
-from ..errors import CorruptShardError, DatasetExistsError, ShardstreamError
+from ..errors import CorruptShardError, DatasetExistsError, ShardstreamError, StorageError
 from ..formats import TAR_COMPRESSION, shard_format_of
 from ..formats import tar as tar_format
 from ..formats.compression import decompress
+from ..formats.tar_index import build_index, index_name
 from ..storage import Store, is_url
-from .files import IN_PROGRESS, sync_existing, write_manifest
+from .files import IN_PROGRESS, sync_existing, write_durably, write_manifest
 from .schema import MANIFEST_NAME, Manifest, creation_info
+
+log = logging.getLogger("shardstream")
 
 
 @dataclass
@@ -26,6 +31,9 @@ class IndexResult:
     manifest: Manifest
     url: str
     unkeyed: list[str] = field(default_factory=list)  # members WebDataset would skip too
+    # each uncompressed tar's sample index (None for compressed shards)
+    indexes: list[bytes] | None = None
+    indexes_written: bool = False  # next to their shards, their sha256 in the manifest
 
 
 def expand_sources(
@@ -107,6 +115,7 @@ def _scan(urls: list[str], root: Store, on_shard: Callable[[int], None] | None) 
     samples, nbytes, digests = [], [], []
     counts: Counter[str] = Counter()
     unkeyed: list[str] = []
+    indexes: list[bytes] | None = [] if shard_format == "tar" else None
     for name in names:
         data = root.read_bytes(name)
         where = root.url_of(name)
@@ -115,11 +124,12 @@ def _scan(urls: list[str], root: Store, on_shard: Callable[[int], None] | None) 
                 f"{where}: empty file, not a tar; remove it from the list or re-create it"
             )
         plain = decompress(data, TAR_COMPRESSION[shard_format], where)
-        n = 0
-        for _, fields in tar_format.iter_samples(plain, where, unkeyed=unkeyed):
+        found = list(tar_format.iter_samples(plain, where, unkeyed=unkeyed))
+        for _, fields in found:
             counts.update(fields.keys())
-            n += 1
-        samples.append(n)
+        if indexes is not None:
+            indexes.append(build_index(plain, where, found))
+        samples.append(len(found))
         nbytes.append(len(data))
         digests.append(hashlib.sha256(data).hexdigest())
         if on_shard:
@@ -133,7 +143,34 @@ def _scan(urls: list[str], root: Store, on_shard: Callable[[int], None] | None) 
         fields=[{"name": k, "type": "bytes", "samples": c} for k, c in sorted(counts.items())],
         created=creation_info(source="index", indexed=len(names)),
     )
-    return IndexResult(manifest, root.url, unkeyed)
+    return IndexResult(manifest, root.url, unkeyed, indexes)
+
+
+def _write_indexes(root: Store, result: IndexResult) -> None:
+    """Write each tar's sample index next to it (``<shard>.idx``) and name their sha256 in the manifest;
+    where the folder cannot be written (a read-only mount, a bucket of someone else's), none: readers
+    then build each index once per host (see :mod:`shardstream.dataset.tar_indexes`)."""
+    if result.indexes is None:
+        return
+    m = result.manifest
+    digests = []
+    try:
+        for name, data in zip(m.paths, result.indexes):
+            write_durably(root, index_name(name), data)
+            digests.append(hashlib.sha256(data).hexdigest())
+    except (OSError, StorageError) as exc:
+        log.warning(
+            "%s: the sample indexes of its tars could not be written (%s); readers build them once "
+            "per host instead",
+            root.url,
+            " ".join(str(exc).split())[:200],
+        )
+        for name in m.paths[: len(digests) + 1]:
+            with contextlib.suppress(OSError, StorageError):
+                root.remove(index_name(name))
+        return
+    m.index_sha256 = digests
+    result.indexes_written = True
 
 
 def _unfinished_packs(urls: list[str], root: Store) -> list[Store]:
@@ -183,6 +220,7 @@ def index(
             f"{root.url} already has a {MANIFEST_NAME}; pass --overwrite to replace it"
         )
     sync_existing(root, result.manifest.paths)  # shards written just before may not be on disk yet
+    _write_indexes(root, result)
     write_manifest(root, result.manifest)
     if force and any(store is root for store in unfinished):
         root.remove(IN_PROGRESS)  # the user says this folder's writing has finished
