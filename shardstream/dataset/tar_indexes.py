@@ -65,7 +65,9 @@ class SampleIndexes:
         name = index_name(self.manifest.paths[shard])
         try:
             (data,) = self.fetcher.read_checked_many([name], [digests[shard]])
-            return parse_index(data, self.store.url_of(name), int(self.manifest.samples[shard]), size)
+            return parse_index(
+                data, self.store.url_of(name), int(self.manifest.samples[shard]), size
+            )
         except Exception:  # noqa: BLE001 - the headers say what the shard holds, or what is wrong with it
             return None
 
@@ -104,14 +106,18 @@ class SampleIndexes:
         else:
             what = self.fetcher.key(shard)
         kind = "compressed" if compressed else "plain"
-        return hashlib.sha256(f"sample index\0{MAGIC.decode()}\0{kind}\0{what}".encode()).hexdigest()
+        return hashlib.sha256(
+            f"sample index\0{MAGIC.decode()}\0{kind}\0{what}".encode()
+        ).hexdigest()
 
     def cache(self) -> DiskCache | None:
         """The cache built indexes go to (made on first use: ``indexes/`` in the host's shard cache, an
         eighth of its limit), or ``None`` if none can be made."""
         if self._cache is None and not self._no_cache:
             try:
-                shards = self.fetcher.cache if self.fetcher.cache is not None else self._make_cache()
+                shards = (
+                    self.fetcher.cache if self.fetcher.cache is not None else self._make_cache()
+                )
                 self._cache = DiskCache(
                     os.path.join(shards.root, "indexes"), max(shards.limit // 8, 1)
                 )
