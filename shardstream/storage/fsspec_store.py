@@ -44,6 +44,8 @@ class FsspecStore(Store):
     local = False
     _fs: Any = None  # the filesystem, made by _connect in the process that uses it
     _pid = 0
+    # what a whole read of an object of unknown size passes to the filesystem (see S3Store)
+    WHOLE: dict[str, Any] = {}  # noqa: RUF012 - read only
 
     def _locate(self) -> str:
         return self._connect()[1].rstrip("/")
@@ -152,7 +154,7 @@ class FsspecStore(Store):
             return self._call(
                 "cannot read",
                 name,
-                lambda fs, kw: fs.cat_file(path, **kw),
+                lambda fs, kw: fs.cat_file(path, **self.WHOLE, **kw),
                 nbytes=nbytes,
                 finish=lambda data: self._checked(name, data, check, advice),
             )
@@ -183,7 +185,7 @@ class FsspecStore(Store):
         return self._call(
             "cannot read",
             names[0],
-            lambda fs, kw: fs.cat(paths, on_error="raise", **kw),
+            lambda fs, kw: fs.cat(paths, on_error="raise", **self.WHOLE, **kw),
             finish=lambda found: self._checked_parts(
                 names, [found[p] for p in paths], check, advice
             ),
