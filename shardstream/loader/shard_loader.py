@@ -97,6 +97,17 @@ class ShardLoader(DataLoader):
     order and the resume state). Raw local tar batches (``decode=None``, no transform, the default
     collate) carry only the values' locations, which one worker makes faster than the main process
     reads them: their default is one worker.
+
+    Args:
+        dataset: what to read: a :class:`ShardDataset`, :class:`TokenDataset`, :class:`MixedDataset`
+            or any :class:`~shardstream.dataset.Readable`.
+        batch_size: samples per batch.
+        num_workers: DataLoader worker processes (default: the formula above).
+        seed_workers: reseed the workers' generators before every batch (default: the dataset's, True).
+        shm_check: ``"raise"``, ``"warn"`` or ``"off"``.
+        worker_tracebacks: also print a worker's whole traceback above an error's message.
+        **kwargs: other ``torch.utils.data.DataLoader`` arguments (``pin_memory``,
+            ``prefetch_factor``, ``collate_fn``, ...), which replace the defaults above.
     """
 
     def __init__(

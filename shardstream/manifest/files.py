@@ -104,7 +104,15 @@ def dataset_store(
 
 
 def load_manifest(store: Store) -> Manifest:
-    """Read the manifest of the dataset in ``store``; a clear error if there is none."""
+    """Read the manifest of the dataset in ``store``; a clear error if there is none.
+
+    Args:
+        store: the dataset's folder as a :class:`~shardstream.storage.store.Store`
+            (``Store(url, storage_options)``).
+
+    Returns:
+        The checked :class:`~shardstream.manifest.schema.Manifest`.
+    """
     try:
         data = store.read_bytes(MANIFEST_NAME)
     except StorageError as exc:
