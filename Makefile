@@ -53,7 +53,7 @@ test: $(VENV)/.installed-test
 docs: $(VENV)/.installed-test
 	$(BIN)/mkdocs serve
 
-# The container tests with a real engine (podman or docker, see README "Containers"): a base image made
+# The container tests with a real engine (podman or docker, see docs/guides/containers.md): a base image made
 # with mmdebstrap, the wheels, the images, then runs inside them and the compose stack end to end.
 #   apt-get install podman runc podman-compose mmdebstrap   (once, as root)
 docker-test: $(VENV)/.installed-test

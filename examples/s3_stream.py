@@ -38,8 +38,12 @@ def start_moto() -> tuple[object, str]:
     """moto's S3 server on a free local port, with made-up keys (moto accepts any)."""
     from moto.server import ThreadedMotoServer
 
-    os.environ.setdefault("AWS_ACCESS_KEY_ID", "example-key")
-    os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "example-secret")
+    for name, value in (
+        ("AWS_ACCESS_KEY_ID", "example-key"),
+        ("AWS_SECRET_ACCESS_KEY", "example-secret"),
+    ):
+        if not os.environ.get(name):
+            os.environ[name] = value
     logging.getLogger("werkzeug").setLevel(logging.ERROR)  # no line per request
     port = free_port()
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
