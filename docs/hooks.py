@@ -1,7 +1,9 @@
-"""MkDocs hooks: new guide pages join the nav by themselves, and the changelog is the repository's own."""
+"""MkDocs hooks: new guide pages join the nav by themselves, the changelog is the repository's own, and the
+docstrings' Sphinx roles (``:class:`Name```) render as the code they name."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from mkdocs.structure.files import File
@@ -37,3 +39,12 @@ def on_files(files, config, **kwargs):
     """Serve ``CHANGELOG.md`` from the repository root as ``changelog.md``: one file, not two copies."""
     files.append(File.generated(config, "changelog.md", abs_src_path=str(ROOT / "CHANGELOG.md")))
     return files
+
+
+# ":class:" and friends before a rendered ``Name`` (mkdocstrings renders the role's text as it is)
+SPHINX_ROLE = re.compile(r":(?:py:)?(?:func|class|mod|meth|attr|data|exc|obj):(<code>)~?")
+
+
+def on_page_content(html, page, **kwargs):
+    """Drop the Sphinx role in front of each name the docstrings cite, keeping the name as code."""
+    return SPHINX_ROLE.sub(r"\1", html)
