@@ -5,7 +5,10 @@ arguments described, the README stays a front page, and the nav reaches every pa
 from __future__ import annotations
 
 import inspect
+import os
 import re
+import subprocess
+import sys
 
 import pytest
 
@@ -176,3 +179,28 @@ def test_the_nav_names_pages_that_exist():
     )
     assert len(nav) > 20
     assert [page for page in nav if not (DOCS / page).is_file() and page != "changelog.md"] == []
+
+
+def test_the_site_builds_strictly(tmp_path):
+    """``mkdocs build --strict`` (which ``make test`` runs too): a broken link or anchor, a page outside
+    the nav, a name the API page cannot find or a docstring that does not parse fails the build."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "NO_MKDOCS_2_WARNING": "1"}
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mkdocs",
+            "build",
+            "--strict",
+            "--quiet",
+            "--site-dir",
+            str(tmp_path),
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-6000:]
+    assert (tmp_path / "reference" / "api" / "index.html").is_file()
