@@ -23,7 +23,7 @@ from shardstream.storage.settings import StorageSettings
 
 ROOT = Path(__file__).resolve().parents[1]
 # the documentation as one text: the site's pages and the README
-README = "\n".join(
+DOCS = "\n".join(
     p.read_text() for p in [*sorted((ROOT / "docs").rglob("*.md")), ROOT / "README.md"]
 )
 
@@ -46,12 +46,12 @@ def test_the_shuffle_window_default_is_stated_as_the_plan_computes_it():
     shards = f"about {WINDOW_SHARDS} shards"
     assert REMOTE_WINDOW_BYTES % (1 << 30) == 0
     remote = f"at most {REMOTE_WINDOW_BYTES >> 30} GiB"
-    for text in (argument_doc(ss.ShardDataset, "shuffle_window"), flat(README)):
+    for text in (argument_doc(ss.ShardDataset, "shuffle_window"), flat(DOCS)):
         assert shards in text and remote in text
     assert f"{WINDOW_MIN:,} to 2^{WINDOW_MAX.bit_length() - 1} samples" in argument_doc(
         ss.ShardDataset, "shuffle_window"
     )
-    docs = [flat(README)] + [flat(p.read_text()) for p in (ROOT / "shardstream").rglob("*.py")]
+    docs = [flat(DOCS)] + [flat(p.read_text()) for p in (ROOT / "shardstream").rglob("*.py")]
     docs += [flat(p.read_text()) for p in (ROOT / "benchmarks").rglob("*.py")]
     stale = re.compile(r"(default[^.]{0,40}|windows? of )(about|~) ?(four|4) shards", re.I)
     assert not [m.group(0) for text in docs for m in stale.finditer(text)]
@@ -67,7 +67,7 @@ def test_storage_defaults_are_stated_where_they_are_set(name):
         "retries": f"default {shown}",
         "timeout": f"default {shown} s",
     }
-    assert readme[name] in flat(README)
+    assert readme[name] in flat(DOCS)
 
 
 def test_the_cache_location_is_stated_as_it_is_made(tmp_path, monkeypatch):
@@ -80,7 +80,7 @@ def test_the_cache_location_is_stated_as_it_is_made(tmp_path, monkeypatch):
     assert "``shardstream-<uid>/cache`` in the system's temporary folder" in argument_doc(
         StorageSettings, "cache_dir"
     )
-    assert "<tmp>/shardstream-<uid>/cache" in README
+    assert "<tmp>/shardstream-<uid>/cache" in DOCS
 
 
 def test_the_loader_worker_default_is_the_formula_its_docs_state(monkeypatch):
@@ -109,7 +109,7 @@ def test_the_loader_worker_default_is_the_formula_its_docs_state(monkeypatch):
 def test_pack_defaults_are_stated_as_the_code_sets_them(monkeypatch):
     monkeypatch.setattr(host.os, "sched_getaffinity", lambda _pid: set(range(6)))
     assert engine.default_workers() == 6  # pack's workers: every core it may use
-    assert "`pack` runs `--workers` processes (default: all cores)" in flat(README)
+    assert "`pack` runs `--workers` processes (default: all cores)" in flat(DOCS)
     from shardstream.cli.pack import pack as pack_command
 
     options = {o.name: o for o in pack_command.params}
