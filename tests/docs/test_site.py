@@ -204,3 +204,25 @@ def test_the_site_builds_strictly(tmp_path):
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-6000:]
     assert (tmp_path / "reference" / "api" / "index.html").is_file()
+
+
+def test_a_guide_missing_from_the_nav_joins_the_guides_section(tmp_path):
+    """A new ``docs/guides/<topic>.md`` shows up in the site without an edit of ``mkdocs.yml``."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("docs_hooks", DOCS / "hooks.py")
+    hooks = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(hooks)
+    (tmp_path / "guides").mkdir()
+    for name in ("reading.md", "parquet.md", "a-new-one.md"):
+        (tmp_path / "guides" / name).write_text("# x\n")
+    config = {
+        "docs_dir": str(tmp_path),
+        "nav": [{"Home": "index.md"}, {"Guides": ["guides/reading.md"]}],
+    }
+    hooks.on_config(config)
+    assert config["nav"][1]["Guides"] == [
+        "guides/reading.md",
+        "guides/a-new-one.md",
+        "guides/parquet.md",
+    ]
