@@ -4,6 +4,7 @@ arguments described, the README stays a front page, and the nav reaches every pa
 
 from __future__ import annotations
 
+import importlib.util
 import inspect
 import os
 import re
@@ -208,8 +209,6 @@ def test_the_site_builds_strictly(tmp_path):
 
 def test_a_guide_missing_from_the_nav_joins_the_guides_section(tmp_path):
     """A new ``docs/guides/<topic>.md`` shows up in the site without an edit of ``mkdocs.yml``."""
-    import importlib.util
-
     spec = importlib.util.spec_from_file_location("docs_hooks", DOCS / "hooks.py")
     hooks = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(hooks)
