@@ -74,7 +74,9 @@ class MixedDataset(PlannedDataset):
             on in the next epoch where it stopped.
         seed: varies every source's passes (with each source's own seed); seed 0 reads pass ``k``
             of a source in the order that source alone would read its epoch ``k``.
-        drop_last, rank, world_size: as for :class:`ShardDataset`.
+        drop_last: as for :class:`ShardDataset`.
+        rank: as for :class:`ShardDataset`.
+        world_size: as for :class:`ShardDataset`.
         collate_fn: makes a batch from sample dicts (default: :func:`shardstream.dataset.collate.collate`).
     """
 

@@ -52,11 +52,16 @@ class ShardDataset(StoredDataset, PlannedDataset):
             sample, or a per-field mapping; see :class:`shardstream.dataset.decode.Decoder`.
         fields: the fields samples keep, after decoding, with alternatives for mixed extensions:
             ``["jpg;png", "cls"]`` (named ``jpg`` and ``cls``) or ``{"image": "jpg;png", "label": "cls"}``.
-        transform: a callable applied to each decoded sample dict.
+        transform: a callable applied to each decoded sample: it receives the sample as a dict
+            (``"__key__"`` and one entry per field, decoded as ``decode`` says, e.g. ``{"__key__":
+            "cat/001", "jpg": uint8 tensor C×H×W, "cls": 3}``) and returns what the dataset yields,
+            usually that dict with fields changed or added; batches collate what it returns.
         drop_last: drop the epoch's tail instead of padding so that ranks get equal counts.
         batch_size: yield collated batches of this size (set by :meth:`loader`).
         collate_fn: makes a batch from a list of samples (default: :func:`collate`).
-        rank, world_size: override ``torch.distributed`` / ``RANK`` / ``WORLD_SIZE``.
+        rank: this process's rank; overrides ``torch.distributed`` / ``RANK`` (default: from them, else 0).
+        world_size: the number of ranks; overrides ``torch.distributed`` / ``WORLD_SIZE`` (default:
+            from them, else 1).
         on_error: ``"raise"`` or ``"skip"``: a shard or sample that fails to load or decode is
             counted (:attr:`skipped`, across workers), logged once per shard, and replaced by the
             last good sample, so every rank still yields the same number of samples. An exception
@@ -65,9 +70,12 @@ class ShardDataset(StoredDataset, PlannedDataset):
             before reading it (remote shards are always checked when downloaded).
         storage: remote-storage settings as one :class:`~shardstream.storage.StorageSettings`;
             the keywords below, where given, replace its fields.
-        storage_options, cache_dir, cache_limit, prefetch, retries, timeout: the fields of
-            :class:`~shardstream.storage.StorageSettings` (fsspec options, the host's shard
-            cache and its limit, bytes downloaded ahead per worker, retries and timeout).
+        storage_options: fsspec options (``StorageSettings.options``).
+        cache_dir: the host's shard cache (``StorageSettings.cache_dir``).
+        cache_limit: the cache's limit (``StorageSettings.cache_limit``).
+        prefetch: bytes downloaded ahead per worker (``StorageSettings.prefetch``).
+        retries: attempts per request (``StorageSettings.retries``).
+        timeout: seconds per request (``StorageSettings.timeout``).
     """
 
     def __init__(  # noqa: PLR0913 - keyword settings with defaults, as a DataLoader's

@@ -64,7 +64,22 @@ class Manifest:
     """What a dataset is: its shards (path, samples, bytes, sha256), fields and classes.
 
     Checked when made: a :class:`ManifestError` (naming ``source``, the file read) if any part
-    breaks the schema."""
+    breaks the schema.
+
+    Args:
+        shard_format: ``"tar"``, ``"tar.zst"``, ``"tar.gz"``, ``"arrow"`` or ``"tokens"``.
+        paths: each shard's path, relative to the dataset's folder.
+        samples: each shard's sample count.
+        nbytes: each shard's size in bytes.
+        sha256: each shard's sha256 (hex; ``""``: none).
+        fields: the fields and their written types.
+        classes: the class names of an ImageFolder (``cls`` is the index into them), or None.
+        arrow_schema: the Arrow schema of Arrow shards, serialized.
+        created: creation info (time, versions).
+        tokens: a token dataset's ``dtype``, ``vocab_size``, ``eos_id``, ``tokenizer`` and ``total``.
+        index_sha256: each shard's sample index sha256 (``""``: none), or None.
+        source: the file the manifest was read from, named in errors.
+    """
 
     shard_format: str
     paths: list[str]

@@ -12,7 +12,7 @@ publishes; the other removes what it wrote and says so in its one-line error. On
 also re-reads the manifest after writing it and fails loudly if it is not its own: the only check a store
 that ignores the condition allows (asked once per publish,
 :meth:`~shardstream.storage.store.Store.honours_conditions`; there two packs at once are not safe, the
-README says so), and a second line of defence where a server checks the condition apart from the write.
+errors guide says so), and a second line of defence where a server checks the condition apart from the write.
 
 Only once its manifest is published does a run remove what it replaces: the files shardstream makes that
 were in the destination when the run claimed it (the previous dataset's shards, indexes and shard table,

@@ -49,6 +49,20 @@ class ShardWriter:
     ``index`` (default True): write each uncompressed tar shard's sample index (``<shard>.idx``): readers
     open a shard from it without parsing its headers, and fetch single samples from object storage by
     ranged reads.
+
+    Args:
+        url: the dataset's folder (a local path or an fsspec URL).
+        format: ``"tar"`` or ``"arrow"``.
+        shard_size: the most uncompressed bytes in a shard (``"256MB"``, or an int).
+        samples_per_shard: the most samples in a shard (default: no limit).
+        compression: ``"zstd"`` or ``"gzip"`` for whole tar shards (default: none), ``"zstd"``
+            (default) or ``"lz4"`` for the buffers of Arrow shards; ``"none"``: uncompressed.
+        storage_options: fsspec options for ``url``.
+        overwrite: replace a dataset already at ``url``.
+        classes: class names to record in the manifest (``ds.manifest.classes`` when read).
+        schema: the Arrow schema of the rows (``format="arrow"``); default: from the first samples.
+        fsync: flush shards and manifest to disk before each appears.
+        index: write sample indexes (default True; False: the tars alone).
     """
 
     def __init__(  # noqa: PLR0913 - a public constructor: one keyword per setting, as webdataset's ShardWriter
