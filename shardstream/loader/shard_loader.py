@@ -98,12 +98,10 @@ class ShardLoader(DataLoader):
     order and the resume state). Raw local tar batches (``decode=None``, no transform, the default
     collate) carry only the values' locations, which one worker makes faster than the main process
     reads them: their default is one worker.
-<<<<<<< HEAD
     ``workers``: ``"processes"`` (torch's worker processes), ``"threads"`` (``num_workers`` reader threads
     in this process: no fork, no pickling, no ``/dev/shm``; the same order and resume state; see
     :mod:`shardstream.loader.threads`), or ``"auto"`` (default): threads where they were measured to be
     faster, else processes. ``reader_threads`` says how many threads read (0: none).
-=======
 
     Args:
         dataset: what to read: a :class:`ShardDataset`, :class:`TokenDataset`, :class:`MixedDataset`
@@ -113,9 +111,9 @@ class ShardLoader(DataLoader):
         seed_workers: reseed the workers' generators before every batch (default: the dataset's, True).
         shm_check: ``"raise"``, ``"warn"`` or ``"off"``.
         worker_tracebacks: also print a worker's whole traceback above an error's message.
+        workers: ``"auto"``, ``"processes"`` or ``"threads"`` (see above).
         **kwargs: other ``torch.utils.data.DataLoader`` arguments (``pin_memory``,
             ``prefetch_factor``, ``collate_fn``, ...), which replace the defaults above.
->>>>>>> i31
     """
 
     def __init__(

@@ -105,23 +105,19 @@ def dataset_store(
     return Store(url, storage_options, retry)
 
 
-<<<<<<< HEAD
 def load_manifest(store: Store, cache: Callable[[], DiskCache] | None = None) -> Manifest:
-    """Read the manifest of the dataset in ``store``; a clear error if there is none. ``cache``: the host's
-    shard cache (made when first needed), through which a remote dataset's shard table is read: once per
-    host, not once per rank (the table is named by its content, so a cached copy is never stale)."""
-=======
-def load_manifest(store: Store) -> Manifest:
     """Read the manifest of the dataset in ``store``; a clear error if there is none.
 
     Args:
         store: the dataset's folder as a :class:`~shardstream.storage.store.Store`
             (``Store(url, storage_options)``).
+        cache: the host's shard cache (made when first needed), through which a remote dataset's
+            shard table is read: once per host, not once per rank (the table is named by its content,
+            so a cached copy is never stale).
 
     Returns:
         The checked :class:`~shardstream.manifest.schema.Manifest`.
     """
->>>>>>> i31
     try:
         data = store.read_bytes(MANIFEST_NAME)
     except StorageError as exc:

@@ -92,11 +92,7 @@ class ShardWriter:
         self.samples: list[int] = []
         self.nbytes: list[int] = []
         self.sha256: list[str] = []
-        self.index = (
-            index is not False
-            and self.shard_format == "tar"
-            and self.compression is None
-        )
+        self.index = index is not False and self.shard_format == "tar" and self.compression is None
         self.index_sha256: list[str] = []
         self.field_counts: Counter[str] = Counter()
         self.field_types: dict[
