@@ -114,9 +114,10 @@ def test_pack_defaults_are_stated_as_the_code_sets_them(monkeypatch):
 
     options = {o.name: o for o in pack_command.params}
     assert "[default: CPU cores]" in options["workers"].help
-    assert options["sample_index"].default is None  # decided by the destination
-    assert "default: when ``dest`` is object storage" in flat(inspect.getdoc(ss.pack))
-    assert "[when DEST is object storage" in flat(options["sample_index"].help)
+    assert options["sample_index"].default is True  # every destination
+    assert "``index`` (default True)" in flat(inspect.getdoc(ss.pack))
+    assert inspect.signature(ss.pack).parameters["index"].default is True
+    assert options["sample_index"].show_default
 
 
 # -- every public docstring and every signature written out in the docs ---------------------------------------

@@ -8,12 +8,14 @@ walks headers by offset over a buffer (bytes or a memory map) and hands out slic
 
 from __future__ import annotations
 
+import hashlib
 import re
 import struct
 from collections.abc import Iterable, Iterator
 
 from ..errors import CorruptShardError
 from .compression import decompress  # noqa: F401 - tar.decompress, as in 0.1
+from .tar_index import IndexBuilder
 from .tar_writer import (  # noqa: F401 - the writing side, under the names it had here
     BLOCK,
     END_OF_ARCHIVE,
@@ -423,3 +425,28 @@ def index_samples(buf, name: str = "shard") -> tuple[list[str], list[dict[str, t
     plain = _index_plain(buf, name)
     found = list(iter_samples(buf, name) if plain is None else _group(zip(*plain), name, None))
     return [k for k, _ in found], [f for _, f in found]
+
+
+def build_index(
+    buf, name: str, samples: list[tuple[str, dict[str, tuple[int, int]]]] | None = None
+) -> bytes:
+    """The sample index of the tar ``buf`` (uncompressed), from its own headers parsed strictly: for a tar
+    packed without one (another tool's, or ``--no-index``). Sample ``i`` spans from the end of sample
+    ``i - 1``'s last member (0 for the first) to the end of its own last member's padding, so what lies
+    between two samples' members (extended headers, folders, members that are no sample's) belongs to
+    the sample after it; its sha256 covers that span. ``samples``: the tar's (key, fields) as
+    :func:`iter_samples` gave them, if the caller parsed it already."""
+    view = memoryview(buf)
+    if samples is None:
+        samples = list(zip(*index_samples(buf, name)))
+    builder = IndexBuilder()
+    at = 0
+    for key, entry in samples:
+        members = []
+        start = cursor = at
+        for ext, (offset, size) in entry.items():
+            members.append((f"{key}.{ext}", offset - cursor, size))
+            cursor = offset + size + (-size % 512)
+        builder.add_hashed(hashlib.sha256(view[start:cursor]).digest(), members)
+        at = cursor
+    return builder.to_bytes()

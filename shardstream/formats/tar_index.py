@@ -210,30 +210,3 @@ def parse_index(data: bytes, name: str, samples: int, tar_size: int) -> SampleIn
         sizes.astype(np.int64),
         [b.decode("utf-8", "surrogateescape") for b in names[:-1]],
     )
-
-
-def build_index(
-    buf, name: str, samples: list[tuple[str, dict[str, tuple[int, int]]]] | None = None
-) -> bytes:
-    """The sample index of the tar ``buf`` (uncompressed), from its own headers parsed strictly: for a tar
-    packed without one (another tool's, or ``--no-index``). Sample ``i`` spans from the end of sample
-    ``i - 1``'s last member (0 for the first) to the end of its own last member's padding, so what lies
-    between two samples' members (extended headers, folders, members that are no sample's) belongs to
-    the sample after it; its sha256 covers that span. ``samples``: the tar's (key, fields) as
-    :func:`~shardstream.formats.tar.iter_samples` gave them, if the caller parsed it already."""
-    from . import tar as tar_format
-
-    view = memoryview(buf)
-    if samples is None:
-        samples = list(zip(*tar_format.index_samples(buf, name)))
-    builder = IndexBuilder()
-    at = 0
-    for key, entry in samples:
-        members = []
-        start = cursor = at
-        for ext, (offset, size) in entry.items():
-            members.append((f"{key}.{ext}", offset - cursor, size))
-            cursor = offset + size + (-size % 512)
-        builder.add_hashed(hashlib.sha256(view[start:cursor]).digest(), members)
-        at = cursor
-    return builder.to_bytes()
