@@ -103,8 +103,22 @@ def dataset_store(
     return Store(url, storage_options, retry)
 
 
-def load_manifest(store: Store) -> Manifest:
-    """Read the manifest of the dataset in ``store``; a clear error if there is none."""
+def load_manifest(
+    dataset: Store | str | os.PathLike[str],
+    version: int | None = None,
+    storage_options: dict[str, Any] | None = None,
+) -> Manifest:
+    """The manifest of the dataset at ``dataset`` (a URL, a folder, or its :class:`Store`): its latest
+    version, or with ``version`` that one (see :mod:`shardstream.manifest.versions`); a clear error if
+    there is none. Datasets packed before versions existed are version 1."""
+    from .versions import read_version  # versions builds on this module's reading
+
+    store = dataset if isinstance(dataset, Store) else dataset_store(dataset, storage_options)
+    return read_version(store, version)
+
+
+def read_head(store: Store) -> Manifest:
+    """The manifest ``_manifest.json`` holds (the latest version, unless a publish was cut short)."""
     try:
         data = store.read_bytes(MANIFEST_NAME)
     except StorageError as exc:
@@ -120,9 +134,12 @@ def load_manifest(store: Store) -> Manifest:
                 "'shardstream index'"
             ) from None
         raise exc
-    return Manifest.from_json(
-        bytes(data), store.url_of(MANIFEST_NAME), lambda name: _read_table(store, name)
-    )
+    return parse_manifest(store, bytes(data), MANIFEST_NAME)
+
+
+def parse_manifest(store: Store, data: bytes, name: str) -> Manifest:
+    """The manifest in ``data`` (the file ``name`` of ``store``), its shard table read from ``store``."""
+    return Manifest.from_json(data, store.url_of(name), lambda table: _read_table(store, table))
 
 
 def _read_table(store: Store, name: str) -> bytes:

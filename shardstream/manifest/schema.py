@@ -79,6 +79,8 @@ class Manifest:
     tokens: dict[str, Any] | None = None
     # per shard: its sample index's (``<shard>.idx``) sha256, "" for none
     index_sha256: list[str] | None = None
+    # which publish of the dataset this is: 1 for the first (and for manifests without the key)
+    version: int = 1
     source: InitVar[str | None] = None
 
     def __post_init__(self, source: str | None) -> None:
@@ -169,6 +171,8 @@ class Manifest:
             "arrow_schema": self.arrow_schema,
             "created": self.created,
             **({"tokens": self.tokens} if self.tokens is not None else {}),
+            # version 1 is written as before versions existed: readers of older releases read it byte for byte
+            **({"version": self.version} if self.version != 1 else {}),
             "shards": table
             if table is not None
             else {
@@ -214,6 +218,7 @@ class Manifest:
             ("arrow_schema", str),
             ("created", dict),
             ("tokens", dict),
+            ("version", int),
         ):
             if doc.get(key) is not None and not isinstance(doc[key], kind):
                 raise check.fail(f"{key!r} is {kind_of(doc[key])}, not {kind_of(kind())}")
@@ -235,6 +240,7 @@ class Manifest:
             doc.get("created") or {},
             doc.get("tokens"),
             shards.get("index_sha256"),
+            doc.get("version", 1),
             source=source,
         )
         for total, actual in (
@@ -412,12 +418,17 @@ class _Checker:
         ):
             raise self.fail("'created' is not an object of strings, numbers, booleans and nulls")
         m.created = dict(m.created)
+        self.check_version(m.version)
         if m.tokens is not None or m.shard_format == "tokens":
             from .token_stats import check_tokens
 
             problem = check_tokens(m)
             if problem is not None:
                 raise self.fail(problem)
+
+    def check_version(self, version: Any) -> None:
+        if type(version) is not int or not 1 <= version < MAX_COUNT:
+            raise self.fail(f"version {_show(version)} is not a whole number of 1 or more")
 
     def check_paths(self, paths: list[Any]) -> list[str]:
         if not paths_fine(paths):

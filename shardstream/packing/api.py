@@ -39,6 +39,7 @@ def pack(  # noqa: PLR0913 - the public pack: one keyword per setting, as the co
     workers: int | None = None,
     layout: str = "auto",
     overwrite: bool = False,
+    append: bool = False,
     storage_options: dict[str, Any] | None = None,
     progress: bool = True,
     fsync: bool = True,
@@ -84,6 +85,9 @@ def pack(  # noqa: PLR0913 - the public pack: one keyword per setting, as the co
     ``index``: write each uncompressed tar shard's sample index (``<shard>.idx``), with which readers
     fetch an epoch's first samples by ranged reads; default: when ``dest`` is object storage (pass
     ``True`` to pack locally for an upload).
+    ``append``: add the source's samples to the dataset at ``dest`` as its next version, in new shards
+    (same shard format and fields; the earlier versions stay readable; see
+    :mod:`shardstream.manifest.versions`); into an empty ``dest`` it packs version 1.
     """
     options = PackOptions(
         format=format,
@@ -93,6 +97,7 @@ def pack(  # noqa: PLR0913 - the public pack: one keyword per setting, as the co
         workers=workers,
         layout=layout,
         overwrite=overwrite,
+        append=append,
         storage_options=storage_options,
         progress=progress,
         fsync=fsync,
