@@ -105,6 +105,8 @@ COMMANDS = {
     "index": "check",
     "doctor": "doctor",
     "bench": "bench",
+    "log": "versions",
+    "gc": "versions",
 }
 
 

@@ -61,6 +61,7 @@ __all__ = [
     "DestinationLost",
     "check_claim",
     "check_written",
+    "made_by_shardstream",
     "prepare_destination",
 ]
 
@@ -78,6 +79,12 @@ _SHARD_TABLE = re.compile(r"^_shards-[0-9a-f]{16}\.arrow$")
 _PROBE = re.compile(r"^\.shardstream-probe-(?P<run>[0-9a-f]{16})$")
 # one being written
 _RUN_TEMP = re.compile(r"^\.shard-[0-9]{6,}-(?P<run>[0-9a-f]{16})\..*\.[0-9a-f]{8,32}\.tmp$")
+
+
+def made_by_shardstream(name: str) -> bool:
+    """Whether ``name`` (in a dataset's folder) is a file a pack makes there besides the manifest: a shard, a
+    sample index, a shard table, a temporary file or a probe of conditional writes."""
+    return any(p.match(name) for p in (_RUN_FILE, _PLAIN_SHARD, _TEMP_FILE, _SHARD_TABLE, _PROBE))
 
 
 class DestinationLost(ShardstreamError):
@@ -188,7 +195,8 @@ class Claim:
                 store.locked(),
             ):
                 self.check()
-                if self.base is not None:  # an append: its version's exclusive create is the publish
+                # an append: its version's exclusive create is the publish
+                if self.base is not None:
                     commit_version(store, head, self.version, self.fsync, honoured)
                 elif honoured:
                     store.write_if(
@@ -360,15 +368,7 @@ def _leftovers(
 ) -> list[str]:
     """The files shardstream made in ``names`` that a publish replaces (none for an append); locally, what no
     published version names is removed now (a re-run after a crash needs the room)."""
-    leftovers = [
-        n
-        for n in names
-        if _RUN_FILE.match(n)
-        or _PLAIN_SHARD.match(n)
-        or _TEMP_FILE.match(n)
-        or _SHARD_TABLE.match(n)
-        or _PROBE.match(n)
-    ]
+    leftovers = [n for n in names if made_by_shardstream(n)]
     if store.local:
         if base is not None:
             published = _named_by_versions(store)
