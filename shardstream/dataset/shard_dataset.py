@@ -65,6 +65,9 @@ class ShardDataset(StoredDataset, PlannedDataset):
             before reading it (remote shards are always checked when downloaded).
         storage: remote-storage settings as one :class:`~shardstream.storage.StorageSettings`;
             the keywords below, where given, replace its fields.
+        version: the dataset's version to read (``None``: the latest when it is made); it reads that
+            version for as long as it lives, whatever is published meanwhile, and its resume states
+            record it (:mod:`shardstream.manifest.versions`).
         storage_options, cache_dir, cache_limit, prefetch, retries, timeout: the fields of
             :class:`~shardstream.storage.StorageSettings` (fsspec options, the host's shard
             cache and its limit, bytes downloaded ahead per worker, retries and timeout).
@@ -94,6 +97,7 @@ class ShardDataset(StoredDataset, PlannedDataset):
         prefetch: int | str = DEFAULT,
         retries: int = DEFAULT,
         timeout: float | None = DEFAULT,
+        version: int | None = None,
     ):
         if on_error not in ("raise", "skip"):
             raise ValueError(f"on_error must be 'raise' or 'skip', not {on_error!r}")
@@ -109,7 +113,7 @@ class ShardDataset(StoredDataset, PlannedDataset):
             timeout=timeout,
         )
         # set once: __setattr__ refuses it
-        self.__dict__["stored"] = open_stored(url_or_urls, storage)
+        self.__dict__["stored"] = open_stored(url_or_urls, storage, version)
         manifest = self.manifest
         self.shuffle, self.seed, self.drop_last = shuffle, int(seed), drop_last
         self.window = resolve_window(
@@ -138,6 +142,11 @@ class ShardDataset(StoredDataset, PlannedDataset):
     def fingerprint(self) -> str:
         """The manifest's fingerprint (a sha256 over every shard's entry)."""
         return self.manifest.fingerprint
+
+    @property
+    def dataset_version(self) -> int | None:
+        """The version of the dataset this reads (:attr:`Manifest.version`), recorded in resume states."""
+        return self.manifest.version
 
     @property
     def counts(self) -> np.ndarray:

@@ -63,10 +63,14 @@ class StoredDataset:
 
 
 def open_stored(
-    url_or_urls: str | os.PathLike[str] | Sequence[str], storage: StorageSettings
+    url_or_urls: str | os.PathLike[str] | Sequence[str],
+    storage: StorageSettings,
+    version: int | None = None,
 ) -> Stored:
-    """The dataset at ``url_or_urls`` (a folder, a manifest, or WebDataset tars), read with ``storage``."""
-    store, manifest = open_dataset(url_or_urls, storage.options, storage.retry)
+    """The dataset at ``url_or_urls`` (a folder, a manifest, or WebDataset tars), read with ``storage``: its
+    latest version, or ``version``. Read once: the dataset reads that version however many are published
+    after it."""
+    store, manifest = open_dataset(url_or_urls, storage.options, storage.retry, version)
     if manifest.num_samples == 0:
         raise ManifestError(f"{store.url} holds no samples")
     release_stale_maps()  # this process's maps of shard files replaced or deleted since (a re-pack)

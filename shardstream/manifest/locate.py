@@ -22,27 +22,32 @@ def open_dataset(
     url_or_urls: str | os.PathLike[str] | Sequence[str],
     storage_options: dict[str, Any] | None = None,
     retry: RetryPolicy | None = None,
+    version: int | None = None,
 ) -> tuple[Store, Manifest]:
-    """The store and manifest of a dataset; WebDataset tars without a manifest are scanned."""
+    """The store and manifest (its latest version, or ``version``) of a dataset; WebDataset tars without a
+    manifest are scanned."""
     urls = [url_or_urls] if isinstance(url_or_urls, (str, os.PathLike)) else list(url_or_urls)
     urls = [os.fspath(u) for u in urls]
     if len(urls) == 1 and shard_format_of(urls[0]) not in TAR_COMPRESSION and "{" not in urls[0]:
         store = dataset_store(urls[0], storage_options, retry)
-        return store, load_dataset(store)
+        return store, load_dataset(store, version)
     log.warning(
         "scanning %d tar source(s) without a manifest; 'shardstream index' writes one so the next "
         "start is instant",
         len(urls),
     )
+    if version not in (None, 1):
+        raise ManifestError(f"tars without a manifest have one version (1), not {version}")
     result = scan(urls, storage_options=storage_options)
     return Store(result.url, storage_options, retry), result.manifest
 
 
-def load_dataset(store: Store) -> Manifest:
-    """The manifest of the dataset in ``store``; a local path that is none says what it is instead."""
+def load_dataset(store: Store, version: int | None = None) -> Manifest:
+    """The manifest (latest, or ``version``) of the dataset in ``store``; a local path that is none says what
+    it is instead."""
     if store.local:
         _refuse_local_non_dataset(store)
-    return load_manifest(store)
+    return load_manifest(store, version)
 
 
 def _refuse_local_non_dataset(store: Store) -> None:

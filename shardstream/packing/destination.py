@@ -177,9 +177,9 @@ class Claim:
         append: the dataset's shards, then this run's). Raises :class:`DestinationLost`,
         having removed this run's files, if another run claimed the destination or published first."""
         store = self.store
+        manifest = self._versioned(manifest)
         with self.guard():
             self.check()
-            manifest = self._versioned(manifest)
             honoured = store.honours_conditions(f".shardstream-probe-{self.token}")
             files = manifest_files(manifest)
             head = files[-1][1]
@@ -261,7 +261,6 @@ class Claim:
         except ShardstreamError:
             for name in [n for n in self.store.list_files() if self.owns(n)]:
                 self.store.remove(name)
-            self._release()
             raise
 
     def _holds_claim(self) -> bool:
