@@ -105,8 +105,10 @@ COMMANDS = {
     "index": "check",
     "doctor": "doctor",
     "bench": "bench",
-    "log": "versions",
-    "gc": "versions",
+    "log": "living",
+    "gc": "living",
+    "merge": "living",
+    "split": "living",
 }
 
 

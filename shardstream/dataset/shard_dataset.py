@@ -117,7 +117,7 @@ class ShardDataset(StoredDataset, PlannedDataset):
         manifest = self.manifest
         self.shuffle, self.seed, self.drop_last = shuffle, int(seed), drop_last
         self.window = resolve_window(
-            shuffle_window, manifest.samples, manifest.nbytes, remote=not self.store.local
+            shuffle_window, manifest.counts, manifest.nbytes, remote=not self.store.local
         )
         self.decoder = Decoder(decode, fields, written_types(manifest))
         self.decoder.check_fields(
@@ -150,8 +150,14 @@ class ShardDataset(StoredDataset, PlannedDataset):
 
     @property
     def counts(self) -> np.ndarray:
-        """Samples per shard (``manifest.samples``)."""
-        return self.manifest.samples
+        """Samples read of each shard (``manifest.counts``: all, or a split's selected ones)."""
+        return self.manifest.counts
+
+    def in_shard(self, shards: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+        """The offsets in the shards of the plan's (``shards``, ``offsets``): the same, or for a split the
+        selected samples they stand for."""
+        selection = self.manifest.selection
+        return offsets if selection is None else selection.offsets(shards, offsets)
 
     # -- what a loader needs to know ------------------------------------------------------------
     @property
@@ -253,7 +259,7 @@ class ShardDataset(StoredDataset, PlannedDataset):
         shards.forget_failures()
         with ShardPass(
             run,
-            self.manifest.samples,
+            self.manifest.counts,
             shuffle=self.shuffle,
             window=self.window,
             shards=shards,

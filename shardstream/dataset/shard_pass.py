@@ -95,6 +95,7 @@ class ShardPass:
         look_ahead: bool,
     ):
         self.run, self.shards, self.window = run, shards, window
+        self.selection = stored.manifest.selection
         p = run.position
         order = plan.EpochOrder.create(counts, run.seed, p.epoch, shuffle, window)
         # keep only this rank's shards
@@ -117,7 +118,9 @@ class ShardPass:
         p, span = self.run.position, self.run.span
         for start in range(span[0], span[1], 64):
             idx = np.arange(start, min(start + 64, span[1]))
-            yield from zip(*self.order.samples(plan.segment_positions(p.segment, idx)))
+            yield from zip(
+                *self._in_shards(*self.order.samples(plan.segment_positions(p.segment, idx)))
+            )
 
     def chunks(self) -> Iterator[Chunk]:
         """This worker's chunks, in the plan's order."""
@@ -130,7 +133,13 @@ class ShardPass:
 
     def _planned(self) -> Iterator[Chunk]:
         for positions in self.run.positions():
-            yield (int(positions[0]), *self.order.samples(positions))
+            yield (int(positions[0]), *self._in_shards(*self.order.samples(positions)))
+
+    def _in_shards(self, shards: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The plan's offsets as offsets in the shards (a split's selection maps them)."""
+        if self.selection is None:
+            return shards, offsets
+        return shards, self.selection.offsets(shards, offsets)
 
     def close(self) -> None:
         if self.prefetcher is not None:

@@ -139,7 +139,10 @@ def read_head(store: Store) -> Manifest:
 
 def parse_manifest(store: Store, data: bytes, name: str) -> Manifest:
     """The manifest in ``data`` (the file ``name`` of ``store``), its shard table read from ``store``."""
-    return Manifest.from_json(data, store.url_of(name), lambda table: _read_table(store, table))
+    manifest = Manifest.from_json(data, store.url_of(name), lambda table: _read_table(store, table))
+    if manifest.roots:  # its shards are read where they are, beside this dataset
+        store.reach(manifest.roots)
+    return manifest
 
 
 def _read_table(store: Store, name: str) -> bytes:
@@ -167,13 +170,22 @@ def manifest_files(
     """(name, bytes) of the files that publish ``manifest``, in the order they are written: from
     ``table_threshold`` shards on, its shard table (``_shards-<hash>.arrow``) first, then the JSON head
     (``_manifest.json``, last) that names it; below, the one JSON file."""
+    side = (
+        []
+        if manifest.selection is None
+        else [(manifest.selection.reference["file"], manifest.selection.data())]
+    )
     if manifest.num_shards < table_threshold:
-        return [(MANIFEST_NAME, manifest.to_json())]
+        return [*side, (MANIFEST_NAME, manifest.to_json())]
     data = encode_table(
         manifest.paths, manifest.samples, manifest.nbytes, manifest.sha256, manifest.index_sha256
     )
     reference = table_reference(data, manifest.num_shards)
-    return [(str(reference["table"]), data), (MANIFEST_NAME, manifest.to_json(reference))]
+    return [
+        *side,
+        (str(reference["table"]), data),
+        (MANIFEST_NAME, manifest.to_json(reference)),
+    ]
 
 
 def write_manifest(
@@ -187,7 +199,8 @@ def write_manifest(
     files = manifest_files(manifest, table_threshold)
     for name, data in files:
         write_durably(store, name, data, fsync)
-    return files[0][0] if len(files) > 1 else None
+    tables = [name for name, _ in files if name.startswith("_shards-")]
+    return tables[0] if tables else None
 
 
 def write_durably(store: Store, name: str, data: bytes, fsync: bool = True) -> None:

@@ -75,6 +75,8 @@ _PLAIN_SHARD = re.compile(rf"^shard-[0-9]{{6}}\.{_FORMATS}(?:\.idx)?$")
 _TEMP_FILE = re.compile(r"^\..*\.[0-9a-f]{8,32}\.tmp$")  # the store's temporary names
 # a large manifest's shard table (manifest.table)
 _SHARD_TABLE = re.compile(r"^_shards-[0-9a-f]{16}\.arrow$")
+# a split's selection (manifest.selection)
+_SELECTION = re.compile(r"^_selection-[0-9a-f]{16}\.npy$")
 # a run's test of conditional writes
 _PROBE = re.compile(r"^\.shardstream-probe-(?P<run>[0-9a-f]{16})$")
 # one being written
@@ -84,7 +86,10 @@ _RUN_TEMP = re.compile(r"^\.shard-[0-9]{6,}-(?P<run>[0-9a-f]{16})\..*\.[0-9a-f]{
 def made_by_shardstream(name: str) -> bool:
     """Whether ``name`` (in a dataset's folder) is a file a pack makes there besides the manifest: a shard, a
     sample index, a shard table, a temporary file or a probe of conditional writes."""
-    return any(p.match(name) for p in (_RUN_FILE, _PLAIN_SHARD, _TEMP_FILE, _SHARD_TABLE, _PROBE))
+    return any(
+        p.match(name)
+        for p in (_RUN_FILE, _PLAIN_SHARD, _TEMP_FILE, _SHARD_TABLE, _SELECTION, _PROBE)
+    )
 
 
 class DestinationLost(ShardstreamError):
@@ -431,7 +436,10 @@ def _named_by(store: Store, manifest: bytes | None) -> set[str] | None:
     except (ValueError, ShardstreamError):
         return None
     table = doc.get("shards", {}).get("table") if isinstance(doc.get("shards"), dict) else None
-    return {*m.paths, *(p + ".idx" for p in m.paths), *([table] if isinstance(table, str) else [])}
+    side = [table] if isinstance(table, str) else []
+    if m.selection is not None:
+        side.append(m.selection.reference["file"])
+    return {*m.paths, *(p + ".idx" for p in m.paths), *side}
 
 
 def check_claim(store: Store, token: str) -> None:

@@ -45,6 +45,8 @@ def collect(store: Store, keep: int, delete: bool = False) -> Collection:
     for number in kept:
         m = read_version(store, number)
         needed |= {*m.paths, *(p + ".idx" for p in m.paths)}
+        if m.selection is not None:
+            needed.add(m.selection.reference["file"])
         needed |= _tables(store, number)
     busy = _claimed_run(store)
     files = [
