@@ -115,3 +115,29 @@ def test_append_is_refused_where_writes_cannot_be_conditional(gcs_bucket, tmp_pa
     with pytest.raises(StorageError, match="takes no conditional writes here"):
         ss.pack(str(tmp_path / "one"), url, append=True, **kw)
     assert load_manifest(url, storage_options=options).version == 1
+
+
+def test_merge_and_split_in_a_bucket_read_every_sample_once(s3_bucket, tmp_path):
+    options = s3_bucket.storage_options
+    kw = {"samples_per_shard": 3, "progress": False, "workers": 1, "storage_options": options}
+    a, b = text_folder(tmp_path / "a", 4), text_folder(tmp_path / "b", 3, 100)
+    ss.pack(str(tmp_path / "a"), s3_bucket.url("data/A"), **kw)
+    ss.pack(str(tmp_path / "b"), s3_bucket.url("data/B"), **kw)
+    merged = ss.merge(
+        [s3_bucket.url("data/A"), s3_bucket.url("data/B")],
+        s3_bucket.url("data/AB"),
+        storage_options=options,
+    )
+    assert merged.roots == ["../A", "../B"]
+    assert set(read_all(s3_bucket.url("data/AB"), options)) == a | b
+    parts = ss.split(
+        s3_bucket.url("data/AB"),
+        s3_bucket.url("data/parts"),
+        {"x": 0.5, "y": 0.5},
+        storage_options=options,
+    )
+    x, y = (set(read_all(s3_bucket.url(f"data/parts/{p}"), options)) for p in parts)
+    assert not x & y and x | y == a | b
+    # a manifest cannot reach out of its bucket
+    with pytest.raises(StorageError, match="climbs out of the bucket"):
+        Store(s3_bucket.url("data/AB"), options).reach(["../../../other"])
