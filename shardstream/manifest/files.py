@@ -103,20 +103,6 @@ def dataset_store(
     return Store(url, storage_options, retry)
 
 
-def load_manifest(
-    dataset: Store | str | os.PathLike[str],
-    version: int | None = None,
-    storage_options: dict[str, Any] | None = None,
-) -> Manifest:
-    """The manifest of the dataset at ``dataset`` (a URL, a folder, or its :class:`Store`): its latest
-    version, or with ``version`` that one (see :mod:`shardstream.manifest.versions`); a clear error if
-    there is none. Datasets packed before versions existed are version 1."""
-    from .versions import read_version  # versions builds on this module's reading
-
-    store = dataset if isinstance(dataset, Store) else dataset_store(dataset, storage_options)
-    return read_version(store, version)
-
-
 def read_head(store: Store) -> Manifest:
     """The manifest ``_manifest.json`` holds (the latest version, unless a publish was cut short)."""
     try:

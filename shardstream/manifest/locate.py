@@ -10,9 +10,10 @@ from typing import Any
 from ..errors import ManifestError
 from ..formats import TAR_COMPRESSION, shard_format_of
 from ..storage import RetryPolicy, Store
-from .files import IN_PROGRESS, MANIFEST_NAME, dataset_store, load_manifest
+from .files import IN_PROGRESS, MANIFEST_NAME, dataset_store
 from .index_tars import scan
 from .schema import Manifest
+from .versions import load_manifest
 
 log = logging.getLogger("shardstream")
 _TARS = (".tar", ".tar.gz", ".tgz", ".tar.zst")

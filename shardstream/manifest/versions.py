@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -24,12 +25,24 @@ from typing import Any
 from ..errors import ManifestError, StorageError
 from ..storage import Store
 from ..storage.conditional import Expect, WriteConflict
-from .files import parse_manifest, read_head, write_durably
+from .files import dataset_store, parse_manifest, read_head, write_durably
 from .schema import MANIFEST_NAME, Manifest
 
 VERSIONS = "_versions"
 _VERSION_FILE = re.compile(r"^([0-9]{6,})\.json$")
 _MOVES = 16  # attempts to move _manifest.json forward while other writers move it too
+
+
+def load_manifest(
+    dataset: Store | str | os.PathLike[str],
+    version: int | None = None,
+    storage_options: dict[str, Any] | None = None,
+) -> Manifest:
+    """The manifest of the dataset at ``dataset`` (a URL, a folder, or its :class:`Store`): its latest
+    version, or with ``version`` that one (see :mod:`shardstream.manifest.versions`); a clear error if
+    there is none. Datasets packed before versions existed are version 1."""
+    store = dataset if isinstance(dataset, Store) else dataset_store(dataset, storage_options)
+    return read_version(store, version)
 
 
 def version_name(version: int) -> str:
@@ -181,6 +194,7 @@ def history(store: Store) -> list[VersionEntry]:
 
 __all__ = [
     "VERSIONS",
+    "load_manifest",
     "VersionEntry",
     "commit_version",
     "head_version",
