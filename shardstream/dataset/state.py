@@ -143,7 +143,14 @@ def _differences(state: dict[str, Any], key: OrderKey) -> list[str]:
     """The settings in which ``state`` differs from ``key``, as phrases; keys a state lacks are not checked."""
     out = []
     saved = state.get("dataset_version")
-    if saved is not None and key.dataset_version is not None and saved != key.dataset_version:
+    # another version with the same data (an identical re-pack) resumes exactly: no difference then
+    same_data = state.get("fingerprint") == key.fingerprint
+    if (
+        saved is not None
+        and key.dataset_version is not None
+        and saved != key.dataset_version
+        and not same_data
+    ):
         out.append(
             f"dataset version {saved} in the state, {key.dataset_version} here (open it with "
             f"version={saved} to resume on the data the state was saved with)"
