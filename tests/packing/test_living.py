@@ -276,3 +276,20 @@ def test_two_appends_at_once_land_as_successive_versions_or_one_fails_cleanly(so
                 assert "run it again" in result or "claimed by another pack" in result
                 pack_quiet(root / name, dest, append=True)
                 assert added <= set(read_all(dest))
+
+
+def test_a_publish_cut_short_before_the_head_moved_is_followed_by_readers_and_writers(sources):
+    root, keys = sources
+    dest = root / "ds"
+    pack_quiet(root / "one", dest)
+    pack_quiet(root / "two", dest, append=True)
+    store = dataset_store(str(dest))
+    # as if the writer of version 2 died between its version file and _manifest.json
+    head_v1 = (dest / version_name(1)).read_bytes()
+    (dest / MANIFEST_NAME).write_bytes(head_v1)
+    assert load_manifest(store).version == 2  # readers follow the newer version file
+    assert set(read_all(dest)) == keys["one"] | keys["two"]
+    third = pack_quiet(root / "three", dest, append=True)  # and a writer builds on it
+    assert third.manifest.version == 3
+    assert json.loads((dest / MANIFEST_NAME).read_bytes())["version"] == 3
+    assert set(read_all(dest)) == keys["one"] | keys["two"] | keys["three"]
