@@ -339,7 +339,16 @@ class MixReader:
     def locate(
         self, positions: np.ndarray
     ) -> Iterator[tuple[int, np.ndarray, np.ndarray, np.ndarray]]:
-        """(source, rows of ``positions`` it holds, their shards, their offsets), per source."""
+        """(source, rows of ``positions`` it holds, their shards, their offsets in them), per source (a split
+        source's selection maps the plan's offsets)."""
+        for i, rows, ids, offsets in self._planned(positions):
+            in_shard = getattr(self.mix.sources[i], "in_shard", None)
+            yield i, rows, ids, offsets if in_shard is None else in_shard(ids, offsets)
+
+    def _planned(
+        self, positions: np.ndarray
+    ) -> Iterator[tuple[int, np.ndarray, np.ndarray, np.ndarray]]:
+        """(source, rows of ``positions`` it holds, their shards, their offsets in the source's plan)."""
         src, index = self.mix.schedule.locate(positions)
         for i in self.live:
             rows = np.flatnonzero(src == i)

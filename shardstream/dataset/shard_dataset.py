@@ -76,6 +76,9 @@ class ShardDataset(StoredDataset, PlannedDataset):
         prefetch: bytes downloaded ahead per worker (``StorageSettings.prefetch``).
         retries: attempts per request (``StorageSettings.retries``).
         timeout: seconds per request (``StorageSettings.timeout``).
+        version: the dataset's version to read (``None``: the latest when it is made); it reads that
+            version for as long as it lives, whatever is published meanwhile, and its resume states
+            record it (:mod:`shardstream.manifest.versions`).
     """
 
     def __init__(  # noqa: PLR0913 - keyword settings with defaults, as a DataLoader's
@@ -102,6 +105,7 @@ class ShardDataset(StoredDataset, PlannedDataset):
         prefetch: int | str = DEFAULT,
         retries: int = DEFAULT,
         timeout: float | None = DEFAULT,
+        version: int | None = None,
     ):
         if on_error not in ("raise", "skip"):
             raise ValueError(f"on_error must be 'raise' or 'skip', not {on_error!r}")
@@ -117,11 +121,11 @@ class ShardDataset(StoredDataset, PlannedDataset):
             timeout=timeout,
         )
         # set once: __setattr__ refuses it
-        self.__dict__["stored"] = open_stored(url_or_urls, storage)
+        self.__dict__["stored"] = open_stored(url_or_urls, storage, version)
         manifest = self.manifest
         self.shuffle, self.seed, self.drop_last = shuffle, int(seed), drop_last
         self.window = resolve_window(
-            shuffle_window, manifest.samples, manifest.nbytes, remote=not self.store.local
+            shuffle_window, manifest.counts, manifest.nbytes, remote=not self.store.local
         )
         self.decoder = Decoder(decode, fields, written_types(manifest))
         self.decoder.check_fields(
@@ -148,9 +152,20 @@ class ShardDataset(StoredDataset, PlannedDataset):
         return self.manifest.fingerprint
 
     @property
+    def dataset_version(self) -> int | None:
+        """The version of the dataset this reads (:attr:`Manifest.version`), recorded in resume states."""
+        return self.manifest.version
+
+    @property
     def counts(self) -> np.ndarray:
-        """Samples per shard (``manifest.samples``)."""
-        return self.manifest.samples
+        """Samples read of each shard (``manifest.counts``: all, or a split's selected ones)."""
+        return self.manifest.counts
+
+    def in_shard(self, shards: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+        """The offsets in the shards of the plan's (``shards``, ``offsets``): the same, or for a split the
+        selected samples they stand for."""
+        selection = self.manifest.selection
+        return offsets if selection is None else selection.offsets(shards, offsets)
 
     # -- what a loader needs to know ------------------------------------------------------------
     @property
@@ -252,7 +267,7 @@ class ShardDataset(StoredDataset, PlannedDataset):
         shards.forget_failures()
         with ShardPass(
             run,
-            self.manifest.samples,
+            self.manifest.counts,
             shuffle=self.shuffle,
             window=self.window,
             shards=shards,

@@ -6,7 +6,7 @@ WebDataset tars), ``index_tars`` (publish a manifest for existing tars), ``verif
 shard against its manifest entry) and ``lookup`` (one sample by index or key).
 """
 
-from .files import dataset_store, load_manifest, write_manifest
+from .files import dataset_store, write_manifest
 from .locate import load_dataset, open_dataset
 from .schema import (
     FORMAT_VERSION,
@@ -16,6 +16,7 @@ from .schema import (
     creation_info,
     shard_name,
 )
+from .versions import load_manifest
 
 __all__ = [
     "FORMAT_VERSION",

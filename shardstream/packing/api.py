@@ -39,6 +39,7 @@ def pack(  # noqa: PLR0913 - the public pack: one keyword per setting, as the co
     workers: int | None = None,
     layout: str = "auto",
     overwrite: bool = False,
+    append: bool = False,
     storage_options: dict[str, Any] | None = None,
     progress: bool = True,
     fsync: bool = True,
@@ -84,6 +85,9 @@ def pack(  # noqa: PLR0913 - the public pack: one keyword per setting, as the co
     ``index`` (default True): write each uncompressed tar shard's sample index (``<shard>.idx``):
     readers open a shard from it without parsing its headers, and fetch an epoch's first samples from
     object storage by ranged reads. ``False`` writes the tars alone.
+    ``append``: add the source's samples to the dataset at ``dest`` as its next version, in new shards
+    (same shard format and fields; the earlier versions stay readable; see
+    :mod:`shardstream.manifest.versions`); into an empty ``dest`` it packs version 1.
 
     Args:
         source: a folder tree, a table file or folder of them, an HDF5/LMDB/NumPy source, a Hugging
@@ -113,6 +117,7 @@ def pack(  # noqa: PLR0913 - the public pack: one keyword per setting, as the co
         ray_address: the Ray cluster for ``engine="ray"`` (default: ``RAY_ADDRESS``, else a local Ray).
         source_options: fsspec options for ``source`` (default: ``storage_options``).
         index: write sample indexes (default True; False: the tars alone).
+        append: add to the dataset at ``dest`` as its next version (not with ``overwrite``).
         **token_options: for ``format="tokens"``: ``tokenizer``, ``text_field``, ``eos``, ``eos_id``,
             ``vocab_size``, ``dtype``, ``per_file``.
 
@@ -127,6 +132,7 @@ def pack(  # noqa: PLR0913 - the public pack: one keyword per setting, as the co
         workers=workers,
         layout=layout,
         overwrite=overwrite,
+        append=append,
         storage_options=storage_options,
         progress=progress,
         fsync=fsync,

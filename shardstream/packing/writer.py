@@ -79,6 +79,7 @@ class ShardWriter:
         fsync: bool = True,
         index: bool = True,
         *,
+        append: bool = False,
         _claim: Claim
         | None = None,  # a pack's claim on the destination, taken before (packing.driver)
     ):
@@ -86,7 +87,9 @@ class ShardWriter:
         self.shard_size, self.samples_per_shard = check_shard_limits(shard_size, samples_per_shard)
         self.store = Store(url, storage_options) if _claim is None else _claim.store
         self.fsync = fsync
-        self.claim = prepare_destination(self.store, overwrite, fsync) if _claim is None else _claim
+        self.claim = (
+            prepare_destination(self.store, overwrite, fsync, append) if _claim is None else _claim
+        )
         self.classes = list(classes) if classes is not None else None
         self.paths: list[str] = []
         self.samples: list[int] = []
@@ -266,7 +269,7 @@ class ShardWriter:
             except BaseException:
                 self.abort()
                 raise
-            self.claim.publish(manifest)
+            self.manifest = self.claim.publish(manifest)
             self._published = True
         assert self.manifest is not None
         return self.manifest

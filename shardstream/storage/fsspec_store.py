@@ -130,10 +130,13 @@ class FsspecStore(Store):
 
     def path(self, name: str) -> str:
         self._inside(name)
-        return posixpath.join(self.root, name)
+        path = posixpath.join(self.root, name)
+        return posixpath.normpath(path) if name.startswith("../") else path
 
     def url_of(self, name: str) -> str:
         self._inside(name)
+        if name.startswith("../"):  # under a root beside this folder (Store.reach)
+            return f"{self.protocol}://{self.path(name)}"
         return posixpath.join(self.url, name)
 
     def exists(self, name: str) -> bool:

@@ -36,7 +36,8 @@ class LocalStore(Store):
 
     def path(self, name: str) -> str:
         self._inside(name)
-        return os.path.join(self.root, *name.split("/"))
+        path = os.path.join(self.root, *name.split("/"))
+        return os.path.normpath(path) if name.startswith("../") else path
 
     def url_of(self, name: str) -> str:
         return self.path(name)
