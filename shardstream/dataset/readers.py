@@ -23,6 +23,7 @@ from ..formats.compression import decompress
 from ..formats.tar_index import SampleIndex, index_name, parse_index
 from ..manifest import Manifest
 from ..storage import Prefetcher, ShardFetcher, Store
+from .checked_index import check_index_once
 from .mapped import FileIdentity, MappedBytes, file_identity, release_stale_maps  # noqa: F401 - their names here
 from .ranged import PartialShard, RangedReads
 
@@ -265,11 +266,16 @@ class OpenShards:
             return ArrowShard(data, name, expected)
         plain = decompress(data, TAR_COMPRESSION[m.shard_format], name)
         index = self._sample_index(shard, len(data)) if plain is data else None
+        if (
+            index is not None and path is not None
+        ):  # never another sample's bytes: the index must be the tar's
+            digest = m.index_sha256[shard]
+            check_index_once(self.fetcher, path, identity, data, index, name, digest)
         return TarShard(plain, name, expected, identity if plain is data else None, index)
 
     def _sample_index(self, shard: int, size: int) -> SampleIndex | None:
         """A local shard's sample index, checked against the manifest's sha256 (None: none, or one that does
-        not check: the tar's own headers are parsed instead)."""
+        not check: the tar's own headers are parsed instead). The caller checks it against the tar."""
         digests = getattr(self.manifest, "index_sha256", None)
         if not self.store.local or not digests or not digests[shard]:
             return None
