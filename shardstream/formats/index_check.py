@@ -29,9 +29,11 @@ if TYPE_CHECKING:
 
 BLOCK = 512
 _FIX = "the shard or its index was replaced or damaged after packing: re-pack the dataset (or re-create its index files)"
-# (start, width) of the number fields the header parse reads besides the size: mode, uid, gid, mtime,
-# and the device numbers
-_NUMBERS = ((100, 8), (108, 8), (116, 8), (136, 12), (329, 8), (337, 8))
+# the number fields the header parse reads, as ustar writers lay them out: mode, uid and gid (7 octal
+# digits), size and mtime (11), each ending in NUL or space (bytes 100-147); then the two device numbers
+# (7 digits, or all NUL: bytes 329-344)
+_DIGIT_AT = [i % 8 != 7 for i in range(24)] + [i % 12 != 11 for i in range(24)]
+_DEVICE_DIGIT_AT = [i != 7 for i in range(8)]
 
 
 def check_index(data, index: SampleIndex, name: str) -> None:
@@ -86,22 +88,36 @@ def _octal(rows: np.ndarray, start: int, width: int) -> np.ndarray:
 
 
 def _header_fields_match(rows: np.ndarray, sizes: np.ndarray) -> bool:
-    """Regular files (type ``0`` or NUL) of the index's sizes, with plain octal (or empty) number fields."""
+    """Regular files (type ``0`` or NUL) of the index's sizes, with plain octal number fields."""
     import numpy as np
 
-    if not np.isin(rows[:, 156], (ord("0"), 0)).all() or (_octal(rows, 124, 12) != sizes).any():
+    if not np.isin(rows[:, 156], (ord("0"), 0)).all():
         return False
-    return all(
-        ((_octal(rows, start, width) >= 0) | ~rows[:, start : start + width].any(axis=1)).all()
-        for start, width in _NUMBERS
-    )
+    numbers, devices = rows[:, 100:148], rows[:, 329:345].reshape(-1, 2, 8)
+    if not _laid_out(numbers, np.array(_DIGIT_AT)).all():
+        return False
+    if not (_laid_out(devices, np.array(_DEVICE_DIGIT_AT)) | ~devices.any(axis=2)).all():
+        return False
+    digits = numbers[:, 24:35].astype(np.int64) - 48
+    return bool((digits @ (8 ** np.arange(10, -1, -1, dtype=np.int64)) == sizes).all())
+
+
+def _laid_out(fields: np.ndarray, digit_at: np.ndarray) -> np.ndarray:
+    """Per field (the last axis), whether it has octal digits where ``digit_at`` says and NUL or space
+    elsewhere."""
+    import numpy as np
+
+    digit = (fields >= ord("0")) & (fields <= ord("7"))
+    end = (fields == 0) | (fields == ord(" "))
+    return np.where(digit_at, digit, end).all(axis=-1)
 
 
 def _checksums_match(rows: np.ndarray) -> bool:
     """Every header's checksum field (six octal digits, NUL, space, as written) is its unsigned sum."""
     import numpy as np
 
-    actual = rows.sum(axis=1, dtype=np.int64) - rows[:, 148:156].sum(axis=1, dtype=np.int64) + 256
+    actual = rows.sum(axis=1, dtype=np.uint32).astype(np.int64)
+    actual -= rows[:, 148:156].sum(axis=1, dtype=np.int64) - 256
     stored = np.where((rows[:, 154] == 0) & (rows[:, 155] == 32), _octal(rows, 148, 7), -1)
     return bool((stored == actual).all())
 
