@@ -19,6 +19,7 @@ from typing import IO, Any
 
 from ..errors import StorageError
 from .classify import storage_errors
+from .inherited import track
 from .store import Check, PartCheck, Store, WholeFile, sink_errors
 from .urls import BUCKETS
 
@@ -72,6 +73,7 @@ class FsspecStore(Store):
         if single:
             fs.retries = 1  # s3fs's own loop (its class default is 5)
         self._fs, self._pid = fs, os.getpid()
+        track(self)  # a forked child keeps it, never closes it (see .inherited)
         return fs, root
 
     @property
