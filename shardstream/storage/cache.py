@@ -91,10 +91,14 @@ class DiskCache:
             limit = st.f_bavail * st.f_frsize // 2 if st is not None else 0
             self.full = limit <= 0
         self.limit = int(limit)
+        if not self.full:
+            self.trim()
+
+    def warn_if_full(self) -> None:
+        """Say (once) that shards will be read from memory, if the disk had no room when the cache was
+        opened; a reader's process calls it when it opens a dataset, so its workers need not."""
         if self.full:
             self._warn_no_space("no space left on the device")
-        else:
-            self.trim()
 
     def _make_folder(self) -> bool:
         """Make the cache's private folder; ``False`` if the disk has no room for it."""
@@ -195,7 +199,8 @@ class DiskCache:
             found = self.open(key, size, content)
             if found is not None:
                 return found
-            if self.full:  # no room to keep it: from memory (said once, when the cache was opened)
+            if self.full:  # no room to keep it: from memory (said once)
+                self.warn_if_full()
                 return self._checked(download, size)
             record = self._failure(key, since)
             if record is not None:
