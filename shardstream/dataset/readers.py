@@ -23,6 +23,7 @@ from ..formats.compression import decompress
 from ..formats.tar_index import SampleIndex
 from ..manifest import Manifest
 from ..storage import DiskCache, Prefetcher, ShardFetcher, Store
+from .checked_index import check_index_once
 from .mapped import FileIdentity, MappedBytes, file_identity, release_stale_maps  # noqa: F401 - their names here
 from .ranged import PartialShard, RangedReads
 from .tar_indexes import SampleIndexes
@@ -267,8 +268,15 @@ class OpenShards:
         if m.shard_format == "arrow":
             return ArrowShard(data, name, expected)
         plain = decompress(data, TAR_COMPRESSION[m.shard_format], name)
-        index = self.indexes.get(shard, plain, compressed=plain is not data)
-        return TarShard(plain, name, expected, identity if plain is data else None, index)
+        compressed = plain is not data
+        index = None if compressed else self.indexes.stored([shard]).get(shard)
+        if index is not None and path is not None:
+            # never another sample's bytes: a stored index must be the tar's (one built here is)
+            digest = m.index_sha256[shard]
+            check_index_once(self.fetcher, path, identity, data, index, name, digest)
+        elif index is None:
+            index = self.indexes.from_cache(shard, plain, compressed)
+        return TarShard(plain, name, expected, None if compressed else identity, index)
 
 
 Chunk = tuple[

@@ -217,10 +217,29 @@ def write_manifest(
 
 
 def write_durably(store: Store, name: str, data: bytes, fsync: bool = True) -> None:
-    """``data`` at ``name``, atomically; with ``fsync`` its bytes, then its rename, on disk before this returns."""
+    """``data`` at ``name``, atomically; with ``fsync`` its bytes, then its rename, on disk before this returns.
+
+    Every byte or an error: the store's file takes the whole of ``data`` or raises (a full disk is a
+    :class:`StorageError` naming ``name``), and its size is checked before it is published, so nothing
+    that names this file (a manifest, an index) can ever point at a cut copy."""
     with store.open_write(name) as f:
         f.write(data)
         if fsync:
             sync_file(store, f, name)
+        _check_size(store, f, name, len(data))
     if fsync:
         sync_folder(store)
+
+
+def _check_size(store: Store, f: IO[bytes], name: str, expected: int) -> None:
+    """Raise unless the file ``f`` being written for ``name`` holds ``expected`` bytes."""
+    try:
+        size = os.fstat(f.fileno()).st_size
+    except (OSError, AttributeError, ValueError):  # no file descriptor: its position says as much
+        size = f.tell()
+    if size != expected:
+        raise StorageError(
+            f"cannot write {store.url_of(name)}: {size} of its {expected} bytes were written (the "
+            "disk, or the temporary folder an upload is spooled to, is full?); free some space or "
+            "choose another destination"
+        )

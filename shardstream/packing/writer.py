@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import contextlib
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
-from ..errors import EncodeError, ShardstreamError
+from ..errors import EncodeError, ShardstreamError, StorageError
 from ..formats import tar as tar_format
 from ..manifest import Manifest, creation_info
 from ..manifest.files import sync_file
-from ..storage import Store
+from ..storage import Store, describe_os_error
 from .destination import Claim, prepare_destination
 from .fields import check_key, check_name, encode_field, merge_types
 from .folder import write_index
@@ -166,6 +166,19 @@ class ShardWriter:
         self._shard.add_batch(batch)
         self._rows, self._rows_bytes = [], 0
 
+    @contextlib.contextmanager
+    def _shard_errors(self) -> Iterator[None]:
+        """OS errors of the open shard's file (no space, quota, I/O errors: they carry no file name) as the
+        one-line :class:`StorageError` naming the shard and the fix that every other writer gives."""
+        try:
+            yield
+        except OSError as exc:
+            if exc.filename is not None or not self.paths:
+                raise
+            raise StorageError(
+                f"cannot write {self.store.url_of(self.paths[-1])}: {describe_os_error(exc)}"
+            ) from exc
+
     def _close_shard(self) -> None:
         if self.shard_format == "arrow":
             self._flush_rows()
@@ -206,20 +219,25 @@ class ShardWriter:
             for name, _ in encoded:
                 check_name(name, f"sample {key!r}: field name")
             size = tar_format.sample_size(key, ((n, len(memoryview(d))) for n, d in encoded))
-        if self._cm is not None and shard_is_full(
-            self._shard_bytes, self._shard_samples, size, self.shard_size, self.samples_per_shard
-        ):
-            self._close_shard()
-        if self._cm is None:
-            self._open_shard()
-        if self.shard_format == "arrow":
-            self._rows.append(row)
-            self._rows_bytes += size
-            if self._rows_bytes >= _ARROW_BATCH_BYTES or len(self._rows) >= _ARROW_BATCH_ROWS:
-                self._flush_rows()
-        else:
-            self._shard.add(key, encoded)
-            merge_types(self.field_types, fields)
+        with self._shard_errors():
+            if self._cm is not None and shard_is_full(
+                self._shard_bytes,
+                self._shard_samples,
+                size,
+                self.shard_size,
+                self.samples_per_shard,
+            ):
+                self._close_shard()
+            if self._cm is None:
+                self._open_shard()
+            if self.shard_format == "arrow":
+                self._rows.append(row)
+                self._rows_bytes += size
+                if self._rows_bytes >= _ARROW_BATCH_BYTES or len(self._rows) >= _ARROW_BATCH_ROWS:
+                    self._flush_rows()
+            else:
+                self._shard.add(key, encoded)
+                merge_types(self.field_types, fields)
         self.field_counts.update(fields.keys())
         self._shard_bytes += size
         self._shard_samples += 1
@@ -231,7 +249,8 @@ class ShardWriter:
         if self.manifest is not None:
             return self.manifest
         if self._cm is not None:
-            self._close_shard()
+            with self._shard_errors():
+                self._close_shard()
         if self.shard_format == "arrow":
             from ..formats import arrow as arrow_format
 

@@ -19,7 +19,8 @@ from typing import IO, Any
 
 from ..errors import StorageError
 from .classify import storage_errors
-from .store import Check, PartCheck, Store, sink_errors
+from .inherited import track
+from .store import Check, PartCheck, Store, WholeFile, sink_errors
 from .urls import BUCKETS
 
 # bytes per ranged GET when a large object is read whole (shards download side by side too)
@@ -74,6 +75,7 @@ class FsspecStore(Store):
         if single:
             fs.retries = 1  # s3fs's own loop (its class default is 5)
         self._fs, self._pid = fs, os.getpid()
+        track(self)  # a forked child keeps it, never closes it (see .inherited)
         return fs, root
 
     @property
@@ -293,17 +295,18 @@ class FsspecStore(Store):
 
 
 def _spool() -> tuple[IO[bytes], str]:
-    """An unbuffered temporary file for an upload, and a path that opens it for the uploader: on
-    Linux an unnamed file (gone with the process, however it ends) reached through ``/proc``."""
-    f = tempfile.TemporaryFile(prefix="shardstream-", suffix=".part", buffering=0)  # noqa: SIM115 - the caller closes it
+    """An unbuffered temporary file for an upload (a :class:`WholeFile`: a full temporary folder fails the
+    write instead of cutting the upload short), and a path that opens it for the uploader: on Linux an
+    unnamed file (gone with the process, however it ends) reached through ``/proc``."""
+    made = tempfile.TemporaryFile(prefix="shardstream-", suffix=".part", buffering=0)  # noqa: SIM115 - handed on below
+    with made:
+        f = WholeFile(os.dup(made.fileno()), "wb+")
     proc = f"/proc/self/fd/{f.fileno()}"
     if os.path.exists(proc):
         return f, proc
     f.close()  # no /proc: a named file, removed when the upload ends
-    f = tempfile.NamedTemporaryFile(  # noqa: SIM115 - the caller closes it
-        prefix="shardstream-", suffix=".part", buffering=0, delete=False
-    )
-    return f, f.name
+    fd, path = tempfile.mkstemp(prefix="shardstream-", suffix=".part")
+    return WholeFile(fd, "wb+"), path
 
 
 __all__ = ["PART_SIZE", "FsspecStore"]

@@ -12,7 +12,9 @@ nothing about ranks, shards or manifests; names inside it never leave it.
 from __future__ import annotations
 
 import contextlib
+import errno
 import importlib
+import io
 import mmap
 import os
 from collections.abc import Callable, Iterator
@@ -272,6 +274,23 @@ def root_problem(root: object) -> str | None:
     return None
 
 
+class WholeFile(io.FileIO):
+    """An unbuffered file whose :meth:`write` writes all it is given or raises: a file system that is
+    nearly full takes part of a write (the system call returns fewer bytes) and refuses the rest with
+    ``ENOSPC`` on the next call, which a single unchecked ``write`` never makes; the file :meth:`Store.open_write`
+    yields is one, so no writer can publish a file cut short."""
+
+    def write(self, data: Any) -> int:
+        view = memoryview(data).cast("B")
+        total = view.nbytes
+        while view.nbytes:
+            written = super().write(view)
+            if not written:  # None (non-blocking) or 0: nothing was taken, nothing will be
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+            view = view[written:]
+        return total
+
+
 @contextlib.contextmanager
 def sink_errors(url: str, path: str) -> Iterator[None]:
     """OS errors of the file being written (no space, I/O errors) as a one-line :class:`StorageError`;
@@ -286,4 +305,12 @@ def sink_errors(url: str, path: str) -> Iterator[None]:
         raise StorageError(f"cannot write {url}: {describe_os_error(exc)}") from exc
 
 
-__all__ = ["Check", "PartCheck", "Store", "connection_options", "is_url", "sink_errors"]
+__all__ = [
+    "Check",
+    "PartCheck",
+    "Store",
+    "WholeFile",
+    "connection_options",
+    "is_url",
+    "sink_errors",
+]
