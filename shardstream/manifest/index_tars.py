@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import logging
 import os
@@ -160,15 +161,17 @@ def _write_indexes(root: Store, result: IndexResult) -> None:
             write_durably(root, index_name(name), data)
             digests.append(hashlib.sha256(data).hexdigest())
     except (OSError, StorageError) as exc:
+        for name in m.paths[: len(digests) + 1]:
+            with contextlib.suppress(OSError, StorageError):
+                root.remove(index_name(name))
+        if not _not_writable(exc):
+            raise  # a full disk, a lost connection: the index fails, and says why
         log.warning(
             "%s: the sample indexes of its tars could not be written (%s); readers build them once "
             "per host instead",
             root.url,
             " ".join(str(exc).split())[:200],
         )
-        for name in m.paths[: len(digests) + 1]:
-            with contextlib.suppress(OSError, StorageError):
-                root.remove(index_name(name))
         return
     m.index_sha256 = digests
     result.indexes_written = True
@@ -181,6 +184,18 @@ def _unfinished_packs(urls: list[str], root: Store) -> list[Store]:
         folder = posixpath.dirname(url) if is_url(url) else os.path.dirname(os.path.abspath(url))
         folders.setdefault(folder, Store(folder, root.storage_options))
     return [store for store in folders.values() if store.exists(IN_PROGRESS)]
+
+
+def _not_writable(exc: BaseException) -> bool:
+    """Whether ``exc`` says the folder may not be written (a read-only mount, another's bucket)."""
+    cause = exc.__cause__ if isinstance(exc, StorageError) else exc
+    while cause is not None and not isinstance(cause, OSError):
+        cause = cause.__cause__
+    return isinstance(cause, PermissionError) or getattr(cause, "errno", None) in (
+        errno.EACCES,
+        errno.EPERM,
+        errno.EROFS,
+    )
 
 
 def index(

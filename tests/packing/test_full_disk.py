@@ -71,8 +71,9 @@ def _tars(folder: Path, count: int) -> None:
 
 
 def test_index_on_a_full_disk_fails_on_one_line_and_publishes_nothing(tmp_path):
-    """``shardstream index`` whose manifest (about 12 kB) meets a disk with one free page: exit 1, one line
-    naming the manifest and the fix, no manifest (before: exit 0 and a manifest cut at 4096 bytes)."""
+    """``shardstream index`` whose sample indexes and manifest (about 12 kB) meet a disk with one free page:
+    exit 1, one line naming the file that did not fit and the fix, no manifest and no index left (before:
+    exit 0 and a manifest cut at 4096 bytes)."""
     with tiny_tmpfs(tmp_path / "tiny", "2m") as tiny:
         ds = tiny / "tars"
         _tars(ds, 60)
@@ -80,8 +81,8 @@ def test_index_on_a_full_disk_fails_on_one_line_and_publishes_nothing(tmp_path):
         proc = run("index", ds, "-q")
         assert proc.returncode == 1, (proc.stdout, proc.stderr)
         line = one_error_line(proc.stderr)
-        assert str(ds / MANIFEST_NAME) in line and "no space" in line and "free some space" in line
-        assert not (ds / MANIFEST_NAME).exists()
+        assert f"cannot write {ds}/" in line and "no space" in line and "free some space" in line
+        assert not (ds / MANIFEST_NAME).exists() and not list(ds.glob("*.idx"))
         assert leftovers(ds) == []
 
 
