@@ -94,8 +94,14 @@ def _follow(
 
 
 def _read_optional(store: Store, name: str) -> bytes | None:
-    found = store.read_tagged(name)
-    return None if found is None else bytes(found[0])
+    """The file ``name`` of ``store``, or None if there is none: one GET (asking whether it exists first
+    would cost a request more, and on S3 a listing more)."""
+    try:
+        return bytes(store.read_bytes(name))
+    except StorageError as exc:
+        if isinstance(exc.__cause__, FileNotFoundError):
+            return None
+        raise
 
 
 def list_versions(store: Store) -> list[int]:

@@ -1,7 +1,8 @@
 """What an epoch's start asks of object storage, counted at the server: ranks × workers on one host.
 
-The manifest's head is read once per rank (it is the one mutable name); the shard table and the tars'
-sample indexes, named by their content, once per host through the private cache; nothing is listed.
+The manifest's head is read once per rank (it is the one mutable name, with one more GET that finds no
+newer version); the shard table, the tars' sample indexes and whole shards, named by their content, once
+per host through the private cache; nothing is listed, nothing asked for its size first.
 Real rank processes (``RANK``/``WORLD_SIZE``) with worker processes each, against moto through the
 counting proxy.
 """
@@ -34,6 +35,8 @@ def kind(target: str) -> str:
         return "list"
     if path.endswith("_manifest.json"):
         return "manifest"
+    if "/_versions/" in path:
+        return "version"
     if "_shards-" in path:
         return "shard table"
     if path.endswith(".idx"):
@@ -103,6 +106,7 @@ def test_an_epoch_start_reads_the_table_and_indexes_once_per_host_and_lists_noth
     per_object = Counter(s.target.split("?")[0] for s in bucket.proxy.log if s.method == "GET")
     assert seen["list"] == 0
     assert seen["manifest"] == RANKS  # the head: once per rank
+    assert seen["version"] == RANKS  # and whether a newer version was published since: one GET
     assert seen["shard table"] == 1  # once per host
     indexes = [t for t in per_object if t.endswith(".idx")]
     assert indexes and all(per_object[t] == 1 for t in indexes)  # each once per host
@@ -116,6 +120,7 @@ def test_an_epoch_start_reads_the_table_and_indexes_once_per_host_and_lists_noth
     assert whole and max(whole.values()) == 1
     assert {kind(s.target) for s in bucket.proxy.log} <= {
         "manifest",
+        "version",
         "shard table",
         "sample index",
         "shard",
