@@ -107,6 +107,10 @@ class ArrowShard:
         """Row ``i`` alone (a random read: no conversion of the whole shard)."""
         return self.table.slice(i, 1).to_pylist()[0]
 
+    def column(self, name: str) -> list[Any]:
+        """One column's values."""
+        return self.table.column(name).to_pylist()
+
     def take(self, rows):
         return self.table.take(rows)
 
@@ -375,6 +379,10 @@ class OpenShards:
                 continue
             owned -= self._open.pop(shard).owned
             extra -= 1
+
+    def is_open(self, shard: int) -> bool:
+        """Whether ``shard`` is open here (reading it costs no fetch)."""
+        return shard in self._open
 
     def key_of(self, shard: int, offset: int) -> str | None:
         """The key of sample ``offset`` of ``shard`` if that shard is open and has keys (for messages)."""
