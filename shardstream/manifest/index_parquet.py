@@ -91,10 +91,11 @@ def _folder(store: Store) -> list[str]:
         raise ShardstreamError(f"folder {store.url} holds no .parquet files")
     splits = sorted({s for s in map(_split_of, names) if s is not None})
     if len(splits) > 1:
-        example = next(n for n in names if _split_of(n) == splits[0])
-        pattern = posixpath.join(store.url, posixpath.dirname(example), f"{splits[0]}*{SUFFIX}")
-        if f"/{splits[0]}/" in f"/{example}":
-            pattern = posixpath.join(store.url, example.split(f"{splits[0]}/")[0], splits[0])
+        split = "train" if "train" in splits else splits[0]
+        example = next(n for n in names if _split_of(n) == split)
+        pattern = posixpath.join(store.url, posixpath.dirname(example), f"{split}*{SUFFIX}")
+        if f"/{split}/" in f"/{example}":
+            pattern = posixpath.join(store.url, example.split(f"{split}/")[0], split)
         raise ShardstreamError(
             f"{store.url} holds Parquet files of several splits ({', '.join(splits)}); index one "
             f"split at a time, e.g. shardstream index '{pattern}'"
@@ -119,7 +120,7 @@ def index_parquet(
     overwrite: bool = False,
     on_shard: Callable[[int], None] | None = None,
 ) -> IndexResult:
-    """Publish a manifest (in ``output``, by default the folder holding every file) whose shards are the
+    """Publish a manifest (in ``output``; by default the folder given, or the one holding every file) whose shards are the
     Parquet files ``sources`` as they are, and each file's row-group index next to it."""
     if (
         output is not None
@@ -130,7 +131,10 @@ def index_parquet(
             f"{output} already has a {MANIFEST_NAME}; pass --overwrite to replace it"
         )
     urls = expand_parquet(sources, storage_options)
-    root = Store(output if output is not None else common_folder(urls), storage_options)
+    if output is None:  # a folder given holds the manifest; else the folder holding every file
+        folder = len(sources) == 1 and Store(str(sources[0]), storage_options).is_dir()
+        output = str(sources[0]) if folder else common_folder(urls)
+    root = Store(output, storage_options)
     if not overwrite and root.exists(MANIFEST_NAME):
         raise DatasetExistsError(
             f"{root.url} already has a {MANIFEST_NAME}; pass --overwrite to replace it"
