@@ -59,18 +59,25 @@ class SparseReads:
     def read(self, pairs: list[tuple[int, int]]) -> list[dict[str, Any]]:
         """The stored samples at ``pairs`` of (shard, offset), in order."""
         out: list[dict[str, Any] | None] = [None] * len(pairs)
-        wanted = [(k, s, o) for k, (s, o) in enumerate(pairs) if self.sparse(s)]
+        wanted: list[tuple[int, int, int, SampleIndex]] = []
+        for k, (s, o) in enumerate(pairs):
+            if self.sparse(
+                s
+            ):  # counted as chosen: a batch asking for most of a shard fetches it whole
+                index = self._indexes[s]
+                assert index is not None
+                start, end = index.span(o)
+                self.ranged_bytes[s] = self.ranged_bytes.get(s, 0) + end - start
+                wanted.append((k, s, o, index))
         if wanted:
-            indexes = [self._indexes[s] for _, s, _ in wanted]
-            spans = [index.span(o) for index, (_, _, o) in zip(indexes, wanted)]  # type: ignore[union-attr]
-            digests = [
-                index.digests[32 * o : 32 * o + 32] for index, (_, _, o) in zip(indexes, wanted)
-            ]  # type: ignore[union-attr]
+            spans = [index.span(o) for _, _, o, index in wanted]
             parts = self.fetcher.read_spans(
-                [s for _, s, _ in wanted], [a for a, _ in spans], [b for _, b in spans], digests
+                [s for _, s, _, _ in wanted],
+                [a for a, _ in spans],
+                [b for _, b in spans],
+                [index.digests[32 * o : 32 * o + 32] for _, _, o, index in wanted],
             )
-            for (k, s, o), data in zip(wanted, parts):
-                self.ranged_bytes[s] = self.ranged_bytes.get(s, 0) + len(data)
+            for (k, s, o, _), data in zip(wanted, parts):
                 where = self.fetcher.store.url_of(self.manifest.paths[s])
                 out[k] = sample_of_span(data, f"{where} (sample {o})")  # None: read whole below
         for k, (s, o) in enumerate(pairs):
