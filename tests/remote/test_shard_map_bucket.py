@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import shardstream
-from shardstream import ShardDataset, ShardMap, TokenDataset
+from shardstream import ShardDataset, ShardMap, StorageSettings, TokenDataset
 from shardstream.dataset import readers, sparse
 from shardstream.errors import CorruptShardError
 from shardstream.formats import parquet as parquet_format
@@ -101,7 +101,10 @@ def test_a_changed_sample_under_a_ranged_read_raises(s3_bucket, tmp_path, monkey
     data = bytearray(s3_bucket.read(path))
     data[512 + 100] ^= 0xFF  # inside the first sample's first member
     s3_bucket.write(path, bytes(data))
-    m = opened(s3_bucket, s3_bucket.url("ds"), tmp_path, decode=None)
+    # one retry: a damaged read is read again within the retry budget, then raises
+    m = opened(
+        s3_bucket, s3_bucket.url("ds"), tmp_path, decode=None, storage=StorageSettings(retries=1)
+    )
     with pytest.raises(CorruptShardError, match="differs from its sha256"):
         m[4]
     assert m[0]["__key__"]  # other shards read on
@@ -146,7 +149,7 @@ def test_a_changed_row_group_raises(s3_bucket, tmp_path, monkeypatch):
     start, end = index.spans[1]
     raw[(start + end) // 2] ^= 0xFF
     s3_bucket.write("pq/data/part-0.parquet", bytes(raw))
-    m = opened(s3_bucket, url, tmp_path, decode=None)
+    m = opened(s3_bucket, url, tmp_path, decode=None, storage=StorageSettings(retries=1))
     assert m[0]["__key__"] == "r0"  # row group 0 is intact
     with pytest.raises(CorruptShardError, match="differs from its sha256"):
         m[4]
