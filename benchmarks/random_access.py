@@ -143,13 +143,15 @@ def open_tool(tool: str, paths: dict[str, str], scratch: str) -> tuple[Any, str]
     if tool == "litdata":
         from litdata import StreamingDataset
 
-        return StreamingDataset(paths["litdata"]), "jpg"
+        return MapView(StreamingDataset(paths["litdata"])), "jpg"
     if tool == "mosaic":
         from streaming import StreamingDataset
         from streaming.base.util import clean_stale_shared_memory
 
         clean_stale_shared_memory()
-        return StreamingDataset(local=paths["mosaic"], batch_size=BATCH, shuffle=False), "jpg"
+        return MapView(
+            StreamingDataset(local=paths["mosaic"], batch_size=BATCH, shuffle=False)
+        ), "jpg"
     if tool == "hf":
         import datasets
 
@@ -178,7 +180,26 @@ class TakeBytes:
         self.field = field
 
     def __call__(self, samples: list[dict[str, Any]]) -> list[bytes]:
-        return [bytes(s[self.field]) for s in samples]
+        return [raw_bytes(s[self.field]) for s in samples]
+
+
+def raw_bytes(value: Any) -> bytes:
+    """A field's bytes (wids hands out ``io.BytesIO`` objects)."""
+    return value.getvalue() if hasattr(value, "getvalue") else bytes(value)
+
+
+class MapView:
+    """A map-style view of a dataset that is iterable too (LitData's ``StreamingDataset``): the
+    ``DataLoader`` then takes a sampler."""
+
+    def __init__(self, dataset: Any):
+        self.dataset = dataset
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitem__(self, index: int) -> Any:
+        return self.dataset[index]
 
 
 def child_random(tool: str, paths: dict[str, str], samples: int) -> dict[str, Any]:
@@ -193,7 +214,7 @@ def child_random(tool: str, paths: dict[str, str], samples: int) -> dict[str, An
         opened = time.perf_counter() - started
         order = list(range(len(ds)))
         random.Random(SEED).shuffle(order)
-        first = ds[order[0]][field]
+        first = raw_bytes(ds[order[0]][field])
         latency = time.perf_counter() - started
         assert len(first) > 0
         order = order[:samples]
@@ -276,7 +297,9 @@ def child_remote(paths: dict[str, str], endpoint: str, reads: int) -> dict[str, 
 
 def run_child(args: argparse.Namespace, *child: str) -> dict[str, Any]:
     env = dict(os.environ, OMP_NUM_THREADS="1")
-    if args.hf_site:
+    if (
+        args.hf_site and "hf" in child[1]
+    ):  # HF's own packages, apart from the peers' (see the requirements)
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [env.get("PYTHONPATH"), args.hf_site]))
     proc = subprocess.run(
         [sys.executable, __file__, "--child", *child], capture_output=True, text=True, env=env

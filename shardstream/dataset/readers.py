@@ -139,6 +139,7 @@ class ParquetShard:
         self.owned = 0  # decoded row groups held
         self._groups: dict[int, Any] = {}
         self._columns: tuple[int, dict[str, list[Any]]] | None = None
+        self._whole: Any = None  # every row group, as one table (see table)
 
     def group(self, g: int) -> Any:
         """Row group ``g`` as a table (read once)."""
@@ -171,11 +172,15 @@ class ParquetShard:
 
     @property
     def table(self) -> Any:
-        """All the rows (every row group read)."""
+        """All the rows (every row group read; put together once)."""
         import pyarrow as pa
 
-        groups = [self.group(g) for g in range(len(self.first) - 1)]
-        return pa.concat_tables(groups) if groups else self.file.schema_arrow.empty_table()
+        if self._whole is None:
+            groups = [self.group(g) for g in range(len(self.first) - 1)]
+            self._whole = (
+                pa.concat_tables(groups) if groups else self.file.schema_arrow.empty_table()
+            )
+        return self._whole
 
     def column(self, name: str) -> list[Any]:
         """One column's values, row group by row group."""
