@@ -120,7 +120,7 @@ class ShardMap(StoredDataset, Dataset):
     def __getitems__(self, indexes: list[int]) -> list[Any]:
         """The samples at ``indexes`` (a DataLoader's batch of a sampler's indexes: remote ones fetched
         together)."""
-        where = [self.locate(i) for i in indexes]
+        where = self.locate_many(indexes)
         if self.tokens is not None:
             ids, offsets = (np.array(x, dtype=np.int64) for x in zip(*where))
             rows = self.tokens.windows(self.tokens.open_shards(), ids, offsets)
@@ -129,6 +129,21 @@ class ShardMap(StoredDataset, Dataset):
         opened.shards.forget_failures()  # a shard that failed is tried again by the next read
         stored = opened.sparse.read(where)
         return [self._finish(s, shard, offset) for s, (shard, offset) in zip(stored, where)]
+
+    def locate_many(self, indexes: list[int]) -> list[tuple[int, int]]:
+        """:meth:`locate` of each index (at once: a sampler's batch)."""
+        try:
+            found = np.asarray([operator.index(i) for i in indexes], dtype=np.int64)
+        except (TypeError, OverflowError):
+            return [self.locate(i) for i in indexes]  # says which index is wrong, and how
+        n = len(self)
+        found = np.where(found < 0, found + n, found)
+        if len(found) and (found.min() < 0 or found.max() >= n):
+            bad = int(np.flatnonzero((found < 0) | (found >= n))[0])
+            return [self.locate(indexes[bad])]  # raises IndexError naming it
+        shards = np.searchsorted(self.ends, found, side="right")
+        offsets = found - (self.ends[shards] - self.counts[shards])
+        return list(zip(shards.tolist(), offsets.tolist()))
 
     def locate(self, index: int) -> tuple[int, int]:
         """(shard, sample within the shard) of sample ``index`` (negative counts from the end)."""
@@ -196,22 +211,25 @@ class ShardMap(StoredDataset, Dataset):
 
     def _finish(self, stored: dict[str, Any], shard: int, offset: int) -> Any:
         """A stored sample decoded and transformed, as ``ShardDataset`` does; errors name the sample."""
-        where = f"{self.store.url_of(self.manifest.paths[shard])} sample {offset}"
         try:
-            sample = self.decoder(stored)
+            # raw bytes: the decoder would hand every field back as it is
+            sample = stored if self.decoder.keeps_bytes else self.decoder(stored)
         except UsageError:
             raise
         except ShardstreamError as exc:
-            raise type(exc)(f"{where}: {exc}") from exc
+            raise type(exc)(f"{self._where(shard, offset)}: {exc}") from exc
         if self.transform is None:
             return sample
         try:
             return self.transform(sample)
         except Exception as exc:
             raise TransformError(
-                f"the transform raised {type(exc).__name__} on {where}: {exc}; fix the transform "
-                "(or catch the error in it)"
+                f"the transform raised {type(exc).__name__} on {self._where(shard, offset)}: {exc}; "
+                "fix the transform (or catch the error in it)"
             ) from exc
+
+    def _where(self, shard: int, offset: int) -> str:
+        return f"{self.store.url_of(self.manifest.paths[shard])} sample {offset}"
 
 
 __all__ = ["ShardMap"]

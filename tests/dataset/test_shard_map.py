@@ -155,3 +155,17 @@ def test_index_errors_are_index_errors_for_python_sequences(tmp_path):
     m = ShardMap(url, decode=None)
     assert [s["__key__"] for s in m] == [key_of(0), key_of(1)]
     assert np.array_equal(m.ends, [2])
+
+
+def test_spawned_workers_open_their_own_shards(tmp_path):
+    url = write_dataset(tmp_path, [3, 2], fmt="tar")
+    m = ShardMap(url, decode=None, transform=_key)
+    m[0]  # the parent has shards open: they are not pickled into the workers
+    loader = DataLoader(
+        m, batch_size=2, num_workers=2, collate_fn=list, multiprocessing_context="spawn"
+    )
+    assert [k for batch in loader for k in batch] == [key_of(i) for i in range(5)]
+
+
+def _key(sample) -> str:
+    return sample["__key__"]
