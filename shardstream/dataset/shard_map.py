@@ -121,6 +121,8 @@ class ShardMap(StoredDataset, Dataset):
         """The samples at ``indexes`` (a DataLoader's batch of a sampler's indexes: remote ones fetched
         together)."""
         where = self.locate_many(indexes)
+        if not where:
+            return []
         if self.tokens is not None:
             ids, offsets = (np.array(x, dtype=np.int64) for x in zip(*where))
             rows = self.tokens.windows(self.tokens.open_shards(), ids, offsets)
