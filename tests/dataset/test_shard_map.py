@@ -169,3 +169,19 @@ def test_spawned_workers_open_their_own_shards(tmp_path):
 
 def _key(sample) -> str:
     return sample["__key__"]
+
+
+def test_ls_keys_and_cat_read_through_the_map(dataset):
+    from click.testing import CliRunner
+
+    from shardstream.cli import cli
+
+    n = len(ShardMap(dataset, decode=None))
+    listed = CliRunner().invoke(cli, ["ls", dataset, "--keys"])
+    assert listed.exit_code == 0, listed.output
+    rows = [line.split("\t") for line in listed.output.splitlines()]
+    assert [(int(i), k) for i, k, _ in rows] == [(i, key_of(i)) for i in range(n)]
+    shown = CliRunner().invoke(cli, ["cat", dataset, "--key", key_of(n - 1), "--field", "txt"])
+    assert shown.stdout_bytes == f"text {n - 1}".encode()
+    missing = CliRunner().invoke(cli, ["cat", dataset, str(n)])
+    assert missing.exit_code != 0 and "out of range" in missing.output
