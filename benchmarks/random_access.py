@@ -23,7 +23,7 @@ Parts (each measurement is a fresh subprocess; the table prints ratios against p
   indexed in place, against the same rows packed as Arrow shards, and HF ``datasets`` streaming the
   same Parquet files (``load_dataset("parquet", streaming=True)``).
 
-The goals (from the project's issue) are printed as met or missed. Timings on a shared machine are
+The goals are printed as met or missed. Timings on a shared machine are
 noisy: every ratio compares runs of the same invocation.
 """
 
