@@ -135,7 +135,7 @@ class ShardDataset(StoredDataset, PlannedDataset):
         self.collate_fn = collate_fn or collate
         self.on_error = on_error
         self.verify_checksums = bool(verify_checksums)
-        if manifest.shard_format == "arrow":
+        if manifest.shard_format in ("arrow", "parquet"):
             import pyarrow.compute  # noqa: F401 - take() loads it lazily, inside the first batch otherwise
         self.sample_reader = SampleReader(self.store, manifest)
         self._start_planning(rank, world_size, batch_size)
@@ -186,9 +186,9 @@ class ShardDataset(StoredDataset, PlannedDataset):
 
     @property
     def columnar(self) -> bool:
-        """Arrow rows go to batches column by column, with no per-row Python."""
+        """Arrow and Parquet rows go to batches column by column, with no per-row Python."""
         return (
-            self.manifest.shard_format == "arrow"
+            self.manifest.shard_format in ("arrow", "parquet")
             and self.transform is None
             and self.default_collate
             and self.decoder.select is None
@@ -326,7 +326,8 @@ class ShardDataset(StoredDataset, PlannedDataset):
 
 
 def _has_binary_fields(manifest: Any) -> bool:
-    return any(f.get("type") in ("binary", "large_binary") for f in manifest.fields)
+    # binary columns, and structs holding them (a Hugging Face Image is {bytes: binary, path: string})
+    return any("binary" in str(f.get("type")) for f in manifest.fields)
 
 
 __all__ = ["LoaderSetup", "ShardDataset"]

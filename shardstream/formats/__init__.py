@@ -1,4 +1,4 @@
-"""Shard formats: WebDataset-style tar (optionally zstd/gzip-compressed) and Arrow IPC.
+"""Shard formats: WebDataset-style tar (optionally zstd/gzip-compressed), Arrow IPC, Parquet in place.
 
 This module maps a manifest's ``shard_format`` to the code that reads it.
 """
@@ -24,6 +24,7 @@ def shard_format_of(name: str) -> str | None:
         (".tar", "tar"),
         (".arrow", "arrow"),
         (".feather", "arrow"),
+        (".parquet", "parquet"),
     ):
         if lower.endswith(suffix):
             return fmt
@@ -39,6 +40,11 @@ def iter_shard_samples(shard_format: str, buf, name: str = "shard") -> Iterator[
         from . import arrow
 
         yield from arrow.iter_rows(buf, name)
+        return
+    if shard_format == "parquet":
+        from . import parquet
+
+        yield from parquet.read_table(buf, name).to_pylist()
         return
     data = decompress(buf, TAR_COMPRESSION[shard_format], name)
     view = memoryview(data)
@@ -57,5 +63,9 @@ def count_samples(
         from . import arrow
 
         return arrow.read_table(buf, name).num_rows
+    if shard_format == "parquet":
+        from . import parquet
+
+        return parquet.read_table(buf, name).num_rows
     data = decompress(buf, TAR_COMPRESSION[shard_format], name)
     return sum(1 for _ in tar.iter_samples(data, name, unkeyed=unkeyed))

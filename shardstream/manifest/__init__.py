@@ -2,7 +2,8 @@
 
 ``schema`` (the ``Manifest`` and its JSON), ``files`` (a store's manifest file: read, publish),
 ``locate`` (a dataset's store and manifest from a URL, or a manifest made on the fly for bare
-WebDataset tars), ``index_tars`` (publish a manifest for existing tars), ``verify`` (every
+WebDataset tars), ``index_tars`` (publish a manifest for existing tars), ``index_parquet`` (one
+for Parquet files read in place), ``verify`` (every
 shard against its manifest entry) and ``lookup`` (one sample by index or key).
 """
 

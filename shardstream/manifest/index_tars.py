@@ -60,7 +60,8 @@ def expand_sources(
     return urls
 
 
-def _common_folder(urls: list[str]) -> str:
+def common_folder(urls: list[str]) -> str:
+    """The deepest folder that holds every URL (where an index's manifest goes by default)."""
     if all(not is_url(u) for u in urls):
         return os.path.commonpath([os.path.dirname(os.path.abspath(u)) for u in urls])
     parts = [u.split("/")[:-1] for u in urls]
@@ -72,7 +73,8 @@ def _common_folder(urls: list[str]) -> str:
     return "/".join(common)
 
 
-def _relative(url: str, root: Store) -> str:
+def relative_name(url: str, root: Store) -> str:
+    """``url``'s path inside ``root`` (a shard path of the manifest); refused outside it."""
     if root.local and not is_url(url):
         rel = os.path.relpath(os.path.abspath(url), root.root)
         rel = rel.replace(os.sep, "/")
@@ -99,7 +101,7 @@ def scan(
     urls = expand_sources(sources, storage_options)
     return _scan(
         urls,
-        Store(output if output is not None else _common_folder(urls), storage_options),
+        Store(output if output is not None else common_folder(urls), storage_options),
         on_shard,
     )
 
@@ -111,7 +113,7 @@ def _scan(urls: list[str], root: Store, on_shard: Callable[[int], None] | None) 
             f"shards must all be .tar, all .tar.gz or all .tar.zst (found {', '.join(sorted(map(str, formats)))})"
         )
     shard_format = formats.pop()
-    names = [_relative(u, root) for u in urls]
+    names = [relative_name(u, root) for u in urls]
     if len(set(names)) != len(names):
         raise ShardstreamError("the same shard is named twice; give each shard once")
     samples, nbytes, digests = [], [], []
@@ -222,7 +224,7 @@ def index(
             f"{output} already has a {MANIFEST_NAME}; pass --overwrite to replace it"
         )
     urls = expand_sources(sources, storage_options)
-    root = Store(output if output is not None else _common_folder(urls), storage_options)
+    root = Store(output if output is not None else common_folder(urls), storage_options)
     unfinished = _unfinished_packs(urls, root)
     if unfinished and not force:
         raise ShardstreamError(

@@ -36,7 +36,8 @@ if TYPE_CHECKING:
 MANIFEST_NAME = "_manifest.json"
 # the newest this reads and writes: 2 is a head naming a shard table, 1 one JSON file
 FORMAT_VERSION = 2
-SHARD_FORMATS = ("tar", "tar.zst", "tar.gz", "arrow", "tokens")
+SHARD_FORMATS = ("tar", "tar.zst", "tar.gz", "arrow", "tokens", "parquet")
+COLUMNAR_FORMATS = ("arrow", "parquet")  # rows of a table: fields are column names, any text
 MAX_COUNT = 1 << 53  # sample and byte counts stay below this, exact in every JSON reader
 
 _FIX = "re-create it with 'shardstream index' (or pack the data again)"
@@ -591,7 +592,7 @@ class _Checker:
             name = entry["name"]
             if (
                 _BAD_TEXT_CHAR.search(name)
-                if shard_format == "arrow"
+                if shard_format in COLUMNAR_FORMATS
                 else not name or _BAD_FIELD_CHAR.search(name)
             ):
                 raise self.fail(
