@@ -11,7 +11,7 @@ one by weight, on the order :mod:`shardstream.plan.mix` gives. All of them are
 ``PlannedDataset`` objects (``base``: planning, resume, the loader's configuration, written once), and
 what a loader may ask of any of them is the ``Readable`` protocol (``contract``).
 A dataset's position in the epoch and the resume state made from it live in ``state``;
-``ranks`` says which rank it is. Everything here runs where the batches are made: in the
+``ranks`` says which rank it is, and ``parallel`` which data-parallel group under model parallelism. Everything here runs where the batches are made: in the
 workers, or in the main process without workers.
 """
 
@@ -21,6 +21,7 @@ from .contract import PassStart, Readable, WorkerSlot
 from .decode import DecodeError, Decoder
 from .lengths import LengthBucketing
 from .mixed import MixedDataset
+from .parallel import Parallel
 from .ranks import resolve_rank
 from .setup import LoaderSetup
 from .shard_dataset import ShardDataset
@@ -34,6 +35,7 @@ __all__ = [
     "LoaderSetup",
     "MappedBytes",
     "MixedDataset",
+    "Parallel",
     "PassStart",
     "PlannedDataset",
     "RaggedBytes",

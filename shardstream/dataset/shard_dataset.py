@@ -28,6 +28,7 @@ from .collate import collate
 from .contract import Counters
 from .counters import CountedShards
 from .decode import Decoder, DecodeSpec, FieldSpec, written_types
+from .parallel import Parallel
 from .readers import Chunk, OpenShards
 from .samples import SampleReader
 from .setup import LoaderSetup
@@ -57,6 +58,8 @@ class ShardDataset(StoredDataset, PlannedDataset):
         batch_size: yield collated batches of this size (set by :meth:`loader`).
         collate_fn: makes a batch from a list of samples (default: :func:`collate`).
         rank, world_size: override ``torch.distributed`` / ``RANK`` / ``WORLD_SIZE``.
+        parallel: under tensor/context/pipeline parallelism, the data-parallel rank and size to split
+            the data by (:class:`~shardstream.dataset.parallel.Parallel`), instead of rank/world_size.
         on_error: ``"raise"`` or ``"skip"``: a shard or sample that fails to load or decode is
             counted (:attr:`skipped`, across workers), logged once per shard, and replaced by the
             last good sample, so every rank still yields the same number of samples. An exception
@@ -85,6 +88,7 @@ class ShardDataset(StoredDataset, PlannedDataset):
         collate_fn: Callable[[list[Any]], Any] | None = None,
         rank: int | None = None,
         world_size: int | None = None,
+        parallel: Parallel | None = None,
         on_error: str = "raise",
         verify_checksums: bool = False,
         storage: StorageSettings | None = None,
@@ -126,7 +130,7 @@ class ShardDataset(StoredDataset, PlannedDataset):
         if manifest.shard_format == "arrow":
             import pyarrow.compute  # noqa: F401 - take() loads it lazily, inside the first batch otherwise
         self.sample_reader = SampleReader(self.store, manifest)
-        self._start_planning(rank, world_size, batch_size)
+        self._start_planning(rank, world_size, batch_size, parallel)
 
     # -- where it reads from, and what the plan reads ----------------------------------------------
     @property

@@ -30,6 +30,7 @@ from .base import PassRun, PlannedDataset
 from .collate import empty_batch_tensor
 from .contract import Counters
 from .counters import StageCounters
+from .parallel import Parallel
 from .readers import OpenShards, window_span
 from .shard_pass import ShardPass, StoredDataset, open_stored
 from .state import resolve_window
@@ -117,7 +118,7 @@ class TokenDataset(StoredDataset, PlannedDataset):
         url: a token dataset's folder or its ``_manifest.json`` (any fsspec URL).
         seq_len: tokens per sample.
         mask_across_documents: set ``labels`` to -100 where the target starts the next document.
-        shuffle, seed, shuffle_window, drop_last, rank, world_size, verify_checksums, storage and the
+        shuffle, seed, shuffle_window, drop_last, rank, world_size, parallel, verify_checksums, storage and the
             storage keywords: as for :class:`ShardDataset` (``drop_last`` defaults to True here, so
             that no rank repeats windows; ``shuffle_window`` counts windows).
     """
@@ -134,6 +135,7 @@ class TokenDataset(StoredDataset, PlannedDataset):
         mask_across_documents: bool = False,
         rank: int | None = None,
         world_size: int | None = None,
+        parallel: Parallel | None = None,
         verify_checksums: bool = False,
         storage: StorageSettings | None = None,
         storage_options: dict[str, Any] | None = DEFAULT,
@@ -178,7 +180,7 @@ class TokenDataset(StoredDataset, PlannedDataset):
         self.verify_checksums = bool(verify_checksums)
         self.collate_fn = token_collate
         self._counters = StageCounters()
-        self._start_planning(rank, world_size, None)
+        self._start_planning(rank, world_size, None, parallel)
 
     # -- where it reads from, and what the plan reads ----------------------------------------------
     @property
