@@ -17,6 +17,7 @@ from .storage import StorageSettings
 from .version import __version__
 
 __all__ = [
+    "Bucketed",
     "CorruptShardError",
     "DatasetExistsError",
     "DeviceLoader",
@@ -28,6 +29,7 @@ __all__ = [
     "PackResult",
     "Parallel",
     "ShardDataset",
+    "SequencePacking",
     "ShardLoader",
     "ShardWriter",
     "ShardstreamError",
@@ -49,6 +51,8 @@ _LAZY = {  # name -> module: these import torch (seconds); packing and the comma
     "MixedDataset": "dataset",
     "LengthBucketing": "dataset",
     "Parallel": "dataset",
+    "Bucketed": "dataset",
+    "SequencePacking": "dataset",
     "ShardLoader": "loader",
     "DeviceLoader": "device",
     "FieldCollate": "dataset.collate",

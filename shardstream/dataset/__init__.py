@@ -5,7 +5,9 @@ shards the plan gives its rank and worker (``readers``: indexed tar and Arrow sh
 once), decodes (``decode``), transforms and collates them (``collate``: batches as few large
 tensors; ``samples``: the three ways to a batch), reseeding the worker's generators per batch
 (``seeding``). ``TokenDataset`` (``tokens``) reads token shards as windows of tokens, and
-``LengthBucketing`` (``lengths``) batches variable-length samples within a token budget.
+``LengthBucketing`` (``lengths``) batches variable-length samples within a token budget;
+``SequencePacking`` (``packed``) packs them into rows and ``Bucketed`` (``bucketed``) batches
+samples of one bucket, both shaping each window of samples (``windowed``).
 ``MixedDataset`` (``mixed``; batches put together in ``mix_batches``) reads several datasets as
 one by weight, on the order :mod:`shardstream.plan.mix` gives. All of them are
 ``PlannedDataset`` objects (``base``: planning, resume, the loader's configuration, written once), and
@@ -16,11 +18,13 @@ workers, or in the main process without workers.
 """
 
 from .base import PlannedDataset
+from .bucketed import Bucketed
 from .collate import FieldCollate, MappedBytes, RaggedBytes, pad_sequences
 from .contract import PassStart, Readable, WorkerSlot
 from .decode import DecodeError, Decoder
 from .lengths import LengthBucketing
 from .mixed import MixedDataset
+from .packed import SequencePacking
 from .parallel import Parallel
 from .ranks import resolve_rank
 from .setup import LoaderSetup
@@ -28,6 +32,7 @@ from .shard_dataset import ShardDataset
 from .tokens import TokenDataset, token_collate
 
 __all__ = [
+    "Bucketed",
     "DecodeError",
     "Decoder",
     "FieldCollate",
@@ -40,6 +45,7 @@ __all__ = [
     "PlannedDataset",
     "RaggedBytes",
     "Readable",
+    "SequencePacking",
     "ShardDataset",
     "TokenDataset",
     "WorkerSlot",

@@ -18,6 +18,8 @@ import torch.distributed as dist
 from torch.distributed.device_mesh import init_device_mesh
 
 from shardstream.dataset import MixedDataset, ShardDataset
+from shardstream.dataset.bucketed import Bucketed, length_of
+from shardstream.dataset.packed import SequencePacking
 from shardstream.dataset.parallel import Parallel
 
 BATCH = 3
@@ -50,7 +52,27 @@ def main() -> None:
     pure_dp = Parallel(dp_rank=dist.get_rank(), dp_size=dist.get_world_size())
     resumed = ShardDataset(data, decode=None, seed=3, parallel=pure_dp).loader(BATCH, 1)
     resumed.load_state_dict(state)
+    seqs = os.path.join(root, "seqs")
+    fields = {"input_ids": "ids.npy"}
+    packing = SequencePacking(
+        ShardDataset(seqs, fields=fields, shuffle=False, parallel=parallel),
+        24,
+        window=8,
+        num_workers=0,
+    )
+    packed = [[k for row in b["__key__"] for k in row] for b in packing]
+    bucketing = Bucketed(
+        ShardDataset(seqs, fields=fields, shuffle=False, parallel=parallel),
+        length_of("input_ids"),
+        [4, 16],
+        batch_size=4,
+        window=8,
+        num_workers=1,
+    )
+    buckets = [list(b["__key__"]) for b in bucketing]
     record = {
+        "packed": packed,
+        "buckets": buckets,
         "rank": dist.get_rank(),
         "dp": [parallel.dp_rank, parallel.dp_size],
         "tp": mesh.get_local_rank("tp"),

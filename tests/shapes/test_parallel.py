@@ -10,6 +10,7 @@ import sys
 from collections import Counter
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from shardstream.dataset import MixedDataset, ShardDataset, TokenDataset
@@ -24,6 +25,11 @@ COUNTS = [5, 9, 4, 8]  # 26: 13 per DP rank of 2; after a batch of 3 each, 20 le
 
 def text(name: str):
     return lambda i: {"__key__": f"{name}{i:03d}", "txt": f"{name} {i}"}
+
+
+def skewed(i: int) -> dict:
+    """Short sequences in the first half (the first DP rank's, unshuffled), long ones in the second."""
+    return {"__key__": key_of(i), "ids.npy": np.arange(1 + i % 3 if i < 16 else 12 + i % 9)}
 
 
 def test_parallel_plans_for_the_data_parallel_rank(tmp_path):
@@ -107,6 +113,7 @@ def test_dp2_tp2_processes_split_by_data_parallel_group(tmp_path):
     write_dataset(tmp_path, COUNTS, name="data")
     write_dataset(tmp_path, [7, 6], name="a", make=text("a"))
     write_dataset(tmp_path, [4, 5], name="b", make=text("b"))
+    write_dataset(tmp_path, [16, 16], name="seqs", make=skewed)
     out = tmp_path / "out"
     out.mkdir()
     got = torchrun(tmp_path, out)
@@ -117,6 +124,15 @@ def test_dp2_tp2_processes_split_by_data_parallel_group(tmp_path):
         assert got[a]["epoch"] == got[b]["epoch"] and got[a]["mix"] == got[b]["mix"]
         assert got[a]["resumed"] != got[b]["resumed"]  # on DP 4, each process its own part
     assert all(g["len"] == 13 for g in got)
+    # packing and buckets: the ranks agree on a batch count per window (all_reduce), though the first
+    # DP group's windows hold short sequences and the second's long ones
+    for shape in ("packed", "buckets"):
+        assert len({len(g[shape]) for g in got}) == 1
+        assert got[0][shape] == got[1][shape] and got[2][shape] == got[3][shape]
+        read = [k for r in (0, 2) for b in got[r][shape] for k in b]
+        assert sorted(read) == [key_of(i) for i in range(32)] and all(
+            b for g in got for b in g[shape]
+        )
     dp0 = [k for b in got[0]["epoch"] for k in b]
     dp1 = [k for b in got[2]["epoch"] for k in b]
     assert not set(dp0) & set(dp1)  # DP groups: disjoint, together every sample once
