@@ -9,23 +9,30 @@ header only), or from a decoded image's shape.
 
 from __future__ import annotations
 
+import functools
 import io
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
 
 from ..errors import UsageError
+from ..formats.image_header import image_size as header_size
 from ..plan.packing import bucket_batches, bucket_of, split_largest
 from .collate import collate
-from .windowed import WindowedBatches
+from .windowed import WindowedBatches, window_of
 
 
 def image_size(value: Any) -> tuple[int, int]:
-    """(width, height) of an image: encoded bytes (from the header, without decoding the pixels), a
-    PIL image, a CHW torch tensor or an HWC numpy array."""
+    """(width, height) of an image: encoded bytes (from the header, without decoding the pixels: a
+    header parser for JPEG, PNG, GIF, BMP and WebP, else Pillow's lazy open), a PIL image, a CHW torch
+    tensor or an HWC numpy array."""
     if isinstance(value, (bytes, bytearray, memoryview)):
+        found = header_size(value)
+        if found is not None:
+            return found
         from PIL import Image
 
         with Image.open(io.BytesIO(value)) as image:  # lazy: reads the header only
@@ -39,32 +46,49 @@ def image_size(value: Any) -> tuple[int, int]:
     raise UsageError(f"cannot tell the size of a {type(value).__name__} as an image")
 
 
-def aspect_ratio(field: str) -> Callable[[dict[str, Any]], float]:
-    """A key: the width / height of the image in ``field``."""
+@dataclass(frozen=True)
+class aspect_ratio:  # noqa: N801 - a key, used like a function
+    """A key: the width / height of the image in ``field`` (from its header when it is encoded)."""
 
-    def key(sample: dict[str, Any]) -> float:
-        width, height = image_size(sample[field])
+    field: str
+
+    def __call__(self, sample: dict[str, Any]) -> float:
+        width, height = image_size(sample[self.field])
         return width / max(height, 1)
 
-    key.__name__ = f"aspect_ratio({field!r})"
-    return key
 
-
-def length_of(field: str) -> Callable[[dict[str, Any]], int]:
+@dataclass(frozen=True)
+class length_of:  # noqa: N801 - a key, used like a function
     """A key: the length of the sequence in ``field``."""
 
-    def key(sample: dict[str, Any]) -> int:
-        return len(sample[field])
+    field: str
 
-    key.__name__ = f"length_of({field!r})"
-    return key
+    def __call__(self, sample: dict[str, Any]) -> int:
+        return len(sample[self.field])
 
 
 def _value(sample: Any, key: str | Callable[[Any], Any]) -> float:
     value = key(sample) if callable(key) else sample[key]
     if isinstance(value, torch.Tensor):
         value = value.item()
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        value = bytes(value).decode()  # an undecoded number (a cls field read raw)
     return float(value)
+
+
+@dataclass
+class KeyedWindow:
+    """A window's samples and each one's key, made in the DataLoader worker."""
+
+    samples: list[Any]
+    keys: np.ndarray
+
+
+def keyed_window(key: str | Callable[[Any], Any], samples: list[Any]) -> KeyedWindow:
+    """The window's samples (raw values as bytes, see :func:`window_of`) with their keys: computed in
+    the worker, next to the read, so the main process only groups numbers."""
+    keys = np.array([_value(s, key) for s in samples], dtype=np.float64)
+    return KeyedWindow(window_of(samples), keys)
 
 
 class Bucketed(WindowedBatches):
@@ -106,29 +130,29 @@ class Bucketed(WindowedBatches):
         if self.boundaries is not None:
             bucket_of(np.zeros(0), self.boundaries)  # checks that they increase
         self.collate_fn = collate_fn or collate
-        super().__init__(dataset, window, num_workers, loader_kwargs)
+        keyed = functools.partial(keyed_window, key)
+        super().__init__(dataset, window, num_workers, loader_kwargs, collate=keyed)
 
-    def buckets(self, samples: list[Any]) -> np.ndarray:
-        """The bucket of each sample (with ``boundaries=None``: its key, as an integer)."""
-        values = np.array([_value(s, self.key) for s in samples], dtype=np.float64)
+    def buckets(self, keys: np.ndarray) -> np.ndarray:
+        """The bucket of each key (with ``boundaries=None``: the key, as an integer)."""
         if self.boundaries is not None:
-            return bucket_of(values, self.boundaries)
-        return values.astype(np.int64)
+            return bucket_of(keys, self.boundaries)
+        return keys.astype(np.int64)
 
-    def plan(self, samples: list[Any]) -> list[np.ndarray]:
+    def plan(self, samples: KeyedWindow) -> list[np.ndarray]:
         """The window's batches; ``last_buckets`` keeps each of its samples' bucket."""
-        buckets = self.buckets(samples)
+        buckets = self.buckets(samples.keys)
         self.last_buckets = buckets
         return bucket_batches(buckets, self.batch_size)
 
     def fit(self, groups: list[np.ndarray], count: int) -> list[np.ndarray]:
         return split_largest(groups, count)
 
-    def make(self, samples: list[Any], group: np.ndarray) -> Any:
-        batch = self.collate_fn([samples[i] for i in group.tolist()])
+    def make(self, samples: KeyedWindow, group: np.ndarray) -> Any:
+        batch = self.collate_fn([samples.samples[i] for i in group.tolist()])
         if isinstance(batch, dict):
             batch["__bucket__"] = int(self.last_buckets[int(group[0])])
         return batch
 
 
-__all__ = ["Bucketed", "aspect_ratio", "image_size", "length_of"]
+__all__ = ["Bucketed", "KeyedWindow", "aspect_ratio", "image_size", "keyed_window", "length_of"]

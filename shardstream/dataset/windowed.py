@@ -19,7 +19,7 @@ window per rank); a state saved at a window's end (``emitted`` 0) resumes exactl
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -51,12 +51,19 @@ class WindowedBatches:
     """The base of the window-shaped batchers: the loader over windows, the count, the resume state."""
 
     def __init__(
-        self, dataset: Any, window: int, num_workers: int | None, loader_kwargs: dict[str, Any]
+        self,
+        dataset: Any,
+        window: int,
+        num_workers: int | None,
+        loader_kwargs: dict[str, Any],
+        collate: Callable[[list[Any]], Any] = window_of,
     ):
+        """``collate`` makes a window of its samples in the worker (picklable: :func:`window_of`, or
+        what a shape computes there besides, such as each sample's bucket key)."""
         if isinstance(window, bool) or not isinstance(window, int) or window < 1:
             raise ValueError(f"window must be a number of samples (1 or more), not {window!r}")
         self.window = window
-        dataset.collate_fn = window_of  # the loader hands over each window's samples as they are
+        dataset.collate_fn = collate  # the loader hands over each window's samples as they are
         self.dataset = dataset
         self.loader = dataset.loader(window, num_workers, **loader_kwargs)
         self._start: dict[str, Any] = self.loader.state_dict()
@@ -64,15 +71,15 @@ class WindowedBatches:
         self._skip = 0
 
     # -- what a shape defines ---------------------------------------------------------------------
-    def plan(self, samples: list[Any]) -> list[Any]:
-        """The window's groups of sample indices, one batch each."""
+    def plan(self, samples: Any) -> list[Any]:
+        """The window's groups of sample indices, one batch each (``samples``: what ``collate`` made)."""
         raise NotImplementedError
 
     def fit(self, groups: list[Any], count: int) -> list[Any]:
         """Exactly ``count`` groups of the same samples (``count`` >= ``len(groups)``)."""
         raise NotImplementedError
 
-    def make(self, samples: list[Any], group: Any) -> Any:
+    def make(self, samples: Any, group: Any) -> Any:
         """The batch of one group."""
         raise NotImplementedError
 
@@ -84,7 +91,7 @@ class WindowedBatches:
         it = iter(self.loader)
         while True:
             start = self.loader.state_dict()
-            window: list[Any] | None = next(it, None)
+            window: Any = next(it, None)
             if window is None:
                 break
             if start != self._start:

@@ -150,3 +150,34 @@ def test_buckets_under_a_mix(url, tmp_path):
 def test_bad_boundaries_are_refused(url):
     with pytest.raises(ValueError, match="must increase"):
         bucketed(url, boundaries=[1.2, 0.8])
+
+
+@pytest.mark.parametrize("fmt", ["JPEG", "PNG", "GIF", "BMP", "WEBP"])
+@pytest.mark.parametrize("size", [(37, 11), (1, 300), (640, 480)])
+def test_header_sizes_match_pillow(fmt, size):
+    from shardstream.formats.image_header import image_size as header_size
+
+    out = io.BytesIO()
+    Image.new("RGB", size, (200, 10, 10)).save(out, format=fmt)
+    data = out.getvalue()
+    assert header_size(data) == size == Image.open(io.BytesIO(data)).size
+    assert header_size(memoryview(data)) == size
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"",
+        b"\xff\xd8",
+        b"\xff\xd8\xff\xe0\x00\x01",
+        b"\xff\xd8\xff\xda\x00\x08",
+        b"\x89PNG\r\n\x1a\n",
+    ],
+)
+def test_truncated_or_odd_headers_give_none(data):
+    from shardstream.formats.image_header import image_size as header_size
+
+    assert header_size(data) is None
+    assert (
+        header_size(b"\xff\xd8" + b"\xff\xe1\xff\xff" + b"\x00" * 10) is None
+    )  # a length past the end
