@@ -181,3 +181,12 @@ def test_truncated_or_odd_headers_give_none(data):
     assert (
         header_size(b"\xff\xd8" + b"\xff\xe1\xff\xff" + b"\x00" * 10) is None
     )  # a length past the end
+
+
+def test_raw_windows_cross_from_workers(url):
+    # raw values are memoryviews into the shard: a worker sends a window's as bytes (a memoryview
+    # cannot be pickled, and the DataLoader would wait for that window forever); timeout: fail, not hang
+    ds = ShardDataset(url, decode=None)
+    b = Bucketed(ds, "cls", None, 4, window=10, num_workers=1, timeout=120)
+    got = [k for batch in b for k in batch["__key__"]]
+    assert sorted(got) == [key_of(i) for i in range(N)]

@@ -147,3 +147,36 @@ def test_a_state_of_a_sample_mix_is_refused(urls):
     state = mixed.loader(3, 0).state_dict()
     with pytest.raises(Exception, match="fingerprint|samples"):
         make(urls, total=36).loader(B, 0).load_state_dict(state)
+
+
+def test_a_token_mix_of_per_source_batches(tmp_path):
+    from shardstream.dataset import TokenDataset
+    from tests.dataset.test_mixed import token_dataset
+
+    web = token_dataset(
+        tmp_path, "web", [list(range(100 + 10 * d, 108 + 10 * d)) for d in range(20)]
+    )
+    code = token_dataset(
+        tmp_path, "code", [list(range(500 + 10 * d, 505 + 10 * d)) for d in range(20)]
+    )
+    sources = [TokenDataset(web, 4, seed=1), TokenDataset(code, 4, seed=2)]
+    mix = MixedDataset(
+        sources, [0.75, 0.25], samples_per_epoch=40, batching="per_source", batch_size=5
+    )
+    got = []
+    for batch in mix.loader(5, 1):
+        (source,) = set(batch["__source__"].tolist())
+        ids = batch["input_ids"][batch["input_ids"] != 0]  # (0: the end-of-document token)
+        assert ((ids < 500) if source == 0 else (ids >= 500)).all()
+        assert batch["cu_seqlens"][-1] == 20
+        got.append(source)
+    assert got.count(0) == 6 and got.count(1) == 2
+
+
+def test_drop_last_drops_whole_batches(urls):
+    per_rank = [
+        batches_of(make(urls, total=33, rank=r, world_size=2, drop_last=True).loader(B, 0))
+        for r in range(2)
+    ]
+    assert [len(g) for g in per_rank] == [5, 5]  # 11 batches: the last one dropped
+    assert all(len(b) == B for g in per_rank for b in g)
