@@ -22,6 +22,7 @@ from ..errors import UsageError
 from ..formats.image_header import image_size as header_size
 from ..plan.packing import bucket_batches, bucket_of, split_largest
 from .collate import collate
+from .mapped import MappedBytes
 from .windowed import WindowedBatches, window_of
 
 
@@ -91,6 +92,32 @@ def keyed_window(key: str | Callable[[Any], Any], samples: list[Any]) -> KeyedWi
     return KeyedWindow(window_of(samples), keys)
 
 
+def _mapped_keys(batch: dict[str, Any], key: str | Callable[[Any], Any]) -> np.ndarray:
+    """The key of each sample of a batch of locations (:class:`MappedBytes`): each value viewed in place,
+    an image's header read without a copy of the rest."""
+    n = len(batch["__key__"])
+    views = {
+        name: (value.view if isinstance(value, MappedBytes) else value.__getitem__)
+        for name, value in batch.items()
+    }
+    return np.array(
+        [_value({name: view(i) for name, view in views.items()}, key) for i in range(n)],
+        dtype=np.float64,
+    )
+
+
+def _take(value: Any, rows: np.ndarray) -> Any:
+    """Rows ``rows`` of a batch's field: locations stay locations, arrays are indexed, lists picked."""
+    if isinstance(value, MappedBytes):
+        ids = value.identities
+        return MappedBytes(
+            value.paths, value.shards[rows], value.starts[rows], value.sizes[rows], ids
+        )
+    if isinstance(value, (np.ndarray, torch.Tensor)):
+        return value[torch.from_numpy(rows) if isinstance(value, torch.Tensor) else rows]
+    return [value[i] for i in rows.tolist()]
+
+
 class Bucketed(WindowedBatches):
     """Batches of up to ``batch_size`` samples of one bucket each.
 
@@ -104,7 +131,9 @@ class Bucketed(WindowedBatches):
         window: samples grouped together; larger windows leave fewer short batches (each bucket's last
             batch of a window may be short).
         collate_fn: makes the batch (default: :func:`shardstream.dataset.collate.collate`); batches
-            also hold ``__bucket__``.
+            also hold ``__bucket__``. Raw batches of local tars (``decode=None``, the default collate)
+            stay locations in the shard files (:class:`MappedBytes`): each value's key is read in
+            place, and no value is copied.
         num_workers, loader_kwargs: for ``dataset.loader``.
 
     Every sample of the epoch is in exactly one batch; every rank yields the same number of batches
@@ -130,7 +159,9 @@ class Bucketed(WindowedBatches):
         if self.boundaries is not None:
             bucket_of(np.zeros(0), self.boundaries)  # checks that they increase
         self.collate_fn = collate_fn or collate
-        keyed = functools.partial(keyed_window, key)
+        # raw local tars: windows of locations, grouped without copying a value
+        self.in_place = collate_fn is None and bool(dataset.mapped)
+        keyed = None if self.in_place else functools.partial(keyed_window, key)
         super().__init__(dataset, window, num_workers, loader_kwargs, collate=keyed)
 
     def buckets(self, keys: np.ndarray) -> np.ndarray:
@@ -139,17 +170,21 @@ class Bucketed(WindowedBatches):
             return bucket_of(keys, self.boundaries)
         return keys.astype(np.int64)
 
-    def plan(self, samples: KeyedWindow) -> list[np.ndarray]:
+    def plan(self, samples: KeyedWindow | dict[str, Any]) -> list[np.ndarray]:
         """The window's batches; ``last_buckets`` keeps each of its samples' bucket."""
-        buckets = self.buckets(samples.keys)
+        keys = samples.keys if isinstance(samples, KeyedWindow) else _mapped_keys(samples, self.key)
+        buckets = self.buckets(keys)
         self.last_buckets = buckets
         return bucket_batches(buckets, self.batch_size)
 
     def fit(self, groups: list[np.ndarray], count: int) -> list[np.ndarray]:
         return split_largest(groups, count)
 
-    def make(self, samples: KeyedWindow, group: np.ndarray) -> Any:
-        batch = self.collate_fn([samples.samples[i] for i in group.tolist()])
+    def make(self, samples: KeyedWindow | dict[str, Any], group: np.ndarray) -> Any:
+        if isinstance(samples, dict):
+            batch = {name: _take(value, group) for name, value in samples.items()}
+        else:
+            batch = self.collate_fn([samples.samples[i] for i in group.tolist()])
         if isinstance(batch, dict):
             batch["__bucket__"] = int(self.last_buckets[int(group[0])])
         return batch

@@ -56,14 +56,16 @@ class WindowedBatches:
         window: int,
         num_workers: int | None,
         loader_kwargs: dict[str, Any],
-        collate: Callable[[list[Any]], Any] = window_of,
+        collate: Callable[[list[Any]], Any] | None = window_of,
     ):
         """``collate`` makes a window of its samples in the worker (picklable: :func:`window_of`, or
-        what a shape computes there besides, such as each sample's bucket key)."""
+        what a shape computes there besides, such as each sample's bucket key); ``None`` keeps the
+        dataset's own batches (a shape that reads raw batches of locations)."""
         if isinstance(window, bool) or not isinstance(window, int) or window < 1:
             raise ValueError(f"window must be a number of samples (1 or more), not {window!r}")
         self.window = window
-        dataset.collate_fn = collate  # the loader hands over each window's samples as they are
+        if collate is not None:
+            dataset.collate_fn = collate  # the loader hands over each window's samples as they are
         self.dataset = dataset
         self.loader = dataset.loader(window, num_workers, **loader_kwargs)
         self._start: dict[str, Any] = self.loader.state_dict()

@@ -186,7 +186,31 @@ def test_truncated_or_odd_headers_give_none(data):
 def test_raw_windows_cross_from_workers(url):
     # raw values are memoryviews into the shard: a worker sends a window's as bytes (a memoryview
     # cannot be pickled, and the DataLoader would wait for that window forever); timeout: fail, not hang
+    from shardstream.dataset.collate import collate
+
     ds = ShardDataset(url, decode=None)
-    b = Bucketed(ds, "cls", None, 4, window=10, num_workers=1, timeout=120)
+    b = Bucketed(ds, "cls", None, 4, window=10, collate_fn=collate, num_workers=1, timeout=120)
+    assert not b.in_place
     got = [k for batch in b for k in batch["__key__"]]
     assert sorted(got) == [key_of(i) for i in range(N)]
+
+
+def test_raw_local_batches_stay_in_place_and_hold_the_same_bytes(url):
+    from shardstream.dataset.collate import collate
+    from shardstream.dataset.mapped import MappedBytes
+
+    in_place = bucketed(url, workers=1)
+    copied = Bucketed(
+        ShardDataset(url, decode=None, seed=2),
+        aspect_ratio("png"),
+        (0.8, 1.2),
+        4,
+        window=12,
+        collate_fn=collate,
+        num_workers=1,
+    )
+    assert in_place.in_place and not copied.in_place
+    a, b = list(in_place), list(copied)
+    assert all(isinstance(x["png"], MappedBytes) for x in a)
+    assert [x["__key__"] for x in a] == [x["__key__"] for x in b]
+    assert [[bytes(v) for v in x["png"]] for x in a] == [[bytes(v) for v in x["png"]] for x in b]
