@@ -94,8 +94,14 @@ def keyed_window(key: str | Callable[[Any], Any], samples: list[Any]) -> KeyedWi
 
 def _mapped_keys(batch: dict[str, Any], key: str | Callable[[Any], Any]) -> np.ndarray:
     """The key of each sample of a batch of locations (:class:`MappedBytes`): each value viewed in place,
-    an image's header read without a copy of the rest."""
+    an image's header read without a copy of the rest; a stored value's length from the locations alone."""
     n = len(batch["__key__"])
+    field = key if isinstance(key, str) else getattr(key, "field", None)
+    value = batch.get(field) if field is not None else None
+    if isinstance(key, length_of) and isinstance(value, MappedBytes):
+        return value.sizes.astype(np.float64)  # the stored bytes' length: no read at all
+    if isinstance(key, (str, aspect_ratio)) and isinstance(value, MappedBytes):
+        return np.array([_value({field: value.view(i)}, key) for i in range(n)], dtype=np.float64)
     views = {
         name: (value.view if isinstance(value, MappedBytes) else value.__getitem__)
         for name, value in batch.items()
