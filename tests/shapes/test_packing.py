@@ -101,7 +101,7 @@ def test_the_batches_are_the_same_for_any_number_of_workers(url, workers):
 
 
 @pytest.mark.parametrize("world", [1, 2, 3, 4])
-def test_ranks_yield_equal_batch_counts_and_every_sample(url, world):
+def test_ranks_read_equal_sample_counts_and_every_sample(url, world):
     # ranks agree by all_reduce under torch.distributed; here each rank alone: counts may differ, so
     # the agreement is checked with a real process group in test_lengths' gloo test for the shared code
     per_rank = [
