@@ -49,7 +49,11 @@ def image_size(value: Any) -> tuple[int, int]:
 
 @dataclass(frozen=True)
 class aspect_ratio:  # noqa: N801 - a key, used like a function
-    """A key: the width / height of the image in ``field`` (from its header when it is encoded)."""
+    """A key: the width / height of the image in ``field`` (from its header when it is encoded).
+
+    Args:
+        field: the sample's image field (``"jpg"``).
+    """
 
     field: str
 
@@ -60,7 +64,11 @@ class aspect_ratio:  # noqa: N801 - a key, used like a function
 
 @dataclass(frozen=True)
 class length_of:  # noqa: N801 - a key, used like a function
-    """A key: the length of the sequence in ``field``."""
+    """A key: the length of the sequence in ``field``.
+
+    Args:
+        field: the sample's sequence field (``"input_ids"``).
+    """
 
     field: str
 
@@ -140,7 +148,8 @@ class Bucketed(WindowedBatches):
             also hold ``__bucket__``. Raw batches of local tars (``decode=None``, the default collate)
             stay locations in the shard files (:class:`MappedBytes`): each value's key is read in
             place, and no value is copied.
-        num_workers, loader_kwargs: for ``dataset.loader``.
+        num_workers: for ``dataset.loader``.
+        loader_kwargs: other arguments of ``dataset.loader``.
 
     Every sample of the epoch is in exactly one batch; every rank yields the same number of batches
     (a rank that needs fewer halves its largest batches); batch sizes vary up to ``batch_size``.

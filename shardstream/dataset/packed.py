@@ -41,9 +41,12 @@ class SequencePacking(WindowedBatches):
             dataset's transform).
         window: samples packed together; larger windows pad less (the loader reads a window at a time).
         batch_rows: rows per batch (the batch's shape is always ``batch_rows x seq_len``).
-        field, labels, loss_mask: the samples' field names.
+        field: the samples' field of token ids.
+        labels: the samples' field of labels, if they have one.
+        loss_mask: the samples' field of loss masks, if they have one.
         pad_id: the token id of padding.
-        num_workers, loader_kwargs: for ``dataset.loader``.
+        num_workers: for ``dataset.loader``.
+        loader_kwargs: other arguments of ``dataset.loader``.
 
     Every sample of the epoch is in exactly one row (padding repeats of ``drop_last=False`` included);
     every rank yields the same number of batches; a batch holds at least one sample.

@@ -24,6 +24,10 @@ class Parallel:
 
     Processes with the same ``dp_rank`` (the tensor/context/pipeline-parallel members of one
     data-parallel group) read identical batches; different ``dp_rank`` read disjoint parts.
+
+    Args:
+        dp_rank: this process's data-parallel rank, 0 to ``dp_size - 1``.
+        dp_size: the number of data-parallel groups (the data is split this many ways).
     """
 
     dp_rank: int
