@@ -10,7 +10,8 @@ on them in the run (nothing is downloaded), in ``--data-dir`` (made once, reused
 - ``pack``: ``ss.pack(..., format="tokens", tokenizer=tokenizer.json)`` tokens/s against the bare path:
   the same tokenizer's ``encode_batch`` over the same texts (1,024 at a time) plus one numpy write of all
   ids, the upper bound. Target: at least 0.8x.
-- ``read``: one epoch of ``TokenDataset(seq_len).loader(8, num_workers=W)`` for each ``--workers`` W (input_ids, labels,
+- ``read``: one epoch of ``TokenDataset(seq_len).loader(8, num_workers=W)`` for each ``--workers`` W
+  (``2t``: 2 reader threads, ``workers="threads"``; ``2p``: 2 worker processes) (input_ids, labels,
   position_ids, cu_seqlens per batch) tokens/s against nanoGPT's ``get_batch``: random windows of a
   flat ``np.memmap`` of the same tokens, stacked into int64 tensors, as many tokens. Target: at least 0.8x.
 - ``first``: seconds from ``TokenDataset(...)`` to the first batch of its loader.
@@ -127,12 +128,17 @@ def nanogpt_read(flat: Path, seq_len: int, tokens: int) -> int:
     return done
 
 
-def ss_read(url: Path, seq_len: int, workers: int) -> tuple[int, float, float]:
-    """Tokens of one epoch, seconds to the first batch, and tokens/s after it."""
+KINDS = {"": "auto", "t": "threads", "p": "processes"}
+
+
+def ss_read(url: Path, seq_len: int, workers: str) -> tuple[int, float, float]:
+    """Tokens of one epoch, seconds to the first batch, and tokens/s after it. ``workers``: a count, with
+    ``t`` (reader threads) or ``p`` (worker processes) after it, or neither (the default kind)."""
     import shardstream as ss
 
     started = time.perf_counter()
-    loader = ss.TokenDataset(str(url), seq_len, seed=1).loader(8, num_workers=workers)
+    count, kind = int(workers.rstrip("tp")), KINDS[workers.lstrip("0123456789")]
+    loader = ss.TokenDataset(str(url), seq_len, seed=1).loader(8, num_workers=count, workers=kind)
     done, first, after = 0, None, 0.0
     for batch in loader:
         if first is None:
@@ -195,7 +201,10 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--tools", default="shardstream", help="shardstream[,litdata]")
     parser.add_argument(
-        "--workers", default="0,2", help="DataLoader workers of the read, one pass each [0,2]"
+        "--workers",
+        default="0,2,2t",
+        help="workers of the read, one pass each: a count, 't' after it for reader threads, 'p' "
+        "for worker processes [0,2,2t]",
     )
     parser.add_argument("--data-dir", type=Path, default=Path("bench-data") / "tokens")
     args = parser.parse_args()
@@ -224,7 +233,7 @@ def main() -> None:
             lit = litdata_convert(flat, root, args.seq_len)
         except Exception as exc:  # reported, the others still run
             print(f"litdata: cannot convert: {type(exc).__name__}: {exc}", file=sys.stderr)
-    counts = [int(w) for w in args.workers.split(",")]
+    counts = args.workers.split(",")
     first_batch = {w: float("inf") for w in counts}
     for _ in range(args.repeat):
         for w in counts:

@@ -27,6 +27,7 @@ import warnings
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+import numpy as np
 import torch
 
 from ..errors import ShardstreamError
@@ -44,6 +45,10 @@ class WorkerPickleError(ShardstreamError):
 
 class WorkerDeviceError(ShardstreamError):
     """A worker returned tensors that are not in CPU memory."""
+
+
+class WorkerBatchError(ShardstreamError):
+    """A worker returned a batch that cannot be sent to the main process."""
 
 
 # -- shared memory --------------------------------------------------------------------------------
@@ -294,8 +299,41 @@ def foreign_tensors(batch: Any) -> list[tuple[str, torch.device]]:
     return [(path, t.device) for path, t in _tensors(batch) if t.device.type != "cpu"]
 
 
+_PLAIN = (torch.Tensor, np.ndarray, np.generic, str, bytes, bytearray, int, float, bool, type(None))
+_PICKLES: set[type] = set()  # value types this process has pickled (checked once each)
+
+
+def _unpicklable(value: Any, path: str = "batch", depth: int = 0) -> Iterator[tuple[str, str]]:
+    """(where, why) of values in ``value`` that cannot be pickled: torch's worker would fail to send the
+    batch in a thread of its own, and the main process wait for it forever."""
+    if isinstance(value, _PLAIN) or depth > 6:
+        return
+    if isinstance(value, Mapping):
+        for k, v in value.items():
+            yield from _unpicklable(v, f"{path}[{k!r}]", depth + 1)
+    elif isinstance(value, (list, tuple)):
+        for i, v in enumerate(value[:64]):  # one field's values are of one kind
+            yield from _unpicklable(v, f"{path}[{i}]", depth + 1)
+    elif type(value) not in _PICKLES:
+        try:
+            pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+        except Exception as exc:  # noqa: BLE001 - any failure is what the worker would meet
+            yield path, f"{type(value).__name__}: {exc}"
+        else:
+            _PICKLES.add(type(value))
+
+
 def check_worker_batch(batch: Any) -> None:
-    """Refuse a batch from a DataLoader worker that holds non-CPU tensors, naming them and the fix."""
+    """Refuse a batch from a DataLoader worker that holds non-CPU tensors or values that cannot be
+    pickled (which torch's worker could not send: the loader would wait for ever), naming them and the
+    fix."""
+    bad = next(_unpicklable(batch), None)
+    if bad is not None:
+        raise WorkerBatchError(
+            f"a DataLoader worker returned a batch with a value that cannot be sent to the main process "
+            f"({bad[0]}: {bad[1][:200]}); return tensors, numpy arrays, bytes, numbers or strings from the "
+            f"transform and collate_fn (bytes(view) for a memoryview)"
+        )
     found = foreign_tensors(batch)
     if found:
         where = ", ".join(f"{path} on {device}" for path, device in found[:4])

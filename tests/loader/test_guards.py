@@ -357,3 +357,18 @@ def test_a_worker_returning_device_tensors_gets_a_clear_error(small_url):
     in_main = ShardDataset(small_url, collate_fn=meta_collate).loader(batch_size=2, num_workers=0)
     # the main process may put batches anywhere
     assert next(iter(in_main))["cls"].device.type == "meta"
+
+
+def as_view(sample: dict) -> dict:
+    """A transform that returns a memoryview (which cannot be pickled)."""
+    return {"__key__": sample["__key__"], "txt": memoryview(bytes(sample["txt"]))}
+
+
+def test_a_batch_that_cannot_be_pickled_fails_in_its_worker_instead_of_hanging(small_url):
+    ds = ShardDataset(small_url, decode=None, transform=as_view, collate_fn=list, shuffle=False)
+    # a timeout: a regression fails the test instead of hanging it
+    loader = ds.loader(batch_size=2, num_workers=2, timeout=120)
+    with pytest.raises(guards.WorkerBatchError, match=r"cannot be sent.*memoryview"):
+        list(loader)
+    assert list(guards._unpicklable({"a": [b"x", 1], "b": np.zeros(3), "c": torch.zeros(2)})) == []
+    assert [p for p, _ in guards._unpicklable({"v": [memoryview(b"x")]})] == ["batch['v'][0]"]
