@@ -15,7 +15,7 @@ from .index_tars import scan
 from .schema import Manifest
 
 log = logging.getLogger("shardstream")
-_TARS = (".tar", ".tar.gz", ".tgz", ".tar.zst")
+_TARS = (".tar", ".tar.gz", ".tgz", ".tar.zst", ".tar.xz", ".txz", ".tar.bz2", ".tbz2", ".tbz")
 
 
 def open_dataset(

@@ -33,7 +33,7 @@ from .table import HexColumn, decode_table, reference_problem
 MANIFEST_NAME = "_manifest.json"
 # the newest this reads and writes: 2 is a head naming a shard table, 1 one JSON file
 FORMAT_VERSION = 2
-SHARD_FORMATS = ("tar", "tar.zst", "tar.gz", "arrow", "tokens")
+SHARD_FORMATS = ("tar", "tar.zst", "tar.gz", "tar.xz", "tar.bz2", "arrow", "tokens")
 MAX_COUNT = 1 << 53  # sample and byte counts stay below this, exact in every JSON reader
 
 _FIX = "re-create it with 'shardstream index' (or pack the data again)"
