@@ -125,7 +125,10 @@ def _scan(urls: list[str], root: Store, on_shard: Callable[[int], None] | None) 
         created=creation_info(
             source="index",
             indexed=len(names),
-            compressions=", ".join(f"{k or 'none'} {n}" for k, n in sorted(kinds.items(), key=str)),
+            compressions=", ".join(
+                f"{k or 'none'} {n}"
+                for k, n in sorted(kinds.items(), key=lambda kn: kn[0] or "none")
+            ),
             **({"left_out": shards.left_out_text()} if shards.left_out else {}),
         ),
     )
