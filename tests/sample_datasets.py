@@ -10,6 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from shardstream.formats.tar_index import index_name
 from shardstream.manifest import shard_name, write_manifest
 from shardstream.packing.writer import ShardWriter
 from shardstream.storage import Store
@@ -37,7 +38,7 @@ def write_dataset(
     """
     url = root / name
     url.mkdir(parents=True)
-    paths, samples, nbytes, sha256 = [], [], [], []
+    paths, samples, nbytes, sha256, index_sha256 = [], [], [], [], []
     first = None
     index = 0
     for s, count in enumerate(counts):
@@ -50,13 +51,21 @@ def write_dataset(
         first = first or m
         target = shard_name(s, m.shard_format)
         os.replace(part / m.paths[0], url / target)
+        if m.index_sha256 is not None:  # the shard's sample index goes with it
+            os.replace(part / index_name(m.paths[0]), url / index_name(target))
+            index_sha256 += list(m.index_sha256)
         shutil.rmtree(part)
         paths.append(target)
         samples += m.samples.tolist()
         nbytes += m.nbytes.tolist()
         sha256 += m.sha256
     manifest = dataclasses.replace(
-        first, paths=paths, samples=samples, nbytes=nbytes, sha256=sha256
+        first,
+        paths=paths,
+        samples=samples,
+        nbytes=nbytes,
+        sha256=sha256,
+        index_sha256=index_sha256 or None,
     )
     write_manifest(Store(str(url)), manifest)
     return str(url)

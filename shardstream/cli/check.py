@@ -95,7 +95,8 @@ def index_(
             f"{safe(repr(result.unkeyed[0]))}",
             err=True,
         )
+    indexes = ", with their sample indexes" if result.indexes_written else ""
     click.echo(
         f"indexed {count(m.num_shards, 'shard')}, {count(m.num_samples, 'sample')}, "
-        f"{format_size(m.total_bytes)} -> {safe(result.url)}/_manifest.json"
+        f"{format_size(m.total_bytes)}{indexes} -> {safe(result.url)}/_manifest.json"
     )

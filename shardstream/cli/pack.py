@@ -64,9 +64,10 @@ from .common import cli, safe, storage_option, storage_options_for
 @click.option(
     "--index/--no-index",
     "sample_index",
-    default=None,
-    help="Write each tar shard's sample index (<shard>.idx) for ranged reads of an epoch's first "
-    "samples from object storage [when DEST is object storage; --index to pack for an upload].",
+    default=True,
+    show_default=True,
+    help="Write each uncompressed tar shard's sample index (<shard>.idx): readers open shards without "
+    "parsing their headers and fetch single samples from object storage by ranged reads.",
 )
 @click.option(
     "--shuffle/--no-shuffle",
@@ -117,7 +118,7 @@ def pack(  # noqa: PLR0913 - one per option
     ray_address: str | None,
     overwrite: bool,
     fsync: bool,
-    sample_index: bool | None,
+    sample_index: bool,
     shuffle: bool,
     seed: int,
     split_by: str | None,

@@ -20,11 +20,12 @@ from ..errors import CorruptShardError
 from ..formats import TAR_COMPRESSION
 from ..formats import tar as tar_format
 from ..formats.compression import decompress
-from ..formats.tar_index import SampleIndex, index_name, parse_index
+from ..formats.tar_index import SampleIndex
 from ..manifest import Manifest
-from ..storage import Prefetcher, ShardFetcher, Store
+from ..storage import DiskCache, Prefetcher, ShardFetcher, Store
 from .mapped import FileIdentity, MappedBytes, file_identity, release_stale_maps  # noqa: F401 - their names here
 from .ranged import PartialShard, RangedReads
+from .tar_indexes import SampleIndexes
 
 
 class TarShard:
@@ -136,12 +137,14 @@ class OpenShards:
         capacity: int = 16,
         fetcher: ShardFetcher | None = None,
         max_owned: int = DECOMPRESSED_LIMIT,
+        index_cache: Callable[[], DiskCache] | None = None,
     ):
         self.store = store
         self.manifest = manifest
         self.capacity = capacity
         self.max_owned = max_owned
         self.fetcher = fetcher or ShardFetcher(store, manifest)
+        self.indexes = SampleIndexes(store, manifest, self.fetcher, index_cache)
         self.take: Callable[[int], TarShard | ArrowShard] | None = None
         self._open: OrderedDict[int, TarShard | ArrowShard] = OrderedDict()
         self._needed: set[int] = set()  # what the plan reads next (retain): never dropped for room
@@ -266,21 +269,8 @@ class OpenShards:
         if m.shard_format == "arrow":
             return ArrowShard(data, name, expected)
         plain = decompress(data, TAR_COMPRESSION[m.shard_format], name)
-        index = self._sample_index(shard, len(data)) if plain is data else None
+        index = self.indexes.get(shard, plain, compressed=plain is not data)
         return TarShard(plain, name, expected, identity if plain is data else None, index)
-
-    def _sample_index(self, shard: int, size: int) -> SampleIndex | None:
-        """A local shard's sample index, checked against the manifest's sha256 (None: none, or one that does
-        not check: the tar's own headers are parsed instead)."""
-        digests = getattr(self.manifest, "index_sha256", None)
-        if not self.store.local or not digests or not digests[shard]:
-            return None
-        m, name = self.manifest, index_name(self.manifest.paths[shard])
-        try:
-            (data,) = self.fetcher.read_checked_many([name], [digests[shard]])
-            return parse_index(data, self.store.url_of(name), int(m.samples[shard]), size)
-        except Exception:  # noqa: BLE001 - the headers say what the shard holds, or what is wrong with it
-            return None
 
 
 Chunk = tuple[

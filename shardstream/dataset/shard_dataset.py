@@ -291,7 +291,11 @@ class ShardDataset(StoredDataset, PlannedDataset):
                 self.store, self.manifest, self.disk_cache, verify_local=self.verify_checksums
             )
             shards = CountedShards(
-                self.store, self.manifest, fetcher=fetcher, stats=self.sample_reader.stats
+                self.store,
+                self.manifest,
+                fetcher=fetcher,
+                stats=self.sample_reader.stats,
+                index_cache=self.storage.disk_cache,
             )
             self._local.shards = (self.verify_checksums, shards)
         shards.fit_window(self.window if self.shuffle else 1)  # as many open as one window reads

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import logging
 import os
 import posixpath
 from collections import Counter
@@ -12,13 +14,16 @@ from typing import Any
 
 from braceexpand import braceexpand
 
-from ..errors import CorruptShardError, DatasetExistsError, ShardstreamError
+from ..errors import CorruptShardError, DatasetExistsError, ShardstreamError, StorageError
 from ..formats import TAR_COMPRESSION, TAR_FORMAT, shard_format_of
 from ..formats import tar as tar_format
 from ..formats.compression import decompress, true_compression
+from ..formats.tar_index import build_index, index_name
 from ..storage import Store, is_url
-from .files import IN_PROGRESS, sync_existing, write_manifest
+from .files import IN_PROGRESS, sync_existing, write_durably, write_manifest
 from .schema import MANIFEST_NAME, Manifest, creation_info
+
+log = logging.getLogger("shardstream")
 
 
 @dataclass
@@ -27,6 +32,9 @@ class IndexResult:
     url: str
     unkeyed: list[str] = field(default_factory=list)  # members without a KEY.EXT name
     notes: list[str] = field(default_factory=list)  # warnings, one line each
+    # each uncompressed tar's sample index (None for compressed shards, and for tars no index can hold)
+    indexes: list[bytes | None] | None = None
+    indexes_written: bool = False  # next to their shards, their sha256 in the manifest
 
 
 def expand_sources(
@@ -132,7 +140,8 @@ def _scan(urls: list[str], root: Store, on_shard: Callable[[int], None] | None) 
             **({"left_out": shards.left_out_text()} if shards.left_out else {}),
         ),
     )
-    return IndexResult(manifest, root.url, shards.unkeyed, shards.notes)
+    indexes = shards.indexes if any(i is not None for i in shards.indexes) else None
+    return IndexResult(manifest, root.url, shards.unkeyed, shards.notes, indexes)
 
 
 class _Shards:
@@ -143,6 +152,7 @@ class _Shards:
         self.nbytes: list[int] = []
         self.digests: list[str] = []
         self.compressions: list[str | None] = []
+        self.indexes: list[bytes | None] = []
         self.counts: Counter[str] = Counter()
         self.unkeyed: list[str] = []
         self.notes: list[str] = []
@@ -162,7 +172,9 @@ class _Shards:
                 f"{compression or 'an uncompressed tar'}; read as what the bytes are (rename it "
                 f"to end in .{TAR_FORMAT[compression]})"
             )
-        found = tar_format.read_samples(decompress(data, compression, where), where)
+        plain = decompress(data, compression, where)
+        found = tar_format.read_samples(plain, where)
+        self.indexes.append(build_index(plain, where, found) if plain is data else None)
         for entry in found.fields:
             self.counts.update(entry.keys())
         self.unkeyed += found.unkeyed
@@ -200,6 +212,38 @@ class _Shards:
             f"{n} with {what} (e.g. {', '.join(map(ascii, examples))})"
             for what, (n, examples) in self.left_out.items()
         )
+
+
+def _write_indexes(root: Store, result: IndexResult) -> None:
+    """Write each tar's sample index next to it (``<shard>.idx``) and name their sha256 in the manifest;
+    where the folder cannot be written (a read-only mount, a bucket of someone else's), none: readers
+    then build each index once per host (see :mod:`shardstream.dataset.tar_indexes`)."""
+    if result.indexes is None:
+        return
+    m = result.manifest
+    digests = []
+    try:
+        for name, data in zip(m.paths, result.indexes):
+            if (
+                data is not None
+            ):  # none: a compressed shard (or one no index holds) is built per host
+                write_durably(root, index_name(name), data)
+            digests.append(hashlib.sha256(data).hexdigest() if data is not None else "")
+    except (OSError, StorageError) as exc:
+        log.warning(
+            "%s: the sample indexes of its tars could not be written (%s); readers build them once "
+            "per host instead",
+            root.url,
+            " ".join(str(exc).split())[:200],
+        )
+        for name, data in zip(m.paths[: len(digests) + 1], result.indexes):
+            if data is None:
+                continue
+            with contextlib.suppress(OSError, StorageError):
+                root.remove(index_name(name))
+        return
+    m.index_sha256 = digests
+    result.indexes_written = True
 
 
 def _unfinished_packs(urls: list[str], root: Store) -> list[Store]:
@@ -249,6 +293,7 @@ def index(
             f"{root.url} already has a {MANIFEST_NAME}; pass --overwrite to replace it"
         )
     sync_existing(root, result.manifest.paths)  # shards written just before may not be on disk yet
+    _write_indexes(root, result)
     write_manifest(root, result.manifest)
     if force and any(store is root for store in unfinished):
         root.remove(IN_PROGRESS)  # the user says this folder's writing has finished

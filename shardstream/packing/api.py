@@ -52,7 +52,7 @@ def pack(  # noqa: PLR0913 - the public pack: one keyword per setting, as the co
     engine: str = "local",
     ray_address: str | None = None,
     source_options: dict[str, Any] | None = None,
-    index: bool | None = None,
+    index: bool = True,
     **token_options: Any,
 ) -> PackResult:
     """Pack ``source`` (a folder tree, or table files) into a dataset at ``dest``.
@@ -81,9 +81,9 @@ def pack(  # noqa: PLR0913 - the public pack: one keyword per setting, as the co
     NumPy, Hugging Face ``save_to_disk`` folders and existing shards are packed too: ``fields`` picks
     HDF5 datasets or ``.npy`` files, ``field_name`` names an LMDB value's field (default ``bin``), and
     ``decode_value(key, value)`` turns an LMDB value into a sample dict.
-    ``index``: write each uncompressed tar shard's sample index (``<shard>.idx``), with which readers
-    fetch an epoch's first samples by ranged reads; default: when ``dest`` is object storage (pass
-    ``True`` to pack locally for an upload).
+    ``index`` (default True): write each uncompressed tar shard's sample index (``<shard>.idx``):
+    readers open a shard from it without parsing its headers, and fetch an epoch's first samples from
+    object storage by ranged reads. ``False`` writes the tars alone.
     """
     options = PackOptions(
         format=format,

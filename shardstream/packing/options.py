@@ -42,7 +42,7 @@ class PackOptions:
     engine: str = "local"
     ray_address: str | None = None
     source_options: dict[str, Any] | None = None
-    index: bool | None = None
+    index: bool = True
     token_options: Mapping[str, Any] = field(default_factory=dict)
 
     @property

@@ -46,8 +46,9 @@ class ShardWriter:
     without an error), never when the block raises: no half-written dataset is visible.
     Keys of tar shards are relative paths that stay inside the folder ``tar -xf`` extracts
     to. With ``fsync`` (default) shards and manifest are on disk before they appear.
-    ``index``: write each uncompressed tar shard's sample index (``<shard>.idx``), which lets
-    readers fetch single samples by ranged reads; default: for object storage only.
+    ``index`` (default True): write each uncompressed tar shard's sample index (``<shard>.idx``): readers
+    open a shard from it without parsing its headers, and fetch single samples from object storage by
+    ranged reads.
     """
 
     def __init__(  # noqa: PLR0913 - a public constructor: one keyword per setting, as webdataset's ShardWriter
@@ -62,7 +63,7 @@ class ShardWriter:
         classes: list[str] | None = None,
         schema: Any = None,
         fsync: bool = True,
-        index: bool | None = None,
+        index: bool = True,
         *,
         _claim: Claim
         | None = None,  # a pack's claim on the destination, taken before (packing.driver)
@@ -77,11 +78,7 @@ class ShardWriter:
         self.samples: list[int] = []
         self.nbytes: list[int] = []
         self.sha256: list[str] = []
-        self.index = (
-            (not self.store.local if index is None else index)
-            and self.shard_format == "tar"
-            and self.compression is None
-        )
+        self.index = index is not False and self.shard_format == "tar" and self.compression is None
         self.index_sha256: list[str] = []
         self.field_counts: Counter[str] = Counter()
         self.field_types: dict[

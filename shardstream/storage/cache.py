@@ -402,6 +402,10 @@ class DiskCache:
                 self.limit,
             )
 
+    def discard(self, key: str) -> bool:
+        """Remove the cached file ``key`` (one found damaged by what reads it), unless it is in use."""
+        return self._evict(self.path(key))
+
     def _evict(self, path: str) -> bool:
         try:
             fd = os.open(path, os.O_RDONLY | NOFOLLOW)

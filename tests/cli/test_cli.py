@@ -739,7 +739,9 @@ def test_failed_pack_then_rerun_gives_a_complete_dataset(tmp_path):
     assert sorted(without_run(p.name) for p in dest.iterdir()) == [
         "_manifest.json",
         "shard-000000.tar",
+        "shard-000000.tar.idx",
         "shard-000001.tar",
+        "shard-000001.tar.idx",
     ]
     verify = run("verify", dest)
     assert verify.returncode == 0, verify.stderr

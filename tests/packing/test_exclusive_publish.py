@@ -101,7 +101,12 @@ def test_a_run_that_lost_the_claim_removes_its_files_and_says_so(tmp_path):
     assert "\n" not in str(info.value)
     assert not [n for n in os.listdir(dest) if old.token in n]
     newer.close()
-    assert sorted(os.listdir(dest)) == sorted([MANIFEST_NAME, *mine]) and verify(str(dest)).ok
+    assert sorted(os.listdir(dest)) == sorted([MANIFEST_NAME, *indexed(mine)]) and verify(str(dest)).ok
+
+
+def indexed(shards) -> list[str]:
+    """Tar shards with the sample index each gets by default."""
+    return [*shards, *(f"{s}.idx" for s in shards)]
 
 
 def test_a_manifest_that_appears_while_a_run_writes_makes_it_lose_and_stays(tmp_path):
@@ -117,7 +122,7 @@ def test_a_manifest_that_appears_while_a_run_writes_makes_it_lose_and_stays(tmp_
         "another pack published a dataset there while this one was writing (_manifest.json appeared)"
         in text
     )
-    assert "its 3 files were removed" in text and "--overwrite" in text and "\n" not in text
+    assert "its 6 files were removed" in text  # 3 shards and their sample indexes and "--overwrite" in text and "\n" not in text
     assert (dest / MANIFEST_NAME).read_bytes() == before  # never replaced
     # its claim
     assert (
@@ -135,7 +140,7 @@ def test_an_overwrite_loses_when_the_manifest_it_replaces_changed_meanwhile(tmp_
     with pytest.raises(
         DestinationLost,
         match=r"\(_manifest.json was replaced\); this run's shards were not "
-        r"published and its 3 files were removed",
+        r"published and its 6 files were removed",  # 3 shards and their sample indexes
     ):
         writer.close()
     assert json.loads((dest / MANIFEST_NAME).read_bytes())["shards"]["path"] == replaced.paths
@@ -152,7 +157,7 @@ def test_an_overwrite_keeps_the_old_dataset_whole_until_its_manifest_is_publishe
     assert load_manifest(Store(str(dest))).paths == old.manifest.paths and verify(str(dest)).ok
     writer.close()
     # the old shards went after it
-    assert sorted(os.listdir(dest)) == sorted([MANIFEST_NAME, *writer.paths])
+    assert sorted(os.listdir(dest)) == sorted([MANIFEST_NAME, *indexed(writer.paths)])
     assert verify(str(dest)).ok
 
 

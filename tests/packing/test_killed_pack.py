@@ -123,7 +123,8 @@ def test_workers_of_a_killed_pack_die_and_a_rerun_with_another_shard_size_verifi
     report = verify(str(dest))
     assert report.ok, report.problems
     assert result.shards == 6 and result.samples == 16
-    assert sorted(os.listdir(dest)) == sorted([MANIFEST_NAME, *result.manifest.paths])
+    paths = result.manifest.paths
+    assert sorted(os.listdir(dest)) == sorted([MANIFEST_NAME, *paths, *(f"{p}.idx" for p in paths)])
 
 
 def test_a_worker_of_an_older_run_cannot_touch_a_newer_runs_dataset(tmp_path, source):

@@ -46,11 +46,12 @@ def doc_without_created(dest: Path) -> dict:
 
 
 def shard_files(dest: Path) -> dict[str, bytes]:
-    """Every file in ``dest`` except the manifest, by name without the run's token."""
+    """Every file in ``dest`` except the manifest and the shards' sample indexes, by name without the
+    run's token."""
     return {
         without_run(p.name): p.read_bytes()
         for p in sorted(dest.iterdir())
-        if p.name != "_manifest.json"
+        if p.name != "_manifest.json" and not p.name.endswith(".idx")
     }
 
 
@@ -728,11 +729,14 @@ def test_temporary_files_of_an_interrupted_pack_are_cleaned_and_other_files_kept
         tmp_path / "out", {".shard-000000.tar.0123abcd.tmp": b"partial", "notes.md": b"mine"}
     )
     result = pack(src, dest, progress=False)
-    assert sorted(p.name for p in dest.iterdir()) == [
-        "_manifest.json",
-        "notes.md",
-        *result.manifest.paths,
-    ]
+    assert sorted(p.name for p in dest.iterdir()) == sorted(
+        [
+            "_manifest.json",
+            "notes.md",
+            *result.manifest.paths,
+            *(f"{p}.idx" for p in result.manifest.paths),
+        ]
+    )
     assert (dest / "notes.md").read_bytes() == b"mine"
 
 
@@ -947,4 +951,6 @@ def test_a_repack_removes_the_old_shard_table(tmp_path):
     pack(src, dest, progress=False)
     (dest / "_shards-0123456789abcdef.arrow").write_bytes(b"a large manifest's old shard table")
     result = pack(src, dest, overwrite=True, progress=False)
-    assert sorted(p.name for p in dest.iterdir()) == ["_manifest.json", *result.manifest.paths]
+    assert sorted(p.name for p in dest.iterdir()) == sorted(
+        ["_manifest.json", *result.manifest.paths, *(f"{p}.idx" for p in result.manifest.paths)]
+    )

@@ -46,19 +46,28 @@ def test_a_local_pack_with_index_publishes_checked_indexes_and_no_staged_files(
     ]
 
 
-def test_local_packs_have_no_index_by_default_and_compressed_shards_none_at_all(folder, tmp_path):
+def test_local_packs_have_indexes_by_default_unless_asked_not_to_and_compressed_shards_none(
+    folder, tmp_path
+):
     plain = shardstream.pack(folder, tmp_path / "a", samples_per_shard=4, progress=False).manifest
+    bare = shardstream.pack(
+        folder, tmp_path / "c", samples_per_shard=4, index=False, progress=False
+    ).manifest
     zst = shardstream.pack(
         folder, tmp_path / "b", samples_per_shard=4, compression="zstd", index=True, progress=False
     ).manifest
-    assert plain.index_sha256 is None and zst.index_sha256 is None
-    assert not list((tmp_path / "a").glob("*.idx")) and not list((tmp_path / "b").glob("*.idx"))
+    assert plain.index_sha256 is not None and len(plain.index_sha256) == len(plain.paths)
+    assert sorted(p.name for p in (tmp_path / "a").glob("*.idx")) == sorted(
+        f"{path}.idx" for path in plain.paths
+    )
+    assert bare.index_sha256 is None and zst.index_sha256 is None
+    assert not list((tmp_path / "c").glob("*.idx")) and not list((tmp_path / "b").glob("*.idx"))
 
 
 def test_a_repack_without_index_clears_the_old_indexes(folder, tmp_path):
     dest = tmp_path / "ds"
     shardstream.pack(folder, dest, samples_per_shard=4, index=True, progress=False)
-    shardstream.pack(folder, dest, samples_per_shard=4, overwrite=True, progress=False)
+    shardstream.pack(folder, dest, samples_per_shard=4, overwrite=True, index=False, progress=False)
     assert not list(dest.glob("*.idx"))
 
 

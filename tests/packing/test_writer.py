@@ -66,6 +66,11 @@ def files_in(path) -> list[str]:
     return sorted(without_run(n) for n in os.listdir(path) if n != IN_PROGRESS)
 
 
+def indexed(*shards: str) -> list[str]:
+    """``shards`` with the sample index each uncompressed tar gets by default, sorted."""
+    return sorted([*shards, *(f"{s}.idx" for s in shards if s.endswith(".tar"))])
+
+
 def test_in_progress_marker_is_present_until_publishing_and_after_a_failure(tmp_path):
     ok, failed = tmp_path / "ok", tmp_path / "failed"
     with ShardWriter(str(ok)) as w:
@@ -80,7 +85,7 @@ def test_in_progress_marker_is_present_until_publishing_and_after_a_failure(tmp_
     # the marker makes the leftover shard ours: a re-run replaces it without --overwrite
     with ShardWriter(str(failed)) as w:
         w.write({"txt": "c"})
-    assert files_in(failed) == [MANIFEST_NAME, "shard-000000.tar"]
+    assert files_in(failed) == [MANIFEST_NAME, *indexed("shard-000000.tar")]
 
 
 # --------------------------------------------------------------------------------------------
@@ -95,7 +100,7 @@ def test_shard_names_are_deterministic(tmp_path):
     assert m.paths == [
         f"shard-00000{i}-{w.token}.tar" for i in range(4)
     ]  # the run's token: no run writes another's
-    assert sorted(os.listdir(tmp_path / "ds")) == sorted([*m.paths, MANIFEST_NAME])
+    assert sorted(os.listdir(tmp_path / "ds")) == sorted([*indexed(*m.paths), MANIFEST_NAME])
     assert m.samples.tolist() == [3, 3, 3, 1]
     assert m.shard_format == "tar"
 
@@ -209,7 +214,7 @@ def test_no_manifest_and_no_temp_files_when_the_block_raises(tmp_path, fmt):
     names = files_in(tmp_path)
     assert MANIFEST_NAME not in names
     assert not [n for n in names if n.startswith(".") or n.endswith(".tmp")]
-    assert names == [f"shard-00000{i}.{fmt}" for i in range(2)]  # only finished shards remain
+    assert names == indexed(*(f"shard-00000{i}.{fmt}" for i in range(2)))  # only finished shards remain
 
 
 def test_failed_write_inside_block_publishes_nothing(tmp_path):
@@ -251,9 +256,9 @@ def test_finish_does_not_publish_and_close_does(tmp_path):
     w.write({"txt": "a"})
     m = w.finish()
     assert m.num_samples == 1
-    assert files_in(tmp_path) == ["shard-000000.tar"]
+    assert files_in(tmp_path) == indexed("shard-000000.tar")
     assert w.close() is m
-    assert files_in(tmp_path) == [MANIFEST_NAME, "shard-000000.tar"]
+    assert files_in(tmp_path) == [MANIFEST_NAME, *indexed("shard-000000.tar")]
     with pytest.raises(ShardstreamError, match="closed"):
         w.write({"txt": "b"})
 
@@ -289,8 +294,7 @@ def test_overwrite_replaces_and_removes_stale_shards(tmp_path):
     assert files_in(tmp_path) == [
         "README.md",
         MANIFEST_NAME,
-        "shard-000000.tar",
-        "shard-000001.tar",
+        *indexed("shard-000000.tar", "shard-000001.tar"),
     ]
     samples, _ = read_all(str(tmp_path))
     assert [s["txt"] for s in samples] == [b"new 0", b"new 1"]
@@ -663,7 +667,7 @@ def _round_trip(samples, fmt, compression, shard_size, per_shard):
         assert manifest.num_samples == len(samples)
         assert manifest.samples.tolist() == [len(s) for s in per_shard_samples]
         assert all(n > 0 for n in manifest.samples.tolist())
-        assert sorted(os.listdir(url)) == sorted([*manifest.paths, MANIFEST_NAME])
+        assert sorted(os.listdir(url)) == sorted([*indexed(*manifest.paths), MANIFEST_NAME])
         for i, path in enumerate(manifest.paths):
             data = open(os.path.join(url, path), "rb").read()  # noqa: SIM115
             assert without_run(

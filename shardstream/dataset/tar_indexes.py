@@ -1,0 +1,148 @@
+"""Where a tar shard's sample index comes from: its own ``<shard>.idx``, or one built once per host.
+
+A shard packed with its index (the default) is opened from that file, checked against the
+manifest's sha256 of it. A tar without one (another tool's, packed with ``--no-index``, indexed in a
+folder that could not be written, or compressed) would have its headers parsed by every worker of
+every epoch; instead the first reader on a host parses them once (strictly, as always), builds the
+index (:func:`~shardstream.formats.tar_index.build_index`) and keeps it in the host's private cache,
+where every later worker, rank and run on the host finds it (``indexes/`` in the shard cache).
+
+The cached index is named by what it describes: for a local file, its path and version (device,
+inode, size, modification time) and the manifest's sha256 of it, so a replaced file gets a new
+index; for a downloaded shard, its cache key (its checked sha256). A cached index that does not
+parse is removed and built again. Where no cache can be written (a read-only or full disk), the
+index is built in memory for this process, with one warning.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+from collections.abc import Callable
+from typing import Any
+
+from ..errors import ShardstreamError
+from ..formats.tar_index import MAGIC, SampleIndex, build_index, index_name, parse_index
+from ..manifest import Manifest
+from ..storage import DiskCache, ShardFetcher, Store
+
+log = logging.getLogger("shardstream")
+
+
+class _NoIndex(Exception):
+    """The tar has members no sample index can hold (sparse ones)."""
+
+
+class SampleIndexes:
+    """The sample indexes of one dataset's tar shards, for :class:`~shardstream.dataset.readers.OpenShards`.
+
+    ``cache``: makes the host's cache for built indexes when one is first needed (a local dataset
+    reads its shards in place and has none until then)."""
+
+    def __init__(
+        self,
+        store: Store,
+        manifest: Manifest,
+        fetcher: ShardFetcher,
+        cache: Callable[[], DiskCache] | None = None,
+    ):
+        self.store, self.manifest, self.fetcher = store, manifest, fetcher
+        self._make_cache = cache or DiskCache
+        self._cache: DiskCache | None = None
+        self._no_cache = False  # the cache could not be made: indexes are built in memory
+        self.built = 0  # indexes this process built from a tar's headers (the others were found)
+
+    def get(self, shard: int, plain: Any, compressed: bool) -> SampleIndex | None:
+        """The index of ``shard``, whose uncompressed bytes are ``plain``: its stored one (uncompressed
+        shards), else one built from ``plain`` once per host. ``None`` when none can be had: the caller
+        parses the headers, which say what is wrong."""
+        found = None if compressed else self.stored(shard, len(plain))
+        return found if found is not None else self.from_cache(shard, plain, compressed)
+
+    def stored(self, shard: int, size: int) -> SampleIndex | None:
+        """A local shard's ``<shard>.idx``, checked against the manifest's sha256 (None: none, or one
+        that does not check: the tar's own headers are parsed instead, and say what is wrong)."""
+        digests = getattr(self.manifest, "index_sha256", None)
+        if not self.store.local or not digests or not digests[shard]:
+            return None
+        name = index_name(self.manifest.paths[shard])
+        try:
+            (data,) = self.fetcher.read_checked_many([name], [digests[shard]])
+            return parse_index(
+                data, self.store.url_of(name), int(self.manifest.samples[shard]), size
+            )
+        except Exception:  # noqa: BLE001 - the headers say what the shard holds, or what is wrong with it
+            return None
+
+    def from_cache(self, shard: int, plain: Any, compressed: bool) -> SampleIndex | None:
+        """``shard``'s index from the host's cache, built there from ``plain`` by the first reader."""
+        name = self.store.url_of(self.manifest.paths[shard])
+        samples, size = int(self.manifest.samples[shard]), len(plain)
+
+        def build() -> bytes:
+            self.built += 1
+            data = build_index(plain, name)
+            # sparse members: no index holds their bytes, which are read from the headers
+            if data is None:
+                raise _NoIndex
+            return data
+
+        cache = self.cache()
+        try:
+            if cache is None:
+                return parse_index(build(), name, samples, size)
+            return self._cached(cache, self.key(shard, compressed), build, name, samples, size)
+        except _NoIndex:
+            return None
+
+    @staticmethod
+    def _cached(
+        cache: DiskCache, key: str, build: Callable[[], bytes], name: str, samples: int, size: int
+    ) -> SampleIndex | None:
+        for _ in range(2):
+            found = cache.get(key, build)
+            data = bytes(found)
+            if hasattr(found, "close"):
+                found.close()  # lets go of the cache's lock on it
+            try:
+                return parse_index(data, name, samples, size)
+            except ShardstreamError:
+                # damaged in the cache, or built from another version of the shard: once more
+                cache.discard(key)
+        return None
+
+    def key(self, shard: int, compressed: bool) -> str:
+        """The cache key of ``shard``'s built index (see the module)."""
+        if self.store.local:
+            path = self.store.path(self.manifest.paths[shard])
+            st = os.stat(path)
+            version = (os.path.realpath(path), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+            what = "\0".join(map(str, (*version, self.fetcher.digest(shard))))
+        else:
+            what = self.fetcher.key(shard)
+        kind = "compressed" if compressed else "plain"
+        return hashlib.sha256(
+            f"sample index\0{MAGIC.decode()}\0{kind}\0{what}".encode()
+        ).hexdigest()
+
+    def cache(self) -> DiskCache | None:
+        """The cache built indexes go to (made on first use: ``indexes/`` in the host's shard cache, an
+        eighth of its limit), or ``None`` if none can be made."""
+        if self._cache is None and not self._no_cache:
+            try:
+                shards = (
+                    self.fetcher.cache if self.fetcher.cache is not None else self._make_cache()
+                )
+                self._cache = DiskCache(
+                    os.path.join(shards.root, "indexes"), max(shards.limit // 8, 1)
+                )
+            except (ShardstreamError, ValueError, OSError) as exc:
+                self._no_cache = True
+                log.warning(
+                    "%s: no cache for the sample indexes of its tars (%s); each process parses "
+                    "their headers itself. Set cache_dir to a writable folder to keep them",
+                    self.store.url,
+                    exc,
+                )
+        return self._cache
