@@ -93,31 +93,21 @@ class TarSamples:
                 "other (the tar was written in folder order); they are grouped by key. Write tars "
                 "with 'tar --sort=name' to keep each sample's members together"
             )
-        if self.links:
-            out.append(
-                f"{where}: {_some(self.links, 'member')} {_are(self.links)} symbolic links, or hard "
-                "links to no earlier member of the tar, and belong to no sample"
-            )
-        if self.odd:
-            out.append(
-                f"{where}: {_some(self.odd, 'member')} {_have(self.odd)} an extension that a field name cannot "
-                "be (a backslash, a control character, bytes that are not UTF-8) and belong to no "
-                "sample"
-            )
-        if self.reserved:
-            out.append(
-                f"{where}: {_some(self.reserved, 'member')} {_have(self.reserved)} a key starting with '__' "
-                "(metadata, such as __meta__/) and belong to no sample"
-            )
+        reasons = (
+            (self.links, "symbolic links, or hard links to no earlier member of the tar"),
+            (
+                self.odd,
+                "an extension no field name can be (a backslash, a control character, bytes "
+                "that are not UTF-8)",
+            ),
+            (self.reserved, "a key starting with '__' (metadata, such as __meta__/)"),
+        )
+        out += [
+            f"{where}: {_some(names, 'member')} left out of every sample: {why}"
+            for names, why in reasons
+            if names
+        ]
         return out
-
-
-def _are(names: list[str]) -> str:
-    return "is" if len(names) == 1 else "are"
-
-
-def _have(names: list[str]) -> str:
-    return "has" if len(names) == 1 else "have"
 
 
 def _some(names: list[str], what: str) -> str:

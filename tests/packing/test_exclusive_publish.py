@@ -101,7 +101,9 @@ def test_a_run_that_lost_the_claim_removes_its_files_and_says_so(tmp_path):
     assert "\n" not in str(info.value)
     assert not [n for n in os.listdir(dest) if old.token in n]
     newer.close()
-    assert sorted(os.listdir(dest)) == sorted([MANIFEST_NAME, *indexed(mine)]) and verify(str(dest)).ok
+    assert (
+        sorted(os.listdir(dest)) == sorted([MANIFEST_NAME, *indexed(mine)]) and verify(str(dest)).ok
+    )
 
 
 def indexed(shards) -> list[str]:
@@ -122,7 +124,9 @@ def test_a_manifest_that_appears_while_a_run_writes_makes_it_lose_and_stays(tmp_
         "another pack published a dataset there while this one was writing (_manifest.json appeared)"
         in text
     )
-    assert "its 6 files were removed" in text  # 3 shards and their sample indexes and "--overwrite" in text and "\n" not in text
+    assert (
+        "its 6 files were removed" in text
+    )  # 3 shards and their sample indexes and "--overwrite" in text and "\n" not in text
     assert (dest / MANIFEST_NAME).read_bytes() == before  # never replaced
     # its claim
     assert (

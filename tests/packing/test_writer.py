@@ -214,7 +214,9 @@ def test_no_manifest_and_no_temp_files_when_the_block_raises(tmp_path, fmt):
     names = files_in(tmp_path)
     assert MANIFEST_NAME not in names
     assert not [n for n in names if n.startswith(".") or n.endswith(".tmp")]
-    assert names == indexed(*(f"shard-00000{i}.{fmt}" for i in range(2)))  # only finished shards remain
+    assert names == indexed(
+        *(f"shard-00000{i}.{fmt}" for i in range(2))
+    )  # only finished shards remain
 
 
 def test_failed_write_inside_block_publishes_nothing(tmp_path):
