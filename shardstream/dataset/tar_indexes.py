@@ -4,7 +4,7 @@ A shard packed with its index (the default) is opened from that file, checked ag
 manifest's sha256 of it. A tar without one (another tool's, packed with ``--no-index``, indexed in a
 folder that could not be written, or compressed) would have its headers parsed by every worker of
 every epoch; instead the first reader on a host parses them once (strictly, as always), builds the
-index (:func:`~shardstream.formats.tar_index.build_index`) and keeps it in the host's private cache,
+index (:func:`~shardstream.formats.tar.build_index`) and keeps it in the host's private cache,
 where every later worker, rank and run on the host finds it (``indexes/`` in the shard cache).
 
 The cached index is named by what it describes: for a local file, its path and version (device,
@@ -23,7 +23,8 @@ from collections.abc import Callable
 from typing import Any
 
 from ..errors import ShardstreamError
-from ..formats.tar_index import MAGIC, SampleIndex, build_index, index_name, parse_index
+from ..formats.tar import build_index
+from ..formats.tar_index import MAGIC, SampleIndex, index_name, parse_index
 from ..manifest import Manifest
 from ..storage import DiskCache, ShardFetcher, Store
 

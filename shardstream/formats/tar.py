@@ -17,6 +17,7 @@ from typing import Any
 from ..errors import CorruptShardError
 from .compression import decompress  # noqa: F401 - tar.decompress, as in 0.1
 from .tar_headers import LINK, REGULAR, SPARSE, Listing, Scan, fast_listing, listing
+from .tar_index import index_bytes
 from .tar_writer import (  # noqa: F401 - the writing side, under the names it had here
     BLOCK,
     END_OF_ARCHIVE,
@@ -228,3 +229,15 @@ def index_samples(buf, name: str = "shard") -> tuple[list[str], list[dict[str, t
     """Keys and per-field (offset, size) in ``buf`` of every sample, as :func:`read_samples` gives them."""
     found = _in_place(read_samples(buf, name), name)
     return found.keys, found.fields
+
+
+def build_index(buf, name: str = "shard", samples: TarSamples | None = None) -> bytes | None:
+    """The sample index (:mod:`.tar_index`) of the tar ``buf`` (uncompressed), from its own headers read
+    strictly: for a tar packed without one (another tool's, or ``--no-index``). A tar whose samples are
+    no runs of members (members apart, hard links) gets a version 2 index; one with sparse members, whose
+    bytes are not in the tar as they are read, none (``None``). ``samples``: what :func:`read_samples`
+    gave, if the caller read the tar already."""
+    found = samples if samples is not None else read_samples(buf, name)
+    if found.sparse:
+        return None
+    return index_bytes(buf, list(zip(found.keys, found.fields)))

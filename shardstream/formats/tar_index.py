@@ -19,7 +19,7 @@ Version 2 (``MAGIC_GROUPED``, same layout) indexes a tar whose samples are no ru
 members apart (a tar written in folder order), hard links (a member's bytes are an earlier member's).
 Its members' data lie anywhere in the tar; its sample offsets are all 0 but the last, the end of the
 members, and its digests are zeros: a sample of it has no span of its own, so it is read from the whole
-shard (never by a ranged read of a span). :func:`build_index` writes version 1 wherever it can, so
+shard (never by a ranged read of a span). :func:`shardstream.formats.tar.build_index` writes version 1 wherever it can, so
 readers of version 1 read every index of a tar packed or written in order.
 """
 
@@ -254,23 +254,13 @@ def _check_grouped(offsets, first, data_offsets, sizes, names, m: int, tar_size:
         raise bad("a member's data lies outside the tar's members")
 
 
-def build_index(buf, name: str, samples=None) -> bytes | None:
-    """The sample index of the tar ``buf`` (uncompressed), from its own headers parsed strictly: for a tar
-    packed without one (another tool's, or ``--no-index``). Sample ``i`` spans from the end of sample
-    ``i - 1``'s last member (0 for the first) to the end of its own last member's padding, so what lies
-    between two samples' members (extended headers, folders, members that are no sample's) belongs to
-    the sample after it; its sha256 covers that span. A tar whose samples are no such runs (members
-    apart, hard links) gets a version 2 index (see the module); one with sparse members, whose bytes
-    are not in the tar as they are read, none (``None``). ``samples``: the tar's
-    :class:`~shardstream.formats.tar.TarSamples`, or its (key, fields) pairs, if the caller parsed it."""
-    from . import tar as tar_format
-
-    if samples is None:
-        samples = tar_format.read_samples(buf, name)
-    if isinstance(samples, tar_format.TarSamples):
-        if samples.sparse:
-            return None
-        samples = list(zip(samples.keys, samples.fields))
+def index_bytes(buf, samples: list[tuple[str, dict[str, tuple[int, int]]]]) -> bytes:
+    """The sample index of the tar ``buf`` (uncompressed) whose samples, as its headers give them, are
+    ``samples`` ((key, fields) pairs): see :func:`shardstream.formats.tar.build_index`. Sample ``i`` spans
+    from the end of sample ``i - 1``'s last member (0 for the first) to the end of its own last member's
+    padding, so what lies between two samples' members (extended headers, folders, members that are no
+    sample's) belongs to the sample after it; its sha256 covers that span. Samples that are no such runs
+    (members apart, hard links) give a version 2 index (see the module)."""
     view = memoryview(buf)
     builder = IndexBuilder()
     at = 0

@@ -18,7 +18,8 @@ from ..errors import CorruptShardError, DatasetExistsError, ShardstreamError, St
 from ..formats import TAR_COMPRESSION, TAR_FORMAT, shard_format_of
 from ..formats import tar as tar_format
 from ..formats.compression import decompress, true_compression
-from ..formats.tar_index import build_index, index_name
+from ..formats.tar import build_index
+from ..formats.tar_index import index_name
 from ..storage import Store, is_url
 from .files import IN_PROGRESS, sync_existing, write_durably, write_manifest
 from .schema import MANIFEST_NAME, Manifest, creation_info

@@ -216,7 +216,8 @@ LINKED = [("a.jpg", b"A" * 700), ("a.cls", b"1"), ("b.jpg", ("link", "a.jpg")), 
     ("members", "b_jpg"), [(APART, b"B" * 30), (LINKED, b"A" * 700)], ids=["apart", "hard link"]
 )
 def test_a_tar_of_no_runs_gets_a_version_2_index_that_reads_as_its_headers(members, b_jpg):
-    from shardstream.formats.tar_index import MAGIC_GROUPED, build_index
+    from shardstream.formats.tar import build_index
+    from shardstream.formats.tar_index import MAGIC_GROUPED
 
     tar = _tarfile(members)
     raw = build_index(tar, "s.tar")
@@ -232,14 +233,14 @@ def test_a_tar_of_no_runs_gets_a_version_2_index_that_reads_as_its_headers(membe
 
 
 def test_a_tar_in_order_still_gets_a_version_1_index():
-    from shardstream.formats.tar_index import build_index
+    from shardstream.formats.tar import build_index
 
     tar = _tarfile([("a.jpg", b"A"), ("a.cls", b"1"), ("b.jpg", b"B")])
     assert build_index(tar, "s.tar")[:8] == MAGIC
 
 
 def test_a_version_2_index_with_a_member_outside_the_tar_is_refused():
-    from shardstream.formats.tar_index import build_index
+    from shardstream.formats.tar import build_index
 
     tar = _tarfile(APART)
     raw = bytearray(build_index(tar, "s.tar"))
