@@ -9,6 +9,7 @@ import os
 import posixpath
 from collections import Counter
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -115,11 +116,16 @@ def _scan(urls: list[str], root: Store, on_shard: Callable[[int], None] | None) 
     if len(set(names)) != len(names):
         raise ShardstreamError("the same shard is named twice; give each shard once")
     shards = _Shards()
-    for name, url in zip(names, urls):
-        data = root.read_bytes(name)
-        shards.add(data, root.url_of(name), named[url])
-        if on_shard:
-            on_shard(len(data))
+    # the shard's sha256 in a thread while this one reads its headers and hashes its samples
+    # (hashlib lets go of the GIL on large buffers)
+    with ThreadPoolExecutor(1, thread_name_prefix="shardstream-sha256") as hasher:
+        for name, url in zip(names, urls):
+            data = root.read_bytes(name)
+            digest = hasher.submit(lambda d: hashlib.sha256(d).hexdigest(), data)
+            shards.add(data, root.url_of(name), named[url])
+            shards.digests.append(digest.result())
+            if on_shard:
+                on_shard(len(data))
     kinds = Counter(shards.compressions)
     manifest = Manifest(
         # each shard is read by its own first bytes; a folder that mixes compressions is "tar"
@@ -161,6 +167,7 @@ class _Shards:
         self._previous: tuple[str, set[str]] | None = None
 
     def add(self, data: bytes, where: str, named: str | None) -> None:
+        """Read one shard (``data``, at ``where``, whose name says ``named``); its sha256 is the caller's."""
         if len(data) == 0:
             raise CorruptShardError(
                 f"{where}: empty file, not a tar; remove it from the list or re-create it"
@@ -188,7 +195,6 @@ class _Shards:
             self._leave_out("odd extensions", found.odd)
         self.samples.append(len(found.keys))
         self.nbytes.append(len(data))
-        self.digests.append(hashlib.sha256(data).hexdigest())
         self.compressions.append(compression)
 
     def _split_keys(self, where: str, keys: list[str]) -> None:
