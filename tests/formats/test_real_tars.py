@@ -456,3 +456,67 @@ def test_gzip_named_tar_reads_in_memory_too():
     from shardstream.formats import iter_shard_samples
 
     assert [s["txt"] for s in iter_shard_samples("tar", gzip.compress(plain))] == [b"1"]
+
+
+# -- damage to the tars above: a named error, or what tarfile reads ---------------------------------------------
+
+
+def _members_read(buf: bytes):
+    """name -> bytes of every member that holds a file (links resolved, sparse expanded), or None after a
+    CorruptShardError naming the shard."""
+    from shardstream.formats import tar_headers as H
+
+    try:
+        members, out = T._resolve(H.listing(buf, "fuzz.tar"), buf)
+    except CorruptShardError as exc:
+        assert "fuzz.tar" in str(exc) and "\n" not in str(exc)
+        return None
+    view = memoryview(out.data)
+    return {name: bytes(view[o : o + n]) for name, o, n in members}
+
+
+def _tarfile_read(buf: bytes):
+    try:
+        with tarfile.open(fileobj=io.BytesIO(buf), mode="r:") as tf:
+            return {
+                m.name: tf.extractfile(m).read()  # type: ignore[union-attr]
+                for m in tf
+                if m.isreg() or m.islnk()
+            }
+    except Exception:  # noqa: BLE001 - tarfile's own errors and worse: nothing to compare with
+        return None
+
+
+@needs_gnu_tar
+def test_damaged_sparse_and_linked_tars_give_a_named_error_or_what_tarfile_reads(tmp_path):
+    import random
+
+    from tests.formats.test_fuzz import watchdog
+
+    names = sparse_source(tmp_path / "src")
+    os.link(tmp_path / "src/data/s0000.jpg", tmp_path / "src/data/s0009.jpg")
+    tars = [
+        gnu_tar(
+            tmp_path / "src", tmp_path / f"{i}.tar", [*names, "data/s0009.jpg"], *options
+        ).read_bytes()
+        for i, options in enumerate(
+            [["--sparse", "--format=posix"], ["--sparse", "--format=posix", "--sparse-version=0.0"]]
+        )
+    ]
+    rng = random.Random("shardstream-real-tars")
+    compared = 0
+    for case in range(120):
+        buf = bytearray(tars[case % 2])
+        headers = [i for i in range(0, len(buf) - 512, 512) if buf[i + 257 : i + 262] == b"ustar"]
+        at = rng.choice(headers) + rng.randrange(512) if case % 3 else rng.randrange(len(buf))
+        buf[at] = rng.randrange(256) if case % 5 else ord(rng.choice("0123456789,"))
+        if case % 3:  # mostly with a right checksum: the parser must not trust it
+            head = at - at % 512
+            buf[head + 148 : head + 156] = b" " * 8
+            buf[head + 148 : head + 156] = b"%06o\0 " % sum(buf[head : head + 512])
+        with watchdog():
+            ours = _members_read(bytes(buf))
+        if ours is not None and (theirs := _tarfile_read(bytes(buf))) is not None:
+            assert ours == theirs, f"case {case}: byte {at}"
+            compared += 1
+    assert compared > 20  # much damage reads on (a name byte, a time) or is refused
