@@ -16,7 +16,16 @@ from typing import Any
 
 from ..errors import CorruptShardError
 from .compression import decompress  # noqa: F401 - tar.decompress, as in 0.1
-from .tar_headers import LINK, REGULAR, SPARSE, Listing, Scan, fast_listing, listing
+from .tar_headers import (
+    LINK,
+    MAX_SPARSE_SIZE,
+    REGULAR,
+    SPARSE,
+    Listing,
+    Scan,
+    fast_listing,
+    listing,
+)
 from .tar_index import index_bytes
 from .tar_writer import (  # noqa: F401 - the writing side, under the names it had here
     BLOCK,
@@ -118,7 +127,7 @@ def _some(names: list[str], what: str) -> str:
     return f"{len(names)} {what}{'s' if len(names) != 1 else ''} ({shown}{more})"
 
 
-def _resolve(found: Listing, buf) -> tuple[list[tuple[str, int, int]], TarSamples]:
+def _resolve(found: Listing, buf, where: str) -> tuple[list[tuple[str, int, int]], TarSamples]:
     """The members that hold a file, hard links resolved to their target's bytes and sparse members
     expanded (after a copy of ``buf``); symbolic links and links to no earlier member left out."""
     out = TarSamples(buf)
@@ -132,6 +141,10 @@ def _resolve(found: Listing, buf) -> tuple[list[tuple[str, int, int]], TarSample
     for i, (member, offset, size) in enumerate(members):
         kind, detail = found.special.get(i, (REGULAR, None))
         if kind == SPARSE:
+            if at - len(buf) + size > MAX_SPARSE_SIZE:
+                raise CorruptShardError(
+                    f"{where}: its sparse members expand to more than {MAX_SPARSE_SIZE} bytes in all"
+                )
             piece = detail.expand(buf)  # type: ignore[union-attr]
             offset, at = at, at + len(piece)
             expanded.append(piece)
@@ -200,7 +213,7 @@ def _group(members: Iterable[tuple[str, int, int]], name: str, out: TarSamples) 
 def read_samples(buf, name: str = "shard", check: bool = True) -> TarSamples:
     """The samples of the tar ``buf`` (see :class:`TarSamples`): every header read (by the numpy path when
     the tar allows it), members grouped by key, hard links and sparse members resolved."""
-    members, out = _resolve(listing(buf, name, check), buf)
+    members, out = _resolve(listing(buf, name, check), buf, name)
     return _group(members, name, out)
 
 

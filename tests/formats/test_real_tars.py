@@ -357,19 +357,38 @@ def test_malformed_sparse_maps_are_refused(tmp_path, old, new, says):
         T.read_samples(bytes(damaged), "s.tar")
 
 
-def test_a_huge_sparse_size_is_refused():
-    records = b"".join(
-        __import__("shardstream.formats.tar_writer", fromlist=["_pax_record"])._pax_record(k, v)
-        for k, v in (("GNU.sparse.size", b"%d" % (1 << 40)), ("GNU.sparse.map", b"0,3"))
-    )
+def _sparse_member(name: str, real: int) -> bytes:
+    """A PAX 0.1 sparse member ``name`` of ``real`` bytes whose 3 stored bytes come first."""
+    from shardstream.formats.tar_writer import _pax_record
+
+    records = _pax_record("GNU.sparse.size", b"%d" % real) + _pax_record("GNU.sparse.map", b"0,3")
     pax = bytearray(T.member_header("pax", len(records)))
     pax[156:157] = b"x"
     pax[148:156] = b" " * 8
     pax[148:156] = b"%06o\0 " % sum(pax)
-    shard = bytes(pax) + records.ljust(512, b"\0") + T.member_header("k.bin", 3)
-    shard += b"abc".ljust(512, b"\0") + T.END_OF_ARCHIVE
-    with pytest.raises(CorruptShardError, match="more than"):
+    return (
+        bytes(pax) + records.ljust(512, b"\0") + T.member_header(name, 3) + b"abc".ljust(512, b"\0")
+    )
+
+
+@pytest.mark.parametrize(
+    "members",
+    [[("k.bin", 1 << 40)], [("k.bin", 3 << 30), ("j.bin", 3 << 30)]],
+    ids=["one of 1 TiB", "two of 3 GiB"],
+)
+def test_huge_sparse_sizes_are_refused_before_any_is_expanded(members):
+    shard = b"".join(_sparse_member(n, real) for n, real in members) + T.END_OF_ARCHIVE
+    with pytest.raises(CorruptShardError, match="s.tar: .*more than"):
         T.read_samples(shard, "s.tar")
+
+
+def test_a_small_sparse_member_reads_with_its_hole():
+    shard = _sparse_member("k.bin", 1000) + T.END_OF_ARCHIVE
+    found = T.read_samples(shard, "s.tar")
+    offset, size = found.fields[0]["bin"]
+    assert bytes(memoryview(found.data)[offset : offset + size]) == b"abc" + bytes(997)
+    with pytest.raises(CorruptShardError, match="sparse"):
+        T.index_samples(shard, "s.tar")  # offsets in the tar itself cannot place it
 
 
 # -- 6. GNU headers with access and change times -------------------------------------------------------------
@@ -467,7 +486,7 @@ def _members_read(buf: bytes):
     from shardstream.formats import tar_headers as H
 
     try:
-        members, out = T._resolve(H.listing(buf, "fuzz.tar"), buf)
+        members, out = T._resolve(H.listing(buf, "fuzz.tar"), buf, "fuzz.tar")
     except CorruptShardError as exc:
         assert "fuzz.tar" in str(exc) and "\n" not in str(exc)
         return None
