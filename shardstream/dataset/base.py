@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import threading
 import warnings
 import weakref
 from collections.abc import Callable, Iterable, Iterator
@@ -45,16 +46,23 @@ from .state import (
 )
 
 
-@dataclass
-class ProcessLocal:
-    """What one process holds of a dataset, never pickled into another: its open shards, its worker
-    transport, the progress of a pass a foreign DataLoader read here, and a resume state loaded into
-    this worker (applied to its next pass)."""
+class ProcessLocal(threading.local):
+    """What one process (one reader thread, each its own) holds of a dataset, never pickled into another:
+    its open shards, its worker transport, the progress of a pass a foreign DataLoader read here, and a
+    resume state loaded into this worker (applied to its next pass)."""
 
-    shards: Any = None  # (verify_checksums it was opened with, the open shards)
-    sender: tuple[Any, Any] | None = None  # (the loader's sender factory, this worker's transport)
-    progress: dict[str, Any] | None = None
-    loaded: tuple[int, Position, int] | None = None  # (generation, position, chunks to skip)
+    def __init__(self) -> None:
+        self.shards: Any = None  # (verify_checksums it was opened with, the open shards)
+        self.sender: tuple[Any, Any] | None = (
+            None  # (the loader's sender factory, this worker's transport)
+        )
+        self.progress: dict[str, Any] | None = None
+        self.loaded: tuple[int, Position, int] | None = (
+            None  # (generation, position, chunks to skip)
+        )
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return ProcessLocal, ()  # what it holds stays here: another process starts with nothing
 
 
 class Emitter:

@@ -15,6 +15,8 @@ works with the loader, the statistics and ``bench``.
 
 from __future__ import annotations
 
+import contextlib
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
@@ -26,17 +28,37 @@ from .setup import LoaderSetup
 
 @dataclass(frozen=True)
 class WorkerSlot:
-    """Which DataLoader worker this process is, of how many; the main process is worker 0 of 1."""
+    """Which worker this is, of how many: a DataLoader worker process (``in_worker``), a reader thread of
+    the main process (``in_thread``, see :mod:`shardstream.loader.threads`), or the main process itself,
+    worker 0 of 1."""
 
     id: int = 0
     count: int = 1
     in_worker: bool = False
+    in_thread: bool = False
 
     @classmethod
     def current(cls) -> WorkerSlot:
-        """This process's slot (from ``torch.utils.data.get_worker_info``)."""
+        """This thread's slot: the one :func:`reading_as` set, else this process's (from
+        ``torch.utils.data.get_worker_info``)."""
+        slot = getattr(_THREAD, "slot", None)
+        if slot is not None:
+            return slot
         info = get_worker_info()
         return cls() if info is None else cls(int(info.id), int(info.num_workers), True)
+
+
+_THREAD = threading.local()
+
+
+@contextlib.contextmanager
+def reading_as(slot: WorkerSlot) -> Iterator[None]:
+    """Within the block, this thread reads as worker ``slot`` (a reader thread of the main process)."""
+    _THREAD.slot = slot
+    try:
+        yield
+    finally:
+        _THREAD.slot = None
 
 
 @dataclass(frozen=True)

@@ -22,9 +22,10 @@ from typing import Any
 import numpy as np
 
 from ..formats import tar as tar_format
-from ..formats.tar_index import SampleIndex, index_name, parse_index
+from ..formats.tar_index import SampleIndex
 from ..manifest import Manifest
 from ..storage import Prefetcher, ShardFetcher
+from .tar_indexes import SampleIndexes
 
 RANGED_SAMPLES = 256  # per pass and process: the first few batches of an epoch
 # The first ranged GET of a pass, then PROBE_WAVE at once: if those take over PROBE_SECONDS and over
@@ -60,6 +61,7 @@ class RangedReads:
         fetcher: ShardFetcher,
         prefetcher: Prefetcher[Any],
         budget: int = RANGED_SAMPLES,
+        indexes: SampleIndexes | None = None,
     ):
         digests = getattr(manifest, "index_sha256", None)
         self.manifest, self.fetcher, self.prefetcher, self.coming = (
@@ -77,6 +79,7 @@ class RangedReads:
         self.bridged = False  # a whole shard arrived (or ranged GETs are slow): ranged reads are done for this pass
         self.probed = False
         self._indexes: dict[int, SampleIndex | None] = {}
+        self.indexes = indexes or SampleIndexes(fetcher.store, manifest, fetcher)
 
     @property
     def active(self) -> bool:
@@ -85,22 +88,9 @@ class RangedReads:
     def load_indexes(self, shards: list[int]) -> None:
         """The verified sample indexes of ``shards`` (fetched at once; one that fails or has none: None, and
         the whole shard is read instead, and says what is wrong)."""
-        todo = [s for s in dict.fromkeys(shards) if s not in self._indexes and self.digests[s]]
-        self._indexes.update(
-            (s, None) for s in shards if s not in self._indexes and not self.digests[s]
-        )
-        if not todo:
-            return
-        m = self.manifest
-        names = [index_name(m.paths[s]) for s in todo]
-        try:
-            found = self.fetcher.read_checked_many(names, [self.digests[s] for s in todo])
-            for s, name, data in zip(todo, names, found):
-                self._indexes[s] = parse_index(
-                    data, self.fetcher.store.url_of(name), int(m.samples[s]), int(m.nbytes[s])
-                )
-        except Exception:  # noqa: BLE001 - the whole shards are read instead, and checked
-            self._indexes.update((s, self._indexes.get(s)) for s in todo)
+        todo = [s for s in dict.fromkeys(shards) if s not in self._indexes]
+        if todo:
+            self._indexes.update(self.indexes.stored(todo))
 
     def fetch(
         self,

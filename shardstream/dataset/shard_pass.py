@@ -66,11 +66,18 @@ def open_stored(
     url_or_urls: str | os.PathLike[str] | Sequence[str], storage: StorageSettings
 ) -> Stored:
     """The dataset at ``url_or_urls`` (a folder, a manifest, or WebDataset tars), read with ``storage``."""
-    store, manifest = open_dataset(url_or_urls, storage.options, storage.retry)
+    made: list[DiskCache] = []
+
+    def cache() -> DiskCache:  # made once, and only for a remote dataset
+        if not made:
+            made.append(storage.disk_cache())
+        return made[0]
+
+    store, manifest = open_dataset(url_or_urls, storage.options, storage.retry, cache)
     if manifest.num_samples == 0:
         raise ManifestError(f"{store.url} holds no samples")
     release_stale_maps()  # this process's maps of shard files replaced or deleted since (a re-pack)
-    return Stored(storage, store, manifest, None if store.local else storage.disk_cache())
+    return Stored(storage, store, manifest, None if store.local else cache())
 
 
 class ShardPass:
@@ -102,9 +109,10 @@ class ShardPass:
             self.prefetcher = Prefetcher(
                 shards.load, lambda i: int(nbytes[i]), stored.storage.prefetch_bytes
             )
-            shards.attach(
-                self.prefetcher, RangedReads(stored.manifest, shards.fetcher, self.prefetcher)
+            ranged = RangedReads(
+                stored.manifest, shards.fetcher, self.prefetcher, indexes=shards.indexes
             )
+            shards.attach(self.prefetcher, ranged)
         # decompressed shards: let go of passed ones
         self.look_ahead = look_ahead or self.prefetcher is not None
 

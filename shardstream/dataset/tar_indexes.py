@@ -16,6 +16,7 @@ index is built in memory for this process, with one warning.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import os
@@ -33,6 +34,14 @@ log = logging.getLogger("shardstream")
 
 class _NoIndex(Exception):
     """The tar has members no sample index can hold (sparse ones)."""
+
+
+def _taken(found: Any) -> bytes:
+    """The bytes of a file the cache handed out, copied, and the cache's lock on it let go."""
+    data = bytes(found)
+    if hasattr(found, "close"):
+        found.close()
+    return data
 
 
 class SampleIndexes:
@@ -58,23 +67,44 @@ class SampleIndexes:
         """The index of ``shard``, whose uncompressed bytes are ``plain``: its stored one (uncompressed
         shards), else one built from ``plain`` once per host. ``None`` when none can be had: the caller
         parses the headers, which say what is wrong."""
-        found = None if compressed else self.stored(shard, len(plain))
+        found = None if compressed else self.stored([shard]).get(shard)
         return found if found is not None else self.from_cache(shard, plain, compressed)
 
-    def stored(self, shard: int, size: int) -> SampleIndex | None:
-        """A local shard's ``<shard>.idx``, checked against the manifest's sha256 (None: none, or one
-        that does not check: the tar's own headers are parsed instead, and say what is wrong)."""
+    def stored(self, shards: list[int]) -> dict[int, SampleIndex | None]:
+        """The stored ``<shard>.idx`` of ``shards`` (fetched at once), each checked against the manifest's
+        sha256; a remote one through the host's cache, so a host fetches it once. ``None`` for a shard
+        without one, or one that does not check: its tar is read whole instead, and says what is wrong."""
         digests = getattr(self.manifest, "index_sha256", None)
-        if not self.store.local or not digests or not digests[shard]:
-            return None
-        name = index_name(self.manifest.paths[shard])
+        out: dict[int, SampleIndex | None] = dict.fromkeys(shards)
+        todo = [s for s in dict.fromkeys(shards) if digests and digests[s]]
+        if not todo:
+            return out
+        cache = None if self.store.local else self.cache()
+        found: dict[int, bytes] = {}
+        if cache is not None:
+            for s in todo:
+                cached = cache.open(digests[s], content=True)
+                if cached is not None:
+                    found[s] = _taken(cached)
+        missing = [s for s in todo if s not in found]
+        names = [index_name(self.manifest.paths[s]) for s in missing]
         try:
-            (data,) = self.fetcher.read_checked_many([name], [digests[shard]])
-            return parse_index(
-                data, self.store.url_of(name), int(self.manifest.samples[shard]), size
-            )
-        except Exception:  # noqa: BLE001 - the headers say what the shard holds, or what is wrong with it
-            return None
+            fetched = self.fetcher.read_checked_many(names, [digests[s] for s in missing])
+        except Exception:  # noqa: BLE001 - the tars are read whole instead, and say what is wrong
+            fetched = []
+        for s, data in zip(missing, fetched):
+            found[s] = data
+            if cache is not None:  # checked against its sha256 already
+                with contextlib.suppress(ShardstreamError, OSError):
+                    _taken(cache.get(digests[s], lambda data=data: data, content=True))
+        for s, data in found.items():
+            name = self.store.url_of(index_name(self.manifest.paths[s]))
+            try:
+                samples, size = int(self.manifest.samples[s]), int(self.manifest.nbytes[s])
+                out[s] = parse_index(data, name, samples, size)
+            except ShardstreamError:
+                out[s] = None
+        return out
 
     def from_cache(self, shard: int, plain: Any, compressed: bool) -> SampleIndex | None:
         """``shard``'s index from the host's cache, built there from ``plain`` by the first reader."""
@@ -102,10 +132,7 @@ class SampleIndexes:
         cache: DiskCache, key: str, build: Callable[[], bytes], name: str, samples: int, size: int
     ) -> SampleIndex | None:
         for _ in range(2):
-            found = cache.get(key, build)
-            data = bytes(found)
-            if hasattr(found, "close"):
-                found.close()  # lets go of the cache's lock on it
+            data = _taken(cache.get(key, build))
             try:
                 return parse_index(data, name, samples, size)
             except ShardstreamError:

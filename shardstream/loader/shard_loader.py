@@ -36,6 +36,7 @@ from ..errors import ShardstreamError
 from ..host import local_ranks, usable_cores
 from . import guards, worker_errors
 from .stats import Callback, LoaderStats, StatsRecorder
+from .threads import thread_count, threaded_pass
 from .transport import Receiver, Ring
 
 log = logging.getLogger("shardstream")
@@ -97,6 +98,10 @@ class ShardLoader(DataLoader):
     order and the resume state). Raw local tar batches (``decode=None``, no transform, the default
     collate) carry only the values' locations, which one worker makes faster than the main process
     reads them: their default is one worker.
+    ``workers``: ``"processes"`` (torch's worker processes), ``"threads"`` (``num_workers`` reader threads
+    in this process: no fork, no pickling, no ``/dev/shm``; the same order and resume state; see
+    :mod:`shardstream.loader.threads`), or ``"auto"`` (default): threads where they were measured to be
+    faster, else processes. ``reader_threads`` says how many threads read (0: none).
     """
 
     def __init__(
@@ -108,6 +113,7 @@ class ShardLoader(DataLoader):
         seed_workers: bool | None = None,
         shm_check: str = "raise",
         worker_tracebacks: bool = False,
+        workers: str = "auto",
         **kwargs: Any,
     ):
         if batch_size is None:  # what a DataLoader rebuilt from a ShardLoader's attributes passes
@@ -134,6 +140,12 @@ class ShardLoader(DataLoader):
         # batches of locations (raw local tars): one worker outpaces the main process
         if num_workers is None:
             num_workers = min(default_num_workers(), 1) if dataset.mapped else default_num_workers()
+        self.reader_threads = thread_count(dataset, num_workers, workers)
+        self._thread_depth = 2
+        if self.reader_threads:  # torch reads in its main process, from the threads
+            self._thread_depth = kwargs.pop("prefetch_factor", None) or 2
+            kwargs.pop("persistent_workers", None)
+            num_workers = 0
         kwargs.setdefault("pin_memory", torch.cuda.is_available())
         kwargs.setdefault("collate_fn", _from_worker)  # batches are collated in the dataset already
         kwargs.setdefault("generator", torch.Generator().manual_seed(dataset.seed))
@@ -233,7 +245,15 @@ class ShardLoader(DataLoader):
         self.dataset.set_epoch(epoch)
 
     def _get_iterator(self) -> Any:
-        """torch's iterator, with workers that know they are this loader's (see ShardDataset's foreign-reader check)."""
+        """torch's iterator, with workers that know they are this loader's (see ShardDataset's foreign-reader
+        check); with reader threads, torch's single-process iterator over the threads' chunks."""
+        if self.reader_threads:
+            it = super()._get_iterator()
+            # torch's fetcher made a generator of the dataset that has not started: the threads read instead
+            it._dataset_fetcher.dataset_iter = threaded_pass(
+                self.dataset, self.reader_threads, self._setup.token, self._thread_depth
+            )
+            return it
         if self.num_workers == 0:
             return super()._get_iterator()
         user = self.worker_init_fn

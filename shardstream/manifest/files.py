@@ -9,13 +9,15 @@ local folders; an object store's PUT is durable when it returns, so they do noth
 from __future__ import annotations
 
 import errno
+import hashlib
 import os
+from collections.abc import Callable
 from typing import IO, Any
 
 from ..errors import ManifestError, StorageError
-from ..storage import RetryPolicy, Store, describe_os_error
+from ..storage import DiskCache, RetryPolicy, Store, describe_os_error
 from .schema import MANIFEST_NAME, Manifest
-from .table import TABLE_THRESHOLD, encode_table, table_reference
+from .table import TABLE_PREFIX, TABLE_THRESHOLD, encode_table, table_reference
 
 # Present from the moment shardstream starts writing shards into a folder until its manifest is
 # published. It holds the writing run's token: leftover shards are ours to replace, and a run
@@ -103,8 +105,10 @@ def dataset_store(
     return Store(url, storage_options, retry)
 
 
-def load_manifest(store: Store) -> Manifest:
-    """Read the manifest of the dataset in ``store``; a clear error if there is none."""
+def load_manifest(store: Store, cache: Callable[[], DiskCache] | None = None) -> Manifest:
+    """Read the manifest of the dataset in ``store``; a clear error if there is none. ``cache``: the host's
+    shard cache (made when first needed), through which a remote dataset's shard table is read: once per
+    host, not once per rank (the table is named by its content, so a cached copy is never stale)."""
     try:
         data = store.read_bytes(MANIFEST_NAME)
     except StorageError as exc:
@@ -121,11 +125,28 @@ def load_manifest(store: Store) -> Manifest:
             ) from None
         raise exc
     return Manifest.from_json(
-        bytes(data), store.url_of(MANIFEST_NAME), lambda name: _read_table(store, name)
+        bytes(data), store.url_of(MANIFEST_NAME), lambda name: _read_table(store, name, cache)
     )
 
 
-def _read_table(store: Store, name: str) -> bytes:
+def _read_table(store: Store, name: str, cache: Callable[[], DiskCache] | None = None) -> bytes:
+    if cache is None or store.local:
+        return _read_table_now(store, name)
+    host = cache()
+    key = hashlib.sha256(f"shard table\0{store.url_of(name)}".encode()).hexdigest()
+    prefix = name[len(TABLE_PREFIX) : len(TABLE_PREFIX) + 16]
+    for _ in range(2):
+        found = host.get(key, lambda: _read_table_now(store, name))
+        data = bytes(found)
+        if hasattr(found, "close"):
+            found.close()
+        if hashlib.sha256(data).hexdigest().startswith(prefix):
+            return data
+        host.discard(key)  # damaged in the cache: fetched again
+    return data  # the table's sha256 check says what is wrong
+
+
+def _read_table_now(store: Store, name: str) -> bytes:
     try:
         return bytes(store.read_bytes(name))
     except StorageError as exc:

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..errors import ManifestError
 from ..formats import TAR_COMPRESSION, shard_format_of
-from ..storage import RetryPolicy, Store
+from ..storage import DiskCache, RetryPolicy, Store
 from .files import IN_PROGRESS, MANIFEST_NAME, dataset_store, load_manifest
 from .index_tars import scan
 from .schema import Manifest
@@ -22,13 +22,15 @@ def open_dataset(
     url_or_urls: str | os.PathLike[str] | Sequence[str],
     storage_options: dict[str, Any] | None = None,
     retry: RetryPolicy | None = None,
+    cache: Callable[[], DiskCache] | None = None,
 ) -> tuple[Store, Manifest]:
-    """The store and manifest of a dataset; WebDataset tars without a manifest are scanned."""
+    """The store and manifest of a dataset; WebDataset tars without a manifest are scanned. ``cache``: the
+    host's shard cache, for a remote manifest's shard table (see :func:`load_manifest`)."""
     urls = [url_or_urls] if isinstance(url_or_urls, (str, os.PathLike)) else list(url_or_urls)
     urls = [os.fspath(u) for u in urls]
     if len(urls) == 1 and shard_format_of(urls[0]) not in TAR_COMPRESSION and "{" not in urls[0]:
         store = dataset_store(urls[0], storage_options, retry)
-        return store, load_dataset(store)
+        return store, load_dataset(store, cache)
     log.warning(
         "scanning %d tar source(s) without a manifest; 'shardstream index' writes one so the next "
         "start is instant",
@@ -38,11 +40,11 @@ def open_dataset(
     return Store(result.url, storage_options, retry), result.manifest
 
 
-def load_dataset(store: Store) -> Manifest:
+def load_dataset(store: Store, cache: Callable[[], DiskCache] | None = None) -> Manifest:
     """The manifest of the dataset in ``store``; a local path that is none says what it is instead."""
     if store.local:
         _refuse_local_non_dataset(store)
-    return load_manifest(store)
+    return load_manifest(store, cache)
 
 
 def _refuse_local_non_dataset(store: Store) -> None:

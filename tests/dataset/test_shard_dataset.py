@@ -624,11 +624,17 @@ def test_a_bad_remote_shard_is_fetched_a_bounded_number_of_times_per_pass_when_s
     reads = []
     fs = ds.store.fs
     real = fs.cat_ranges
-    monkeypatch.setattr(
-        fs, "cat_ranges", lambda paths, *a, **k: reads.extend(paths) or real(paths, *a, **k)
-    )
+
+    def spy(paths, starts, ends, *a, **k):
+        reads.extend(zip(paths, starts, ends))
+        return real(paths, starts, ends, *a, **k)
+
+    monkeypatch.setattr(fs, "cat_ranges", spy)
     got = keys(ds)
     assert len(got) == sum(COUNTS) and ds.skipped == COUNTS[2]
-    # retries + 1 whole GETs, and retries + 1 ranged GETs of its first sample (through its sample
-    # index, which fail their sha256 too): not that many per sample
-    assert sum(p.endswith("shard-000002.tar") for p in reads) == 4
+    size = len(original)
+    bad = [(s, e) for p, s, e in reads if p.endswith("shard-000002.tar")]
+    whole = [r for r in bad if r[0] in (0, None) and r[1] in (size, None)]
+    # retries + 1 whole GETs, not that many per sample; ranged GETs of its first samples (through its
+    # sample index, which fail their sha256 too) at most as many, if the server serves them fast enough
+    assert len(whole) == 2 and len(bad) - len(whole) <= 2

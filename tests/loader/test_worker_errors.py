@@ -70,7 +70,7 @@ def urls(tmp_path_factory) -> dict[str, str]:
     }
     for name in ("corrupt", "tokens"):
         # the second shard, whatever packing names it
-        damage(sorted(Path(made[name]).glob("shard-*"))[1])
+        damage(sorted(Path(made[name]).glob("shard-*[!.idx]"))[1])
     return made
 
 

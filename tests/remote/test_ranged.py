@@ -37,8 +37,8 @@ def test_a_pack_to_a_bucket_writes_a_checked_index_per_shard(s3_bucket, tmp_path
     local = ShardDataset(str(tmp_path / "local")).manifest
     # the shards themselves are the same bytes as a local pack's
     assert manifest.sha256 == local.sha256
-    # local folders: readers map the files, no index
-    assert getattr(local, "index_sha256", None) is None
+    # and the same indexes as a local pack's
+    assert local.index_sha256 == manifest.index_sha256
     assert len(manifest.index_sha256) == manifest.num_shards
     for i, path in enumerate(manifest.paths):
         raw = s3_bucket.read(f"ds/{path}.idx")
