@@ -134,9 +134,8 @@ def octal_fields(rows, start: int, width: int):
     import numpy as np
 
     digits = rows[:, start : start + width - 1].astype(np.int64) - 48
-    plain = ((digits >= 0) & (digits <= 7)).all(axis=1) & np.isin(
-        rows[:, start + width - 1], (0, 32)
-    )
+    last = rows[:, start + width - 1]
+    plain = ((digits >= 0) & (digits <= 7)).all(axis=1) & ((last == 0) | (last == 32))
     return np.where(plain, digits @ (8 ** np.arange(width - 2, -1, -1, dtype=np.int64)), -1)
 
 
@@ -212,7 +211,7 @@ def fast_listing(buf, name: str) -> Listing | None:
     folders = kinds == ord("5")
     if (
         not np.all(numbers)
-        or not (np.isin(kinds, (ord("0"), 0)) | folders).all()
+        or not ((kinds == ord("0")) | (kinds == 0) | folders).all()
         or (sizes[folders] != 0).any()
         or ((rows[:, 345] != 0) & ~posix).any()
     ):
