@@ -27,6 +27,7 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 
 _SCAN = """
 import json, sys, time
+import shardstream
 from shardstream.formats import tar
 from shardstream.formats.compression import decompress
 out = {}
@@ -41,7 +42,7 @@ for path in sys.argv[2:]:
             list(tar.iter_samples(decompress(data, None, path), path))
         best = min(best, time.perf_counter() - start)
     out[path] = best
-print(json.dumps(out))
+print(json.dumps({"from": shardstream.__file__, "seconds": out}))
 """
 
 
@@ -81,11 +82,15 @@ def scan(tree: Path, tars: list[Path], repeat: int) -> float:
     done = subprocess.run(
         [sys.executable, "-c", _SCAN, str(repeat), *map(str, tars)],
         env=_env(tree),
+        cwd=tars[0].parent,  # not the current folder: it would come before PYTHONPATH
         capture_output=True,
         text=True,
         check=True,
     )
-    return sum(json.loads(done.stdout).values())
+    found = json.loads(done.stdout)
+    if not Path(found["from"]).resolve().is_relative_to(tree):
+        raise SystemExit(f"the child imported {found['from']}, not {tree}")
+    return sum(found["seconds"].values())
 
 
 def index(tree: Path, folder: Path) -> float:
@@ -94,6 +99,7 @@ def index(tree: Path, folder: Path) -> float:
     subprocess.run(
         [sys.executable, "-m", "shardstream", "index", str(folder), "--overwrite", "-q"],
         env=_env(tree),
+        cwd=folder,  # not the current folder: "-m" puts it before PYTHONPATH
         check=True,
         capture_output=True,
     )
