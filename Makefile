@@ -1,7 +1,9 @@
 # Two commands do all the set-up on a fresh machine (Python 3.10+ and pip):
 #   make demo   creates .venv, installs shardstream, packs a sample image folder and a
 #               Parquet table, prints info, verifies and reads samples back
-#   make test   creates .venv, installs with the test extras, runs ruff and pytest
+#   make test   creates .venv, installs with the test extras, runs ruff, builds the docs site
+#               strictly (mkdocs build --strict) and runs pytest
+#   make docs   serves the documentation site on http://127.0.0.1:8000 (mkdocs serve)
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
@@ -12,7 +14,7 @@ BIN    := $(VENV)/bin
 TORCH       ?= torch==2.13.0
 TORCH_INDEX ?=
 
-.PHONY: demo test docker-test bench clean
+.PHONY: demo test docs docker-test bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -42,15 +44,20 @@ demo: $(VENV)/.installed
 	$(BIN)/python examples/read_back.py demo/images-shards demo/table-shards
 
 test: $(VENV)/.installed-test
-	$(BIN)/ruff check shardstream tests benchmarks examples docker
-	$(BIN)/ruff format --check shardstream tests benchmarks examples docker
+	$(BIN)/ruff check shardstream tests benchmarks examples docker docs/hooks.py
+	$(BIN)/ruff format --check shardstream tests benchmarks examples docker docs/hooks.py
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
 	$(BIN)/python -m pytest -q
 
-# The container tests with a real engine (podman or docker, see README "Containers"): a base image made
+# The documentation site (mkdocs.yml, docs/), rebuilt on every change; the packages are the test extras'.
+docs: $(VENV)/.installed-test
+	$(BIN)/mkdocs serve
+
+# The container tests with a real engine (podman or docker, see docs/guides/containers.md): a base image made
 # with mmdebstrap, the wheels, the images, then runs inside them and the compose stack end to end.
 #   apt-get install podman runc podman-compose mmdebstrap   (once, as root)
 docker-test: $(VENV)/.installed-test
 	$(BIN)/python -m pytest -q -m container -rs tests/docker
 
 clean:
-	rm -rf $(VENV) demo .pytest_cache .ruff_cache
+	rm -rf $(VENV) demo site .pytest_cache .ruff_cache

@@ -768,6 +768,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "shardstream/, e.g. from `git archive REV shardstream | tar x -C DIR`), as NAME "
         "[baseline]: before/after in one run; repeatable",
     )
+    parser.add_argument(
+        "--living",
+        action="store_true",
+        help="instead: append 10%% more images to the packed set against a full re-pack (living.py)",
+    )
     args = parser.parse_args(argv)
     args.baselines = {}
     for value in args.baseline:
@@ -800,6 +805,11 @@ def main(argv: list[str] | None = None) -> int:
     print(f"machine: {info['nproc']} cores ({info['cpu']}), Python {info['python']}", flush=True)
 
     images = ensure_image_folder(args.data.resolve(), args.count)
+    if args.living:
+        import living
+
+        living.run(images.train, images.root / "living", args.repeat, args.workers, args.shard_size)
+        return 0
     how = "reused" if images.reused else "generated"
     print(
         f"data: {images.count:,} JPEGs in {images.train} ({how}; generation took {images.generation_seconds:.1f} s), "

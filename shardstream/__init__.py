@@ -13,6 +13,7 @@ from .errors import (
 )
 from .manifest import Manifest, load_manifest
 from .packing import PackResult, ShardWriter, pack
+from .packing.compose import merge, split
 from .storage import StorageSettings
 from .version import __version__
 
@@ -28,6 +29,7 @@ __all__ = [
     "PackResult",
     "ShardDataset",
     "ShardLoader",
+    "ShardMap",
     "ShardWriter",
     "ShardstreamError",
     "SourceError",
@@ -38,14 +40,17 @@ __all__ = [
     "UsageError",
     "__version__",
     "load_manifest",
+    "merge",
     "pack",
     "pad_sequences",
+    "split",
 ]
 
 _LAZY = {  # name -> module: these import torch (seconds); packing and the command line never need it
     "ShardDataset": "dataset",
     "TokenDataset": "dataset",
     "MixedDataset": "dataset",
+    "ShardMap": "dataset",
     "LengthBucketing": "dataset",
     "ShardLoader": "loader",
     "DeviceLoader": "device",

@@ -3,7 +3,7 @@
 They keep working for one more release, with a ``DeprecationWarning`` naming the new path:
 importing ``shardstream.collate`` gives the module ``shardstream.dataset.collate`` itself (the
 same object, so patches and ``isinstance`` agree); a module whose contents went to several new
-ones (``shardstream.writer``) gives a stand-in that finds each name in them. The README lists
+ones (``shardstream.writer``) gives a stand-in that finds each name in them. CHANGELOG.md lists
 the same table.
 """
 

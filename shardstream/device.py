@@ -170,6 +170,7 @@ class DeviceLoader:
         pin: pin tensors that are not pinned yet (a host copy), so copies can overlap.
         dtype: convert the selected tensors to this dtype after the copy; uint8 is scaled
             to [0, 1] when the dtype is floating and ``scale`` is true.
+        scale: divide uint8 by 255 when converting it to a floating dtype.
         normalize: ``(mean, std)``, per channel (dim -3) or scalars: ``(x - mean) / std``
             after the dtype conversion (implies ``dtype=torch.float32`` when none is given).
         channels_last: make the selected 4-d tensors channels-last.

@@ -1,11 +1,15 @@
-"""Running code under real OS limits in tests: file permissions that apply even to root."""
+"""Running code under real OS limits in tests: file permissions that apply even to root, and small
+file systems that fill up (a tmpfs mounted for the test)."""
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
+import errno
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -39,3 +43,40 @@ def permission_preexec(tmp_path: Path):
     if proc.returncode == 0:
         pytest.skip("file permissions do not apply to this process here")
     return preexec
+
+
+@contextlib.contextmanager
+def tiny_tmpfs(where: Path, size: str = "1m") -> Iterator[Path]:
+    """A tmpfs of ``size`` mounted at ``where`` (made here) for the block, or skip: mounting needs root."""
+    where.mkdir(parents=True, exist_ok=True)
+    if os.geteuid() != 0:
+        pytest.skip("mounting a small tmpfs (a file system that fills up) needs root")
+    proc = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)],
+        capture_output=True,
+        text=True,
+    )
+    if proc.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {proc.stderr.strip()}")
+    try:
+        yield where
+    finally:
+        subprocess.run(["umount", "-l", str(where)], check=False)
+
+
+def leave_free(folder: Path, nbytes: int = 0) -> Path:
+    """Fill the file system of ``folder`` with one file, then give back ``nbytes`` (whole 4 KiB pages):
+    exactly that much space is left. Returns the filler (remove it to free the rest)."""
+    filler = folder / ".filler"
+    chunk = b"\0" * (1 << 16)
+    with open(filler, "wb", buffering=0) as f:
+        try:
+            while True:
+                if not f.write(chunk):
+                    break
+        except OSError as exc:
+            if exc.errno != errno.ENOSPC:
+                raise
+    size = filler.stat().st_size
+    os.truncate(filler, max(size - size % 4096 - nbytes, 0))
+    return filler

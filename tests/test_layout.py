@@ -1,5 +1,5 @@
 """The package's shape: one folder per pipeline stage, imports that follow the data flow, no cycles,
-limits on functions (not files), and a README whose layout section names every folder and module there is."""
+limits on functions (not files), and a layout page (docs/design/layout.md) that names every folder and module there is."""
 
 from __future__ import annotations
 
@@ -140,7 +140,7 @@ def test_every_import_names_a_module_of_today(module):
 def test_every_top_level_module_or_folder_is_a_known_stage():
     names = {stage(m) for m in GRAPH} - ENTRY_POINTS
     assert names == set(ALLOWED), (
-        "a new stage needs its place in ALLOWED (and in the README's layout)"
+        "a new stage needs its place in ALLOWED (and in docs/design/layout.md)"
     )
 
 
@@ -230,9 +230,8 @@ def test_functions_not_files_are_limited():
 
 
 def readme_tree() -> set[str]:
-    """The paths the README's layout tree names (``dataset/collate.py``), from its indentation."""
-    readme = (ROOT / "README.md").read_text()
-    section = readme.split("## Layout", 1)[1].split("\n## ", 1)[0]
+    """The paths the layout page's tree names (``dataset/collate.py``), from its indentation."""
+    section = (ROOT / "docs" / "design" / "layout.md").read_text()
     blocks = section.split("```")[
         1::2
     ]  # the section's code blocks; the tree is the one of the package
@@ -251,7 +250,7 @@ def readme_tree() -> set[str]:
     return named
 
 
-def test_the_readme_layout_section_matches_the_tree():
+def test_the_layout_page_matches_the_tree():
     named = readme_tree()
     actual = set()
     for path in PACKAGE.rglob("*.py"):
@@ -260,5 +259,5 @@ def test_the_readme_layout_section_matches_the_tree():
             actual.add(rel.split("/")[0] + "/")
         if not rel.endswith("/__init__.py"):
             actual.add(rel)
-    assert actual - named == set(), "modules missing from the README's layout"
-    assert named - actual == set(), "the README names modules that do not exist"
+    assert actual - named == set(), "modules missing from docs/design/layout.md"
+    assert named - actual == set(), "docs/design/layout.md names modules that do not exist"

@@ -1,8 +1,9 @@
 """The issue's targets, printed as met or missed (never asserted: this is a benchmark, not a test).
 
-Local (issue 17): raw bytes >= 100,000 samples/s and >= 5x the fastest of the others; Pillow and simplejpeg
-decode >= 95% of the decode limit measured in the same run (one decode loop per core, all at once) and
->= 1.5x webdataset (Pillow); simplejpeg >= 2.5x webdataset (Pillow); TTFB <= 0.3 s;
+Local, shardstream with default settings (its "shardstream" row): raw bytes >= 100,000 samples/s (median
+of the runs) and >= 5x the fastest of the others; Pillow and simplejpeg decode >= 95% of the decode limit
+measured in the same run (one decode loop per core, all at once; median) and >= 1.5x webdataset (Pillow);
+simplejpeg >= 2.5x webdataset (Pillow); TTFB <= 0.15 s (2 workers; <= 0.05 s in the main process);
 no memory growth over 3 epochs; Arrow batches within 2x of pyarrow's own read. Remote (issue 4, item 6):
 raw bytes from S3 >= 3x webdataset; TTFB <= 1 s from a cold cache; with the added latency, >= 80% of the
 rate without.
@@ -16,14 +17,14 @@ from typing import Any
 from .config import LOADER_MODES, LOCAL, MEMORY_EPOCHS
 from .jobs import Result, find
 from .procfs import cores
-from .tools import TOOLS
 
+PEERS = ("webdataset", "mosaic", "litdata")  # shardstream's own rows are not others
 RAW_RATE_TARGET = 100_000.0
 RAW_VS_OTHERS_TARGET = 5.0
 PILLOW_VS_LIMIT_TARGET = 0.95  # of the cores' measured decode rate, both decoders
 PILLOW_VS_WDS_TARGET = 1.5
 FAST_VS_WDS_PILLOW_TARGET = 2.5
-TTFB_TARGET = 0.3
+TTFB_TARGET = 0.15
 ARROW_VS_PYARROW_TARGET = 2.0
 # RSS after the last epoch at most 5% above the first's counts as "no growth"
 MEMORY_GROWTH_LIMIT = 0.05
@@ -65,7 +66,7 @@ def targets(results: list[Result]) -> list[Target]:
             None if raw is None else raw.best >= RAW_RATE_TARGET,
         )
     )
-    others = [r for tool in TOOLS[1:] if (r := find(results, tool, "raw")) is not None]
+    others = [r for tool in PEERS if (r := find(results, tool, "raw")) is not None]
     fastest = max(others, key=lambda r: r.best) if others else None
     out.append(
         ratio_target(

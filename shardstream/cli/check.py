@@ -74,16 +74,21 @@ def index_(
     quiet: bool,
     storage_options: tuple[str, ...],
 ) -> None:
-    """Write a manifest for existing WebDataset tars: files, 'shard-{000..009}.tar' or a folder."""
+    """Write a manifest for existing WebDataset tars ('shard-{000..009}.tar', files or a folder) or for
+    Parquet files read in place ('data/*.parquet', files, or a Hugging Face folder of one split)."""
+    from ..manifest.index_parquet import index_parquet, is_parquet
     from ..manifest.index_tars import index as run_index
 
     with tqdm(
         unit="B", unit_scale=True, desc="indexing", leave=False, disable=True if quiet else None
     ) as bar:
         options = storage_options_for(storage_options, output or shards[0])
-        result = run_index(
-            list(shards), output, options, overwrite, on_shard=bar.update, force=force
-        )
+        if is_parquet(shards, options):
+            result = index_parquet(list(shards), output, options, overwrite, on_shard=bar.update)
+        else:
+            result = run_index(
+                list(shards), output, options, overwrite, on_shard=bar.update, force=force
+            )
     m = result.manifest
     for note in result.notes:
         click.echo(f"warning: {safe(note)}", err=True)

@@ -105,6 +105,10 @@ COMMANDS = {
     "index": "check",
     "doctor": "doctor",
     "bench": "bench",
+    "log": "living",
+    "gc": "living",
+    "merge": "living",
+    "split": "living",
 }
 
 

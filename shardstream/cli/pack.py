@@ -56,6 +56,11 @@ from .common import cli, safe, storage_option, storage_options_for
 )
 @click.option("--overwrite", is_flag=True, help="Replace a dataset already at DEST.")
 @click.option(
+    "--append",
+    is_flag=True,
+    help="Add SOURCE's samples to the dataset at DEST as its next version (earlier ones stay readable).",
+)
+@click.option(
     "--fsync/--no-fsync",
     default=True,
     show_default=True,
@@ -117,6 +122,7 @@ def pack(  # noqa: PLR0913 - one per option
     engine: str,
     ray_address: str | None,
     overwrite: bool,
+    append: bool,
     fsync: bool,
     sample_index: bool,
     shuffle: bool,
@@ -157,6 +163,7 @@ def pack(  # noqa: PLR0913 - one per option
         workers=workers,
         layout=layout,
         overwrite=overwrite,
+        append=append,
         storage_options=storage_options_for(storage_options, dest),
         progress=not quiet,
         fsync=fsync,

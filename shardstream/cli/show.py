@@ -189,9 +189,15 @@ def _count(value: Any) -> str:
 @cli.command(name="ls")
 @click.argument("dataset")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON lines, one per shard.")
+@click.option(
+    "--keys", is_flag=True, help="List every sample's index, key and shard instead of the shards."
+)
 @storage_option
-def ls_(dataset: str, as_json: bool, storage_options: tuple[str, ...]) -> None:
-    """List DATASET's shards with sample counts and sizes."""
+def ls_(dataset: str, as_json: bool, keys: bool, storage_options: tuple[str, ...]) -> None:
+    """List DATASET's shards with sample counts and sizes (--keys: its samples' keys)."""
+    if keys:
+        _list_keys(dataset, as_json, storage_options)
+        return
     _, m = open_dataset(dataset, storage_options)
     rows = zip(m.paths, m.samples.tolist(), m.nbytes.tolist(), m.sha256)
     if as_json:
@@ -206,6 +212,32 @@ def ls_(dataset: str, as_json: bool, storage_options: tuple[str, ...]) -> None:
     click.echo(
         f"{count(m.num_shards, 'shard')}, {count(m.num_samples, 'sample')}, {format_size(m.total_bytes)}"
     )
+
+
+def _sample_map(dataset: str, storage_options: tuple[str, ...]) -> Any:
+    """DATASET as a ``ShardMap`` of stored bytes (nothing decoded)."""
+    from ..dataset import ShardMap
+    from .common import storage_options_for
+
+    return ShardMap(
+        dataset, decode=None, storage_options=storage_options_for(storage_options, dataset)
+    )
+
+
+def _list_keys(dataset: str, as_json: bool, storage_options: tuple[str, ...]) -> None:
+    m = _sample_map(dataset, storage_options)
+    index = 0
+    for shard, path in enumerate(m.manifest.paths):
+        try:
+            keys = m.keys_of(shard)
+        except KeyError as exc:
+            raise ShardstreamError(exc.args[0]) from None
+        for key in keys:
+            if as_json:
+                click.echo(safe_json({"index": index, "key": key, "shard": path}))
+            else:
+                click.echo(f"{index}\t{safe(key)}\t{safe(path)}")
+            index += 1
 
 
 def _preview(value: Any) -> str:
@@ -254,14 +286,15 @@ def cat(
     bytes as they are to a file or pipe; to a terminal only text without control characters,
     unless --raw.
     """
-    from ..manifest.lookup import sample_at, sample_by_key
-
     if index is not None and key is not None:
         raise click.UsageError("give an INDEX or --key, not both")
     if raw and field is None:
         raise click.UsageError("--raw goes with --field")
-    store, m = open_dataset(dataset, storage_options)
-    sample = sample_by_key(store, m, key) if key is not None else sample_at(store, m, index or 0)
+    m = _sample_map(dataset, storage_options)
+    try:
+        sample = m.get(key) if key is not None else m[index or 0]
+    except (KeyError, IndexError) as exc:
+        raise ShardstreamError(exc.args[0]) from None
     if field is not None:
         if field not in sample:
             raise ShardstreamError(

@@ -6,7 +6,8 @@ once), decodes (``decode``), transforms and collates them (``collate``: batches 
 tensors; ``samples``: the three ways to a batch), reseeding the worker's generators per batch
 (``seeding``). ``TokenDataset`` (``tokens``) reads token shards as windows of tokens, and
 ``LengthBucketing`` (``lengths``) batches variable-length samples within a token budget.
-``MixedDataset`` (``mixed``; batches put together in ``mix_batches``) reads several datasets as
+``ShardMap`` (``shard_map``; remote samples by ranged reads in ``sparse``) reads any sample by
+its index or key, for any ``Sampler``. ``MixedDataset`` (``mixed``; batches put together in ``mix_batches``) reads several datasets as
 one by weight, on the order :mod:`shardstream.plan.mix` gives. All of them are
 ``PlannedDataset`` objects (``base``: planning, resume, the loader's configuration, written once), and
 what a loader may ask of any of them is the ``Readable`` protocol (``contract``).
@@ -24,6 +25,7 @@ from .mixed import MixedDataset
 from .ranks import resolve_rank
 from .setup import LoaderSetup
 from .shard_dataset import ShardDataset
+from .shard_map import ShardMap
 from .tokens import TokenDataset, token_collate
 
 __all__ = [
@@ -39,6 +41,7 @@ __all__ = [
     "RaggedBytes",
     "Readable",
     "ShardDataset",
+    "ShardMap",
     "TokenDataset",
     "WorkerSlot",
     "pad_sequences",

@@ -301,7 +301,13 @@ class PlannedDataset(IterableDataset):
             self.shuffle,
             self.window,
             self._order_fingerprint,
+            self.dataset_version,
         )
+
+    @property
+    def dataset_version(self) -> int | None:
+        """The version of the one dataset this reads (``None``: several, or none with versions)."""
+        return None
 
     @property
     def generation(self) -> int:

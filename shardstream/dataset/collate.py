@@ -276,6 +276,14 @@ def pad_sequences(
     each sequence; ``lengths`` is int64 ``N``; ``mask`` is bool ``N x L``, True on real
     items. Mixed dtypes are promoted as torch would. In a DataLoader worker the tensors
     are made in shared memory, so sending them copies nothing.
+
+    Args:
+        values: the sequences, one per sample.
+        padding_value: what fills each row after its sequence.
+        max_length: the most items a row keeps (default: the longest sequence).
+
+    Returns:
+        ``(padded, lengths, mask)``.
     """
     if len(values) == 0:
         raise ValueError("pad_sequences needs at least one sequence")
@@ -332,6 +340,12 @@ class FieldCollate:
     ``DataLoader``; it pickles, so ``spawn`` workers can use it. (A ``collate_fn`` other
     than the default sends batches by PyTorch's own shared-memory path instead of
     shardstream's reused arenas: see :mod:`shardstream.loader.transport`.)
+
+    Args:
+        pad: fields to pad: names, or a mapping from name to its padding value.
+        lists: fields kept as one value per sample.
+        padding_value: the padding of fields named in a list ``pad``.
+        max_length: cut padded fields to this length (default: the longest in the batch).
     """
 
     def __init__(

@@ -9,7 +9,7 @@ contract are small frozen objects (:class:`WorkerSlot`, :class:`PassStart`), so 
 depends on is named, not implied.
 
 A new dataset kind implements it by subclassing ``PlannedDataset`` and defining its reading
-(see the README's Layout section for an example); anything that satisfies :class:`Readable`
+(see docs/design/layout.md for an example); anything that satisfies :class:`Readable`
 works with the loader, the statistics and ``bench``.
 """
 

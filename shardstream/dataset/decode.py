@@ -71,7 +71,7 @@ _TYPED: dict[str, Callable[[bytes], Any]] = {
 
 def written_types(manifest: Any) -> dict[str, str]:
     """Tar fields packed from numbers or text (a table's int and string columns): read back as such."""
-    if manifest.shard_format == "arrow":
+    if manifest.shard_format in ("arrow", "parquet"):
         return {}
     return {
         f["name"]: f["type"]

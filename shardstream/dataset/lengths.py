@@ -59,7 +59,9 @@ class LengthBucketing:
         field: the sequence field; batches hold it padded with ``padding_value``, with ``lengths``,
             ``attention_mask``, ``position_ids``, ``cu_seqlens`` and ``max_seqlen`` (see :meth:`batch`);
             the other fields are collated as usual.
-        num_workers, loader_kwargs: for ``dataset.loader``.
+        padding_value: the value that pads ``field`` to the longest sequence of a batch.
+        num_workers: for ``dataset.loader``.
+        loader_kwargs: other keywords for ``dataset.loader``.
     """
 
     def __init__(

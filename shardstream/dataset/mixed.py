@@ -74,7 +74,9 @@ class MixedDataset(PlannedDataset):
             on in the next epoch where it stopped.
         seed: varies every source's passes (with each source's own seed); seed 0 reads pass ``k``
             of a source in the order that source alone would read its epoch ``k``.
-        drop_last, rank, world_size: as for :class:`ShardDataset`.
+        drop_last: as for :class:`ShardDataset`.
+        rank: as for :class:`ShardDataset`.
+        world_size: as for :class:`ShardDataset`.
         collate_fn: makes a batch from sample dicts (default: :func:`shardstream.dataset.collate.collate`).
     """
 
@@ -337,7 +339,16 @@ class MixReader:
     def locate(
         self, positions: np.ndarray
     ) -> Iterator[tuple[int, np.ndarray, np.ndarray, np.ndarray]]:
-        """(source, rows of ``positions`` it holds, their shards, their offsets), per source."""
+        """(source, rows of ``positions`` it holds, their shards, their offsets in them), per source (a split
+        source's selection maps the plan's offsets)."""
+        for i, rows, ids, offsets in self._planned(positions):
+            in_shard = getattr(self.mix.sources[i], "in_shard", None)
+            yield i, rows, ids, offsets if in_shard is None else in_shard(ids, offsets)
+
+    def _planned(
+        self, positions: np.ndarray
+    ) -> Iterator[tuple[int, np.ndarray, np.ndarray, np.ndarray]]:
+        """(source, rows of ``positions`` it holds, their shards, their offsets in the source's plan)."""
         src, index = self.mix.schedule.locate(positions)
         for i in self.live:
             rows = np.flatnonzero(src == i)

@@ -37,6 +37,22 @@ PROBE_SECONDS = 0.05
 PARALLEL_SLOWDOWN = 3.0
 
 
+def sample_of_span(data: bytes, where: str) -> dict[str, Any] | None:
+    """The one sample in ``data``, a sample's span of a tar read by a ranged read and checked against its
+    sha256, parsed as strictly as a whole shard; None if it does not parse as one sample."""
+    try:
+        keys, fields = tar_format.index_samples(data + tar_format.END_OF_ARCHIVE, where)
+    except Exception:  # noqa: BLE001 - the caller reads the whole shard, which says what is wrong
+        return None
+    if len(keys) != 1:  # the index's span holds one sample, as packed
+        return None
+    view = memoryview(data)
+    return {
+        "__key__": keys[0],
+        **{ext: bytes(view[a : a + n]) for ext, (a, n) in fields[0].items()},
+    }
+
+
 class PartialShard:
     """Some samples of one shard, fetched by ranged reads; any other sample comes from the whole shard."""
 
@@ -182,19 +198,9 @@ class RangedReads:
         partial: dict[int, PartialShard] = {}
         for (shard, offset, _), data in zip(spans, parts):
             name = self.fetcher.store.url_of(self.manifest.paths[shard])
-            try:
-                keys, fields = tar_format.index_samples(
-                    data + tar_format.END_OF_ARCHIVE, f"{name} (sample {offset})"
-                )
-            except Exception:  # noqa: BLE001 - the whole shard is read instead, and says what is wrong
+            sample = sample_of_span(data, f"{name} (sample {offset})")
+            if sample is None:  # the whole shard is read instead, and says what is wrong
                 continue
-            if len(keys) != 1:  # the index's span holds one sample, as packed
-                continue
-            view = memoryview(data)
-            sample = {
-                "__key__": keys[0],
-                **{ext: bytes(view[a : a + n]) for ext, (a, n) in fields[0].items()},
-            }
             if shard not in partial:
                 partial[shard] = PartialShard(name, {}, lambda s=shard: whole(s))
             partial[shard].samples[offset] = sample

@@ -3,7 +3,9 @@
 A tar shard's headers are parsed once into an index of (key, field offsets); a sample
 is then a few slices of the shard's buffer (a memory map for local files), with no
 ``tarfile`` and no copy until the caller asks for bytes. Arrow shards use the IPC
-file's record-batch directory. Readers are cached per process, as many as the shuffle
+file's record-batch directory; Parquet files are read row group by row group (remote ones larger than
+:data:`RANGED_PARQUET_BYTES` by ranged reads of their footer and row groups, each checked against
+the shard's row-group index). Readers are cached per process, as many as the shuffle
 window reads at once; their bytes come from :mod:`shardstream.storage.fetch` (a local map,
 or a checked download).
 """
@@ -18,11 +20,13 @@ import numpy as np
 
 from ..errors import CorruptShardError
 from ..formats import TAR_COMPRESSION
+from ..formats import parquet as parquet_format
 from ..formats import tar as tar_format
 from ..formats.compression import decompress
-from ..formats.tar_index import SampleIndex
+from ..formats.tar_index import SampleIndex, index_name
 from ..manifest import Manifest
 from ..storage import DiskCache, Prefetcher, ShardFetcher, Store
+from .checked_index import check_index_once
 from .mapped import FileIdentity, MappedBytes, file_identity, release_stale_maps  # noqa: F401 - their names here
 from .ranged import PartialShard, RangedReads
 from .tar_indexes import SampleIndexes
@@ -64,6 +68,8 @@ class TarShard:
             sample[ext] = bytes(view[offset : offset + size])
         return sample
 
+    row = sample  # one sample read at random: the same
+
     def locate(self, i: int) -> tuple[str, dict[str, tuple[int, int]]]:
         """The i-th sample's key and its fields' (offset, size) in the shard."""
         return self.keys[i], self.fields[i]
@@ -101,9 +107,156 @@ class ArrowShard:
 
     views = sample
 
+    def row(self, i: int) -> dict[str, Any]:
+        """Row ``i`` alone (a random read: no conversion of the whole shard)."""
+        return self.table.slice(i, 1).to_pylist()[0]
+
+    def column(self, name: str) -> list[Any]:
+        """One column's values."""
+        return self.table.column(name).to_pylist()
+
     def take(self, rows):
         return self.table.take(rows)
 
+
+class ParquetShard:
+    """Random access to the rows of one Parquet file, read row group by row group (each read once and
+    kept while the shard is open). ``fill(g)``: brings row group ``g``'s bytes before it is read (ranged
+    reads of a remote file; ``None`` when the file is here whole)."""
+
+    def __init__(
+        self,
+        file: Any,
+        name: str,
+        expected_samples: int,
+        fill: Callable[[int], None] | None = None,
+    ):
+        self.name, self.file, self.fill = name, file, fill
+        metadata = file.metadata
+        if metadata.num_rows != expected_samples:
+            raise CorruptShardError(
+                f"{name}: {metadata.num_rows} rows, the manifest says {expected_samples}; the file "
+                "or the manifest was replaced, run 'shardstream index' again"
+            )
+        rows = [metadata.row_group(g).num_rows for g in range(metadata.num_row_groups)]
+        self.first = np.concatenate([[0], np.cumsum(rows, dtype=np.int64)])
+        self.owned = 0  # decoded row groups held
+        self._groups: dict[int, Any] = {}
+        self._columns: tuple[int, dict[str, list[Any]]] | None = None
+        self._whole: Any = None  # every row group, as one table (see table)
+
+    def group(self, g: int) -> Any:
+        """Row group ``g`` as a table (read once)."""
+        found = self._groups.get(g)
+        if found is None:
+            if self.fill is not None:
+                self.fill(g)
+            found = self._groups[g] = parquet_format.read_group(self.file, g, self.name)
+            self.owned += found.nbytes
+        return found
+
+    def where(self, i: int) -> tuple[int, int]:
+        """(row group, row within it) of row ``i``."""
+        g = int(np.searchsorted(self.first, i, side="right")) - 1
+        return g, i - int(self.first[g])
+
+    def sample(self, i: int) -> dict[str, Any]:
+        g, at = self.where(i)
+        # one conversion per row group, not per row
+        if self._columns is None or self._columns[0] != g:
+            self._columns = (g, self.group(g).to_pydict())
+        return {name: values[at] for name, values in self._columns[1].items()}
+
+    views = sample
+
+    def row(self, i: int) -> dict[str, Any]:
+        """Row ``i`` alone (a random read: its row group is read, not converted whole)."""
+        g, at = self.where(i)
+        return self.group(g).slice(at, 1).to_pylist()[0]
+
+    @property
+    def table(self) -> Any:
+        """All the rows (every row group read; put together once)."""
+        import pyarrow as pa
+
+        if self._whole is None:
+            groups = [self.group(g) for g in range(len(self.first) - 1)]
+            self._whole = (
+                pa.concat_tables(groups) if groups else self.file.schema_arrow.empty_table()
+            )
+        return self._whole
+
+    def column(self, name: str) -> list[Any]:
+        """One column's values, row group by row group."""
+        return [
+            v for g in range(len(self.first) - 1) for v in self.group(g).column(name).to_pylist()
+        ]
+
+    def take(self, rows: Any) -> Any:
+        """The rows ``rows`` (an Arrow or numpy array of row numbers), reading only their row groups."""
+        import pyarrow as pa
+
+        rows = np.asarray(rows, dtype=np.int64)
+        groups = np.searchsorted(self.first, rows, side="right") - 1
+        used = np.unique(groups)
+        tables = [self.group(int(g)) for g in used]
+        starts = np.concatenate([[0], np.cumsum([len(t) for t in tables])])[:-1]
+        local = rows - self.first[groups] + starts[np.searchsorted(used, groups)]
+        return pa.concat_tables(tables).take(pa.array(local))
+
+
+# remote Parquet files larger than this are read by row group (ranged reads), not downloaded whole
+RANGED_PARQUET_BYTES = 64 << 20
+
+
+def load_sample_index(fetcher: ShardFetcher, manifest: Manifest, shard: int) -> SampleIndex | None:
+    """Tar shard ``shard``'s stored sample index (``<shard>.idx``), checked against the manifest's sha256
+    (a remote one through the host's cache: once per host); None when it has none or it does not check
+    (the tar is read whole instead, which builds one or says what is wrong)."""
+    return SampleIndexes(fetcher.store, manifest, fetcher).stored([shard])[shard]
+
+
+def ranged_parquet(fetcher: ShardFetcher, manifest: Manifest, shard: int) -> ParquetShard | None:
+    """A remote Parquet shard read by row group: its checked row-group index and footer now, each row
+    group by one ranged GET when first read, checked against its sha256; None without an index."""
+    digests = getattr(manifest, "index_sha256", None)
+    if not digests or not digests[shard]:
+        return None
+    path, store = manifest.paths[shard], fetcher.store
+    where, size, rows = (
+        store.url_of(path),
+        int(manifest.nbytes[shard]),
+        int(manifest.samples[shard]),
+    )
+
+    def span(start: int, end: int, digest: str) -> bytes:
+        (found,) = fetcher.read_spans([shard], [start], [end], [bytes.fromhex(digest)])
+        return found
+
+    try:
+        (data,) = fetcher.read_checked_many([index_name(path)], [digests[shard]])
+        index = parquet_format.parse_row_index(data, store.url_of(index_name(path)), rows, size)
+        footer = span(*index.footer, index.footer_sha256)
+        metadata = parquet_format.metadata_of(footer, where)
+    except Exception:  # noqa: BLE001 - the whole file is read instead, checked against the manifest
+        return None
+    pieces: dict[int, Any] = {index.footer[0]: footer}
+
+    def fill(g: int) -> None:
+        start, end = index.spans[g]
+        if start not in pieces:
+            pieces[start] = span(start, end, index.sha256[g])
+
+    source = parquet_format.SpansFile(size, pieces, where)
+    reader = ParquetShard(parquet_format.open_file(source, where, metadata), where, rows, fill)
+    if [int(n) for n in np.diff(reader.first)] != index.rows:
+        raise CorruptShardError(
+            f"{where}: its row groups differ from its row-group index; run 'shardstream index' again"
+        )
+    return reader
+
+
+Shard = TarShard | ArrowShard | ParquetShard  # an open shard of any format
 
 # bytes of decompressed shards a process keeps open beyond those the plan needs
 DECOMPRESSED_LIMIT = 1 << 30
@@ -145,8 +298,8 @@ class OpenShards:
         self.max_owned = max_owned
         self.fetcher = fetcher or ShardFetcher(store, manifest)
         self.indexes = SampleIndexes(store, manifest, self.fetcher, index_cache)
-        self.take: Callable[[int], TarShard | ArrowShard] | None = None
-        self._open: OrderedDict[int, TarShard | ArrowShard] = OrderedDict()
+        self.take: Callable[[int], Shard] | None = None
+        self._open: OrderedDict[int, Shard] = OrderedDict()
         self._needed: set[int] = set()  # what the plan reads next (retain): never dropped for room
         self._failed: dict[
             int, BaseException
@@ -190,14 +343,14 @@ class OpenShards:
             else self.ranged.fetch(ids, offsets, self._open.__contains__, self.get_whole)
         )
 
-    def get(self, shard: int) -> TarShard | ArrowShard | PartialShard:
+    def get(self, shard: int) -> Shard | PartialShard:
         found = self._open.get(shard)
         if found is not None:
             self._open.move_to_end(shard)
             return found
         return self.partial.get(shard) or self.get_whole(shard)
 
-    def get_whole(self, shard: int) -> TarShard | ArrowShard:
+    def get_whole(self, shard: int) -> Shard:
         """Shard ``shard`` opened whole (loaded, or taken from the prefetcher)."""
         found = self._open.get(shard)
         if found is not None:
@@ -225,6 +378,10 @@ class OpenShards:
             owned -= self._open.pop(shard).owned
             extra -= 1
 
+    def is_open(self, shard: int) -> bool:
+        """Whether ``shard`` is open here (reading it costs no fetch)."""
+        return shard in self._open
+
     def key_of(self, shard: int, offset: int) -> str | None:
         """The key of sample ``offset`` of ``shard`` if that shard is open and has keys (for messages)."""
         reader = self._open.get(shard)
@@ -243,13 +400,22 @@ class OpenShards:
         for shard in [s for s in self._open if s not in shards]:
             del self._open[shard]
 
-    def load(self, shard: int) -> TarShard | ArrowShard:
+    def load(self, shard: int) -> Shard:
         """Fetch, check, decompress and index shard ``shard`` (safe to call from any thread)."""
         return self._load(shard)
 
-    def _load(self, shard: int) -> TarShard | ArrowShard:
+    def _load(self, shard: int) -> Shard:
         m = self.manifest
         name = self.store.url_of(m.paths[shard])
+        if (
+            m.shard_format == "parquet"
+            and not self.store.local
+            and m.nbytes[shard] > RANGED_PARQUET_BYTES
+            and not self.fetcher.cached(shard)
+        ):
+            ranged = ranged_parquet(self.fetcher, m, shard)
+            if ranged is not None:
+                return ranged
         path = self.store.path(m.paths[shard]) if self.store.local else None
         before = file_identity(path) if path else None
         data = self.fetcher.fetch(shard)
@@ -268,9 +434,18 @@ class OpenShards:
         expected = int(m.samples[shard])
         if m.shard_format == "arrow":
             return ArrowShard(data, name, expected)
+        if m.shard_format == "parquet":
+            return ParquetShard(parquet_format.open_file(data, name), name, expected)
         plain = decompress(data, TAR_COMPRESSION[m.shard_format], name)
-        index = self.indexes.get(shard, plain, compressed=plain is not data)
-        return TarShard(plain, name, expected, identity if plain is data else None, index)
+        compressed = plain is not data
+        index = None if compressed else self.indexes.stored([shard]).get(shard)
+        if index is not None and path is not None:
+            # never another sample's bytes: a stored index must be the tar's (one built here is)
+            digest = m.index_sha256[shard]
+            check_index_once(self.fetcher, path, identity, data, index, name, digest)
+        elif index is None:
+            index = self.indexes.from_cache(shard, plain, compressed)
+        return TarShard(plain, name, expected, None if compressed else identity, index)
 
 
 Chunk = tuple[

@@ -52,11 +52,16 @@ class ShardDataset(StoredDataset, PlannedDataset):
             sample, or a per-field mapping; see :class:`shardstream.dataset.decode.Decoder`.
         fields: the fields samples keep, after decoding, with alternatives for mixed extensions:
             ``["jpg;png", "cls"]`` (named ``jpg`` and ``cls``) or ``{"image": "jpg;png", "label": "cls"}``.
-        transform: a callable applied to each decoded sample dict.
+        transform: a callable applied to each decoded sample: it receives the sample as a dict
+            (``"__key__"`` and one entry per field, decoded as ``decode`` says, e.g. ``{"__key__":
+            "cat/001", "jpg": uint8 tensor C×H×W, "cls": 3}``) and returns what the dataset yields,
+            usually that dict with fields changed or added; batches collate what it returns.
         drop_last: drop the epoch's tail instead of padding so that ranks get equal counts.
         batch_size: yield collated batches of this size (set by :meth:`loader`).
         collate_fn: makes a batch from a list of samples (default: :func:`collate`).
-        rank, world_size: override ``torch.distributed`` / ``RANK`` / ``WORLD_SIZE``.
+        rank: this process's rank; overrides ``torch.distributed`` / ``RANK`` (default: from them, else 0).
+        world_size: the number of ranks; overrides ``torch.distributed`` / ``WORLD_SIZE`` (default:
+            from them, else 1).
         on_error: ``"raise"`` or ``"skip"``: a shard or sample that fails to load or decode is
             counted (:attr:`skipped`, across workers), logged once per shard, and replaced by the
             last good sample, so every rank still yields the same number of samples. An exception
@@ -65,9 +70,15 @@ class ShardDataset(StoredDataset, PlannedDataset):
             before reading it (remote shards are always checked when downloaded).
         storage: remote-storage settings as one :class:`~shardstream.storage.StorageSettings`;
             the keywords below, where given, replace its fields.
-        storage_options, cache_dir, cache_limit, prefetch, retries, timeout: the fields of
-            :class:`~shardstream.storage.StorageSettings` (fsspec options, the host's shard
-            cache and its limit, bytes downloaded ahead per worker, retries and timeout).
+        storage_options: fsspec options (``StorageSettings.options``).
+        cache_dir: the host's shard cache (``StorageSettings.cache_dir``).
+        cache_limit: the cache's limit (``StorageSettings.cache_limit``).
+        prefetch: bytes downloaded ahead per worker (``StorageSettings.prefetch``).
+        retries: attempts per request (``StorageSettings.retries``).
+        timeout: seconds per request (``StorageSettings.timeout``).
+        version: the dataset's version to read (``None``: the latest when it is made); it reads that
+            version for as long as it lives, whatever is published meanwhile, and its resume states
+            record it (:mod:`shardstream.manifest.versions`).
     """
 
     def __init__(  # noqa: PLR0913 - keyword settings with defaults, as a DataLoader's
@@ -94,6 +105,7 @@ class ShardDataset(StoredDataset, PlannedDataset):
         prefetch: int | str = DEFAULT,
         retries: int = DEFAULT,
         timeout: float | None = DEFAULT,
+        version: int | None = None,
     ):
         if on_error not in ("raise", "skip"):
             raise ValueError(f"on_error must be 'raise' or 'skip', not {on_error!r}")
@@ -109,11 +121,11 @@ class ShardDataset(StoredDataset, PlannedDataset):
             timeout=timeout,
         )
         # set once: __setattr__ refuses it
-        self.__dict__["stored"] = open_stored(url_or_urls, storage)
+        self.__dict__["stored"] = open_stored(url_or_urls, storage, version)
         manifest = self.manifest
         self.shuffle, self.seed, self.drop_last = shuffle, int(seed), drop_last
         self.window = resolve_window(
-            shuffle_window, manifest.samples, manifest.nbytes, remote=not self.store.local
+            shuffle_window, manifest.counts, manifest.nbytes, remote=not self.store.local
         )
         self.decoder = Decoder(decode, fields, written_types(manifest))
         self.decoder.check_fields(
@@ -123,7 +135,7 @@ class ShardDataset(StoredDataset, PlannedDataset):
         self.collate_fn = collate_fn or collate
         self.on_error = on_error
         self.verify_checksums = bool(verify_checksums)
-        if manifest.shard_format == "arrow":
+        if manifest.shard_format in ("arrow", "parquet"):
             import pyarrow.compute  # noqa: F401 - take() loads it lazily, inside the first batch otherwise
         self.sample_reader = SampleReader(self.store, manifest)
         self._start_planning(rank, world_size, batch_size)
@@ -140,9 +152,20 @@ class ShardDataset(StoredDataset, PlannedDataset):
         return self.manifest.fingerprint
 
     @property
+    def dataset_version(self) -> int | None:
+        """The version of the dataset this reads (:attr:`Manifest.version`), recorded in resume states."""
+        return self.manifest.version
+
+    @property
     def counts(self) -> np.ndarray:
-        """Samples per shard (``manifest.samples``)."""
-        return self.manifest.samples
+        """Samples read of each shard (``manifest.counts``: all, or a split's selected ones)."""
+        return self.manifest.counts
+
+    def in_shard(self, shards: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+        """The offsets in the shards of the plan's (``shards``, ``offsets``): the same, or for a split the
+        selected samples they stand for."""
+        selection = self.manifest.selection
+        return offsets if selection is None else selection.offsets(shards, offsets)
 
     # -- what a loader needs to know ------------------------------------------------------------
     @property
@@ -163,9 +186,9 @@ class ShardDataset(StoredDataset, PlannedDataset):
 
     @property
     def columnar(self) -> bool:
-        """Arrow rows go to batches column by column, with no per-row Python."""
+        """Arrow and Parquet rows go to batches column by column, with no per-row Python."""
         return (
-            self.manifest.shard_format == "arrow"
+            self.manifest.shard_format in ("arrow", "parquet")
             and self.transform is None
             and self.default_collate
             and self.decoder.select is None
@@ -244,7 +267,7 @@ class ShardDataset(StoredDataset, PlannedDataset):
         shards.forget_failures()
         with ShardPass(
             run,
-            self.manifest.samples,
+            self.manifest.counts,
             shuffle=self.shuffle,
             window=self.window,
             shards=shards,
@@ -303,7 +326,8 @@ class ShardDataset(StoredDataset, PlannedDataset):
 
 
 def _has_binary_fields(manifest: Any) -> bool:
-    return any(f.get("type") in ("binary", "large_binary") for f in manifest.fields)
+    # binary columns, and structs holding them (a Hugging Face Image is {bytes: binary, path: string})
+    return any("binary" in str(f.get("type")) for f in manifest.fields)
 
 
 __all__ = ["LoaderSetup", "ShardDataset"]

@@ -63,9 +63,13 @@ class StoredDataset:
 
 
 def open_stored(
-    url_or_urls: str | os.PathLike[str] | Sequence[str], storage: StorageSettings
+    url_or_urls: str | os.PathLike[str] | Sequence[str],
+    storage: StorageSettings,
+    version: int | None = None,
 ) -> Stored:
-    """The dataset at ``url_or_urls`` (a folder, a manifest, or WebDataset tars), read with ``storage``."""
+    """The dataset at ``url_or_urls`` (a folder, a manifest, or WebDataset tars), read with ``storage``: its
+    latest version, or ``version``. Read once: the dataset reads that version however many are published
+    after it."""
     made: list[DiskCache] = []
 
     def cache() -> DiskCache:  # made once, and only for a remote dataset
@@ -73,7 +77,7 @@ def open_stored(
             made.append(storage.disk_cache())
         return made[0]
 
-    store, manifest = open_dataset(url_or_urls, storage.options, storage.retry, cache)
+    store, manifest = open_dataset(url_or_urls, storage.options, storage.retry, version, cache)
     if manifest.num_samples == 0:
         raise ManifestError(f"{store.url} holds no samples")
     release_stale_maps()  # this process's maps of shard files replaced or deleted since (a re-pack)
@@ -98,6 +102,7 @@ class ShardPass:
         look_ahead: bool,
     ):
         self.run, self.shards, self.window = run, shards, window
+        self.selection = stored.manifest.selection
         p = run.position
         order = plan.EpochOrder.create(counts, run.seed, p.epoch, shuffle, window)
         # keep only this rank's shards
@@ -121,7 +126,9 @@ class ShardPass:
         p, span = self.run.position, self.run.span
         for start in range(span[0], span[1], 64):
             idx = np.arange(start, min(start + 64, span[1]))
-            yield from zip(*self.order.samples(plan.segment_positions(p.segment, idx)))
+            yield from zip(
+                *self._in_shards(*self.order.samples(plan.segment_positions(p.segment, idx)))
+            )
 
     def chunks(self) -> Iterator[Chunk]:
         """This worker's chunks, in the plan's order."""
@@ -134,7 +141,13 @@ class ShardPass:
 
     def _planned(self) -> Iterator[Chunk]:
         for positions in self.run.positions():
-            yield (int(positions[0]), *self.order.samples(positions))
+            yield (int(positions[0]), *self._in_shards(*self.order.samples(positions)))
+
+    def _in_shards(self, shards: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The plan's offsets as offsets in the shards (a split's selection maps them)."""
+        if self.selection is None:
+            return shards, offsets
+        return shards, self.selection.offsets(shards, offsets)
 
     def close(self) -> None:
         if self.prefetcher is not None:

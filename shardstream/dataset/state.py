@@ -90,6 +90,7 @@ class OrderKey:
     shuffle: bool
     window: int  # the resolved shuffle window, in samples
     fingerprint: str  # the manifest's (Manifest.fingerprint): which shards, samples and bytes
+    dataset_version: int | None = None  # the manifest's version (Manifest.version), for one dataset
 
 
 # a default window over remote shards downloads at most this before its first batch
@@ -131,6 +132,7 @@ def to_state(p: Position, key: OrderKey) -> dict[str, Any]:
         "shuffle": key.shuffle,
         "window": key.window,
         "fingerprint": key.fingerprint,
+        **({"dataset_version": key.dataset_version} if key.dataset_version is not None else {}),
         "segment": [list(iv) for iv in p.segment],
         "world_size": p.segment_world,
         "consumed": p.consumed,
@@ -140,6 +142,19 @@ def to_state(p: Position, key: OrderKey) -> dict[str, Any]:
 def _differences(state: dict[str, Any], key: OrderKey) -> list[str]:
     """The settings in which ``state`` differs from ``key``, as phrases; keys a state lacks are not checked."""
     out = []
+    saved = state.get("dataset_version")
+    # another version with the same data (an identical re-pack) resumes exactly: no difference then
+    same_data = state.get("fingerprint") == key.fingerprint
+    if (
+        saved is not None
+        and key.dataset_version is not None
+        and saved != key.dataset_version
+        and not same_data
+    ):
+        out.append(
+            f"dataset version {saved} in the state, {key.dataset_version} here (open it with "
+            f"version={saved} to resume on the data the state was saved with)"
+        )
     if state["num_samples"] != key.num_samples:
         out.append(f"{state['num_samples']} samples in the state, {key.num_samples} here")
     fingerprint = state.get("fingerprint")

@@ -16,11 +16,11 @@ index is built in memory for this process, with one warning.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import logging
 import os
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from ..errors import ShardstreamError
@@ -80,23 +80,7 @@ class SampleIndexes:
         if not todo:
             return out
         cache = None if self.store.local else self.cache()
-        found: dict[int, bytes] = {}
-        if cache is not None:
-            for s in todo:
-                cached = cache.open(digests[s], content=True)
-                if cached is not None:
-                    found[s] = _taken(cached)
-        missing = [s for s in todo if s not in found]
-        names = [index_name(self.manifest.paths[s]) for s in missing]
-        try:
-            fetched = self.fetcher.read_checked_many(names, [digests[s] for s in missing])
-        except Exception:  # noqa: BLE001 - the tars are read whole instead, and say what is wrong
-            fetched = []
-        for s, data in zip(missing, fetched):
-            found[s] = data
-            if cache is not None:  # checked against its sha256 already
-                with contextlib.suppress(ShardstreamError, OSError):
-                    _taken(cache.get(digests[s], lambda data=data: data, content=True))
+        found = self._through(cache, todo) if cache is not None else self._read(todo)
         for s, data in found.items():
             name = self.store.url_of(index_name(self.manifest.paths[s]))
             try:
@@ -105,6 +89,31 @@ class SampleIndexes:
             except ShardstreamError:
                 out[s] = None
         return out
+
+    def _read(self, shards: list[int]) -> dict[int, bytes]:
+        """The stored indexes of ``shards``, read now (concurrent GETs), checked; ``{}`` if any fails."""
+        digests = self.manifest.index_sha256
+        names = [index_name(self.manifest.paths[s]) for s in shards]
+        try:
+            found = self.fetcher.read_checked_many(names, [digests[s] for s in shards])
+        except Exception:  # noqa: BLE001 - the tars are read whole instead, and say what is wrong
+            return {}
+        return dict(zip(shards, found))
+
+    def _through(self, cache: DiskCache, shards: list[int]) -> dict[int, bytes]:
+        """The stored indexes of ``shards`` through the host's cache: each read once per host (a process
+        that finds another fetching one waits for it), several at once."""
+        digests = self.manifest.index_sha256
+
+        def one(shard: int) -> tuple[int, bytes | None]:
+            try:
+                got = cache.get(digests[shard], lambda: self._read([shard])[shard], content=True)
+                return shard, _taken(got)
+            except Exception:  # noqa: BLE001 - the tar is read whole instead, and says what is wrong
+                return shard, None
+
+        with ThreadPoolExecutor(min(16, len(shards))) as pool:
+            return {s: data for s, data in pool.map(one, shards) if data is not None}
 
     def from_cache(self, shard: int, plain: Any, compressed: bool) -> SampleIndex | None:
         """``shard``'s index from the host's cache, built there from ``plain`` by the first reader."""

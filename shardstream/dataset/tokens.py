@@ -117,9 +117,21 @@ class TokenDataset(StoredDataset, PlannedDataset):
         url: a token dataset's folder or its ``_manifest.json`` (any fsspec URL).
         seq_len: tokens per sample.
         mask_across_documents: set ``labels`` to -100 where the target starts the next document.
-        shuffle, seed, shuffle_window, drop_last, rank, world_size, verify_checksums, storage and the
-            storage keywords: as for :class:`ShardDataset` (``drop_last`` defaults to True here, so
-            that no rank repeats windows; ``shuffle_window`` counts windows).
+        shuffle: as for :class:`ShardDataset`.
+        seed: as for :class:`ShardDataset`.
+        shuffle_window: as for :class:`ShardDataset`, counted in windows.
+        drop_last: as for :class:`ShardDataset`, but True by default here, so that no rank repeats
+            windows.
+        rank: as for :class:`ShardDataset`.
+        world_size: as for :class:`ShardDataset`.
+        verify_checksums: as for :class:`ShardDataset`.
+        storage: as for :class:`ShardDataset`.
+        storage_options: as for :class:`ShardDataset`.
+        cache_dir: as for :class:`ShardDataset`.
+        cache_limit: as for :class:`ShardDataset`.
+        prefetch: as for :class:`ShardDataset`.
+        retries: as for :class:`ShardDataset`.
+        timeout: as for :class:`ShardDataset`.
     """
 
     def __init__(  # noqa: PLR0913 - keyword settings with defaults, as ShardDataset's

@@ -1,4 +1,5 @@
-"""Shard formats: WebDataset-style tar (optionally zstd, gzip, xz or bzip2-compressed) and Arrow IPC.
+"""Shard formats: WebDataset-style tar (optionally zstd, gzip, xz or bzip2-compressed), Arrow IPC,
+Parquet in place.
 
 This module maps a manifest's ``shard_format`` to the code that reads it.
 """
@@ -36,6 +37,7 @@ def shard_format_of(name: str) -> str | None:
         (".tar", "tar"),
         (".arrow", "arrow"),
         (".feather", "arrow"),
+        (".parquet", "parquet"),
     ):
         if lower.endswith(suffix):
             return fmt
@@ -51,6 +53,11 @@ def iter_shard_samples(shard_format: str, buf, name: str = "shard") -> Iterator[
         from . import arrow
 
         yield from arrow.iter_rows(buf, name)
+        return
+    if shard_format == "parquet":
+        from . import parquet
+
+        yield from parquet.read_table(buf, name).to_pylist()
         return
     found = tar.read_samples(decompress(buf, TAR_COMPRESSION[shard_format], name), name)
     view = memoryview(found.data)
@@ -69,6 +76,10 @@ def count_samples(
         from . import arrow
 
         return arrow.read_table(buf, name).num_rows
+    if shard_format == "parquet":
+        from . import parquet
+
+        return parquet.read_table(buf, name).num_rows
     found = tar.read_samples(decompress(buf, TAR_COMPRESSION[shard_format], name), name)
     if unkeyed is not None:
         unkeyed += found.unkeyed

@@ -102,6 +102,18 @@ class ShardLoader(DataLoader):
     in this process: no fork, no pickling, no ``/dev/shm``; the same order and resume state; see
     :mod:`shardstream.loader.threads`), or ``"auto"`` (default): threads where they were measured to be
     faster, else processes. ``reader_threads`` says how many threads read (0: none).
+
+    Args:
+        dataset: what to read: a :class:`ShardDataset`, :class:`TokenDataset`, :class:`MixedDataset`
+            or any :class:`~shardstream.dataset.Readable`.
+        batch_size: samples per batch.
+        num_workers: DataLoader worker processes (default: the formula above).
+        seed_workers: reseed the workers' generators before every batch (default: the dataset's, True).
+        shm_check: ``"raise"``, ``"warn"`` or ``"off"``.
+        worker_tracebacks: also print a worker's whole traceback above an error's message.
+        workers: ``"auto"``, ``"processes"`` or ``"threads"`` (see above).
+        **kwargs: other ``torch.utils.data.DataLoader`` arguments (``pin_memory``,
+            ``prefetch_factor``, ``collate_fn``, ...), which replace the defaults above.
     """
 
     def __init__(

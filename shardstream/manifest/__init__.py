@@ -2,11 +2,12 @@
 
 ``schema`` (the ``Manifest`` and its JSON), ``files`` (a store's manifest file: read, publish),
 ``locate`` (a dataset's store and manifest from a URL, or a manifest made on the fly for bare
-WebDataset tars), ``index_tars`` (publish a manifest for existing tars), ``verify`` (every
+WebDataset tars), ``index_tars`` (publish a manifest for existing tars), ``index_parquet`` (one
+for Parquet files read in place), ``verify`` (every
 shard against its manifest entry) and ``lookup`` (one sample by index or key).
 """
 
-from .files import dataset_store, load_manifest, write_manifest
+from .files import dataset_store, write_manifest
 from .locate import load_dataset, open_dataset
 from .schema import (
     FORMAT_VERSION,
@@ -16,6 +17,7 @@ from .schema import (
     creation_info,
     shard_name,
 )
+from .versions import load_manifest
 
 __all__ = [
     "FORMAT_VERSION",

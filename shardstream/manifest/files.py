@@ -105,10 +105,11 @@ def dataset_store(
     return Store(url, storage_options, retry)
 
 
-def load_manifest(store: Store, cache: Callable[[], DiskCache] | None = None) -> Manifest:
-    """Read the manifest of the dataset in ``store``; a clear error if there is none. ``cache``: the host's
-    shard cache (made when first needed), through which a remote dataset's shard table is read: once per
-    host, not once per rank (the table is named by its content, so a cached copy is never stale)."""
+def read_head(store: Store, cache: Callable[[], DiskCache] | None = None) -> Manifest:
+    """The manifest ``_manifest.json`` holds (the latest version, unless a publish was cut short).
+    ``cache``: the host's shard cache (made when first needed), through which a remote dataset's shard
+    table is read: once per host, not once per rank (the table is named by its content, so a cached
+    copy is never stale)."""
     try:
         data = store.read_bytes(MANIFEST_NAME)
     except StorageError as exc:
@@ -124,9 +125,20 @@ def load_manifest(store: Store, cache: Callable[[], DiskCache] | None = None) ->
                 "'shardstream index'"
             ) from None
         raise exc
-    return Manifest.from_json(
-        bytes(data), store.url_of(MANIFEST_NAME), lambda name: _read_table(store, name, cache)
+    return parse_manifest(store, bytes(data), MANIFEST_NAME, cache)
+
+
+def parse_manifest(
+    store: Store, data: bytes, name: str, cache: Callable[[], DiskCache] | None = None
+) -> Manifest:
+    """The manifest in ``data`` (the file ``name`` of ``store``), its shard table read from ``store``
+    (through ``cache``, see :func:`read_head`)."""
+    manifest = Manifest.from_json(
+        data, store.url_of(name), lambda table: _read_table(store, table, cache)
     )
+    if manifest.roots:  # its shards are read where they are, beside this dataset
+        store.reach(manifest.roots)
+    return manifest
 
 
 def _read_table(store: Store, name: str, cache: Callable[[], DiskCache] | None = None) -> bytes:
@@ -171,13 +183,22 @@ def manifest_files(
     """(name, bytes) of the files that publish ``manifest``, in the order they are written: from
     ``table_threshold`` shards on, its shard table (``_shards-<hash>.arrow``) first, then the JSON head
     (``_manifest.json``, last) that names it; below, the one JSON file."""
+    side = (
+        []
+        if manifest.selection is None
+        else [(manifest.selection.reference["file"], manifest.selection.data())]
+    )
     if manifest.num_shards < table_threshold:
-        return [(MANIFEST_NAME, manifest.to_json())]
+        return [*side, (MANIFEST_NAME, manifest.to_json())]
     data = encode_table(
         manifest.paths, manifest.samples, manifest.nbytes, manifest.sha256, manifest.index_sha256
     )
     reference = table_reference(data, manifest.num_shards)
-    return [(str(reference["table"]), data), (MANIFEST_NAME, manifest.to_json(reference))]
+    return [
+        *side,
+        (str(reference["table"]), data),
+        (MANIFEST_NAME, manifest.to_json(reference)),
+    ]
 
 
 def write_manifest(
@@ -191,14 +212,34 @@ def write_manifest(
     files = manifest_files(manifest, table_threshold)
     for name, data in files:
         write_durably(store, name, data, fsync)
-    return files[0][0] if len(files) > 1 else None
+    tables = [name for name, _ in files if name.startswith("_shards-")]
+    return tables[0] if tables else None
 
 
 def write_durably(store: Store, name: str, data: bytes, fsync: bool = True) -> None:
-    """``data`` at ``name``, atomically; with ``fsync`` its bytes, then its rename, on disk before this returns."""
+    """``data`` at ``name``, atomically; with ``fsync`` its bytes, then its rename, on disk before this returns.
+
+    Every byte or an error: the store's file takes the whole of ``data`` or raises (a full disk is a
+    :class:`StorageError` naming ``name``), and its size is checked before it is published, so nothing
+    that names this file (a manifest, an index) can ever point at a cut copy."""
     with store.open_write(name) as f:
         f.write(data)
         if fsync:
             sync_file(store, f, name)
+        _check_size(store, f, name, len(data))
     if fsync:
         sync_folder(store)
+
+
+def _check_size(store: Store, f: IO[bytes], name: str, expected: int) -> None:
+    """Raise unless the file ``f`` being written for ``name`` holds ``expected`` bytes."""
+    try:
+        size = os.fstat(f.fileno()).st_size
+    except (OSError, AttributeError, ValueError):  # no file descriptor: its position says as much
+        size = f.tell()
+    if size != expected:
+        raise StorageError(
+            f"cannot write {store.url_of(name)}: {size} of its {expected} bytes were written (the "
+            "disk, or the temporary folder an upload is spooled to, is full?); free some space or "
+            "choose another destination"
+        )

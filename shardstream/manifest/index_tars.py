@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import logging
 import os
@@ -61,7 +62,8 @@ def expand_sources(
     return urls
 
 
-def _common_folder(urls: list[str]) -> str:
+def common_folder(urls: list[str]) -> str:
+    """The deepest folder that holds every URL (where an index's manifest goes by default)."""
     if all(not is_url(u) for u in urls):
         return os.path.commonpath([os.path.dirname(os.path.abspath(u)) for u in urls])
     parts = [u.split("/")[:-1] for u in urls]
@@ -73,7 +75,8 @@ def _common_folder(urls: list[str]) -> str:
     return "/".join(common)
 
 
-def _relative(url: str, root: Store) -> str:
+def relative_name(url: str, root: Store) -> str:
+    """``url``'s path inside ``root`` (a shard path of the manifest); refused outside it."""
     if root.local and not is_url(url):
         rel = os.path.relpath(os.path.abspath(url), root.root)
         rel = rel.replace(os.sep, "/")
@@ -100,7 +103,7 @@ def scan(
     urls = expand_sources(sources, storage_options)
     return _scan(
         urls,
-        Store(output if output is not None else _common_folder(urls), storage_options),
+        Store(output if output is not None else common_folder(urls), storage_options),
         on_shard,
     )
 
@@ -112,7 +115,7 @@ def _scan(urls: list[str], root: Store, on_shard: Callable[[int], None] | None) 
         raise ShardstreamError(
             f"{odd} is not a tar shard (.tar, .tar.gz, .tar.zst, .tar.xz, .tar.bz2); index tars only"
         )
-    names = [_relative(u, root) for u in urls]
+    names = [relative_name(u, root) for u in urls]
     if len(set(names)) != len(names):
         raise ShardstreamError("the same shard is named twice; give each shard once")
     shards = _Shards()
@@ -231,23 +234,23 @@ def _write_indexes(root: Store, result: IndexResult) -> None:
     digests = []
     try:
         for name, data in zip(m.paths, result.indexes):
-            if (
-                data is not None
-            ):  # none: a compressed shard (or one no index holds) is built per host
+            # none: a compressed shard, or one no index holds (sparse members): built per host
+            if data is not None:
                 write_durably(root, index_name(name), data)
             digests.append(hashlib.sha256(data).hexdigest() if data is not None else "")
     except (OSError, StorageError) as exc:
+        for name, data in zip(m.paths[: len(digests) + 1], result.indexes):
+            if data is not None:
+                with contextlib.suppress(OSError, StorageError):
+                    root.remove(index_name(name))
+        if not _not_writable(exc):
+            raise  # a full disk, a lost connection: the index fails, and says why
         log.warning(
             "%s: the sample indexes of its tars could not be written (%s); readers build them once "
             "per host instead",
             root.url,
             " ".join(str(exc).split())[:200],
         )
-        for name, data in zip(m.paths[: len(digests) + 1], result.indexes):
-            if data is None:
-                continue
-            with contextlib.suppress(OSError, StorageError):
-                root.remove(index_name(name))
         return
     m.index_sha256 = digests
     result.indexes_written = True
@@ -260,6 +263,18 @@ def _unfinished_packs(urls: list[str], root: Store) -> list[Store]:
         folder = posixpath.dirname(url) if is_url(url) else os.path.dirname(os.path.abspath(url))
         folders.setdefault(folder, Store(folder, root.storage_options))
     return [store for store in folders.values() if store.exists(IN_PROGRESS)]
+
+
+def _not_writable(exc: BaseException) -> bool:
+    """Whether ``exc`` says the folder may not be written (a read-only mount, another's bucket)."""
+    cause = exc.__cause__ if isinstance(exc, StorageError) else exc
+    while cause is not None and not isinstance(cause, OSError):
+        cause = cause.__cause__
+    return isinstance(cause, PermissionError) or getattr(cause, "errno", None) in (
+        errno.EACCES,
+        errno.EPERM,
+        errno.EROFS,
+    )
 
 
 def index(
@@ -286,7 +301,7 @@ def index(
             f"{output} already has a {MANIFEST_NAME}; pass --overwrite to replace it"
         )
     urls = expand_sources(sources, storage_options)
-    root = Store(output if output is not None else _common_folder(urls), storage_options)
+    root = Store(output if output is not None else common_folder(urls), storage_options)
     unfinished = _unfinished_packs(urls, root)
     if unfinished and not force:
         raise ShardstreamError(

@@ -10,9 +10,10 @@ from typing import Any
 from ..errors import ManifestError
 from ..formats import TAR_COMPRESSION, shard_format_of
 from ..storage import DiskCache, RetryPolicy, Store
-from .files import IN_PROGRESS, MANIFEST_NAME, dataset_store, load_manifest
+from .files import IN_PROGRESS, MANIFEST_NAME, dataset_store
 from .index_tars import scan
 from .schema import Manifest
+from .versions import load_manifest
 
 log = logging.getLogger("shardstream")
 _TARS = (".tar", ".tar.gz", ".tgz", ".tar.zst", ".tar.xz", ".txz", ".tar.bz2", ".tbz2", ".tbz")
@@ -22,29 +23,36 @@ def open_dataset(
     url_or_urls: str | os.PathLike[str] | Sequence[str],
     storage_options: dict[str, Any] | None = None,
     retry: RetryPolicy | None = None,
+    version: int | None = None,
     cache: Callable[[], DiskCache] | None = None,
 ) -> tuple[Store, Manifest]:
-    """The store and manifest of a dataset; WebDataset tars without a manifest are scanned. ``cache``: the
-    host's shard cache, for a remote manifest's shard table (see :func:`load_manifest`)."""
+    """The store and manifest (its latest version, or ``version``) of a dataset; WebDataset tars without a
+    manifest are scanned. ``cache``: the host's shard cache, for a remote manifest's shard table (see
+    :func:`~shardstream.manifest.files.read_head`)."""
     urls = [url_or_urls] if isinstance(url_or_urls, (str, os.PathLike)) else list(url_or_urls)
     urls = [os.fspath(u) for u in urls]
     if len(urls) == 1 and shard_format_of(urls[0]) not in TAR_COMPRESSION and "{" not in urls[0]:
         store = dataset_store(urls[0], storage_options, retry)
-        return store, load_dataset(store, cache)
+        return store, load_dataset(store, version, cache)
     log.warning(
         "scanning %d tar source(s) without a manifest; 'shardstream index' writes one so the next "
         "start is instant",
         len(urls),
     )
+    if version not in (None, 1):
+        raise ManifestError(f"tars without a manifest have one version (1), not {version}")
     result = scan(urls, storage_options=storage_options)
     return Store(result.url, storage_options, retry), result.manifest
 
 
-def load_dataset(store: Store, cache: Callable[[], DiskCache] | None = None) -> Manifest:
-    """The manifest of the dataset in ``store``; a local path that is none says what it is instead."""
+def load_dataset(
+    store: Store, version: int | None = None, cache: Callable[[], DiskCache] | None = None
+) -> Manifest:
+    """The manifest (latest, or ``version``) of the dataset in ``store``; a local path that is none says what
+    it is instead."""
     if store.local:
         _refuse_local_non_dataset(store)
-    return load_manifest(store, cache)
+    return load_manifest(store, version, cache=cache)
 
 
 def _refuse_local_non_dataset(store: Store) -> None:

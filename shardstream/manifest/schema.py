@@ -30,10 +30,14 @@ from ..errors import ManifestError
 from .checks import checksums_fine, kind_of, path_problem, paths_fine
 from .table import HexColumn, decode_table, reference_problem
 
+if TYPE_CHECKING:
+    from .selection import Selection
+
 MANIFEST_NAME = "_manifest.json"
 # the newest this reads and writes: 2 is a head naming a shard table, 1 one JSON file
 FORMAT_VERSION = 2
-SHARD_FORMATS = ("tar", "tar.zst", "tar.gz", "tar.xz", "tar.bz2", "arrow", "tokens")
+SHARD_FORMATS = ("tar", "tar.zst", "tar.gz", "tar.xz", "tar.bz2", "arrow", "tokens", "parquet")
+COLUMNAR_FORMATS = ("arrow", "parquet")  # rows of a table: fields are column names, any text
 MAX_COUNT = 1 << 53  # sample and byte counts stay below this, exact in every JSON reader
 
 _FIX = "re-create it with 'shardstream index' (or pack the data again)"
@@ -64,7 +68,22 @@ class Manifest:
     """What a dataset is: its shards (path, samples, bytes, sha256), fields and classes.
 
     Checked when made: a :class:`ManifestError` (naming ``source``, the file read) if any part
-    breaks the schema."""
+    breaks the schema.
+
+    Args:
+        shard_format: ``"tar"``, ``"tar.zst"``, ``"tar.gz"``, ``"arrow"`` or ``"tokens"``.
+        paths: each shard's path, relative to the dataset's folder.
+        samples: each shard's sample count.
+        nbytes: each shard's size in bytes.
+        sha256: each shard's sha256 (hex; ``""``: none).
+        fields: the fields and their written types.
+        classes: the class names of an ImageFolder (``cls`` is the index into them), or None.
+        arrow_schema: the Arrow schema of Arrow shards, serialized.
+        created: creation info (time, versions).
+        tokens: a token dataset's ``dtype``, ``vocab_size``, ``eos_id``, ``tokenizer`` and ``total``.
+        index_sha256: each shard's sample index sha256 (``""``: none), or None.
+        source: the file the manifest was read from, named in errors.
+    """
 
     shard_format: str
     paths: list[str]
@@ -79,6 +98,13 @@ class Manifest:
     tokens: dict[str, Any] | None = None
     # per shard: its sample index's (``<shard>.idx``) sha256, "" for none
     index_sha256: list[str] | None = None
+    # which publish of the dataset this is: 1 for the first (and for manifests without the key)
+    version: int = 1
+    # folders beside the dataset's whose shards it reads where they are (``../a``): a merge's or split's;
+    # shard paths under them start with one
+    roots: list[str] | None = None
+    # per shard, the samples of it the dataset reads (a split); None: all of them
+    selection: Selection | None = None
     source: InitVar[str | None] = None
 
     def __post_init__(self, source: str | None) -> None:
@@ -90,7 +116,13 @@ class Manifest:
 
     @property
     def num_samples(self) -> int:
-        return int(self.samples.sum())
+        """Samples the dataset reads: its shards' (or, for a split, those it selects of them)."""
+        return int(self.counts.sum())
+
+    @property
+    def counts(self) -> np.ndarray:
+        """Samples the dataset reads of each shard: ``samples``, or a split's selected ones."""
+        return self.samples if self.selection is None else self.selection.counts
 
     @property
     def total_bytes(self) -> int:
@@ -117,6 +149,7 @@ class Manifest:
                     self.classes,
                     self.arrow_schema,
                     self.tokens,
+                    self.selection,
                 ),
             )
         )
@@ -134,6 +167,8 @@ class Manifest:
                 self.classes,
                 self.arrow_schema,
             ] + ([self.tokens] if self.tokens is not None else [])
+            if self.selection is not None:  # a split: which samples of the shards it reads
+                doc.append(self.selection.reference.get("sha256", ""))
             text = _RUN_IN_NAME.sub(r"\1", json.dumps(doc, sort_keys=True, separators=(",", ":")))
             cached = self.__dict__["_fingerprint"] = (
                 key,
@@ -169,6 +204,10 @@ class Manifest:
             "arrow_schema": self.arrow_schema,
             "created": self.created,
             **({"tokens": self.tokens} if self.tokens is not None else {}),
+            # version 1 is written as before versions existed: readers of older releases read it byte for byte
+            **({"version": self.version} if self.version != 1 else {}),
+            **({"roots": self.roots} if self.roots is not None else {}),
+            **({"selection": self.selection.reference} if self.selection is not None else {}),
             "shards": table
             if table is not None
             else {
@@ -214,6 +253,9 @@ class Manifest:
             ("arrow_schema", str),
             ("created", dict),
             ("tokens", dict),
+            ("version", int),
+            ("roots", list),
+            ("selection", dict),
         ):
             if doc.get(key) is not None and not isinstance(doc[key], kind):
                 raise check.fail(f"{key!r} is {kind_of(doc[key])}, not {kind_of(kind())}")
@@ -235,6 +277,9 @@ class Manifest:
             doc.get("created") or {},
             doc.get("tokens"),
             shards.get("index_sha256"),
+            doc.get("version", 1),
+            doc.get("roots"),
+            _selection(doc, check, read_table),
             source=source,
         )
         for total, actual in (
@@ -296,6 +341,21 @@ def _shard_columns(
     return shards
 
 
+def _selection(
+    doc: dict[str, Any], check: _Checker, read_table: Callable[[str], bytes] | None
+) -> Selection | None:
+    """The split's selection the head names, read with ``read_table`` and checked against its sha256."""
+    ref = doc.get("selection")
+    if ref is None:
+        return None
+    from .selection import read_selection
+
+    problem, selection = read_selection(ref, read_table)
+    if problem is not None:
+        raise check.fail(problem)
+    return selection
+
+
 def creation_info(source: str | None = None, **extra: Any) -> dict[str, Any]:
     """Who made the dataset, when, from what."""
     from ..version import __version__
@@ -309,6 +369,20 @@ def creation_info(source: str | None = None, **extra: Any) -> dict[str, Any]:
         info["source"] = source
     info.update(extra)
     return info
+
+
+def _within(paths: list[Any], roots: list[str]) -> list[Any]:
+    """Each path with the root it starts with (if any) taken off: what must be a plain shard path."""
+    prefixes = [root + "/" for root in roots]
+    out = []
+    for path in paths:
+        if isinstance(path, str) and path.startswith("../"):
+            for prefix in prefixes:
+                if path.startswith(prefix):
+                    path = path[len(prefix) :]
+                    break
+        out.append(path)
+    return out
 
 
 class _Refused(ValueError):  # JSON that parses, but that no manifest can be
@@ -388,7 +462,10 @@ class _Checker:
         if len({len(column) for column in columns.values()}) > 1:
             lengths = ", ".join(f"{name} {len(column)}" for name, column in columns.items())
             raise self.fail(f"the shard columns have different lengths ({lengths})")
-        m.paths = self.paths = self.check_paths(m.paths if type(m.paths) is list else list(m.paths))
+        m.roots = self.check_roots(m.roots)
+        m.paths = self.paths = self.check_paths(
+            m.paths if type(m.paths) is list else list(m.paths), m.roots or []
+        )
         m.samples = self.counts(m.samples, "samples")
         m.nbytes = self.counts(m.nbytes, "bytes")
         m.sha256 = self.checksums(m.sha256)
@@ -412,6 +489,7 @@ class _Checker:
         ):
             raise self.fail("'created' is not an object of strings, numbers, booleans and nulls")
         m.created = dict(m.created)
+        self.check_version(m)
         if m.tokens is not None or m.shard_format == "tokens":
             from .token_stats import check_tokens
 
@@ -419,12 +497,32 @@ class _Checker:
             if problem is not None:
                 raise self.fail(problem)
 
-    def check_paths(self, paths: list[Any]) -> list[str]:
-        if not paths_fine(paths):
-            for i, path in enumerate(paths):
+    def check_version(self, m: Manifest) -> None:
+        """The version number, and what a version may read of other datasets' shards (a split's selection)."""
+        if type(m.version) is not int or not 1 <= m.version < MAX_COUNT:
+            raise self.fail(f"version {_show(m.version)} is not a whole number of 1 or more")
+        problem = None if m.selection is None else m.selection.problem(m.samples)
+        if problem is not None:
+            raise self.fail(problem)
+
+    def check_roots(self, roots: Any) -> list[str] | None:
+        if roots is None:
+            return None
+        from ..storage.store import root_problem
+
+        roots = self.texts(roots, "roots")
+        for root in roots:
+            problem = root_problem(root)
+            if problem is not None:
+                raise self.fail(f"root {_show(root)} {problem}")
+        return roots
+
+    def check_paths(self, paths: list[Any], roots: list[str]) -> list[str]:
+        if not paths_fine(_within(paths, roots) if roots else paths):
+            for i, path in enumerate(_within(paths, roots) if roots else paths):
                 problem = path_problem(path)
                 if problem is not None:
-                    raise self.fail(f"shard {i}: path {_show(path)} {problem}")
+                    raise self.fail(f"shard {i}: path {_show(paths[i])} {problem}")
         # Packed and indexed datasets list their shards in increasing order: no set needed there.
         if not all(map(operator.lt, paths, itertools.islice(paths, 1, None))) and len(
             set(paths)
@@ -494,7 +592,7 @@ class _Checker:
             name = entry["name"]
             if (
                 _BAD_TEXT_CHAR.search(name)
-                if shard_format == "arrow"
+                if shard_format in COLUMNAR_FORMATS
                 else not name or _BAD_FIELD_CHAR.search(name)
             ):
                 raise self.fail(

@@ -14,8 +14,9 @@ from typing import Any
 from ..errors import ShardstreamError
 from ..formats import count_samples, iter_shard_samples
 from ..storage import Store
-from .files import dataset_store, load_manifest
+from .files import dataset_store
 from .schema import Manifest
+from .versions import load_manifest
 
 
 @dataclass

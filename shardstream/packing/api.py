@@ -39,6 +39,7 @@ def pack(  # noqa: PLR0913 - the public pack: one keyword per setting, as the co
     workers: int | None = None,
     layout: str = "auto",
     overwrite: bool = False,
+    append: bool = False,
     storage_options: dict[str, Any] | None = None,
     progress: bool = True,
     fsync: bool = True,
@@ -84,6 +85,44 @@ def pack(  # noqa: PLR0913 - the public pack: one keyword per setting, as the co
     ``index`` (default True): write each uncompressed tar shard's sample index (``<shard>.idx``):
     readers open a shard from it without parsing its headers, and fetch an epoch's first samples from
     object storage by ranged reads. ``False`` writes the tars alone.
+    ``append``: add the source's samples to the dataset at ``dest`` as its next version, in new shards
+    (same shard format and fields; the earlier versions stay readable; see
+    :mod:`shardstream.manifest.versions`); into an empty ``dest`` it packs version 1.
+
+    Args:
+        source: a folder tree, a table file or folder of them, an HDF5/LMDB/NumPy source, a Hugging
+            Face ``save_to_disk`` folder, existing shards (any fsspec URL for folders and tables), or,
+            with ``fn``, a list of inputs.
+        dest: the dataset's folder (a local path or an fsspec URL such as ``s3://bucket/prefix``).
+        format: ``"tar"``, ``"arrow"`` or ``"tokens"`` (default: tar for folders, Arrow for tables).
+        shard_size: the most uncompressed bytes in a shard (``"256MB"`` = 256×10^6 bytes, or an int).
+        samples_per_shard: the most samples in a shard (default: no limit).
+        compression: ``"zstd"`` or ``"gzip"`` for whole tar shards (default: none), ``"zstd"``
+            (default) or ``"lz4"`` for the buffers of Arrow shards; ``"none"``: uncompressed.
+        workers: processes that write shards (default: all cores).
+        layout: ``"auto"``, ``"imagefolder"``, ``"files"`` or ``"table"``: how to read a folder.
+        overwrite: replace a dataset that is already at ``dest`` (it stays readable until the new
+            manifest replaces it).
+        storage_options: fsspec options for ``dest`` (and for ``source`` unless ``source_options``).
+        progress: show a progress bar.
+        fsync: flush shards and manifest to disk before each appears.
+        shuffle: write samples in a random order drawn from ``seed``.
+        seed: the seed of that order.
+        split_by: ``"cls"``: one dataset per class and a label index.
+        fn: a function from one input of ``source`` to sample dicts (returned or yielded).
+        fields: the HDF5 datasets or ``.npy`` files to pack (default: all).
+        field_name: the field an LMDB value is stored under (default ``bin``).
+        decode_value: ``(key, value) -> sample dict`` for LMDB values.
+        engine: ``"local"`` (a process pool) or ``"ray"``.
+        ray_address: the Ray cluster for ``engine="ray"`` (default: ``RAY_ADDRESS``, else a local Ray).
+        source_options: fsspec options for ``source`` (default: ``storage_options``).
+        index: write sample indexes (default True; False: the tars alone).
+        append: add to the dataset at ``dest`` as its next version (not with ``overwrite``).
+        **token_options: for ``format="tokens"``: ``tokenizer``, ``text_field``, ``eos``, ``eos_id``,
+            ``vocab_size``, ``dtype``, ``per_file``.
+
+    Returns:
+        What was written: counts, sizes, time and the manifest (``result.summary()`` is one line).
     """
     options = PackOptions(
         format=format,
@@ -93,6 +132,7 @@ def pack(  # noqa: PLR0913 - the public pack: one keyword per setting, as the co
         workers=workers,
         layout=layout,
         overwrite=overwrite,
+        append=append,
         storage_options=storage_options,
         progress=progress,
         fsync=fsync,

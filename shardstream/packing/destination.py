@@ -12,7 +12,7 @@ publishes; the other removes what it wrote and says so in its one-line error. On
 also re-reads the manifest after writing it and fails loudly if it is not its own: the only check a store
 that ignores the condition allows (asked once per publish,
 :meth:`~shardstream.storage.store.Store.honours_conditions`; there two packs at once are not safe, the
-README says so), and a second line of defence where a server checks the condition apart from the write.
+errors guide says so), and a second line of defence where a server checks the condition apart from the write.
 
 Only once its manifest is published does a run remove what it replaces: the files shardstream makes that
 were in the destination when the run claimed it (the previous dataset's shards, indexes and shard table,
@@ -42,7 +42,16 @@ from dataclasses import dataclass, field
 
 from ..errors import DatasetExistsError, ShardstreamError, StorageError
 from ..manifest import MANIFEST_NAME, Manifest, shard_name
+from ..manifest.combine import appended
 from ..manifest.files import IN_PROGRESS, manifest_files, sync_folder, write_durably
+from ..manifest.versions import (
+    VERSIONS,
+    commit_version,
+    list_versions,
+    read_version,
+    version_name,
+    version_of,
+)
 from ..storage import Store
 from ..storage.conditional import Expect, WriteConflict
 
@@ -52,6 +61,7 @@ __all__ = [
     "DestinationLost",
     "check_claim",
     "check_written",
+    "made_by_shardstream",
     "prepare_destination",
 ]
 
@@ -65,10 +75,21 @@ _PLAIN_SHARD = re.compile(rf"^shard-[0-9]{{6}}\.{_FORMATS}(?:\.idx)?$")
 _TEMP_FILE = re.compile(r"^\..*\.[0-9a-f]{8,32}\.tmp$")  # the store's temporary names
 # a large manifest's shard table (manifest.table)
 _SHARD_TABLE = re.compile(r"^_shards-[0-9a-f]{16}\.arrow$")
+# a split's selection (manifest.selection)
+_SELECTION = re.compile(r"^_selection-[0-9a-f]{16}\.npy$")
 # a run's test of conditional writes
 _PROBE = re.compile(r"^\.shardstream-probe-(?P<run>[0-9a-f]{16})$")
 # one being written
 _RUN_TEMP = re.compile(r"^\.shard-[0-9]{6,}-(?P<run>[0-9a-f]{16})\..*\.[0-9a-f]{8,32}\.tmp$")
+
+
+def made_by_shardstream(name: str) -> bool:
+    """Whether ``name`` (in a dataset's folder) is a file a pack makes there besides the manifest: a shard, a
+    sample index, a shard table, a temporary file or a probe of conditional writes."""
+    return any(
+        p.match(name)
+        for p in (_RUN_FILE, _PLAIN_SHARD, _TEMP_FILE, _SHARD_TABLE, _SELECTION, _PROBE)
+    )
 
 
 class DestinationLost(ShardstreamError):
@@ -97,6 +118,9 @@ class Claim:
     # files of this run whose names carry no token (its shard table)
     extra: list[str] = field(default_factory=list)
     published: bool = False
+    # the version this run publishes, and (appends) the one its shards are added to
+    version: int = 1
+    base: Manifest | None = None
 
     def shard_name(self, index: int, shard_format: str) -> str:
         """The name this run writes shard ``index`` to: ``shard-000000-<token>.tar``."""
@@ -152,11 +176,13 @@ class Claim:
         error.cleaned = True
         return error
 
-    def publish(self, manifest: Manifest) -> None:
+    def publish(self, manifest: Manifest) -> Manifest:
         """Write ``manifest`` (last; its shards all written by this run) if the destination still holds what
-        it held when this run claimed it, then remove what it replaces. Raises :class:`DestinationLost`,
+        it held when this run claimed it, then remove what it replaces; returns the manifest published (for an
+        append: the dataset's shards, then this run's). Raises :class:`DestinationLost`,
         having removed this run's files, if another run claimed the destination or published first."""
         store = self.store
+        manifest = self._versioned(manifest)
         with self.guard():
             self.check()
             honoured = store.honours_conditions(f".shardstream-probe-{self.token}")
@@ -174,7 +200,10 @@ class Claim:
                 store.locked(),
             ):
                 self.check()
-                if honoured:
+                # an append: its version's exclusive create is the publish
+                if self.base is not None:
+                    commit_version(store, head, self.version, self.fsync, honoured)
+                elif honoured:
                     store.write_if(
                         MANIFEST_NAME, head, Expect(self.replaces), self.fsync, locked=store.local
                     )
@@ -185,13 +214,7 @@ class Claim:
         except WriteConflict:
             # (else a retried request whose first attempt had landed)
             if not self._is_published(head):
-                state = "appeared" if self.replaces is None else "was replaced"
-                raise self.lost(
-                    f"{store.url}: another pack published a dataset there while this one was writing "
-                    f"({MANIFEST_NAME} {state})",
-                    "pack again with --overwrite (overwrite=True) to "
-                    "replace it, or let one pack at a time write there",
-                ) from None
+                raise self._conflict() from None
         # a server that ignored, or raced, the condition
         if not store.local and not self._is_published(head):
             why = "" if honoured else f"; {store.protocol}:// takes no conditional writes"
@@ -210,10 +233,40 @@ class Claim:
                 store.url,
                 " ".join(str(exc).split()),
             )
+        return manifest
 
     def _is_published(self, head: bytes) -> bool:
-        found = self.store.read_tagged(MANIFEST_NAME)
+        name = version_name(self.version) if self.base is not None else MANIFEST_NAME
+        found = self.store.read_tagged(name)
         return found is not None and found[0] == head
+
+    def _conflict(self) -> DestinationLost:
+        """The error of a publish another writer beat (this run's files removed)."""
+        if self.base is not None:
+            return self.lost(
+                f"{self.store.url}: another writer published version {self.version} first",
+                "run it again: it builds on the latest version",
+            )
+        state = "appeared" if self.replaces is None else "was replaced"
+        return self.lost(
+            f"{self.store.url}: another pack published a dataset there while this one was writing "
+            f"({MANIFEST_NAME} {state})",
+            "pack again with --overwrite (overwrite=True) to "
+            "replace it, or let one pack at a time write there",
+        )
+
+    def _versioned(self, manifest: Manifest) -> Manifest:
+        """``manifest`` as the version this run publishes: after the base's shards for an append (its own
+        files removed if they cannot join them)."""
+        if self.base is None:
+            manifest.version = self.version
+            return manifest
+        try:
+            return appended(self.base, manifest, self.store.url, self.version)
+        except ShardstreamError:
+            for name in [n for n in self.store.list_files() if self.owns(n)]:
+                self.store.remove(name)
+            raise
 
     def _holds_claim(self) -> bool:
         """Whether the claim marker still holds this run's token (``True`` when it cannot be read)."""
@@ -259,14 +312,17 @@ class Claim:
             sync_folder(self.store)
 
 
-def prepare_destination(store: Store, overwrite: bool, fsync: bool = True) -> Claim:
-    """Claim ``store`` for a new run: refuse a destination that holds a dataset unless ``overwrite``, note
-    the version this run replaces and the files shardstream left there, and write the claim marker with
-    this run's token. The published dataset's files are removed only once this run publishes: until then
-    the previous dataset stays whole and readable. In a local folder, what other runs left is removed at
-    once (the claim and a run's final check of its own are made under a lock on the folder, so none of
-    those runs can publish any more); on object storage, after this run's publish (see the module's
-    documentation).
+def prepare_destination(
+    store: Store, overwrite: bool, fsync: bool = True, append: bool = False
+) -> Claim:
+    """Claim ``store`` for a new run: refuse a destination that holds a dataset unless ``overwrite`` (which
+    replaces it) or ``append`` (which adds a version to it), note the version this run replaces or builds
+    on and the files shardstream left there, and write the claim marker with this run's token. The
+    published dataset's files are removed only once this run publishes (and never by an append: earlier
+    versions stay readable): until then the previous dataset stays whole and readable. In a local folder,
+    what other runs left and no version names is removed at once (the claim and a run's final check of
+    its own are made under a lock on the folder, so none of those runs can publish any more); on object
+    storage, after this run's publish (see the module's documentation).
 
     Shard-named files that no shardstream run left behind (WebDataset tars, say) are only replaced with
     ``overwrite``.
@@ -276,10 +332,11 @@ def prepare_destination(store: Store, overwrite: bool, fsync: bool = True) -> Cl
     store.makedirs()
     with store.locked():
         current = store.read_tagged(MANIFEST_NAME)
-        if current is not None and not overwrite:
+        if current is not None and not (overwrite or append):
             raise DatasetExistsError(
                 f"{store.url} already holds a dataset ({MANIFEST_NAME}); pass --overwrite "
-                "(overwrite=True) to replace it, or choose another destination"
+                "(overwrite=True) to replace it, --append (append=True) to add to it, or choose "
+                "another destination"
             )
         names = store.list_files()
         plain = [n for n in names if _PLAIN_SHARD.match(n)]
@@ -289,26 +346,82 @@ def prepare_destination(store: Store, overwrite: bool, fsync: bool = True) -> Cl
                 "pass --overwrite (overwrite=True) to replace them, or choose another destination"
             )
         token = uuid.uuid4().hex[:16]
+        base = _append_base(store, token) if append and current is not None else None
+        latest = None if current is None else (base or read_version(store)).version
         store.write_bytes(IN_PROGRESS, token.encode())
-    leftovers = [
-        n
-        for n in names
-        if _RUN_FILE.match(n)
-        or _PLAIN_SHARD.match(n)
-        or _TEMP_FILE.match(n)
-        or _SHARD_TABLE.match(n)
-        or _PROBE.match(n)
-    ]
-    # what no published manifest names goes now: a re-run after a crash needs the room
-    if store.local:
-        published = _named_by(store, None if current is None else current[0])
-        for name in [n for n in leftovers if published is not None and n not in published]:
-            store.remove(name)
-        leftovers = [n for n in leftovers if published is None or n in published]
+    leftovers = _leftovers(store, names, current, base)
     if fsync:
         # the claim survives a crash: the files it found stay the next run's to remove
         sync_folder(store)
-    return Claim(store, token, fsync, None if current is None else current[1], leftovers)
+    return Claim(
+        store,
+        token,
+        fsync,
+        None if current is None else current[1],
+        leftovers,
+        version=1 if latest is None else latest + 1,
+        base=base,
+    )
+
+
+def _leftovers(
+    store: Store,
+    names: list[str],
+    current: tuple[bytes, str] | None,
+    base: Manifest | None,
+) -> list[str]:
+    """The files shardstream made in ``names`` that a publish replaces (none for an append); locally, what no
+    published version names is removed now (a re-run after a crash needs the room)."""
+    leftovers = [n for n in names if made_by_shardstream(n)]
+    if store.local:
+        if base is not None:
+            published = _named_by_versions(store)
+        else:
+            published = _named_by(store, None if current is None else current[0])
+        for name in [n for n in leftovers if published is not None and n not in published]:
+            store.remove(name)
+        leftovers = [n for n in leftovers if published is None or n in published]
+    if base is not None:
+        return []  # an append removes nothing once published: its versions name it all
+    if current is not None:  # an overwrite: the earlier versions go with their shards
+        leftovers += [f"{VERSIONS}/{n}" for n in _version_files(store)]
+    return leftovers
+
+
+def _append_base(store: Store, token: str) -> Manifest:
+    """The version an append builds on (the latest), with its version file written if it has none yet (a
+    dataset packed before versions); refused where the store takes no conditional writes."""
+    if not store.honours_conditions(f".shardstream-probe-{token}"):
+        raise StorageError(
+            f"cannot append to {store.url}: {store.protocol}:// takes no conditional writes here, so two "
+            "appends at once could lose one; append to a local folder or an S3 bucket, or pack it again "
+            "with --overwrite"
+        )
+    base = read_version(store)
+    name = version_name(base.version)
+    if store.read_tagged(name) is None:
+        head = store.read_tagged(MANIFEST_NAME)
+        if head is not None and version_of(head[0]) == base.version:
+            # (a conflict: another append wrote it first, the same head)
+            with contextlib.suppress(WriteConflict):
+                store.write_if(name, head[0], Expect(None), locked=store.local)
+    return base
+
+
+def _version_files(store: Store) -> list[str]:
+    return Store(f"{store.url}/{VERSIONS}", store.storage_options, store.retry).list_files()
+
+
+def _named_by_versions(store: Store) -> set[str] | None:
+    """The files any readable version names (``None`` if one cannot be read)."""
+    names: set[str] = set()
+    for number in list_versions(store):
+        found = store.read_tagged(version_name(number)) or store.read_tagged(MANIFEST_NAME)
+        named = _named_by(store, None if found is None else found[0])
+        if named is None:
+            return None
+        names |= named
+    return names
 
 
 def _named_by(store: Store, manifest: bytes | None) -> set[str] | None:
@@ -323,7 +436,10 @@ def _named_by(store: Store, manifest: bytes | None) -> set[str] | None:
     except (ValueError, ShardstreamError):
         return None
     table = doc.get("shards", {}).get("table") if isinstance(doc.get("shards"), dict) else None
-    return {*m.paths, *(p + ".idx" for p in m.paths), *([table] if isinstance(table, str) else [])}
+    side = [table] if isinstance(table, str) else []
+    if m.selection is not None:
+        side.append(m.selection.reference["file"])
+    return {*m.paths, *(p + ".idx" for p in m.paths), *side}
 
 
 def check_claim(store: Store, token: str) -> None:

@@ -109,7 +109,7 @@ def pack_source(
             f"fn= inputs and the sources read sample by sample; pack {source} into "
             f"{shard_format} shards with engine='local'"
         )
-    claim = prepare_destination(store, options.overwrite, options.fsync)
+    claim = prepare_destination(store, options.overwrite, options.fsync, options.append)
     info = creation_info(
         source=source if is_remote(source) else os.path.abspath(source),
         layout=getattr(src, "layout", "table"),
@@ -123,7 +123,7 @@ def pack_source(
             info,
             order_seed,
         )
-        claim.publish(manifest)
+        manifest = claim.publish(manifest)
     skipped = src.skipped_hidden if kind == "folder" else 0
     return PackResult(
         store.url,

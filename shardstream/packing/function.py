@@ -209,6 +209,7 @@ def write_samples(  # noqa: PLR0913 - pack's settings, passed on by keyword
     compression: str | None = None,
     workers: int | None = None,
     overwrite: bool = False,
+    append: bool = False,
     storage_options: dict[str, Any] | None = None,
     progress: bool = True,
     fsync: bool = True,
@@ -231,6 +232,7 @@ def write_samples(  # noqa: PLR0913 - pack's settings, passed on by keyword
         compression,
         storage_options,
         overwrite=overwrite,
+        append=append,
         classes=classes,
         fsync=fsync,
     )
@@ -262,8 +264,7 @@ def write_samples(  # noqa: PLR0913 - pack's settings, passed on by keyword
         writer.abort()
         raise
     manifest.created = info or creation_info(writer="pack(fn=)")
-    writer.claim.publish(manifest)
-    return writer.store.url, manifest
+    return writer.store.url, writer.claim.publish(manifest)
 
 
 def pack_function(

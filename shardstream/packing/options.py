@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import ShardstreamError
+from ..errors import ShardstreamError, UsageError
 from .engine import Execution, default_workers
 from .rules import DEFAULT_SHARD_SIZE
 
@@ -29,6 +29,7 @@ class PackOptions:
     workers: int | None = None
     layout: str = "auto"
     overwrite: bool = False
+    append: bool = False
     storage_options: dict[str, Any] | None = None
     progress: bool = True
     fsync: bool = True
@@ -44,6 +45,19 @@ class PackOptions:
     source_options: dict[str, Any] | None = None
     index: bool = True
     token_options: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.append and self.overwrite:
+            raise UsageError(
+                "append adds to the dataset and overwrite replaces it: pass one of them, not both"
+            )
+        if self.append and (
+            self.split_by is not None or self.format == "tokens" or self.token_options
+        ):
+            raise UsageError(
+                "append adds to datasets of tar or Arrow shards; split packs and token datasets are "
+                "packed again instead"
+            )
 
     @property
     def request(self) -> str:
@@ -81,6 +95,7 @@ class PackOptions:
             "compression": self.compression,
             "workers": self.workers,
             "overwrite": self.overwrite,
+            "append": self.append,
             "storage_options": self.storage_options,
             "progress": self.progress,
             "fsync": self.fsync,

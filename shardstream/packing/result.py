@@ -10,7 +10,15 @@ from ..sizes import count, format_size
 
 @dataclass
 class PackResult:
-    """What a pack produced, and how fast."""
+    """What a pack produced, and how fast.
+
+    Args:
+        url: where the dataset was written.
+        manifest: its manifest (``samples``, ``shards``, ``nbytes`` and ``fingerprint`` read it).
+        seconds: how long the pack took.
+        skipped_hidden: hidden files and folders (leading ``.``) left out.
+        source_bytes: a folder's file bytes (what the progress bar counts), or None.
+    """
 
     url: str
     manifest: Manifest

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import contextlib
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
-from ..errors import EncodeError, ShardstreamError
+from ..errors import EncodeError, ShardstreamError, StorageError
 from ..formats import tar as tar_format
 from ..manifest import Manifest, creation_info
 from ..manifest.files import sync_file
-from ..storage import Store
+from ..storage import Store, describe_os_error
 from .destination import Claim, prepare_destination
 from .fields import check_key, check_name, encode_field, merge_types
 from .folder import write_index
@@ -49,6 +49,20 @@ class ShardWriter:
     ``index`` (default True): write each uncompressed tar shard's sample index (``<shard>.idx``): readers
     open a shard from it without parsing its headers, and fetch single samples from object storage by
     ranged reads.
+
+    Args:
+        url: the dataset's folder (a local path or an fsspec URL).
+        format: ``"tar"`` or ``"arrow"``.
+        shard_size: the most uncompressed bytes in a shard (``"256MB"``, or an int).
+        samples_per_shard: the most samples in a shard (default: no limit).
+        compression: ``"zstd"`` or ``"gzip"`` for whole tar shards (default: none), ``"zstd"``
+            (default) or ``"lz4"`` for the buffers of Arrow shards; ``"none"``: uncompressed.
+        storage_options: fsspec options for ``url``.
+        overwrite: replace a dataset already at ``url``.
+        classes: class names to record in the manifest (``ds.manifest.classes`` when read).
+        schema: the Arrow schema of the rows (``format="arrow"``); default: from the first samples.
+        fsync: flush shards and manifest to disk before each appears.
+        index: write sample indexes (default True; False: the tars alone).
     """
 
     def __init__(  # noqa: PLR0913 - a public constructor: one keyword per setting, as webdataset's ShardWriter
@@ -65,6 +79,7 @@ class ShardWriter:
         fsync: bool = True,
         index: bool = True,
         *,
+        append: bool = False,
         _claim: Claim
         | None = None,  # a pack's claim on the destination, taken before (packing.driver)
     ):
@@ -72,7 +87,9 @@ class ShardWriter:
         self.shard_size, self.samples_per_shard = check_shard_limits(shard_size, samples_per_shard)
         self.store = Store(url, storage_options) if _claim is None else _claim.store
         self.fsync = fsync
-        self.claim = prepare_destination(self.store, overwrite, fsync) if _claim is None else _claim
+        self.claim = (
+            prepare_destination(self.store, overwrite, fsync, append) if _claim is None else _claim
+        )
         self.classes = list(classes) if classes is not None else None
         self.paths: list[str] = []
         self.samples: list[int] = []
@@ -149,6 +166,19 @@ class ShardWriter:
         self._shard.add_batch(batch)
         self._rows, self._rows_bytes = [], 0
 
+    @contextlib.contextmanager
+    def _shard_errors(self) -> Iterator[None]:
+        """OS errors of the open shard's file (no space, quota, I/O errors: they carry no file name) as the
+        one-line :class:`StorageError` naming the shard and the fix that every other writer gives."""
+        try:
+            yield
+        except OSError as exc:
+            if exc.filename is not None or not self.paths:
+                raise
+            raise StorageError(
+                f"cannot write {self.store.url_of(self.paths[-1])}: {describe_os_error(exc)}"
+            ) from exc
+
     def _close_shard(self) -> None:
         if self.shard_format == "arrow":
             self._flush_rows()
@@ -189,20 +219,25 @@ class ShardWriter:
             for name, _ in encoded:
                 check_name(name, f"sample {key!r}: field name")
             size = tar_format.sample_size(key, ((n, len(memoryview(d))) for n, d in encoded))
-        if self._cm is not None and shard_is_full(
-            self._shard_bytes, self._shard_samples, size, self.shard_size, self.samples_per_shard
-        ):
-            self._close_shard()
-        if self._cm is None:
-            self._open_shard()
-        if self.shard_format == "arrow":
-            self._rows.append(row)
-            self._rows_bytes += size
-            if self._rows_bytes >= _ARROW_BATCH_BYTES or len(self._rows) >= _ARROW_BATCH_ROWS:
-                self._flush_rows()
-        else:
-            self._shard.add(key, encoded)
-            merge_types(self.field_types, fields)
+        with self._shard_errors():
+            if self._cm is not None and shard_is_full(
+                self._shard_bytes,
+                self._shard_samples,
+                size,
+                self.shard_size,
+                self.samples_per_shard,
+            ):
+                self._close_shard()
+            if self._cm is None:
+                self._open_shard()
+            if self.shard_format == "arrow":
+                self._rows.append(row)
+                self._rows_bytes += size
+                if self._rows_bytes >= _ARROW_BATCH_BYTES or len(self._rows) >= _ARROW_BATCH_ROWS:
+                    self._flush_rows()
+            else:
+                self._shard.add(key, encoded)
+                merge_types(self.field_types, fields)
         self.field_counts.update(fields.keys())
         self._shard_bytes += size
         self._shard_samples += 1
@@ -214,7 +249,8 @@ class ShardWriter:
         if self.manifest is not None:
             return self.manifest
         if self._cm is not None:
-            self._close_shard()
+            with self._shard_errors():
+                self._close_shard()
         if self.shard_format == "arrow":
             from ..formats import arrow as arrow_format
 
@@ -252,7 +288,7 @@ class ShardWriter:
             except BaseException:
                 self.abort()
                 raise
-            self.claim.publish(manifest)
+            self.manifest = self.claim.publish(manifest)
             self._published = True
         assert self.manifest is not None
         return self.manifest

@@ -78,29 +78,60 @@ class DiskCache:
 
     def __init__(self, root: str | os.PathLike[str] | None = None, limit: int | None = None):
         self.root = os.path.abspath(os.fspath(root)) if root is not None else default_cache_dir()
-        default = self.root == default_cache_dir()
-        parent = os.path.dirname(self.root)
-        if default:
-            # a predictable name in a shared folder: others may have made it
-            private_dir(parent, tighten=True)
-        else:
-            try:
-                os.makedirs(parent, exist_ok=True)
-            except OSError as exc:
-                raise StorageError(
-                    f"cannot create the shard cache {self.root}: {describe_os_error(exc)}; "
-                    "choose another cache_dir"
-                ) from exc
-        private_dir(self.root, tighten=default)
-        if limit is None:
-            st = os.statvfs(self.root)
-            limit = st.f_bavail * st.f_frsize // 2
-        if limit <= 0:
+        if limit is not None and limit <= 0:
             raise ValueError(f"cache_limit must be positive, not {limit}")
-        self.limit = int(limit)
         self.healed = 0  # cached files found damaged by this process, removed and fetched again
         self._warned = self._warned_space = False
-        self.trim()
+        # a limit of half the free space says nothing about shards in use: a full disk says it (once)
+        self._limit_given = limit is not None
+        # no room at all (a full disk): downloads are read into memory, not cached (see :meth:`get`)
+        self.full = not self._make_folder()
+        if limit is None:
+            st = os.statvfs(self.root) if not self.full else None
+            limit = st.f_bavail * st.f_frsize // 2 if st is not None else 0
+            self.full = limit <= 0
+        self.limit = int(limit)
+        if not self.full:
+            self.trim()
+
+    def warn_if_full(self) -> None:
+        """Say (once) that shards will be read from memory, if the disk had no room when the cache was
+        opened; a reader's process calls it when it opens a dataset, so its workers need not."""
+        if self.full:
+            self._warn_no_space("no space left on the device")
+
+    def _make_folder(self) -> bool:
+        """Make the cache's private folder; ``False`` if the disk has no room for it."""
+        default = self.root == default_cache_dir()
+        parent = os.path.dirname(self.root)
+        try:
+            if default:
+                # a predictable name in a shared folder: others may have made it
+                private_dir(parent, tighten=True)
+            else:
+                try:
+                    os.makedirs(parent, exist_ok=True)
+                except OSError as exc:
+                    raise StorageError(
+                        f"cannot create the shard cache {self.root}: {describe_os_error(exc)}; "
+                        "choose another cache_dir"
+                    ) from exc
+            private_dir(self.root, tighten=default)
+        except StorageError as exc:
+            if getattr(exc.__cause__, "errno", None) in (errno.ENOSPC, errno.EDQUOT):
+                return False
+            raise
+        return True
+
+    def _warn_no_space(self, why: str) -> None:
+        if not self._warned_space:
+            self._warned_space = True
+            log.warning(
+                "cannot keep shards in the cache %s: %s; reading them from memory instead (free some "
+                "space there, lower cache_limit or choose another cache_dir)",
+                self.root,
+                why,
+            )
 
     def __repr__(self) -> str:
         return f"DiskCache({self.root!r}, limit={self.limit})"
@@ -168,6 +199,9 @@ class DiskCache:
             found = self.open(key, size, content)
             if found is not None:
                 return found
+            if self.full:  # no room to keep it: from memory (said once)
+                self.warn_if_full()
+                return self._checked(download, size)
             record = self._failure(key, since)
             if record is not None:
                 # its file could not be written: read it into memory, side by side
@@ -248,14 +282,7 @@ class DiskCache:
             except (
                 OSError
             ) as exc:  # no space, quota, I/O error: the checked bytes are here all the same
-                if not self._warned_space:
-                    self._warned_space = True
-                    log.warning(
-                        "cannot keep shards in the cache %s: %s; reading them from memory instead (lower "
-                        "cache_limit or choose another cache_dir)",
-                        self.root,
-                        describe_os_error(exc),
-                    )
+                self._warn_no_space(describe_os_error(exc))
                 self._note(key, exc, uncached=True)
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(part)
@@ -392,7 +419,7 @@ class DiskCache:
                 return
             if self._evict(path):
                 total -= size
-        if total + nbytes > self.limit and not self._warned:
+        if total + nbytes > self.limit and not self._warned and (total or self._limit_given):
             self._warned = True
             log.warning(
                 "the shard cache %s holds %d bytes in use, more than cache_limit=%d allows; "

@@ -19,7 +19,8 @@ from typing import IO, Any
 
 from ..errors import StorageError
 from .classify import storage_errors
-from .store import Check, PartCheck, Store, sink_errors
+from .inherited import track
+from .store import Check, PartCheck, Store, WholeFile, sink_errors
 from .urls import BUCKETS
 
 # bytes per ranged GET when a large object is read whole (shards download side by side too)
@@ -44,6 +45,8 @@ class FsspecStore(Store):
     local = False
     _fs: Any = None  # the filesystem, made by _connect in the process that uses it
     _pid = 0
+    # what a whole read of an object of unknown size passes to the filesystem (see S3Store)
+    WHOLE: dict[str, Any] = {}  # noqa: RUF012 - read only
 
     def _locate(self) -> str:
         return self._connect()[1].rstrip("/")
@@ -72,6 +75,7 @@ class FsspecStore(Store):
         if single:
             fs.retries = 1  # s3fs's own loop (its class default is 5)
         self._fs, self._pid = fs, os.getpid()
+        track(self)  # a forked child keeps it, never closes it (see .inherited)
         return fs, root
 
     @property
@@ -128,10 +132,13 @@ class FsspecStore(Store):
 
     def path(self, name: str) -> str:
         self._inside(name)
-        return posixpath.join(self.root, name)
+        path = posixpath.join(self.root, name)
+        return posixpath.normpath(path) if name.startswith("../") else path
 
     def url_of(self, name: str) -> str:
         self._inside(name)
+        if name.startswith("../"):  # under a root beside this folder (Store.reach)
+            return f"{self.protocol}://{self.path(name)}"
         return posixpath.join(self.url, name)
 
     def exists(self, name: str) -> bool:
@@ -152,7 +159,7 @@ class FsspecStore(Store):
             return self._call(
                 "cannot read",
                 name,
-                lambda fs, kw: fs.cat_file(path, **kw),
+                lambda fs, kw: fs.cat_file(path, **self.WHOLE, **kw),
                 nbytes=nbytes,
                 finish=lambda data: self._checked(name, data, check, advice),
             )
@@ -183,7 +190,7 @@ class FsspecStore(Store):
         return self._call(
             "cannot read",
             names[0],
-            lambda fs, kw: fs.cat(paths, on_error="raise", **kw),
+            lambda fs, kw: fs.cat(paths, on_error="raise", **self.WHOLE, **kw),
             finish=lambda found: self._checked_parts(
                 names, [found[p] for p in paths], check, advice
             ),
@@ -288,17 +295,18 @@ class FsspecStore(Store):
 
 
 def _spool() -> tuple[IO[bytes], str]:
-    """An unbuffered temporary file for an upload, and a path that opens it for the uploader: on
-    Linux an unnamed file (gone with the process, however it ends) reached through ``/proc``."""
-    f = tempfile.TemporaryFile(prefix="shardstream-", suffix=".part", buffering=0)  # noqa: SIM115 - the caller closes it
+    """An unbuffered temporary file for an upload (a :class:`WholeFile`: a full temporary folder fails the
+    write instead of cutting the upload short), and a path that opens it for the uploader: on Linux an
+    unnamed file (gone with the process, however it ends) reached through ``/proc``."""
+    made = tempfile.TemporaryFile(prefix="shardstream-", suffix=".part", buffering=0)  # noqa: SIM115 - handed on below
+    with made:
+        f = WholeFile(os.dup(made.fileno()), "wb+")
     proc = f"/proc/self/fd/{f.fileno()}"
     if os.path.exists(proc):
         return f, proc
     f.close()  # no /proc: a named file, removed when the upload ends
-    f = tempfile.NamedTemporaryFile(  # noqa: SIM115 - the caller closes it
-        prefix="shardstream-", suffix=".part", buffering=0, delete=False
-    )
-    return f, f.name
+    fd, path = tempfile.mkstemp(prefix="shardstream-", suffix=".part")
+    return WholeFile(fd, "wb+"), path
 
 
 __all__ = ["PART_SIZE", "FsspecStore"]

@@ -20,7 +20,7 @@ from ..errors import StorageError
 from .classify import describe_os_error, storage_errors
 from .conditional import Expect
 from .retry import DamagedRead
-from .store import Check, PartCheck, Store, sink_errors
+from .store import Check, PartCheck, Store, WholeFile, sink_errors
 
 _NO_LINKS = (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EMLINK, errno.EXDEV, errno.ENOSYS)
 _CANNOT_SYNC = {errno.EINVAL, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EBADF}
@@ -36,7 +36,8 @@ class LocalStore(Store):
 
     def path(self, name: str) -> str:
         self._inside(name)
-        return os.path.join(self.root, *name.split("/"))
+        path = os.path.join(self.root, *name.split("/"))
+        return os.path.normpath(path) if name.startswith("../") else path
 
     def url_of(self, name: str) -> str:
         return self.path(name)
@@ -99,7 +100,7 @@ class LocalStore(Store):
         )
         with storage_errors("cannot write", url):
             os.makedirs(os.path.dirname(final), exist_ok=True)
-            f = open(tmp, "wb", buffering=0)  # noqa: SIM115 - closed below; callers write in large pieces
+            f = WholeFile(tmp, "wb")  # unbuffered: callers write in large pieces
         try:
             with sink_errors(url, tmp):
                 yield f

@@ -86,4 +86,6 @@ class StorageSettings:
             if isinstance(self.cache_limit, str)
             else self.cache_limit
         )
-        return DiskCache(self.cache_dir, limit)
+        cache = DiskCache(self.cache_dir, limit)
+        cache.warn_if_full()  # here, once, rather than in each worker
+        return cache

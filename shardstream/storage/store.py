@@ -12,7 +12,9 @@ nothing about ranks, shards or manifests; names inside it never leave it.
 from __future__ import annotations
 
 import contextlib
+import errno
 import importlib
+import io
 import mmap
 import os
 from collections.abc import Callable, Iterator
@@ -44,6 +46,9 @@ class Store:
 
     local: bool
     root: str
+    # folders outside this one that names may start with (``../a``): the shards a merged or split dataset
+    # reads where they are (see :meth:`reach`)
+    roots: tuple[str, ...] = ()
 
     def __new__(cls, *args: Any, **kwargs: Any) -> Store:
         # the factory: the backend by protocol (subclasses, and unpickling, come as they are)
@@ -85,7 +90,35 @@ class Store:
         """The user-facing URL of ``name``, for messages."""
         raise NotImplementedError
 
+    def reach(self, roots: list[str]) -> None:
+        """Let names start with ``roots``: relative folders beside this one (``../a``, ``../../b/c``), as a
+        manifest that reads other datasets' shards where they are declares them. On object storage they stay
+        inside the bucket."""
+        for root in roots:
+            problem = root_problem(root)
+            ups = root.split("/").count("..")
+            if problem is None and not self.local and ups > self.root.count("/"):
+                problem = "climbs out of the bucket"
+            if problem is not None:
+                raise StorageError(
+                    f"{root!r:.80} is not a folder beside {self.url}: it {problem}; the manifest that "
+                    "names it is damaged, re-create it"
+                )
+        self.roots = tuple(roots)
+
+    def _beyond(self, name: str) -> bool:
+        """Whether ``name`` lies under one of :attr:`roots` (checked as a name inside it)."""
+        if not self.roots or not name.startswith("../"):
+            return False
+        for root in self.roots:
+            if name.startswith(root + "/"):
+                self._inside(name[len(root) + 1 :])
+                return True
+        return False
+
     def _inside(self, name: str) -> None:
+        if self._beyond(name):
+            return
         if (
             not isinstance(name, str)
             or not name
@@ -226,6 +259,38 @@ class Store:
         return contextlib.nullcontext()
 
 
+def root_problem(root: object) -> str | None:
+    """What keeps ``root`` from being a folder beside a dataset's (one or more ``..`` segments, then plain
+    ones), or None."""
+    if not isinstance(root, str) or not root.startswith("../") and root != "..":
+        return "does not start with '../'"
+    segments = root.split("/")
+    ups = 0
+    while ups < len(segments) and segments[ups] == "..":
+        ups += 1
+    rest = segments[ups:]
+    if any(s in ("", ".", "..") or "\\" in s or "\0" in s or "://" in s for s in rest):
+        return "has an empty, '.' or '..' segment after its leading '..' ones"
+    return None
+
+
+class WholeFile(io.FileIO):
+    """An unbuffered file whose :meth:`write` writes all it is given or raises: a file system that is
+    nearly full takes part of a write (the system call returns fewer bytes) and refuses the rest with
+    ``ENOSPC`` on the next call, which a single unchecked ``write`` never makes; the file :meth:`Store.open_write`
+    yields is one, so no writer can publish a file cut short."""
+
+    def write(self, data: Any) -> int:
+        view = memoryview(data).cast("B")
+        total = view.nbytes
+        while view.nbytes:
+            written = super().write(view)
+            if not written:  # None (non-blocking) or 0: nothing was taken, nothing will be
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+            view = view[written:]
+        return total
+
+
 @contextlib.contextmanager
 def sink_errors(url: str, path: str) -> Iterator[None]:
     """OS errors of the file being written (no space, I/O errors) as a one-line :class:`StorageError`;
@@ -240,4 +305,12 @@ def sink_errors(url: str, path: str) -> Iterator[None]:
         raise StorageError(f"cannot write {url}: {describe_os_error(exc)}") from exc
 
 
-__all__ = ["Check", "PartCheck", "Store", "connection_options", "is_url", "sink_errors"]
+__all__ = [
+    "Check",
+    "PartCheck",
+    "Store",
+    "WholeFile",
+    "connection_options",
+    "is_url",
+    "sink_errors",
+]

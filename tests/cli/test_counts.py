@@ -1,5 +1,5 @@
 """What the command line says about counts: "1 shard", never "1 shards"; the pack summary names the bytes
-its progress bar counted; and which Arrow rows carry ``__key__`` (see the README's table row)."""
+its progress bar counted; and which Arrow rows carry ``__key__`` (see the table in docs/guides/packing.md)."""
 
 from __future__ import annotations
 
@@ -158,7 +158,7 @@ def test_table_packs_count_rows_and_name_no_file_bytes(tmp_path, monkeypatch):
     assert "of files" not in result.summary()
 
 
-# -- __key__ on Arrow rows: carried where the table has the column, not invented (README, "What can be packed")
+# -- __key__ on Arrow rows: carried where the table has the column, not invented (docs/guides/packing.md)
 
 
 def test_arrow_rows_carry_the_tables_own_key_column(tmp_path):

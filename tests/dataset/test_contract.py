@@ -1,5 +1,5 @@
-"""The loader/dataset contract: every dataset kind is a ``Readable``, and a new kind written as the README
-shows (a ``PlannedDataset`` subclass that says how a pass reads) gets the loader's guarantees: every sample
+"""The loader/dataset contract: every dataset kind is a ``Readable``, and a new kind written as the layout
+page (docs/design/layout.md) shows (a ``PlannedDataset`` subclass that says how a pass reads) gets the loader's guarantees: every sample
 once per epoch, equal batches per rank, resume mid-epoch with other workers."""
 
 from __future__ import annotations
@@ -15,16 +15,16 @@ from shardstream.dataset import MixedDataset, PlannedDataset, Readable, ShardDat
 from tests.sample_datasets import write_dataset
 from tests.token_corpus import pack_positions
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+LAYOUT = Path(__file__).resolve().parents[2] / "docs" / "design" / "layout.md"
 
 
 @pytest.fixture(scope="module")
 def squares():
-    """The README's example dataset kind, run from the README itself."""
-    text = README.read_text()
+    """The layout page's example dataset kind, run from the page itself."""
+    text = LAYOUT.read_text()
     code = re.search(r"runs this example\):\n\n```python\n(.*?)```", text, re.S).group(1)
     space: dict = {}
-    exec(compile(code.split("\nloader = ")[0], "README example", "exec"), space)  # noqa: S102 - our README
+    exec(compile(code.split("\nloader = ")[0], "layout example", "exec"), space)  # noqa: S102 - our docs
     return space["Squares"]
 
 

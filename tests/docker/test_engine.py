@@ -1,7 +1,7 @@
 """The images built from a locally made base (no registry) and run with a real engine.
 
-Skipped, with the reason, where no engine runs (``make docker-test`` installs none: see README
-"Containers"). Inside the image: pack + info + verify; an epoch with 2 workers under
+Skipped, with the reason, where no engine runs (``make docker-test`` installs none: see
+docs/guides/containers.md). Inside the image: pack + info + verify; an epoch with 2 workers under
 ``--shm-size=64m`` ends with shardstream's SharedMemoryError and its advice (never a Bus error or a
 hang); the same epoch under ``--shm-size=1g`` reads every sample; and the compose stack (store, pack
 job, 2-rank torchrun job) reads every sample exactly once and exits 0.

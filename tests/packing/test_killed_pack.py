@@ -212,6 +212,8 @@ def test_a_rerun_has_the_same_fingerprint_and_shards_but_another_creation_time(t
     # new names; the replaced shards are gone
     assert not set(first.manifest.paths) & set(os.listdir(dest))
     again = doc_without_runs(json.loads((dest / MANIFEST_NAME).read_bytes()))
+    # an overwrite is the dataset's next version
+    assert again.pop("version") == 2 and "version" not in doc
     assert {k: v for k, v in again.items() if k != "created"} == {
         k: v for k, v in doc.items() if k != "created"
     }

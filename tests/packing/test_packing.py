@@ -39,9 +39,11 @@ def load_doc(dest: Path) -> dict:
 
 
 def doc_without_created(dest: Path) -> dict:
-    """The manifest without its creation info, its shard paths without the run's token."""
+    """The manifest without its creation info and version (an overwrite is the next version), its shard
+    paths without the run's token."""
     doc = doc_without_runs(load_doc(dest))
     doc.pop("created")
+    doc.pop("version", None)
     return doc
 
 

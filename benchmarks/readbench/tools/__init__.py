@@ -24,12 +24,21 @@ _MODULES = {
     "litdata": litdata,
 }
 
-TOOLS = tuple(_MODULES)
+# shardstream's non-default rows read its conversion with other loader settings
+_VARIANTS = {name: getattr(shardstream, fn) for name, fn in shardstream.VARIANTS.items() if name != "shardstream"}
+TOOLS = (*_MODULES, *_VARIANTS)
 LOADERS: dict[str, Callable[[Path, str, RemoteSource | None], Any]] = {
-    n: m.loader for n, m in _MODULES.items()
+    **{n: m.loader for n, m in _MODULES.items()},
+    **_VARIANTS,
 }
-DATA_OF = {name: module.DATA for name, module in _MODULES.items()}
-SHUFFLES = {name: module.SHUFFLE for name, module in _MODULES.items()}
+DATA_OF = {
+    **{name: module.DATA for name, module in _MODULES.items()},
+    **dict.fromkeys(_VARIANTS, shardstream.DATA),
+}
+SHUFFLES = {
+    **{name: module.SHUFFLE for name, module in _MODULES.items()},
+    **dict.fromkeys(_VARIANTS, shardstream.SHUFFLE),
+}
 # conversions written by the tool's own library in a child process (``read.py --convert NAME``)
 WRITERS: dict[str, Callable[[ImageSet, Path], None]] = {
     "mosaic": mosaic.write,

@@ -26,12 +26,13 @@ from .base import RemoteSource
 
 DATA = "shardstream"  # the conversion it reads
 SHUFFLE = "shard permutation + index shuffle in the default window (~64 shards, <= 1 GiB remote)"
+# its rows: the defaults, and with 2 worker processes or 2 reader threads (non-default rows)
+VARIANTS = {"shardstream": "loader", "ss-2proc": "processes", "ss-2threads": "threads"}
 
 
 def pack_argv(source: Path, out: Path) -> list[str]:
-    """The ``shardstream pack`` command that converts ``source`` (an image folder or a Parquet file) into ``out``;
-    tar shards with their sample indexes (``--index``), as a pack for an upload to object storage has them."""
-    index = ["--index"] if source.suffix != ".parquet" else []
+    """The ``shardstream pack`` command that converts ``source`` (an image folder or a Parquet file) into
+    ``out``: default settings but the shard size all tools share (tar shards and their sample indexes)."""
     return [
         *shardstream_command(),
         "pack",
@@ -41,23 +42,32 @@ def pack_argv(source: Path, out: Path) -> list[str]:
         SHARD_SIZE,
         "--overwrite",
         "-q",
-        *index,
     ]
 
 
-def loader(data: Path, mode: str, remote: RemoteSource | None = None) -> Any:
+def loader(data: Path, mode: str, remote: RemoteSource | None = None, **loader_args: Any) -> Any:
+    """Default settings: ``ShardDataset(url, decode=...)`` and ``.loader(batch_size=64)``, nothing else (its
+    default shuffle, seed, worker count and worker kind); ``loader_args`` for the non-default rows."""
     from shardstream import ShardDataset
 
     decode = None if mode == "raw" else "torch"
     if remote is None:
-        dataset = ShardDataset(str(data), shuffle=True, seed=0, decode=decode)
+        dataset = ShardDataset(str(data), decode=decode)
     else:  # a fresh, empty cache: the epoch downloads every shard (default prefetch, retries and timeout)
         dataset = ShardDataset(
             remote.url("shardstream"),
             storage_options={"endpoint_url": remote.endpoint},
             cache_dir=str(remote.scratch / "cache"),
-            shuffle=True,
-            seed=0,
             decode=decode,
         )
-    return dataset.loader(batch_size=BATCH_SIZE, num_workers=WORKERS)
+    return dataset.loader(batch_size=BATCH_SIZE, **loader_args)
+
+
+def processes(data: Path, mode: str, remote: RemoteSource | None = None) -> Any:
+    """A non-default row: 2 worker processes, as every other tool gets."""
+    return loader(data, mode, remote, num_workers=WORKERS, workers="processes")
+
+
+def threads(data: Path, mode: str, remote: RemoteSource | None = None) -> Any:
+    """A non-default row: 2 reader threads in the main process."""
+    return loader(data, mode, remote, num_workers=WORKERS, workers="threads")

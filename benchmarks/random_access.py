@@ -1,0 +1,444 @@
+"""Random-access benchmark: ``ShardMap`` against wids, LitData, Mosaic and HF ``datasets``, and Parquet in place.
+
+Run it in the benchmark environment (``.venv-bench``, see ``benchmarks/read.py``; ``wids`` and HF
+``datasets`` come from ``requirements-bench.txt``)::
+
+    .venv-bench/bin/python benchmarks/random_access.py                       # everything
+    .venv-bench/bin/python benchmarks/random_access.py --parts random --samples 5000
+    .venv-bench/bin/python benchmarks/random_access.py --hf-site /tmp/hf      # datasets installed apart
+
+Parts (each measurement is a fresh subprocess; the table prints ratios against peers of the same run):
+
+- ``random``: uniform random reads of the 20,000-JPEG set (``benchmarks/_data.py``), raw bytes, a
+  ``DataLoader`` with 2 workers, batches of 64, the indexes of a seeded random permutation (a
+  ``SubsetRandomSampler``-like sampler): samples/s over ``--samples`` reads, and the first sample's
+  latency (making the dataset and reading one random sample, in a fresh process). Peers:
+  ``wids.ShardListDataset`` on the very tars shardstream packed, LitData and Mosaic ``__getitem__`` on
+  their own packs (``readbench`` conversions), HF ``Dataset.from_parquet`` on a Parquet copy (its Arrow
+  conversion counted in its first-sample latency, and reported apart).
+- ``remote``: a SeaweedFS server (``weed mini``, real S3) holding the tars and their sample indexes;
+  ``ShardMap`` reads single random samples with an empty cache: the median latency per sample (each
+  one's shard not cached), and the same for the first read of a fresh map.
+- ``parquet``: sequential epochs (``shuffle=False``, raw bytes, 2 workers, batch 64) of the Parquet copy
+  indexed in place, against the same rows packed as Arrow shards, and HF ``datasets`` streaming the
+  same Parquet files (``load_dataset("parquet", streaming=True)``).
+
+The goals are printed as met or missed. Timings on a shared machine are
+noisy: every ratio compares runs of the same invocation.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+REPO_ROOT = HERE.parent
+sys.path[:0] = [str(HERE), str(REPO_ROOT)]
+
+BATCH, WORKERS, SEED = 64, 2, 17
+PARQUET_ROWS_PER_FILE, PARQUET_ROW_GROUP = 2_500, 250  # about 64 MB files, 6 MB row groups
+GOALS = {
+    "random": "random access >= 2x the best peer (samples/s)",
+    "remote": "a random sample from SeaweedFS in <= 100 ms median, its shard not cached",
+    "parquet": "a Parquet epoch in place >= 0.9x the same rows packed as Arrow shards",
+}
+
+
+# -- data -------------------------------------------------------------------------------------------
+def prepare(data: Path, tools: list[str]) -> dict[str, Path]:
+    """The converted copies each tool reads (made once, untimed): shardstream tars, LitData, Mosaic,
+    Parquet (indexed in place) and Arrow shards of the same rows."""
+    import argparse as _argparse
+
+    from _data import ensure_image_folder
+    from readbench.convert import convert
+
+    images = ensure_image_folder(data)
+    read_root = data / "read"
+    args = _argparse.Namespace(data=data, arrow_rows=1)  # no table conversion here
+    out = {"images": images.train}
+    for name in ["shardstream"] + [t for t in ("litdata", "mosaic") if t in tools]:
+        done = convert(name, images, read_root, args)
+        if done.problem:
+            print(f"{name}: {done.problem}", flush=True)
+            continue
+        out[name] = done.path
+    out["parquet"] = _parquet_copy(images, read_root / "parquet")
+    out["arrow"] = _arrow_copy(out["parquet"], read_root / "parquet-arrow")
+    return out
+
+
+def _parquet_copy(images: Any, folder: Path) -> Path:
+    """The JPEGs as Parquet files (``__key__``, ``jpg``, ``cls``), indexed in place by shardstream."""
+    if (folder / "_manifest.json").exists():
+        return folder
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from readbench.tools.base import labelled_files
+
+    from shardstream.manifest.index_parquet import index_parquet
+
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    files = labelled_files(images)
+    for f, start in enumerate(range(0, len(files), PARQUET_ROWS_PER_FILE)):
+        part = files[start : start + PARQUET_ROWS_PER_FILE]
+        table = pa.table(
+            {
+                "__key__": [Path(p).stem for p, _ in part],
+                "jpg": [Path(p).read_bytes() for p, _ in part],
+                "cls": [label for _, label in part],
+            }
+        )
+        pq.write_table(table, folder / f"train-{f:05d}.parquet", row_group_size=PARQUET_ROW_GROUP)
+    index_parquet([str(folder / "*.parquet")])
+    return folder
+
+
+def _arrow_copy(parquet: Path, folder: Path) -> Path:
+    """The same rows packed as Arrow shards (``shardstream pack --format arrow``)."""
+    if (folder / "_manifest.json").exists():
+        return folder
+    import pyarrow.parquet as pq
+
+    from shardstream.packing.writer import ShardWriter
+
+    shutil.rmtree(folder, ignore_errors=True)
+    with ShardWriter(str(folder), format="arrow", shard_size="64MB") as writer:
+        for path in sorted(parquet.glob("*.parquet")):
+            for row in pq.read_table(path).to_pylist():
+                writer.write(row)
+    return folder
+
+
+# -- the measured children --------------------------------------------------------------------------
+def open_tool(tool: str, paths: dict[str, str], scratch: str) -> tuple[Any, str]:
+    """The tool's map-style dataset over the JPEGs, and the name of its JPEG field."""
+    if tool == "shardstream":
+        from shardstream import ShardMap
+
+        return ShardMap(paths["shardstream"], decode=None), "jpg"
+    if tool == "wids":
+        import wids
+
+        from shardstream.manifest import load_manifest
+        from shardstream.storage import Store
+
+        root = Path(paths["shardstream"])
+        m = load_manifest(Store(str(root)))
+        shards = [
+            {"url": str(root / p), "nsamples": int(n)} for p, n in zip(m.paths, m.samples.tolist())
+        ]
+        return wids.ShardListDataset(shards, transformations=[], cache_dir=scratch), ".jpg"
+    if tool == "litdata":
+        from litdata import StreamingDataset
+
+        return MapView(StreamingDataset(paths["litdata"])), "jpg"
+    if tool == "mosaic":
+        from streaming import StreamingDataset
+        from streaming.base.util import clean_stale_shared_memory
+
+        clean_stale_shared_memory()
+        return MapView(
+            StreamingDataset(local=paths["mosaic"], batch_size=BATCH, shuffle=False)
+        ), "jpg"
+    if tool == "hf":
+        import datasets
+
+        files = sorted(str(p) for p in Path(paths["parquet"]).glob("*.parquet"))
+        return datasets.Dataset.from_parquet(files, cache_dir=scratch), "jpg"
+    raise SystemExit(f"unknown tool {tool}")
+
+
+class Order:
+    """A sampler over fixed indexes (a seeded random permutation)."""
+
+    def __init__(self, indexes: list[int]):
+        self.indexes = indexes
+
+    def __iter__(self):
+        return iter(self.indexes)
+
+    def __len__(self) -> int:
+        return len(self.indexes)
+
+
+class TakeBytes:
+    """A collate function: the batch's JPEG bytes (what every tool hands the main process)."""
+
+    def __init__(self, field: str):
+        self.field = field
+
+    def __call__(self, samples: list[dict[str, Any]]) -> list[bytes]:
+        return [raw_bytes(s[self.field]) for s in samples]
+
+
+def raw_bytes(value: Any) -> bytes:
+    """A field's bytes (wids hands out ``io.BytesIO`` objects)."""
+    return value.getvalue() if hasattr(value, "getvalue") else bytes(value)
+
+
+class MapView:
+    """A map-style view of a dataset that is iterable too (LitData's ``StreamingDataset``): the
+    ``DataLoader`` then takes a sampler."""
+
+    def __init__(self, dataset: Any):
+        self.dataset = dataset
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitem__(self, index: int) -> Any:
+        return self.dataset[index]
+
+
+def child_random(tool: str, paths: dict[str, str], samples: int) -> dict[str, Any]:
+    import random
+
+    from torch.utils.data import DataLoader
+
+    scratch = tempfile.mkdtemp(prefix="ra-bench-")
+    try:
+        started = time.perf_counter()
+        ds, field = open_tool(tool, paths, scratch)
+        opened = time.perf_counter() - started
+        order = list(range(len(ds)))
+        random.Random(SEED).shuffle(order)
+        first = raw_bytes(ds[order[0]][field])
+        latency = time.perf_counter() - started
+        assert len(first) > 0
+        order = order[:samples]
+        loader = DataLoader(
+            ds,
+            batch_size=BATCH,
+            sampler=Order(order),
+            num_workers=WORKERS,
+            collate_fn=TakeBytes(field),
+        )
+        started = time.perf_counter()
+        count = nbytes = 0
+        for batch in loader:
+            count += len(batch)
+            nbytes += sum(map(len, batch))
+        seconds = time.perf_counter() - started
+        assert count == len(order), (count, len(order))
+        return {
+            "rate": count / seconds,
+            "latency": latency,
+            "open": opened,
+            "bytes": nbytes,
+            "samples": count,
+        }
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def child_epoch(tool: str, paths: dict[str, str]) -> dict[str, Any]:
+    """One sequential epoch of raw rows: shardstream over Parquet in place or Arrow shards, or HF streaming."""
+    from torch.utils.data import DataLoader
+
+    started = time.perf_counter()
+    count = 0
+    if tool == "hf-streaming":
+        import datasets
+
+        files = sorted(str(p) for p in Path(paths["parquet"]).glob("*.parquet"))
+        ds = datasets.load_dataset("parquet", data_files=files, split="train", streaming=True)
+        loader = DataLoader(ds, batch_size=BATCH, num_workers=WORKERS, collate_fn=TakeBytes("jpg"))
+        for batch in loader:
+            count += len(batch)
+    else:
+        from shardstream import ShardDataset
+
+        ds = ShardDataset(paths[tool], shuffle=False, decode=None, rank=0, world_size=1)
+        for batch in ds.loader(batch_size=BATCH, num_workers=WORKERS):
+            count += len(batch["jpg"])
+    return {"rate": count / (time.perf_counter() - started), "samples": count}
+
+
+def child_remote(paths: dict[str, str], endpoint: str, reads: int) -> dict[str, Any]:
+    """Single random samples of a map over a SeaweedFS bucket, each from a shard not cached."""
+    import random
+
+    from shardstream import ShardMap
+
+    scratch = tempfile.mkdtemp(prefix="ra-remote-")
+    try:
+        options = {"endpoint_url": endpoint}
+        started = time.perf_counter()
+        m = ShardMap(paths["remote"], decode=None, storage_options=options, cache_dir=scratch)
+        rng = random.Random(SEED)
+        shards = len(m.counts)
+        first_index = rng.randrange(len(m))
+        m[first_index]
+        first = time.perf_counter() - started
+        times = []
+        for k in range(reads):  # one sample per shard: none of them is dense, none is cached
+            shard = k % shards
+            i = int(m.ends[shard] - m.counts[shard]) + rng.randrange(int(m.counts[shard]))
+            t = time.perf_counter()
+            assert len(m[i]["jpg"]) > 0
+            times.append(time.perf_counter() - t)
+        cached = any(m._opened.sparse.fetcher.cached(s) for s in range(shards))
+        return {"median": statistics.median(times), "first": first, "cached": cached}
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def run_child(args: argparse.Namespace, *child: str) -> dict[str, Any]:
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    if (
+        args.hf_site and "hf" in child[1]
+    ):  # HF's own packages, apart from the peers' (see the requirements)
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [env.get("PYTHONPATH"), args.hf_site]))
+    proc = subprocess.run(
+        [sys.executable, __file__, "--child", *child], capture_output=True, text=True, env=env
+    )
+    if proc.returncode != 0:
+        tail = " | ".join(proc.stderr.strip().splitlines()[-3:])
+        return {"error": f"exit {proc.returncode}: {tail}"}
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+# -- the parent -------------------------------------------------------------------------------------
+def part_random(args: argparse.Namespace, paths: dict[str, str]) -> list[str]:
+    runs: dict[str, list[dict[str, Any]]] = {t: [] for t in args.tools}
+    for r in range(args.repeat):
+        for tool in args.tools[r % len(args.tools) :] + args.tools[: r % len(args.tools)]:
+            found = run_child(args, "random", tool, json.dumps(paths), str(args.samples))
+            print(f"  random {tool}: {found}", flush=True)
+            runs[tool].append(found)
+    lines = [
+        f"| tool | samples/s (median of {args.repeat}) | first sample (s) | open (s) | vs shardstream |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    ok = {t: [r for r in rs if "error" not in r] for t, rs in runs.items()}
+    rate = {t: statistics.median(r["rate"] for r in rs) for t, rs in ok.items() if rs}
+    for tool in args.tools:
+        if tool not in rate:
+            lines.append(f"| {tool} | failed: {runs[tool][0].get('error', '')[:120]} | | | |")
+            continue
+        latency = statistics.median(r["latency"] for r in ok[tool])
+        opened = statistics.median(r["open"] for r in ok[tool])
+        ratio = rate.get("shardstream", 0) / rate[tool]
+        lines.append(
+            f"| {tool} | {rate[tool]:,.0f} | {latency:.3f} | {opened:.3f} | {ratio:.2f}x |"
+        )
+    peers = {t: v for t, v in rate.items() if t != "shardstream"}
+    if "shardstream" in rate and peers:
+        best = max(peers, key=peers.get)  # type: ignore[arg-type]
+        ratio = rate["shardstream"] / peers[best]
+        verdict = "met" if ratio >= 2 else "missed"
+        lines.append(f"\nGoal ({GOALS['random']}): {verdict}: {ratio:.2f}x {best}")
+    return lines
+
+
+def part_remote(args: argparse.Namespace, paths: dict[str, str]) -> list[str]:
+    from _remote import RemoteSeaweed
+
+    with RemoteSeaweed(latencies=()) as remote:
+        remote.upload(Path(paths["shardstream"]), "ds")
+        remote_paths = {**paths, "remote": f"s3://{remote.bucket}/ds"}
+        results = [
+            run_child(
+                args, "remote", json.dumps(remote_paths), remote.endpoint_url, str(args.reads)
+            )
+            for _ in range(args.repeat)
+        ]
+    print(f"  remote: {results}", flush=True)
+    ok = [r for r in results if "error" not in r]
+    if not ok:
+        return [f"remote: failed: {results[0]['error']}"]
+    median = statistics.median(r["median"] for r in ok)
+    first = statistics.median(r["first"] for r in ok)
+    verdict = "met" if median <= 0.1 else "missed"
+    return [
+        "| SeaweedFS (weed mini, 127.0.0.1) | median per sample, shard not cached | first sample of a fresh map |",
+        "|---|---:|---:|",
+        f"| ShardMap, ranged reads | {median * 1000:.1f} ms | {first * 1000:.0f} ms |",
+        f"\nGoal ({GOALS['remote']}): {verdict}: {median * 1000:.1f} ms"
+        + (" (a shard ended up cached: check)" if any(r["cached"] for r in ok) else ""),
+    ]
+
+
+def part_parquet(args: argparse.Namespace, paths: dict[str, str]) -> list[str]:
+    tools = ["parquet", "arrow"] + (["hf-streaming"] if "hf" in args.tools else [])
+    runs: dict[str, list[dict[str, Any]]] = {t: [] for t in tools}
+    for r in range(args.repeat):
+        for tool in tools[r % len(tools) :] + tools[: r % len(tools)]:
+            found = run_child(args, "epoch", tool, json.dumps(paths))
+            print(f"  epoch {tool}: {found}", flush=True)
+            runs[tool].append(found)
+    rate = {
+        t: statistics.median(r["rate"] for r in rs if "error" not in r)
+        for t, rs in runs.items()
+        if any("error" not in r for r in rs)
+    }
+    names = {
+        "parquet": "shardstream, Parquet in place",
+        "arrow": "shardstream, Arrow shards",
+        "hf-streaming": "HF datasets streaming",
+    }
+    lines = [
+        f"| sequential epoch | samples/s (median of {args.repeat}) | vs Parquet in place |",
+        "|---|---:|---:|",
+    ]
+    for tool in tools:
+        if tool not in rate:
+            lines.append(f"| {names[tool]} | failed: {runs[tool][0].get('error', '')[:120]} | |")
+            continue
+        lines.append(
+            f"| {names[tool]} | {rate[tool]:,.0f} | {rate.get('parquet', 0) / rate[tool]:.2f}x |"
+        )
+    if "parquet" in rate and "arrow" in rate:
+        ratio = rate["parquet"] / rate["arrow"]
+        verdict = "met" if ratio >= 0.9 else "missed"
+        lines.append(f"\nGoal ({GOALS['parquet']}): {verdict}: {ratio:.2f}x")
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--data", type=Path, default=REPO_ROOT / "bench-data")
+    parser.add_argument("--parts", default="random,remote,parquet")
+    parser.add_argument("--tools", default="shardstream,wids,litdata,mosaic,hf")
+    parser.add_argument("--samples", type=int, default=20_000, help="random reads per run")
+    parser.add_argument("--reads", type=int, default=40, help="remote single reads per run")
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--hf-site", default=None, help="a folder to add to the children's path")
+    parser.add_argument("--child", nargs="+", default=None, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.child:
+        kind, *rest = args.child
+        if kind == "random":
+            out = child_random(rest[0], json.loads(rest[1]), int(rest[2]))
+        elif kind == "epoch":
+            out = child_epoch(rest[0], json.loads(rest[1]))
+        else:
+            out = child_remote(json.loads(rest[0]), rest[1], int(rest[2]))
+        print(json.dumps(out))
+        return 0
+    args.tools = [t for t in args.tools.split(",") if t]
+    paths = {k: str(v) for k, v in prepare(args.data, args.tools).items()}
+    args.tools = [t for t in args.tools if t in paths or t in ("wids", "hf")]
+    report = [f"machine: {os.cpu_count()} CPUs (shared), python {sys.version.split()[0]}"]
+    parts = {"random": part_random, "remote": part_remote, "parquet": part_parquet}
+    for name in args.parts.split(","):
+        print(f"{name} ...", flush=True)
+        report += ["", f"### {name}", "", *parts[name](args, paths)]
+    print("\n".join(report))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,237 @@
+"""``ShardMap``: the map-style sibling of ``ShardDataset``: ``len``, ``m[i]`` in manifest order, ``get(key)``.
+
+Sample ``i`` is the ``i``-th of the dataset's shards in manifest order, samples in shard order: the
+``i``-th sample an unshuffled ``ShardDataset`` epoch yields, decoded and transformed the same way.
+Any ``torch.utils.data.Sampler`` can then choose the order (``WeightedRandomSampler`` for class
+balance, ``DistributedSampler``, curricula). Local shards are read in place through memory maps;
+remote ones one sample at a time by ranged reads checked against the sample index's sha256, or
+whole into the host's cache once reads of a shard are dense (see :mod:`.sparse`); Parquet files by
+row group. What a process opens stays in it: the map pickles without it, and a process that finds
+itself forked opens its own.
+"""
+
+from __future__ import annotations
+
+import operator
+import os
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from torch.utils.data import Dataset
+
+from ..errors import ShardstreamError, TransformError, UsageError
+from ..storage import ShardFetcher
+from ..storage.settings import DEFAULT, StorageSettings
+from .decode import Decoder, DecodeSpec, FieldSpec, written_types
+from .readers import OpenShards
+from .shard_pass import Stored, StoredDataset, open_stored
+from .sparse import SparseReads
+from .tokens import TokenDataset
+
+
+@dataclass
+class _Opened:
+    """What one process has open of a map: its shards, its ranged reads, the keys found so far."""
+
+    pid: int
+    shards: OpenShards
+    sparse: SparseReads
+    keys: dict[str, int] = field(default_factory=dict)  # key -> index, shard by shard in order
+    scanned: int = 0  # shards whose keys are in ``keys``
+
+
+def open_map_dataset(url: str | os.PathLike[str], storage: StorageSettings) -> Stored:
+    """The stored dataset a map reads (one call, so that a version or other choice is made in one place)."""
+    return open_stored(url, storage)
+
+
+class ShardMap(StoredDataset, Dataset):
+    """Random access to a shardstream dataset: ``len(m)``, ``m[i]``, ``m.get(key)``.
+
+    Args:
+        url: a dataset folder or its ``_manifest.json`` (any fsspec URL).
+        decode, fields, transform: as for :class:`~shardstream.dataset.ShardDataset`.
+        seq_len: token datasets only: ``m[i]`` is window ``i`` of ``seq_len + 1`` tokens
+            (``input_ids``, ``labels``, ``position_ids``), as ``TokenDataset`` reads it.
+        verify_checksums: check each local shard's sha256 against the manifest once per host
+            before reading it (remote bytes are always checked).
+        storage, storage_options, cache_dir: remote-storage settings, as for ``ShardDataset``.
+    """
+
+    def __init__(  # noqa: PLR0913 - keyword settings with defaults, as ShardDataset's
+        self,
+        url: str | os.PathLike[str],
+        *,
+        decode: DecodeSpec = "torch",
+        fields: FieldSpec = None,
+        transform: Callable[[dict[str, Any]], Any] | None = None,
+        seq_len: int | None = None,
+        storage: StorageSettings | None = None,
+        storage_options: dict[str, Any] | None = DEFAULT,
+        cache_dir: str | os.PathLike[str] | None = DEFAULT,
+        verify_checksums: bool = False,
+    ):
+        storage = StorageSettings.combine(storage, options=storage_options, cache_dir=cache_dir)
+        self.tokens: TokenDataset | None = None
+        if seq_len is not None:
+            self.tokens = TokenDataset(
+                url,
+                seq_len,
+                shuffle=False,
+                rank=0,
+                world_size=1,
+                storage=storage,
+                verify_checksums=verify_checksums,
+            )
+            self.stored, counts = self.tokens.stored, self.tokens.counts
+        else:
+            self.stored = open_map_dataset(url, storage)
+            counts = self.manifest.samples
+            if self.manifest.shard_format == "tokens":
+                raise UsageError(
+                    f"{self.store.url} is a token dataset: give seq_len= to read its windows"
+                )
+        self.counts = np.asarray(counts, dtype=np.int64)
+        self.ends = np.cumsum(self.counts)
+        self.decoder = Decoder(decode, fields, written_types(self.manifest))
+        self.decoder.check_fields(
+            [f["name"] for f in self.manifest.fields if "name" in f], self.store.url
+        )
+        self.transform = transform
+        self.verify_checksums = bool(verify_checksums)
+        self._opened: _Opened | None = None
+
+    def __len__(self) -> int:
+        return int(self.ends[-1]) if len(self.ends) else 0
+
+    def __repr__(self) -> str:
+        return f"ShardMap({self.store.url!r}, {len(self):,} samples)"
+
+    def __getstate__(self) -> dict[str, Any]:
+        # open shards, maps and connections stay in this process
+        return {**self.__dict__, "_opened": None}
+
+    # -- reading -----------------------------------------------------------------------------------
+    def __getitem__(self, index: int) -> Any:
+        return self.__getitems__([index])[0]
+
+    def __getitems__(self, indexes: list[int]) -> list[Any]:
+        """The samples at ``indexes`` (a DataLoader's batch of a sampler's indexes: remote ones fetched
+        together)."""
+        where = self.locate_many(indexes)
+        if not where:
+            return []
+        if self.tokens is not None:
+            ids, offsets = (np.array(x, dtype=np.int64) for x in zip(*where))
+            rows = self.tokens.windows(self.tokens.open_shards(), ids, offsets)
+            return [{k: v[j] for k, v in rows.items()} for j in range(len(where))]
+        opened = self._open()
+        opened.shards.forget_failures()  # a shard that failed is tried again by the next read
+        stored = opened.sparse.read(where)
+        return [self._finish(s, shard, offset) for s, (shard, offset) in zip(stored, where)]
+
+    def locate_many(self, indexes: list[int]) -> list[tuple[int, int]]:
+        """:meth:`locate` of each index (at once: a sampler's batch)."""
+        try:
+            found = np.asarray([operator.index(i) for i in indexes], dtype=np.int64)
+        except (TypeError, OverflowError):
+            return [self.locate(i) for i in indexes]  # says which index is wrong, and how
+        n = len(self)
+        found = np.where(found < 0, found + n, found)
+        if len(found) and (found.min() < 0 or found.max() >= n):
+            bad = int(np.flatnonzero((found < 0) | (found >= n))[0])
+            return [self.locate(indexes[bad])]  # raises IndexError naming it
+        shards = np.searchsorted(self.ends, found, side="right")
+        offsets = found - (self.ends[shards] - self.counts[shards])
+        return list(zip(shards.tolist(), offsets.tolist()))
+
+    def locate(self, index: int) -> tuple[int, int]:
+        """(shard, sample within the shard) of sample ``index`` (negative counts from the end)."""
+        i = operator.index(index)
+        n = len(self)
+        if i < 0:
+            i += n
+        if not 0 <= i < n:
+            raise IndexError(f"sample {index} is out of range: {self.store.url} has {n:,} samples")
+        shard = int(np.searchsorted(self.ends, i, side="right"))
+        return shard, i - int(self.ends[shard] - self.counts[shard])
+
+    def get(self, key: str) -> Any:
+        """The sample whose ``__key__`` is ``key`` (the first, if several); ``KeyError`` if none."""
+        return self[self.index_of(key)]
+
+    def index_of(self, key: str) -> int:
+        """The index of the sample whose ``__key__`` is ``key``; shards are scanned in order, once per
+        process, only as far as the key (their keys come from sample indexes or headers, not samples)."""
+        opened = self._open()
+        found = opened.keys.get(key)
+        while found is None and opened.scanned < self.manifest.num_shards:
+            shard = opened.scanned
+            first = int(self.ends[shard] - self.counts[shard])
+            for j, k in enumerate(self.keys_of(shard)):
+                opened.keys.setdefault(k, first + j)
+            opened.scanned += 1
+            found = opened.keys.get(key)
+        if found is None:
+            raise KeyError(f"no sample with key {key!r} in {self.store.url}")
+        return found
+
+    def keys_of(self, shard: int) -> list[str]:
+        """The keys of shard ``shard``'s samples, in order."""
+        m = self.manifest
+        if self.tokens is not None:
+            raise UsageError(f"{self.store.url} is a token dataset: its windows have no keys")
+        if m.shard_format in ("arrow", "parquet"):
+            if not any(f.get("name") == "__key__" for f in m.fields):
+                raise KeyError(
+                    f"{self.store.url} has no __key__ column; look its samples up by index"
+                )
+            return self._open().shards.get_whole(shard).column("__key__")
+        opened = self._open()
+        index = opened.sparse.index(shard) if not self.store.local else None
+        if index is not None and not opened.shards.is_open(shard):
+            return index.samples(self.store.url_of(m.paths[shard]))[0]
+        return list(opened.shards.get_whole(shard).keys)
+
+    def keys(self) -> Iterator[str]:
+        """Every sample's key, in order (``shardstream ls --keys``)."""
+        for shard in range(self.manifest.num_shards):
+            yield from self.keys_of(shard)
+
+    def _open(self) -> _Opened:
+        """This process's open shards (made again in a process forked from the one that made them)."""
+        opened = self._opened
+        if opened is None or opened.pid != os.getpid():
+            fetcher = ShardFetcher(
+                self.store, self.manifest, self.disk_cache, verify_local=self.verify_checksums
+            )
+            shards = OpenShards(self.store, self.manifest, fetcher=fetcher)
+            opened = self._opened = _Opened(os.getpid(), shards, SparseReads(shards))
+        return opened
+
+    def _finish(self, stored: dict[str, Any], shard: int, offset: int) -> Any:
+        """A stored sample decoded and transformed, as ``ShardDataset`` does; errors name the sample."""
+        try:
+            # raw bytes: the decoder would hand every field back as it is
+            sample = stored if self.decoder.keeps_bytes else self.decoder(stored)
+        except UsageError:
+            raise
+        except ShardstreamError as exc:
+            raise type(exc)(f"{self._where(shard, offset)}: {exc}") from exc
+        if self.transform is None:
+            return sample
+        try:
+            return self.transform(sample)
+        except Exception as exc:
+            raise TransformError(
+                f"the transform raised {type(exc).__name__} on {self._where(shard, offset)}: {exc}; "
+                "fix the transform (or catch the error in it)"
+            ) from exc
+
+    def _where(self, shard: int, offset: int) -> str:
+        return f"{self.store.url_of(self.manifest.paths[shard])} sample {offset}"
+
+
+__all__ = ["ShardMap"]

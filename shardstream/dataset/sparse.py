@@ -1,0 +1,92 @@
+"""Samples read at random from remote shards: ranged reads while reads are sparse, whole shards once dense.
+
+A map-style read (:class:`~shardstream.dataset.shard_map.ShardMap`) wants one sample, not the shard
+around it. A remote tar with a sample index (``<shard>.idx``, its sha256 in the manifest) gives each
+sample's span and sha256: one ranged GET fetches the sample and its sha256 checks it, as the
+manifest's sha256 checks a whole shard, so a changed byte is a :class:`CorruptShardError`, never a
+wrong sample. The samples of one call (a batch of a sampler's indexes) are fetched concurrently.
+
+Once the bytes read by ranged GETs from one shard reach :data:`DENSE_FRACTION` of its size, the
+whole shard is fetched into the host's cache (one GET, checked) and every later read of it is a
+slice of a memory map: reads that dense would soon bring most of the shard anyway, a request
+(and a round trip) per sample, so one whole GET costs less, at most 1.25x the shard's bytes in
+all, and the other processes of the host share it. Shards of at most :data:`SMALL_SHARD` bytes are
+fetched whole at once (at that size a GET costs its round trip, whatever it carries), as are tars
+without a sample index, Arrow and token shards; Parquet files are read by row group (see
+:func:`~shardstream.dataset.readers.ranged_parquet`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..formats.tar_index import SampleIndex
+from .ranged import sample_of_span
+from .readers import OpenShards, load_sample_index
+
+DENSE_FRACTION = 0.25
+SMALL_SHARD = 1 << 20
+
+
+class SparseReads:
+    """Stored samples (undecoded) by (shard, offset), from ``shards`` or by checked ranged reads."""
+
+    def __init__(self, shards: OpenShards):
+        self.shards, self.fetcher, self.manifest = shards, shards.fetcher, shards.manifest
+        self.ranged_bytes: dict[int, int] = {}  # per shard: bytes fetched by ranged reads
+        self._indexes: dict[int, SampleIndex | None] = {}
+
+    def index(self, shard: int) -> SampleIndex | None:
+        """Shard ``shard``'s verified sample index (fetched once per process), or None."""
+        if shard not in self._indexes:
+            self._indexes[shard] = load_sample_index(self.fetcher, self.manifest, shard)
+        return self._indexes[shard]
+
+    def sparse(self, shard: int) -> bool:
+        """Whether the next sample of ``shard`` comes by a ranged read (see the module)."""
+        m, size = self.manifest, int(self.manifest.nbytes[shard])
+        if (
+            self.fetcher.store.local
+            or m.shard_format != "tar"
+            or size <= SMALL_SHARD
+            or self.shards.is_open(shard)
+            or self.ranged_bytes.get(shard, 0) >= DENSE_FRACTION * size
+            or self.fetcher.cached(shard)
+        ):
+            return False
+        return self.index(shard) is not None
+
+    def read(self, pairs: list[tuple[int, int]]) -> list[dict[str, Any]]:
+        """The stored samples at ``pairs`` of (shard, offset), in order."""
+        if self.fetcher.store.local:  # maps of the files: no ranged reads
+            get = self.shards.get_whole
+            return [get(s).row(o) for s, o in pairs]
+        out: list[dict[str, Any] | None] = [None] * len(pairs)
+        wanted: list[tuple[int, int, int, SampleIndex]] = []
+        for k, (s, o) in enumerate(pairs):
+            if self.sparse(
+                s
+            ):  # counted as chosen: a batch asking for most of a shard fetches it whole
+                index = self._indexes[s]
+                assert index is not None
+                start, end = index.span(o)
+                self.ranged_bytes[s] = self.ranged_bytes.get(s, 0) + end - start
+                wanted.append((k, s, o, index))
+        if wanted:
+            spans = [index.span(o) for _, _, o, index in wanted]
+            parts = self.fetcher.read_spans(
+                [s for _, s, _, _ in wanted],
+                [a for a, _ in spans],
+                [b for _, b in spans],
+                [index.digests[32 * o : 32 * o + 32] for _, _, o, index in wanted],
+            )
+            for (k, s, o, _), data in zip(wanted, parts):
+                where = self.fetcher.store.url_of(self.manifest.paths[s])
+                out[k] = sample_of_span(data, f"{where} (sample {o})")  # None: read whole below
+        for k, (s, o) in enumerate(pairs):
+            if out[k] is None:
+                out[k] = self.shards.get_whole(s).row(o)
+        return out  # type: ignore[return-value]
+
+
+__all__ = ["DENSE_FRACTION", "SMALL_SHARD", "SparseReads"]

@@ -1,0 +1,85 @@
+"""One manifest from two: an append's new shards after the dataset's, checked to be the same kind of data.
+
+Pure: no I/O. The shards keep their entries (path, samples, bytes, checksums) unchanged; what must agree
+(shard format, Arrow schema, classes, the set of fields) is checked, and a difference is a one-line error
+naming it. Field sample counts add up.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ..errors import ManifestError
+from .schema import Manifest
+
+
+def difference(base: Manifest, new: Manifest) -> str | None:
+    """What keeps ``new``'s shards from joining ``base``'s (as a phrase), or ``None``."""
+    if base.shard_format != new.shard_format:
+        return f"its shards are {base.shard_format}, the new ones {new.shard_format}"
+    if base.arrow_schema is not None and new.arrow_schema != base.arrow_schema:
+        return "its Arrow schema differs from the new shards' (columns or types)"
+    if base.classes is not None and new.classes is not None and base.classes != new.classes:
+        extra = sorted(set(new.classes) ^ set(base.classes))
+        what = (
+            f"classes {extra[:5]} are in one only" if extra else "the classes are in another order"
+        )
+        return f"its class list differs from the new one ({what}): labels would mean other classes"
+    if (base.classes is None) != (new.classes is None):
+        return "one has class labels and the other has none"
+    if base.tokens is not None or new.tokens is not None:
+        return "token datasets are packed again instead of appended to"
+    names = {f["name"] for f in base.fields}
+    new_names = {f["name"] for f in new.fields}
+    if names and new_names and names != new_names:
+        only_base, only_new = sorted(names - new_names), sorted(new_names - names)
+        return (
+            f"its fields are {sorted(names)}, the new samples' {sorted(new_names)}"
+            f" ({'only there: ' + ', '.join(only_base) if only_base else ''}"
+            f"{'; ' if only_base and only_new else ''}"
+            f"{'only new: ' + ', '.join(only_new) if only_new else ''})"
+        )
+    return None
+
+
+def appended(base: Manifest, new: Manifest, url: str, version: int) -> Manifest:
+    """``base``'s shards then ``new``'s, as version ``version`` (created info: ``new``'s); a
+    :class:`ManifestError` naming ``url`` and the difference if they cannot be one dataset."""
+    problem = difference(base, new)
+    if problem is not None:
+        raise ManifestError(
+            f"cannot append to {url}: {problem}; append data of the same kind, or pack it elsewhere"
+        )
+    index: Any = None
+    if base.index_sha256 is not None or new.index_sha256 is not None:
+        index = list(base.index_sha256 or [""] * base.num_shards) + list(
+            new.index_sha256 or [""] * new.num_shards
+        )
+    return Manifest(
+        shard_format=base.shard_format,
+        paths=base.paths + new.paths,
+        samples=np.concatenate([base.samples, new.samples]),
+        nbytes=np.concatenate([base.nbytes, new.nbytes]),
+        sha256=list(base.sha256) + list(new.sha256),
+        fields=_add_fields(base.fields, new.fields),
+        classes=base.classes if base.classes is not None else new.classes,
+        arrow_schema=base.arrow_schema,
+        created={**new.created, "operation": "append"},
+        index_sha256=index,
+        version=version,
+    )
+
+
+def _add_fields(base: list[dict[str, Any]], new: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The fields of both, their sample counts added (a field's other settings: the base's)."""
+    counts = {f["name"]: f.get("samples") for f in new}
+    out = []
+    for f in base:
+        added = counts.pop(f["name"], None)
+        out.append(f if "samples" not in f else {**f, "samples": f["samples"] + (added or 0)})
+    return out + [dict(f) for f in new if f["name"] in counts]
+
+
+__all__ = ["appended", "difference"]

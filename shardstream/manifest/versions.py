@@ -1,0 +1,221 @@
+"""A dataset's versions: every publish is one, and earlier ones stay readable.
+
+Version ``N`` of a dataset is the manifest head ``_versions/00000N.json`` (its shard table, if it has
+one, is named by its hash beside ``_manifest.json``, as always); ``_manifest.json`` holds a copy of the
+latest, for readers that know nothing of versions. A publish of version ``N`` is an exclusive create of
+``_versions/00000N.json`` (a hard link locally, a PUT with ``If-None-Match: *`` on S3): of two writers
+that both build on version ``N - 1``, one creates it and the other is refused, so no update is ever lost.
+``_manifest.json`` is moved forward afterwards (only forward); a reader that finds a newer version file
+than the head it read (a publish cut short between the two writes) follows it, so the latest version is
+the head's, or the first missing number after it, minus one: one extra small request per open.
+
+Datasets packed before versions existed have no ``_versions`` folder: their ``_manifest.json`` is
+version 1, and the first append writes ``_versions/000001.json`` for it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import ManifestError, StorageError
+from ..storage import DiskCache, Store
+from ..storage.conditional import Expect, WriteConflict
+from .files import dataset_store, parse_manifest, read_head, write_durably
+from .schema import MANIFEST_NAME, Manifest
+
+VERSIONS = "_versions"
+_VERSION_FILE = re.compile(r"^([0-9]{6,})\.json$")
+_MOVES = 16  # attempts to move _manifest.json forward while other writers move it too
+
+
+def load_manifest(
+    dataset: Store | str | os.PathLike[str],
+    version: int | None = None,
+    storage_options: dict[str, Any] | None = None,
+    cache: Callable[[], DiskCache] | None = None,
+) -> Manifest:
+    """The manifest of the dataset at ``dataset`` (a URL, a folder, or its :class:`Store`): its latest
+    version, or with ``version`` that one (see :mod:`shardstream.manifest.versions`); a clear error if
+    there is none. Datasets packed before versions existed are version 1. ``cache``: the host's shard
+    cache, through which a remote dataset's shard table is read once per host (see
+    :func:`~shardstream.manifest.files.read_head`)."""
+    store = dataset if isinstance(dataset, Store) else dataset_store(dataset, storage_options)
+    return read_version(store, version, cache)
+
+
+def version_name(version: int) -> str:
+    """The name of version ``version``'s manifest head: ``_versions/000003.json``."""
+    return f"{VERSIONS}/{version:06d}.json"
+
+
+def read_version(
+    store: Store, version: int | None = None, cache: Callable[[], DiskCache] | None = None
+) -> Manifest:
+    """Version ``version`` of the dataset in ``store`` (``None``: the latest); a one-line error naming the
+    versions there are if it has no such version."""
+    head = read_head(store, cache)
+    if version is None:
+        return _follow(store, head, cache)
+    if isinstance(version, bool) or not isinstance(version, int) or version < 1:
+        raise ValueError(f"version must be a whole number of 1 or more, not {version!r}")
+    if version == head.version:
+        return head
+    found = _read_optional(store, version_name(version))
+    if found is None:
+        have = ", ".join(map(str, list_versions(store))) or "none"
+        raise ManifestError(
+            f"{store.url} has no version {version} (its versions: {have}); 'shardstream log "
+            f"{store.url}' lists them (a version removed by 'shardstream gc' cannot be read)"
+        )
+    manifest = parse_manifest(store, found, version_name(version), cache)
+    if manifest.version != version:
+        raise ManifestError(
+            f"{store.url_of(version_name(version))} is damaged: it says it is version "
+            f"{manifest.version}; restore it or pin another version"
+        )
+    return manifest
+
+
+def _follow(
+    store: Store, manifest: Manifest, cache: Callable[[], DiskCache] | None = None
+) -> Manifest:
+    """The newest version from ``manifest`` on: its successors' files, while there are any."""
+    while True:
+        found = _read_optional(store, version_name(manifest.version + 1))
+        if found is None:
+            return manifest
+        manifest = parse_manifest(store, found, version_name(manifest.version + 1), cache)
+
+
+def _read_optional(store: Store, name: str) -> bytes | None:
+    """The file ``name`` of ``store``, or None if there is none: one GET (asking whether it exists first
+    would cost a request more, and on S3 a listing more)."""
+    try:
+        return bytes(store.read_bytes(name))
+    except StorageError as exc:
+        if isinstance(exc.__cause__, FileNotFoundError):
+            return None
+        raise
+
+
+def list_versions(store: Store) -> list[int]:
+    """The numbers of the versions of the dataset in ``store`` that can be read, oldest first."""
+    folder = Store(f"{store.url}/{VERSIONS}", store.storage_options, store.retry)
+    try:
+        names = folder.list_files()
+    except StorageError as exc:
+        if not isinstance(exc.__cause__, FileNotFoundError):
+            raise
+        names = []
+    numbers = {int(m.group(1)) for m in map(_VERSION_FILE.match, names) if m is not None}
+    with contextlib.suppress(ManifestError):
+        numbers.add(head_version(store))
+    return sorted(numbers)
+
+
+def head_version(store: Store) -> int:
+    """The version number ``_manifest.json`` holds (a cheap read of its head, not of its shard table)."""
+    found = _read_optional(store, MANIFEST_NAME)
+    if found is None:
+        raise ManifestError(f"{store.url} holds no dataset: {MANIFEST_NAME} is missing")
+    return version_of(found)
+
+
+def version_of(head: bytes) -> int:
+    """The version a manifest head's bytes say (1 for none, as manifests written before versions)."""
+    try:
+        version = json.loads(head).get("version", 1)
+    except (ValueError, AttributeError):
+        return 0
+    return version if type(version) is int else 0
+
+
+def commit_version(
+    store: Store, head: bytes, version: int, fsync: bool = True, honoured: bool = True
+) -> None:
+    """Publish the manifest head ``head`` (its shard table already written) as version ``version``: an
+    exclusive create of its version file, then ``_manifest.json`` moved forward to it. Raises
+    :class:`~shardstream.storage.conditional.WriteConflict` if another writer published ``version`` first.
+    ``honoured``: the store refuses a conditional write whose condition fails (else the write is plain,
+    and the caller checks afterwards). Locally the caller holds the folder's lock
+    (:meth:`~shardstream.storage.store.Store.locked`)."""
+    name = version_name(version)
+    if honoured:
+        store.write_if(name, head, Expect(None), fsync, locked=store.local)
+    else:
+        write_durably(store, name, head, fsync)
+    move_head(store, head, version, fsync, honoured)
+
+
+def move_head(store: Store, head: bytes, version: int, fsync: bool, honoured: bool) -> None:
+    """Make ``_manifest.json`` hold ``head`` (version ``version``) unless it holds a newer version already."""
+    for _ in range(_MOVES):
+        found = store.read_tagged(MANIFEST_NAME)
+        if found is not None and version_of(found[0]) >= version:
+            return
+        if not honoured:
+            write_durably(store, MANIFEST_NAME, head, fsync)
+            return
+        try:
+            store.write_if(
+                MANIFEST_NAME,
+                head,
+                Expect(None if found is None else found[1]),
+                fsync,
+                locked=store.local,
+            )
+            return
+        except WriteConflict:
+            continue  # another writer moved it meanwhile: look again
+
+
+@dataclass(frozen=True)
+class VersionEntry:
+    """One line of a dataset's log."""
+
+    version: int
+    at: str  # when it was published (its creation info), "" if unknown
+    samples: int
+    shards: int
+    fingerprint: str
+    operation: str  # pack, append, merge, split
+
+
+def history(store: Store) -> list[VersionEntry]:
+    """The dataset's readable versions, oldest first: number, time, samples, shards, fingerprint."""
+    out = []
+    for number in list_versions(store):
+        m = read_version(store, number)
+        created: dict[str, Any] = m.created
+        out.append(
+            VersionEntry(
+                number,
+                str(created.get("at", "")),
+                m.num_samples,
+                m.num_shards,
+                m.fingerprint,
+                str(created.get("operation", "pack")),
+            )
+        )
+    return out
+
+
+__all__ = [
+    "VERSIONS",
+    "load_manifest",
+    "VersionEntry",
+    "commit_version",
+    "head_version",
+    "history",
+    "list_versions",
+    "move_head",
+    "read_version",
+    "version_name",
+    "version_of",
+]

@@ -1,0 +1,266 @@
+"""``merge`` and ``split``: new datasets made of other datasets' shards, read where they are, never copied.
+
+A merged or split dataset's manifest names folders beside its own (``roots``: ``../a``) and lists the
+source shards under them, with their counts, sizes and checksums carried over; ``split`` adds a selection
+of each shard's samples (:mod:`shardstream.manifest.selection`). Sources and destination must share a
+root (one local file system, or one bucket with the same storage options): paths are relative, so the
+whole tree can be moved or copied together. Both publish through a claim of the destination, like a
+pack (:mod:`.destination`): the manifest appears last and atomically.
+
+A sample's part in a split is a hash of its key and the seed (BLAKE2b, 64 bits, against the parts'
+cumulative fractions), so the parts are disjoint, together hold every sample, and a sample stays in its
+part when the source is appended to and split again. Splitting reads every shard's keys once (its
+sample index, or its tar headers, or an Arrow shard's ``__key__`` column; Arrow shards without keys use
+``<shard path>#<row>``): O(samples) once; reading a part afterwards costs its selection, 4 bytes per
+selected sample, loaded when it opens.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import posixpath
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from ..errors import ShardstreamError
+from ..formats import TAR_COMPRESSION, tar
+from ..formats.compression import decompress
+from ..manifest import Manifest, creation_info, dataset_store, load_manifest
+from ..manifest.combine import difference
+from ..manifest.selection import encode_selection
+from ..storage import Store
+from .destination import prepare_destination
+
+__all__ = ["merge", "part_of_keys", "split"]
+
+
+def _relative(source: Store, dest: Store) -> str:
+    """The folder of ``source`` relative to ``dest`` (``../a``); an error if they share no root."""
+    if source.protocol != dest.protocol or (
+        not source.local and source.storage_options != dest.storage_options
+    ):
+        raise ShardstreamError(
+            f"{source.url} and {dest.url} are on different stores; merge and split reference shards by "
+            "relative path, so put the new dataset beside its sources (one file system or bucket)"
+        )
+    if source.local:
+        rel = os.path.relpath(source.root, dest.root).replace(os.sep, "/")
+    else:
+        bucket, dest_bucket = source.root.split("/")[0], dest.root.split("/")[0]
+        if bucket != dest_bucket:
+            raise ShardstreamError(
+                f"{source.url} and {dest.url} are in different buckets; merge and split reference "
+                "shards by relative path, so put the new dataset in the sources' bucket"
+            )
+        rel = posixpath.relpath(source.root, dest.root)
+    if rel == "." or not rel.startswith(".."):
+        raise ShardstreamError(
+            f"{dest.url} is {'the same folder as' if rel == '.' else 'a folder above'} {source.url}; "
+            "write the new dataset beside its sources, not over or around them"
+        )
+    return rel
+
+
+def _rebased(m: Manifest, rel: str) -> tuple[list[str], list[str]]:
+    """(paths, roots) of ``m``'s shards as seen from a folder where ``m``'s is ``rel``."""
+    paths = [posixpath.normpath(f"{rel}/{p}") for p in m.paths]
+    roots = {posixpath.normpath(f"{rel}/{r}") for r in (m.roots or [])}
+    if not all(p.startswith("../") for p in m.paths):  # some shards are in the source's own folder
+        roots.add(rel)
+    return paths, sorted(roots)
+
+
+def _publish(dest: Store, manifest: Manifest, overwrite: bool) -> Manifest:
+    claim = prepare_destination(dest, overwrite, fsync=True)
+    with claim.guard():
+        return claim.publish(manifest)
+
+
+def _check_dest(dest: Store, sources: Sequence[Store]) -> None:
+    if any(s.url == dest.url for s in sources):
+        raise ShardstreamError(f"{dest.url} is one of the sources; write the new dataset elsewhere")
+
+
+def merge(
+    sources: Sequence[str | os.PathLike[str]],
+    dest: str | os.PathLike[str],
+    *,
+    storage_options: dict[str, Any] | None = None,
+    overwrite: bool = False,
+) -> Manifest:
+    """A dataset at ``dest`` made of the shards of ``sources`` (their latest versions), in order, read
+    where they are: no shard is copied. Shard format, Arrow schema, fields and classes must agree (a
+    one-line error names the difference). Returns the published manifest."""
+    if len(sources) < 1:
+        raise ShardstreamError("merge needs at least one source dataset")
+    stores = [dataset_store(os.fspath(s), storage_options) for s in sources]
+    target = Store(os.fspath(dest), storage_options)
+    _check_dest(target, stores)
+    manifests = [load_manifest(s) for s in stores]
+    first = manifests[0]
+    paths: list[str] = []
+    roots: set[str] = set()
+    for store, m in zip(stores, manifests):
+        problem = difference(first, m) if m is not first else None
+        if problem is not None:
+            raise ShardstreamError(
+                f"cannot merge {store.url} with {stores[0].url}: {problem.replace('its ', 'the first ', 1)}"
+            )
+        rebased, more = _rebased(m, _relative(store, target))
+        paths += rebased
+        roots |= set(more)
+    selection = None
+    if any(m.selection is not None for m in manifests):
+        per_shard = [_rows(m, i) for m in manifests for i in range(m.num_shards)]
+        selection = encode_selection(per_shard)[1]
+    manifest = Manifest(
+        shard_format=first.shard_format,
+        paths=paths,
+        samples=np.concatenate([m.samples for m in manifests]),
+        nbytes=np.concatenate([m.nbytes for m in manifests]),
+        sha256=[d for m in manifests for d in m.sha256],
+        fields=_merged_fields(manifests),
+        classes=first.classes,
+        arrow_schema=first.arrow_schema,
+        created=creation_info(operation="merge", source=", ".join(s.url for s in stores)),
+        index_sha256=_index_column(manifests),
+        roots=sorted(roots),
+        selection=selection,
+    )
+    return _publish(target, manifest, overwrite)
+
+
+def _rows(m: Manifest, shard: int) -> np.ndarray:
+    """The samples of ``m``'s shard ``shard`` that ``m`` reads."""
+    if m.selection is None:
+        return np.arange(int(m.samples[shard]), dtype=np.uint32)
+    starts = m.selection.starts
+    return m.selection.rows[starts[shard] : starts[shard + 1]]
+
+
+def _merged_fields(manifests: list[Manifest]) -> list[dict[str, Any]]:
+    out = [dict(f) for f in manifests[0].fields]
+    for m in manifests[1:]:
+        counts = {f["name"]: f.get("samples") for f in m.fields}
+        for f in out:
+            if "samples" in f and counts.get(f["name"]) is not None:
+                f["samples"] += counts[f["name"]]
+    return out
+
+
+def _index_column(manifests: list[Manifest]) -> list[str] | None:
+    if all(m.index_sha256 is None for m in manifests):
+        return None
+    return [d for m in manifests for d in (m.index_sha256 or [""] * m.num_shards)]
+
+
+def part_of_keys(keys: Sequence[str], fractions: Sequence[float], seed: int) -> np.ndarray:
+    """Each key's part: a 64-bit BLAKE2b hash of the seed and the key, against the cumulative fractions."""
+    salt = int(seed).to_bytes(8, "little", signed=True)
+    hashes = np.array(
+        [
+            int.from_bytes(hashlib.blake2b(k.encode(), digest_size=8, salt=salt).digest(), "little")
+            for k in keys
+        ],
+        dtype=np.uint64,
+    )
+    unit = hashes.astype(np.float64) / float(1 << 64)
+    bounds = np.cumsum(fractions)[:-1]
+    return np.searchsorted(bounds, unit, side="right")
+
+
+def _shard_keys(store: Store, m: Manifest, shard: int) -> list[str]:
+    """The keys of every sample of ``m``'s shard ``shard`` (read once, whole)."""
+    name = m.paths[shard]
+    data = store.read_bytes(name, int(m.nbytes[shard]))
+    if m.shard_format == "arrow":
+        from ..formats import arrow
+
+        table = arrow.read_table(data, store.url_of(name))
+        if "__key__" in table.column_names:
+            return [str(k) for k in table.column("__key__").to_pylist()]
+        return [f"{name}#{row}" for row in range(table.num_rows)]
+    if m.shard_format not in TAR_COMPRESSION:
+        raise ShardstreamError(
+            f"split reads tar and Arrow shards; {store.url} holds {m.shard_format} shards"
+        )
+    plain = decompress(data, TAR_COMPRESSION[m.shard_format], store.url_of(name))
+    keys = tar.index_samples(plain, store.url_of(name))[0]
+    if len(keys) != int(m.samples[shard]):
+        raise ShardstreamError(
+            f"{store.url_of(name)} holds {len(keys)} samples, the manifest says {int(m.samples[shard])}; "
+            "verify the dataset"
+        )
+    return keys
+
+
+def split(
+    source: str | os.PathLike[str],
+    dest: str | os.PathLike[str],
+    parts: Mapping[str, float],
+    *,
+    seed: int = 0,
+    storage_options: dict[str, Any] | None = None,
+    overwrite: bool = False,
+) -> dict[str, Manifest]:
+    """One dataset per part under ``dest`` (``dest/train``, ``dest/val``), each selecting the samples of
+    ``source``'s shards (its latest version) whose key hashes into that part (see the module's
+    documentation); no shard is copied. ``parts``: name -> fraction, the fractions adding up to 1.
+    Returns the published manifests by part."""
+    names, fractions = _check_parts(parts)
+    store = dataset_store(os.fspath(source), storage_options)
+    m = load_manifest(store)
+    root = Store(os.fspath(dest), storage_options)
+    chosen: list[list[np.ndarray]] = [[] for _ in names]
+    for shard in range(m.num_shards):
+        rows = _rows(m, shard)
+        keys = _shard_keys(store, m, shard)
+        part = part_of_keys([keys[int(r)] for r in rows], fractions, seed)
+        for k in range(len(names)):
+            chosen[k].append(rows[part == k])
+    out = {}
+    for k, name in enumerate(names):
+        target = Store(posixpath.join(root.url, name), storage_options)
+        _check_dest(target, [store])
+        out[name] = _publish(target, _part(m, store, target, chosen[k], name, seed), overwrite)
+    return out
+
+
+def _check_parts(parts: Mapping[str, float]) -> tuple[list[str], list[float]]:
+    names = list(parts)
+    fractions = [float(parts[n]) for n in names]
+    if not names or any(not f > 0 for f in fractions) or abs(sum(fractions) - 1) > 1e-9:
+        raise ShardstreamError(
+            f"split parts must have fractions above 0 that add up to 1, not {dict(parts)}; e.g. "
+            "--into train=0.98 val=0.02"
+        )
+    bad = [n for n in names if not n or "/" in n or n.startswith((".", "_"))]
+    if bad:
+        raise ShardstreamError(f"{bad[0]!r} cannot name a part: it is a folder under DEST")
+    return names, fractions
+
+
+def _part(
+    m: Manifest, store: Store, target: Store, rows: list[np.ndarray], name: str, seed: int
+) -> Manifest:
+    """The manifest of one part: the shards it selects samples of, and its selection."""
+    keep = [i for i, r in enumerate(rows) if len(r)]
+    paths, roots = _rebased(m, _relative(store, target))
+    index = m.index_sha256
+    return Manifest(
+        shard_format=m.shard_format,
+        paths=[paths[i] for i in keep],
+        samples=m.samples[keep],
+        nbytes=m.nbytes[keep],
+        sha256=[m.sha256[i] for i in keep],
+        fields=[{k: v for k, v in f.items() if k != "samples"} for f in m.fields],
+        classes=m.classes,
+        arrow_schema=m.arrow_schema,
+        created=creation_info(operation="split", source=store.url, part=name, seed=int(seed)),
+        index_sha256=None if index is None else [index[i] for i in keep],
+        roots=roots,
+        selection=encode_selection([rows[i] for i in keep])[1],
+    )

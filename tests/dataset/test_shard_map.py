@@ -1,0 +1,187 @@
+"""ShardMap: m[i] is the i-th sample of an unshuffled ShardDataset epoch for every shard format, get(key),
+negative and out-of-range indexes, and samplers with DataLoader workers reading every index once."""
+
+from __future__ import annotations
+
+import pickle
+from collections import Counter
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import torch
+from torch.utils.data import DataLoader, WeightedRandomSampler
+
+from shardstream import ShardDataset, ShardMap, TokenDataset
+from shardstream.errors import TransformError, UsageError
+from shardstream.manifest.index_parquet import index_parquet
+from tests.sample_datasets import key_of, write_dataset
+from tests.token_corpus import pack_positions
+
+COUNTS = [5, 1, 7, 3]  # uneven shards on purpose
+
+
+def parquet_dataset(root) -> str:
+    """Three Parquet files of 7, 1 and 12 rows in row groups of 3, indexed in place."""
+    (root / "data").mkdir(parents=True)
+    first = 0
+    for f, rows in enumerate([7, 1, 12]):
+        ids = list(range(first, first + rows))
+        table = pa.table(
+            {"__key__": [key_of(i) for i in ids], "txt": [f"text {i}" for i in ids], "cls": ids}
+        )
+        pq.write_table(table, root / "data" / f"train-{f:05d}-of-00003.parquet", row_group_size=3)
+        first += rows
+    return index_parquet([str(root / "data" / "*.parquet")]).url
+
+
+@pytest.fixture(
+    scope="module", params=["tar", "tar.zst", "arrow", "parquet"], ids=lambda p: p.replace(".", "-")
+)
+def dataset(request, tmp_path_factory) -> str:
+    root = tmp_path_factory.mktemp("map")
+    if request.param == "parquet":
+        return parquet_dataset(root)
+    fmt, compression = ("tar", "zstd") if request.param == "tar.zst" else (request.param, None)
+    return write_dataset(root, COUNTS, fmt=fmt, compression=compression)
+
+
+def same(a, b) -> bool:
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
+    if isinstance(a, torch.Tensor):
+        return torch.equal(a, b)
+    return a == b
+
+
+@pytest.mark.parametrize("decode", [None, "torch"])
+def test_each_index_is_the_sample_an_unshuffled_epoch_yields_there(dataset, decode):
+    epoch = list(ShardDataset(dataset, shuffle=False, decode=decode, rank=0, world_size=1))
+    m = ShardMap(dataset, decode=decode)
+    assert len(m) == len(epoch)
+    for i, expected in enumerate(epoch):
+        assert same(m[i], expected), i
+    # negative indexes count from the end
+    assert same(m[-1], epoch[-1]) and same(m[-len(m)], epoch[0])
+
+
+def test_out_of_range_indexes_raise_index_error_naming_the_dataset(dataset):
+    m = ShardMap(dataset, decode=None)
+    for bad in (len(m), -len(m) - 1, 10**9):
+        with pytest.raises(IndexError, match="out of range"):
+            m[bad]
+    with pytest.raises(TypeError):
+        m[1.5]
+    # iteration by index stops at the end, as a sequence's does
+    assert len(list(m)) == len(m)
+
+
+def test_get_finds_a_sample_by_its_key(dataset):
+    m = ShardMap(dataset, decode=None)
+    n = len(m)
+    for i in (n - 1, 0, n // 2):
+        assert m.get(key_of(i))["__key__"] == key_of(i)
+        assert m.index_of(key_of(i)) == i
+    with pytest.raises(KeyError, match="no sample with key 'nope'"):
+        m.get("nope")
+    assert list(m.keys()) == [key_of(i) for i in range(n)]
+
+
+def test_fields_and_transform_apply_as_in_the_streaming_dataset(dataset):
+    m = ShardMap(dataset, decode=None, fields=["txt"], transform=lambda s: s["txt"])
+    d = ShardDataset(
+        dataset, shuffle=False, decode=None, fields=["txt"], transform=lambda s: s["txt"]
+    )
+    assert [m[i] for i in range(len(m))] == list(d)
+
+    def broken(sample):
+        raise ValueError("boom")
+
+    with pytest.raises(TransformError, match="sample 0"):
+        ShardMap(dataset, decode=None, transform=broken)[0]
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_sampler_with_workers_reads_every_index_exactly_once(dataset, workers):
+    m = ShardMap(dataset, decode=None, transform=lambda s: s["__key__"])
+    # without replacement, over every index: each read once, whatever the weights
+    weights = torch.linspace(1.0, 3.0, len(m))
+    sampler = WeightedRandomSampler(weights, len(m), replacement=False)
+    loader = DataLoader(
+        m,
+        sampler=sampler,
+        batch_size=4,
+        num_workers=workers,
+        collate_fn=list,
+        persistent_workers=False,
+    )
+    keys = [k for batch in loader for k in batch]
+    assert Counter(keys) == Counter(key_of(i) for i in range(len(m)))
+
+
+def test_a_forked_or_unpickled_map_opens_its_own_shards(dataset):
+    m = ShardMap(dataset, decode=None)
+    before = m[0]
+    copy = pickle.loads(pickle.dumps(m))
+    assert copy._opened is None and copy[0] == before
+    # a process forked after reads opens its shards again (nothing of the parent's is used)
+    ctx = torch.multiprocessing.get_context("fork")
+    with ctx.Pool(1) as pool:
+        assert pool.apply(_read_last, (m,)) == m[-1]["__key__"]
+
+
+def _read_last(m: ShardMap) -> str:
+    return m[-1]["__key__"]
+
+
+def test_token_windows_by_index(tmp_path):
+    url, _ = pack_positions(tmp_path, [5, 1, 30, 12, 7, 3, 44, 9], shard_size="160B")
+    epoch = list(TokenDataset(url, 4, shuffle=False, rank=0, world_size=1))
+    m = ShardMap(url, seq_len=4)
+    assert len(m) == len(epoch)
+    for i, expected in enumerate(epoch):
+        got = m[i]
+        assert got.keys() == expected.keys()
+        assert all(torch.equal(got[k], expected[k]) for k in got), i
+    with pytest.raises(UsageError, match="seq_len"):
+        ShardMap(url)
+    with pytest.raises(UsageError, match="no keys"):
+        m.get("x")
+
+
+def test_index_errors_are_index_errors_for_python_sequences(tmp_path):
+    url = write_dataset(tmp_path, [2], fmt="tar")
+    m = ShardMap(url, decode=None)
+    assert [s["__key__"] for s in m] == [key_of(0), key_of(1)]
+    assert np.array_equal(m.ends, [2])
+
+
+def test_spawned_workers_open_their_own_shards(tmp_path):
+    url = write_dataset(tmp_path, [3, 2], fmt="tar")
+    m = ShardMap(url, decode=None, transform=_key)
+    m[0]  # the parent has shards open: they are not pickled into the workers
+    loader = DataLoader(
+        m, batch_size=2, num_workers=2, collate_fn=list, multiprocessing_context="spawn"
+    )
+    assert [k for batch in loader for k in batch] == [key_of(i) for i in range(5)]
+
+
+def _key(sample) -> str:
+    return sample["__key__"]
+
+
+def test_ls_keys_and_cat_read_through_the_map(dataset):
+    from click.testing import CliRunner
+
+    from shardstream.cli import cli
+
+    n = len(ShardMap(dataset, decode=None))
+    listed = CliRunner().invoke(cli, ["ls", dataset, "--keys"])
+    assert listed.exit_code == 0, listed.output
+    rows = [line.split("\t") for line in listed.output.splitlines()]
+    assert [(int(i), k) for i, k, _ in rows] == [(i, key_of(i)) for i in range(n)]
+    shown = CliRunner().invoke(cli, ["cat", dataset, "--key", key_of(n - 1), "--field", "txt"])
+    assert shown.stdout_bytes == f"text {n - 1}".encode()
+    missing = CliRunner().invoke(cli, ["cat", dataset, str(n)])
+    assert missing.exit_code != 0 and "out of range" in missing.output
