@@ -18,6 +18,7 @@ from .storage import StorageSettings
 from .version import __version__
 
 __all__ = [
+    "Bucketed",
     "CorruptShardError",
     "DatasetExistsError",
     "DeviceLoader",
@@ -27,7 +28,9 @@ __all__ = [
     "ManifestError",
     "MixedDataset",
     "PackResult",
+    "Parallel",
     "ShardDataset",
+    "SequencePacking",
     "ShardLoader",
     "ShardMap",
     "ShardWriter",
@@ -39,6 +42,8 @@ __all__ = [
     "TransformError",
     "UsageError",
     "__version__",
+    "aspect_ratio",
+    "length_of",
     "load_manifest",
     "merge",
     "pack",
@@ -52,6 +57,11 @@ _LAZY = {  # name -> module: these import torch (seconds); packing and the comma
     "MixedDataset": "dataset",
     "ShardMap": "dataset",
     "LengthBucketing": "dataset",
+    "Parallel": "dataset",
+    "Bucketed": "dataset",
+    "SequencePacking": "dataset",
+    "aspect_ratio": "dataset.bucketed",
+    "length_of": "dataset.bucketed",
     "ShardLoader": "loader",
     "DeviceLoader": "device",
     "FieldCollate": "dataset.collate",

@@ -212,6 +212,7 @@ _DENIED = (
     "Access Denied",
     "InvalidAccessKeyId",
     "SignatureDoesNotMatch",
+    "the signature you provided",  # S3's text of SignatureDoesNotMatch, as a GET's error carries it
     "permission denied",
     "credentials",
     "Unauthorized",

@@ -26,6 +26,7 @@ from torch.utils.data import IterableDataset
 from .. import plan
 from ..errors import ShardstreamError
 from .contract import Counters, PassStart, WorkerSlot
+from .parallel import Parallel, resolve_parallel
 from .ranks import process_group_ready, resolve_rank
 from .seeding import seed_batch
 from .setup import (
@@ -142,9 +143,16 @@ class PlannedDataset(IterableDataset):
     epoch: int
 
     def _start_planning(
-        self, rank: int | None, world_size: int | None, batch_size: int | None
+        self,
+        rank: int | None,
+        world_size: int | None,
+        batch_size: int | None,
+        parallel: Parallel | None = None,
     ) -> None:
-        """The reading state every dataset starts with (at the end of a subclass's ``__init__``)."""
+        """The reading state every dataset starts with (at the end of a subclass's ``__init__``);
+        ``parallel`` plans for the data-parallel groups instead of the processes."""
+        rank, world_size = resolve_parallel(parallel, rank, world_size)
+        self.parallel = parallel
         self.batch_size = batch_size
         # without a loader's setup: reseed per batch (see shardstream.dataset.seeding)
         self.seed_workers = True
@@ -343,6 +351,8 @@ class PlannedDataset(IterableDataset):
 
     def _resolve_rank(self) -> Position:
         """Resolve rank and world size now (a pass starts): a segment cut for another world size is split anew."""
+        if self.parallel is not None:
+            self.parallel.check_world()
         rank, world = resolve_rank(*self._explicit_rank, strict=True)
         self.rank, self.world_size = rank, world
         p = self._position.get()

@@ -7,6 +7,10 @@ spans of its order, workers get batch-size chunks, and ``state_dict()`` is the s
 so it resumes with another world size or number of workers. Each source keeps its own decode,
 transform, fields, shuffle and storage; the mix owns the split over ranks and workers. Every
 sample (and batch) carries ``__source__``, the index of the source it came from.
+
+With ``batching="per_source"`` the unit of the plan is a batch (:mod:`shardstream.plan.batch_mix`):
+every batch holds ``batch_size`` samples of one source, the sources take turns by their weights,
+and ranks, workers and resume states count batches.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ import numpy as np
 from .. import plan
 from ..errors import UsageError
 from ..manifest.labels import read_labels
+from ..plan.batch_mix import BatchSchedule, expand
 from ..plan.mix import MixSchedule, quotas, stream_items
 from .base import PassRun, PlannedDataset
 from .collate import collate
@@ -31,6 +36,7 @@ from .counters import StageCounters
 from .mix_batches import check_fields, gather_mapped, merge_tokens, tag
 from .mix_prefetch import SourcePrefetch
 from .mix_weights import label_weights, source_weights
+from .parallel import Parallel
 from .shard_dataset import ShardDataset
 from .tokens import TokenDataset
 
@@ -77,10 +83,17 @@ class MixedDataset(PlannedDataset):
         drop_last: as for :class:`ShardDataset`.
         rank: as for :class:`ShardDataset`.
         world_size: as for :class:`ShardDataset`.
+        parallel: as for :class:`ShardDataset`.
         collate_fn: makes a batch from sample dicts (default: :func:`shardstream.dataset.collate.collate`).
+        batching: ``"mixed"`` (default: sources mixed sample by sample, inside batches too) or
+            ``"per_source"``: each batch of ``batch_size`` samples comes from one source, and batches
+            (not samples) are dealt to the sources by their weights, exactly per epoch and within one
+            batch in every prefix. The epoch is then ``samples_per_epoch // batch_size`` batches;
+            ``len(mix)`` counts batches, and ``mix.loader(batch_size)`` takes the same ``batch_size``.
+        batch_size: samples per batch, for ``batching="per_source"`` only.
     """
 
-    def __init__(
+    def __init__(  # noqa: PLR0913 - keyword settings with defaults, as ShardDataset's
         self,
         sources: Sequence[ShardDataset | TokenDataset],
         weights: Sequence[float] | None = None,
@@ -91,6 +104,9 @@ class MixedDataset(PlannedDataset):
         collate_fn: Callable[[list[Any]], Any] | None = None,
         rank: int | None = None,
         world_size: int | None = None,
+        parallel: Parallel | None = None,
+        batching: str = "mixed",
+        batch_size: int | None = None,
     ):
         sources = tuple(sources) if not isinstance(sources, PlannedDataset) else (sources,)
         if not sources:
@@ -123,9 +139,11 @@ class MixedDataset(PlannedDataset):
             raise ValueError(
                 f"samples_per_epoch must be a number of samples (1 or more), not {samples_per_epoch!r}"
             )
-        q = quotas(w, int(total))
-        schedule = MixSchedule.create(q)
+        schedule, units = _schedule(w, int(total), batching, batch_size)
+        q = schedule.quota
         key = {"sources": [_source_key(s) for s in sources], "quota": q.tolist()}
+        if batching == "per_source":
+            key["batch_size"] = int(schedule.batch_size)
         per_sample = [s.manifest.total_bytes / max(s.num_samples, 1) for s in sources]
         self.__dict__.update(
             {  # set once: what the mix is
@@ -134,7 +152,9 @@ class MixedDataset(PlannedDataset):
                 "quota": q,
                 "schedule": schedule,
                 "tokens": all(tokens),
-                "_samples_per_epoch": int(total),
+                "batching": batching,
+                "unit": 1 if batching == "mixed" else int(schedule.batch_size),
+                "_units_per_epoch": units,
                 "_bytes_per_epoch": int(sum(b * n for b, n in zip(per_sample, q))),
                 "_mix_fingerprint": hashlib.sha256(
                     json.dumps(key, sort_keys=True).encode()
@@ -144,7 +164,7 @@ class MixedDataset(PlannedDataset):
         self.shuffle, self.seed, self.drop_last, self.window = True, int(seed), bool(drop_last), 1
         self.collate_fn = collate_fn or collate
         self._counters = MixCounters(sources)
-        self._start_planning(rank, world_size, None)
+        self._start_planning(rank, world_size, None, parallel)
 
     @classmethod
     def by_label(
@@ -204,8 +224,28 @@ class MixedDataset(PlannedDataset):
     # -- what the plan reads, and what a loader needs to know -----------------------------------------
     @property
     def num_samples(self) -> int:
-        """Positions of one epoch (``samples_per_epoch``)."""
-        return self._samples_per_epoch
+        """Positions of one epoch in the plan: ``samples_per_epoch``, or with ``batching="per_source"``
+        the epoch's batches."""
+        return self._units_per_epoch
+
+    @property
+    def samples_per_epoch(self) -> int:
+        """Samples of one epoch (all ranks together)."""
+        return int(self.quota.sum())
+
+    def loader(
+        self, batch_size: int, num_workers: int | None = None, **dataloader_kwargs: Any
+    ) -> Any:
+        """A :class:`~shardstream.loader.ShardLoader` over this mix (with ``batching="per_source"``,
+        ``batch_size`` must be the mix's: the plan's unit is then one batch)."""
+        if self.batching == "mixed":
+            return super().loader(batch_size, num_workers, **dataloader_kwargs)
+        if batch_size != self.unit:
+            raise UsageError(
+                f"this mix makes per-source batches of {self.unit} samples (MixedDataset(..., "
+                f"batch_size={self.unit})); its loader takes batch_size={self.unit}, not {batch_size}"
+            )
+        return super().loader(1, num_workers, **dataloader_kwargs)
 
     @property
     def fingerprint(self) -> str:
@@ -253,7 +293,7 @@ class MixedDataset(PlannedDataset):
 
     def batch_bytes(self, samples: int) -> int:
         """Stored bytes of ``samples`` positions, by the sources' sizes in their quotas."""
-        return int(self._bytes_per_epoch / max(self.num_samples, 1) * samples)
+        return int(self._bytes_per_epoch / max(self.samples_per_epoch, 1) * samples * self.unit)
 
     def worker_parts(self) -> dict[str, Any]:
         parts: dict[str, Any] = {}
@@ -271,7 +311,8 @@ class MixedDataset(PlannedDataset):
         reader = MixReader(self, run.position.epoch, batched)
 
         def located() -> Iterator[tuple[np.ndarray, list[Any]]]:
-            for positions in run.positions():
+            for units in run.positions():
+                positions = units if self.unit == 1 else expand(units, self.unit)
                 yield positions, list(reader.locate(positions))
 
         prefetch = SourcePrefetch(self.sources, reader.shards)
@@ -286,6 +327,36 @@ class MixedDataset(PlannedDataset):
                     yield run.emit(functools.partial(reader.batch, len(positions), parts))
         finally:
             prefetch.close()
+
+
+def _schedule(
+    weights: np.ndarray, total: int, batching: str, batch_size: int | None
+) -> tuple[MixSchedule | BatchSchedule, int]:
+    """The epoch's schedule, and its positions in the plan (samples, or batches per source)."""
+    if batching == "mixed":
+        if batch_size is not None:
+            raise UsageError(
+                "MixedDataset takes batch_size= only with batching='per_source'; a sample mix takes "
+                "its batch size from its loader"
+            )
+        return MixSchedule.create(quotas(weights, total)), total
+    if batching != "per_source":
+        raise UsageError(f"batching must be 'mixed' or 'per_source', not {batching!r}")
+    if (
+        isinstance(batch_size, bool)
+        or not isinstance(batch_size, (int, np.integer))
+        or batch_size < 1
+    ):
+        raise UsageError(
+            f"batching='per_source' needs batch_size= (samples per batch, 1 or more), not {batch_size!r}"
+        )
+    if total < batch_size:
+        raise UsageError(
+            f"samples_per_epoch {total} is less than one batch of {batch_size}; an epoch of "
+            "per-source batches holds whole batches"
+        )
+    batches = total // int(batch_size)
+    return BatchSchedule.create(weights, batches, int(batch_size)), batches
 
 
 def _source_key(s: ShardDataset | TokenDataset) -> dict[str, Any]:

@@ -28,6 +28,7 @@ from .collate import collate
 from .contract import Counters
 from .counters import CountedShards
 from .decode import Decoder, DecodeSpec, FieldSpec, written_types
+from .parallel import Parallel
 from .readers import Chunk, OpenShards
 from .samples import SampleReader
 from .setup import LoaderSetup
@@ -62,6 +63,8 @@ class ShardDataset(StoredDataset, PlannedDataset):
         rank: this process's rank; overrides ``torch.distributed`` / ``RANK`` (default: from them, else 0).
         world_size: the number of ranks; overrides ``torch.distributed`` / ``WORLD_SIZE`` (default:
             from them, else 1).
+        parallel: under tensor/context/pipeline parallelism, the data-parallel rank and size to split
+            the data by (:class:`~shardstream.dataset.parallel.Parallel`), instead of rank/world_size.
         on_error: ``"raise"`` or ``"skip"``: a shard or sample that fails to load or decode is
             counted (:attr:`skipped`, across workers), logged once per shard, and replaced by the
             last good sample, so every rank still yields the same number of samples. An exception
@@ -96,6 +99,7 @@ class ShardDataset(StoredDataset, PlannedDataset):
         collate_fn: Callable[[list[Any]], Any] | None = None,
         rank: int | None = None,
         world_size: int | None = None,
+        parallel: Parallel | None = None,
         on_error: str = "raise",
         verify_checksums: bool = False,
         storage: StorageSettings | None = None,
@@ -138,7 +142,7 @@ class ShardDataset(StoredDataset, PlannedDataset):
         if manifest.shard_format in ("arrow", "parquet"):
             import pyarrow.compute  # noqa: F401 - take() loads it lazily, inside the first batch otherwise
         self.sample_reader = SampleReader(self.store, manifest)
-        self._start_planning(rank, world_size, batch_size)
+        self._start_planning(rank, world_size, batch_size, parallel)
 
     # -- where it reads from, and what the plan reads ----------------------------------------------
     @property

@@ -52,12 +52,16 @@ class ShardMap(StoredDataset, Dataset):
 
     Args:
         url: a dataset folder or its ``_manifest.json`` (any fsspec URL).
-        decode, fields, transform: as for :class:`~shardstream.dataset.ShardDataset`.
+        decode: as for :class:`~shardstream.dataset.ShardDataset` (default ``"torch"``).
+        fields: the fields to read (default: all), as for ``ShardDataset``.
+        transform: a function of each sample dict, as for ``ShardDataset``.
         seq_len: token datasets only: ``m[i]`` is window ``i`` of ``seq_len + 1`` tokens
             (``input_ids``, ``labels``, ``position_ids``), as ``TokenDataset`` reads it.
         verify_checksums: check each local shard's sha256 against the manifest once per host
             before reading it (remote bytes are always checked).
-        storage, storage_options, cache_dir: remote-storage settings, as for ``ShardDataset``.
+        storage: remote-storage settings as one ``StorageSettings``.
+        storage_options: fsspec options (``StorageSettings.options``).
+        cache_dir: the host's shard cache (``StorageSettings.cache_dir``).
     """
 
     def __init__(  # noqa: PLR0913 - keyword settings with defaults, as ShardDataset's

@@ -30,6 +30,7 @@ from .base import PassRun, PlannedDataset
 from .collate import empty_batch_tensor
 from .contract import Counters
 from .counters import StageCounters
+from .parallel import Parallel
 from .readers import OpenShards, window_span
 from .shard_pass import ShardPass, StoredDataset, open_stored
 from .state import resolve_window
@@ -124,6 +125,7 @@ class TokenDataset(StoredDataset, PlannedDataset):
             windows.
         rank: as for :class:`ShardDataset`.
         world_size: as for :class:`ShardDataset`.
+        parallel: as for :class:`ShardDataset`.
         verify_checksums: as for :class:`ShardDataset`.
         storage: as for :class:`ShardDataset`.
         storage_options: as for :class:`ShardDataset`.
@@ -146,6 +148,7 @@ class TokenDataset(StoredDataset, PlannedDataset):
         mask_across_documents: bool = False,
         rank: int | None = None,
         world_size: int | None = None,
+        parallel: Parallel | None = None,
         verify_checksums: bool = False,
         storage: StorageSettings | None = None,
         storage_options: dict[str, Any] | None = DEFAULT,
@@ -190,7 +193,7 @@ class TokenDataset(StoredDataset, PlannedDataset):
         self.verify_checksums = bool(verify_checksums)
         self.collate_fn = token_collate
         self._counters = StageCounters()
-        self._start_planning(rank, world_size, None)
+        self._start_planning(rank, world_size, None, parallel)
 
     # -- where it reads from, and what the plan reads ----------------------------------------------
     @property

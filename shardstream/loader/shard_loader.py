@@ -152,7 +152,7 @@ class ShardLoader(DataLoader):
         # batches of locations (raw local tars): one worker outpaces the main process
         if num_workers is None:
             num_workers = min(default_num_workers(), 1) if dataset.mapped else default_num_workers()
-        self.reader_threads = thread_count(dataset, num_workers, workers)
+        self.reader_threads = thread_count(dataset, num_workers, workers, kwargs)
         self._thread_depth = 2
         if self.reader_threads:  # torch reads in its main process, from the threads
             self._thread_depth = kwargs.pop("prefetch_factor", None) or 2

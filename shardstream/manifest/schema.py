@@ -83,6 +83,9 @@ class Manifest:
         tokens: a token dataset's ``dtype``, ``vocab_size``, ``eos_id``, ``tokenizer`` and ``total``.
         index_sha256: each shard's sample index sha256 (``""``: none), or None.
         source: the file the manifest was read from, named in errors.
+        version: the dataset's version this manifest is (1 for the first publish).
+        selection: a split's selection of each shard's samples (its side file and sha256), or None.
+        roots: the folders beside the dataset's that a merged or split dataset reads shards from.
     """
 
     shard_format: str

@@ -42,9 +42,18 @@ def load_manifest(
 ) -> Manifest:
     """The manifest of the dataset at ``dataset`` (a URL, a folder, or its :class:`Store`): its latest
     version, or with ``version`` that one (see :mod:`shardstream.manifest.versions`); a clear error if
-    there is none. Datasets packed before versions existed are version 1. ``cache``: the host's shard
-    cache, through which a remote dataset's shard table is read once per host (see
-    :func:`~shardstream.manifest.files.read_head`)."""
+    there is none. Datasets packed before versions existed are version 1.
+
+    Args:
+        dataset: the dataset's folder (a local path or an fsspec URL), or its ``Store``.
+        version: the version to read (default: the latest).
+        storage_options: fsspec options for ``dataset`` given as a URL.
+        cache: makes the host's shard cache, through which a remote dataset's shard table is read
+            once per host (see :func:`~shardstream.manifest.files.read_head`).
+
+    Returns:
+        The checked :class:`~shardstream.manifest.schema.Manifest`.
+    """
     store = dataset if isinstance(dataset, Store) else dataset_store(dataset, storage_options)
     return read_version(store, version, cache)
 

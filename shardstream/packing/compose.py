@@ -93,7 +93,17 @@ def merge(
 ) -> Manifest:
     """A dataset at ``dest`` made of the shards of ``sources`` (their latest versions), in order, read
     where they are: no shard is copied. Shard format, Arrow schema, fields and classes must agree (a
-    one-line error names the difference). Returns the published manifest."""
+    one-line error names the difference).
+
+    Args:
+        sources: the datasets to merge (folders or fsspec URLs), in order.
+        dest: the merged dataset's folder, beside the sources (on the same store).
+        storage_options: fsspec options for the sources and ``dest``.
+        overwrite: replace a dataset already at ``dest``.
+
+    Returns:
+        The published manifest.
+    """
     if len(sources) < 1:
         raise ShardstreamError("merge needs at least one source dataset")
     stores = [dataset_store(os.fspath(s), storage_options) for s in sources]
@@ -209,7 +219,18 @@ def split(
     """One dataset per part under ``dest`` (``dest/train``, ``dest/val``), each selecting the samples of
     ``source``'s shards (its latest version) whose key hashes into that part (see the module's
     documentation); no shard is copied. ``parts``: name -> fraction, the fractions adding up to 1.
-    Returns the published manifests by part."""
+
+    Args:
+        source: the dataset to split (a folder or an fsspec URL).
+        dest: the folder that gets one dataset per part.
+        parts: part name -> fraction of the samples (adding up to 1).
+        seed: the seed of the key hash that assigns each sample its part.
+        storage_options: fsspec options for ``source`` and ``dest``.
+        overwrite: replace datasets already at the parts' folders.
+
+    Returns:
+        The published manifests by part.
+    """
     names, fractions = _check_parts(parts)
     store = dataset_store(os.fspath(source), storage_options)
     m = load_manifest(store)

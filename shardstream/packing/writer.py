@@ -63,6 +63,7 @@ class ShardWriter:
         schema: the Arrow schema of the rows (``format="arrow"``); default: from the first samples.
         fsync: flush shards and manifest to disk before each appears.
         index: write sample indexes (default True; False: the tars alone).
+        append: add to the dataset at ``url`` as its next version (not with ``overwrite``).
     """
 
     def __init__(  # noqa: PLR0913 - a public constructor: one keyword per setting, as webdataset's ShardWriter

@@ -132,14 +132,14 @@ def test_resume_then_later_epochs_with_persistent_workers(url):
     epoch0, epoch1, epoch2 = (planned(url, epoch) for epoch in (0, 1, 2))
     assert len({tuple(epoch0), tuple(epoch1), tuple(epoch2)}) == 3
 
-    first = make(url).loader(batch_size=3, num_workers=2)
+    first = make(url).loader(batch_size=3, num_workers=2, workers="processes")
     assert first.persistent_workers
     before = take(first, 3)
     state = first.state_dict()
     del first
 
     ds = make(url)
-    loader = ds.loader(batch_size=3, num_workers=1)
+    loader = ds.loader(batch_size=3, num_workers=1, workers="processes")
     assert loader.persistent_workers
     loader.load_state_dict(state)
     ds.set_epoch(0)  # a training loop's set_epoch of the resumed epoch keeps the position
@@ -161,7 +161,7 @@ def test_resume_then_later_epochs_with_persistent_workers(url):
 
 def test_epochs_with_persistent_workers_without_resume(url):
     ds = make(url)
-    loader = ds.loader(batch_size=4, num_workers=3)
+    loader = ds.loader(batch_size=4, num_workers=3, workers="processes")
     for epoch in (0, 1, 2, 1):
         ds.set_epoch(epoch)
         assert flat(loader) == planned(url, epoch)
@@ -470,14 +470,18 @@ def test_defaults_and_overrides(url):
     from shardstream.loader import default_num_workers
 
     loader = make(url).loader(batch_size=4)
-    # raw local batches: locations, one worker
-    assert loader.num_workers == min(default_num_workers(), 1)
-    assert make(url, decode="torch").loader(batch_size=4).num_workers == default_num_workers()
+    # raw local batches: locations, one reader thread (no worker process)
+    assert loader.reader_threads == min(default_num_workers(), 1) and loader.num_workers == 0
+    decoded = make(url, decode="torch").loader(batch_size=4)
+    assert decoded.num_workers == default_num_workers() and decoded.reader_threads == 0
+    assert decoded.persistent_workers and decoded.prefetch_factor == 2
     assert loader.pin_memory == torch.cuda.is_available()
-    assert loader.persistent_workers and loader.prefetch_factor == 2
+    processes = make(url).loader(batch_size=4, workers="processes")
+    assert processes.num_workers == min(default_num_workers(), 1) and processes.reader_threads == 0
+    assert processes.persistent_workers and processes.prefetch_factor == 2
     assert loader.generator is not None and loader.dataset.seed_workers
     generator = torch.Generator()
-    custom = make(url).loader(
+    custom = make(url).loader(  # a worker process's argument given: processes
         batch_size=4,
         num_workers=2,
         persistent_workers=False,

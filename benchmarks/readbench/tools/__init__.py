@@ -25,7 +25,11 @@ _MODULES = {
 }
 
 # shardstream's non-default rows read its conversion with other loader settings
-_VARIANTS = {name: getattr(shardstream, fn) for name, fn in shardstream.VARIANTS.items() if name != "shardstream"}
+_VARIANTS = {
+    name: getattr(shardstream, fn)
+    for name, fn in shardstream.VARIANTS.items()
+    if name != "shardstream"
+}
 TOOLS = (*_MODULES, *_VARIANTS)
 LOADERS: dict[str, Callable[[Path, str, RemoteSource | None], Any]] = {
     **{n: m.loader for n, m in _MODULES.items()},

@@ -1,0 +1,208 @@
+"""``Bucketed``: batches whose samples share a bucket (an aspect ratio, a size, a length, a class).
+
+Each window of samples is grouped by bucket (:func:`shardstream.plan.packing.bucket_batches`) and each
+bucket cut into batches of ``batch_size``; the key of a sample is a number it holds (a field such as
+``cls`` or a length) or one read from a value without decoding it: :func:`image_size` and
+:func:`aspect_ratio` read an image's width and height from its header (Pillow's lazy open reads the
+header only), or from a decoded image's shape.
+"""
+
+from __future__ import annotations
+
+import functools
+import io
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from ..errors import UsageError
+from ..formats.image_header import image_size as header_size
+from ..plan.packing import bucket_batches, bucket_of, split_largest
+from .collate import collate
+from .mapped import MappedBytes
+from .windowed import WindowedBatches, window_of
+
+
+def image_size(value: Any) -> tuple[int, int]:
+    """(width, height) of an image: encoded bytes (from the header, without decoding the pixels: a
+    header parser for JPEG, PNG, GIF, BMP and WebP, else Pillow's lazy open), a PIL image, a CHW torch
+    tensor or an HWC numpy array."""
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        found = header_size(value)
+        if found is not None:
+            return found
+        from PIL import Image
+
+        with Image.open(io.BytesIO(value)) as image:  # lazy: reads the header only
+            return image.size
+    if isinstance(value, torch.Tensor):
+        return int(value.shape[-1]), int(value.shape[-2])
+    if isinstance(value, np.ndarray):
+        return int(value.shape[1]), int(value.shape[0])
+    if hasattr(value, "size") and isinstance(value.size, tuple):
+        return value.size
+    raise UsageError(f"cannot tell the size of a {type(value).__name__} as an image")
+
+
+@dataclass(frozen=True)
+class aspect_ratio:  # noqa: N801 - a key, used like a function
+    """A key: the width / height of the image in ``field`` (from its header when it is encoded).
+
+    Args:
+        field: the sample's image field (``"jpg"``).
+    """
+
+    field: str
+
+    def __call__(self, sample: dict[str, Any]) -> float:
+        width, height = image_size(sample[self.field])
+        return width / max(height, 1)
+
+
+@dataclass(frozen=True)
+class length_of:  # noqa: N801 - a key, used like a function
+    """A key: the length of the sequence in ``field``.
+
+    Args:
+        field: the sample's sequence field (``"input_ids"``).
+    """
+
+    field: str
+
+    def __call__(self, sample: dict[str, Any]) -> int:
+        return len(sample[self.field])
+
+
+def _value(sample: Any, key: str | Callable[[Any], Any]) -> float:
+    value = key(sample) if callable(key) else sample[key]
+    if isinstance(value, torch.Tensor):
+        value = value.item()
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        value = bytes(value).decode()  # an undecoded number (a cls field read raw)
+    return float(value)
+
+
+@dataclass
+class KeyedWindow:
+    """A window's samples and each one's key, made in the DataLoader worker."""
+
+    samples: list[Any]
+    keys: np.ndarray
+
+
+def keyed_window(key: str | Callable[[Any], Any], samples: list[Any]) -> KeyedWindow:
+    """The window's samples (raw values as bytes, see :func:`window_of`) with their keys: computed in
+    the worker, next to the read, so the main process only groups numbers."""
+    keys = np.array([_value(s, key) for s in samples], dtype=np.float64)
+    return KeyedWindow(window_of(samples), keys)
+
+
+def _mapped_keys(batch: dict[str, Any], key: str | Callable[[Any], Any]) -> np.ndarray:
+    """The key of each sample of a batch of locations (:class:`MappedBytes`): each value viewed in place,
+    an image's header read without a copy of the rest; a stored value's length from the locations alone."""
+    n = len(batch["__key__"])
+    field = key if isinstance(key, str) else getattr(key, "field", None)
+    value = batch.get(field) if field is not None else None
+    if isinstance(key, length_of) and isinstance(value, MappedBytes):
+        return value.sizes.astype(np.float64)  # the stored bytes' length: no read at all
+    if isinstance(key, (str, aspect_ratio)) and isinstance(value, MappedBytes):
+        return np.array([_value({field: value.view(i)}, key) for i in range(n)], dtype=np.float64)
+    views = {
+        name: (value.view if isinstance(value, MappedBytes) else value.__getitem__)
+        for name, value in batch.items()
+    }
+    return np.array(
+        [_value({name: view(i) for name, view in views.items()}, key) for i in range(n)],
+        dtype=np.float64,
+    )
+
+
+def _take(value: Any, rows: np.ndarray) -> Any:
+    """Rows ``rows`` of a batch's field: locations stay locations, arrays are indexed, lists picked."""
+    if isinstance(value, MappedBytes):
+        ids = value.identities
+        return MappedBytes(
+            value.paths, value.shards[rows], value.starts[rows], value.sizes[rows], ids
+        )
+    if isinstance(value, (np.ndarray, torch.Tensor)):
+        return value[torch.from_numpy(rows) if isinstance(value, torch.Tensor) else rows]
+    return [value[i] for i in rows.tolist()]
+
+
+class Bucketed(WindowedBatches):
+    """Batches of up to ``batch_size`` samples of one bucket each.
+
+    Args:
+        dataset: a :class:`ShardDataset` or :class:`MixedDataset`.
+        key: a field name holding a number (``"cls"``), or a callable of the sample dict
+            (:func:`aspect_ratio`, :func:`length_of`, or your own).
+        boundaries: increasing edges: bucket ``b`` holds keys in ``[boundaries[b-1], boundaries[b])``;
+            ``None``: each distinct key is a bucket (classes).
+        batch_size: the most samples per batch.
+        window: samples grouped together; larger windows leave fewer short batches (each bucket's last
+            batch of a window may be short).
+        collate_fn: makes the batch (default: :func:`shardstream.dataset.collate.collate`); batches
+            also hold ``__bucket__``. Raw batches of local tars (``decode=None``, the default collate)
+            stay locations in the shard files (:class:`MappedBytes`): each value's key is read in
+            place, and no value is copied.
+        num_workers: for ``dataset.loader``.
+        loader_kwargs: other arguments of ``dataset.loader``.
+
+    Every sample of the epoch is in exactly one batch; every rank yields the same number of batches
+    (a rank that needs fewer halves its largest batches); batch sizes vary up to ``batch_size``.
+    """
+
+    def __init__(  # noqa: PLR0913 - keyword settings with defaults, as LengthBucketing's
+        self,
+        dataset: Any,
+        key: str | Callable[[Any], Any],
+        boundaries: Sequence[float] | None = None,
+        batch_size: int = 32,
+        *,
+        window: int = 1024,
+        collate_fn: Callable[[list[Any]], Any] | None = None,
+        num_workers: int | None = None,
+        **loader_kwargs: Any,
+    ):
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise ValueError(f"batch_size must be 1 or more, not {batch_size!r}")
+        self.key, self.batch_size = key, batch_size
+        self.boundaries = None if boundaries is None else [float(b) for b in boundaries]
+        if self.boundaries is not None:
+            bucket_of(np.zeros(0), self.boundaries)  # checks that they increase
+        self.collate_fn = collate_fn or collate
+        # raw local tars: windows of locations, grouped without copying a value
+        self.in_place = collate_fn is None and bool(dataset.mapped)
+        keyed = None if self.in_place else functools.partial(keyed_window, key)
+        super().__init__(dataset, window, num_workers, loader_kwargs, collate=keyed)
+
+    def buckets(self, keys: np.ndarray) -> np.ndarray:
+        """The bucket of each key (with ``boundaries=None``: the key, as an integer)."""
+        if self.boundaries is not None:
+            return bucket_of(keys, self.boundaries)
+        return keys.astype(np.int64)
+
+    def plan(self, samples: KeyedWindow | dict[str, Any]) -> list[np.ndarray]:
+        """The window's batches; ``last_buckets`` keeps each of its samples' bucket."""
+        keys = samples.keys if isinstance(samples, KeyedWindow) else _mapped_keys(samples, self.key)
+        buckets = self.buckets(keys)
+        self.last_buckets = buckets
+        return bucket_batches(buckets, self.batch_size)
+
+    def fit(self, groups: list[np.ndarray], count: int) -> list[np.ndarray]:
+        return split_largest(groups, count)
+
+    def make(self, samples: KeyedWindow | dict[str, Any], group: np.ndarray) -> Any:
+        if isinstance(samples, dict):
+            batch = {name: _take(value, group) for name, value in samples.items()}
+        else:
+            batch = self.collate_fn([samples.samples[i] for i in group.tolist()])
+        if isinstance(batch, dict):
+            batch["__bucket__"] = int(self.last_buckets[int(group[0])])
+        return batch
+
+
+__all__ = ["Bucketed", "KeyedWindow", "aspect_ratio", "image_size", "keyed_window", "length_of"]

@@ -1,0 +1,126 @@
+"""Batches shaped per window: read ``window`` samples, cut them into batches by a rule, agree on a count.
+
+A shape that groups samples by what they hold (a bucket, a packed row) reads its dataset's loader
+``window`` samples at a time: one loader batch, so every rank reads the same number of windows (the
+plan's equal split) and every sample of the epoch lands in exactly one window. A subclass says how a
+window becomes groups of samples (:meth:`WindowedBatches.plan`), how to make more groups of the same
+samples (:meth:`WindowedBatches.fit`) and how a group becomes a batch (:meth:`WindowedBatches.make`).
+The number of groups depends on what the samples hold, so under ``torch.distributed`` the ranks agree
+on it with one ``all_reduce(MAX)`` of one integer per window and a rank that needs fewer makes more
+(smaller) groups: every rank yields the same number of batches, and none waits for another in a
+collective.
+
+Resume: :meth:`WindowedBatches.state_dict` is the loader's state at the start of the current window
+plus the batches handed out from it. On the same world size the window is read again and those
+batches are skipped: exact. On another world size the interrupted window is cut anew and read whole
+again, so the samples of the batches already handed out from it are read a second time (at most one
+window per rank); a state saved at a window's end (``emitted`` 0) resumes exactly on any world size.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import torch
+
+
+def window_of(samples: list[Any]) -> list[Any]:
+    """A window's samples as they are, but with raw values as ``bytes``: a worker sends the window to the
+    main process pickled, and a ``memoryview`` into a shard cannot be pickled."""
+    return [
+        {k: bytes(v) if isinstance(v, memoryview) else v for k, v in s.items()}
+        if isinstance(s, dict)
+        else s
+        for s in samples
+    ]
+
+
+def agreed_count(needed: int) -> int:
+    """The batches every rank makes of this window: the most any rank needs."""
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return needed
+    value = torch.tensor([needed], dtype=torch.int64)
+    dist.all_reduce(value, op=dist.ReduceOp.MAX)
+    return int(value.item())
+
+
+class WindowedBatches:
+    """The base of the window-shaped batchers: the loader over windows, the count, the resume state."""
+
+    def __init__(
+        self,
+        dataset: Any,
+        window: int,
+        num_workers: int | None,
+        loader_kwargs: dict[str, Any],
+        collate: Callable[[list[Any]], Any] | None = window_of,
+    ):
+        """``collate`` makes a window of its samples in the worker (picklable: :func:`window_of`, or
+        what a shape computes there besides, such as each sample's bucket key); ``None`` keeps the
+        dataset's own batches (a shape that reads raw batches of locations)."""
+        if isinstance(window, bool) or not isinstance(window, int) or window < 1:
+            raise ValueError(f"window must be a number of samples (1 or more), not {window!r}")
+        self.window = window
+        if collate is not None:
+            dataset.collate_fn = collate  # the loader hands over each window's samples as they are
+        self.dataset = dataset
+        self.loader = dataset.loader(window, num_workers, **loader_kwargs)
+        self._start: dict[str, Any] = self.loader.state_dict()
+        self._emitted = 0
+        self._skip = 0
+
+    # -- what a shape defines ---------------------------------------------------------------------
+    def plan(self, samples: Any) -> list[Any]:
+        """The window's groups of sample indices, one batch each (``samples``: what ``collate`` made)."""
+        raise NotImplementedError
+
+    def fit(self, groups: list[Any], count: int) -> list[Any]:
+        """Exactly ``count`` groups of the same samples (``count`` >= ``len(groups)``)."""
+        raise NotImplementedError
+
+    def make(self, samples: Any, group: Any) -> Any:
+        """The batch of one group."""
+        raise NotImplementedError
+
+    # -- epochs, passes and resume states ---------------------------------------------------------
+    def set_epoch(self, epoch: int) -> None:
+        self.loader.set_epoch(epoch)
+
+    def __iter__(self) -> Iterator[Any]:
+        it = iter(self.loader)
+        while True:
+            start = self.loader.state_dict()
+            window: Any = next(it, None)
+            if window is None:
+                break
+            if start != self._start:
+                self._start, self._emitted = start, 0
+            groups = self.plan(window)
+            groups = self.fit(groups, agreed_count(len(groups)))
+            for k, group in enumerate(groups):
+                if k >= self._skip:
+                    self._emitted = k + 1
+                    yield self.make(window, group)
+            self._skip = 0
+        self._start, self._emitted = self.loader.state_dict(), 0
+
+    def state_dict(self) -> dict[str, Any]:
+        """Where to go on: the loader's state at the current window's start, and batches given from it."""
+        return {
+            "loader": self._start,
+            "emitted": self._emitted,
+            "world_size": self.dataset.world_size,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue from ``state`` (see the module's notes for another world size)."""
+        self.loader.load_state_dict(state["loader"])
+        self._start = self.loader.state_dict()
+        same_world = state.get("world_size") == self.dataset.world_size
+        self._skip = self._emitted = int(state["emitted"]) if same_world else 0
+
+
+__all__ = ["WindowedBatches", "agreed_count", "window_of"]
