@@ -90,11 +90,13 @@ def index_(
                 list(shards), output, options, overwrite, on_shard=bar.update, force=force
             )
     m = result.manifest
+    for note in result.notes:
+        click.echo(f"warning: {safe(note)}", err=True)
     if result.unkeyed:
         one = len(result.unkeyed) == 1
         click.echo(
-            f"warning: {count(len(result.unkeyed), 'member')} {'has' if one else 'have'} no KEY.EXT name and "
-            f"{'belongs' if one else 'belong'} to no sample (webdataset skips them too), e.g. "
+            f"warning: {count(len(result.unkeyed), 'member')} {'has' if one else 'have'} no KEY.EXT name "
+            f"(such as macOS's ._ files) and {'belongs' if one else 'belong'} to no sample, e.g. "
             f"{safe(repr(result.unkeyed[0]))}",
             err=True,
         )

@@ -119,6 +119,9 @@ def info(
                 ),
             )
         )
+    left_out = created.get("left_out") if isinstance(created, dict) else None
+    if left_out:  # members an index put in no sample, by reason
+        lines.append(("left out", safe(left_out)))
     width = max(len(k) for k, _ in lines)
     for key, value in lines:
         click.echo(f"{key:<{width}}  {value}")

@@ -162,7 +162,8 @@ class RangedReads:
         )
         self.load_indexes([s for s, _ in wanted])
         spans = [(s, o, self._indexes.get(s)) for s, o in wanted]
-        return [(s, o, index) for s, o, index in spans if index is not None]
+        # a version 2 index (samples without spans) leaves its samples to the whole shard
+        return [(s, o, index) for s, o, index in spans if index is not None and not index.grouped]
 
     def _read(
         self, shards: list[int], starts: list[int], ends: list[int], digests: list[bytes]

@@ -45,14 +45,16 @@ class TarShard:
         index: SampleIndex | None = None,
     ):
         self.name = name
+        # the shard's sample index (checked against the manifest) says what its headers would, without parsing them
+        if index is not None:
+            self.keys, self.fields = index.samples(name)
+        else:  # with sparse members, the samples are in a copy of the tar followed by their bytes
+            found = tar_format.read_samples(data, name)
+            self.keys, self.fields, data = found.keys, found.fields, found.data
         self.data = data
         self.identity = identity
         self.owned = len(data) if isinstance(data, (bytes, bytearray)) else 0
         self.view = memoryview(data)
-        # the shard's sample index (checked against the manifest) says what its headers would, without parsing them
-        self.keys, self.fields = (
-            index.samples(name) if index is not None else tar_format.index_samples(data, name)
-        )
         if len(self.keys) != expected_samples:
             raise CorruptShardError(
                 f"{name}: {len(self.keys)} samples, the manifest says {expected_samples}; "

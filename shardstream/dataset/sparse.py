@@ -54,7 +54,9 @@ class SparseReads:
             or self.fetcher.cached(shard)
         ):
             return False
-        return self.index(shard) is not None
+        index = self.index(shard)
+        # a version 2 index (samples without spans: a tar's members apart, hard links): whole shards
+        return index is not None and not index.grouped
 
     def read(self, pairs: list[tuple[int, int]]) -> list[dict[str, Any]]:
         """The stored samples at ``pairs`` of (shard, offset), in order."""

@@ -32,6 +32,10 @@ from ..storage import DiskCache, ShardFetcher, Store
 log = logging.getLogger("shardstream")
 
 
+class _NoIndex(Exception):
+    """The tar has members no sample index can hold (sparse ones)."""
+
+
 def _taken(found: Any) -> bytes:
     """The bytes of a file the cache handed out, copied, and the cache's lock on it let go."""
     data = bytes(found)
@@ -118,12 +122,24 @@ class SampleIndexes:
 
         def build() -> bytes:
             self.built += 1
-            return build_index(plain, name)
+            data = build_index(plain, name)
+            # sparse members: no index holds their bytes, which are read from the headers
+            if data is None:
+                raise _NoIndex
+            return data
 
         cache = self.cache()
-        if cache is None:
-            return parse_index(build(), name, samples, size)
-        key = self.key(shard, compressed)
+        try:
+            if cache is None:
+                return parse_index(build(), name, samples, size)
+            return self._cached(cache, self.key(shard, compressed), build, name, samples, size)
+        except _NoIndex:
+            return None
+
+    @staticmethod
+    def _cached(
+        cache: DiskCache, key: str, build: Callable[[], bytes], name: str, samples: int, size: int
+    ) -> SampleIndex | None:
         for _ in range(2):
             data = _taken(cache.get(key, build))
             try:

@@ -1,4 +1,5 @@
-"""Shard formats: WebDataset-style tar (optionally zstd/gzip-compressed), Arrow IPC, Parquet in place.
+"""Shard formats: WebDataset-style tar (optionally zstd, gzip, xz or bzip2-compressed), Arrow IPC,
+Parquet in place.
 
 This module maps a manifest's ``shard_format`` to the code that reads it.
 """
@@ -11,7 +12,14 @@ from typing import Any
 from . import tar
 from .compression import decompress
 
-TAR_COMPRESSION = {"tar": None, "tar.zst": "zstd", "tar.gz": "gzip"}
+TAR_COMPRESSION = {
+    "tar": None,
+    "tar.zst": "zstd",
+    "tar.gz": "gzip",
+    "tar.xz": "xz",
+    "tar.bz2": "bzip2",
+}
+TAR_FORMAT = {compression: fmt for fmt, compression in TAR_COMPRESSION.items()}
 
 
 def shard_format_of(name: str) -> str | None:
@@ -21,6 +29,11 @@ def shard_format_of(name: str) -> str | None:
         (".tar.zst", "tar.zst"),
         (".tar.gz", "tar.gz"),
         (".tgz", "tar.gz"),
+        (".tar.xz", "tar.xz"),
+        (".txz", "tar.xz"),
+        (".tar.bz2", "tar.bz2"),
+        (".tbz2", "tar.bz2"),
+        (".tbz", "tar.bz2"),
         (".tar", "tar"),
         (".arrow", "arrow"),
         (".feather", "arrow"),
@@ -46,9 +59,9 @@ def iter_shard_samples(shard_format: str, buf, name: str = "shard") -> Iterator[
 
         yield from parquet.read_table(buf, name).to_pylist()
         return
-    data = decompress(buf, TAR_COMPRESSION[shard_format], name)
-    view = memoryview(data)
-    for key, fields in tar.iter_samples(data, name):
+    found = tar.read_samples(decompress(buf, TAR_COMPRESSION[shard_format], name), name)
+    view = memoryview(found.data)
+    for key, fields in zip(found.keys, found.fields):
         sample: dict[str, Any] = {"__key__": key}
         for ext, (offset, size) in fields.items():
             sample[ext] = bytes(view[offset : offset + size])
@@ -67,5 +80,7 @@ def count_samples(
         from . import parquet
 
         return parquet.read_table(buf, name).num_rows
-    data = decompress(buf, TAR_COMPRESSION[shard_format], name)
-    return sum(1 for _ in tar.iter_samples(data, name, unkeyed=unkeyed))
+    found = tar.read_samples(decompress(buf, TAR_COMPRESSION[shard_format], name), name)
+    if unkeyed is not None:
+        unkeyed += found.unkeyed
+    return len(found.keys)

@@ -147,7 +147,10 @@ def _careful_match(data, index: SampleIndex, name: str) -> None:
             for i in range(len(keys))
             if keys[i] != indexed_keys[i] or fields[i] != indexed_fields[i]
         )
-        start = index.span(i)[0]
+        # a version 2 index has no sample spans: its first member's header
+        start = (
+            int(index.data_offsets[index.first[i]]) - BLOCK if index.grouped else index.span(i)[0]
+        )
         what = (
             f"sample {i} (at byte {start}) is {keys[i]!r} in the tar, {indexed_keys[i]!r} in its index"
             if keys[i] != indexed_keys[i]

@@ -1,21 +1,32 @@
 """Tar shards in the WebDataset convention, written and parsed without ``tarfile``.
 
-A sample is a run of consecutive members ``KEY.EXT`` sharing ``KEY`` (the member name
-up to the first dot of its base name). Members are plain POSIX ustar entries with
-fixed metadata (mode 0644, owner 0, mtime 0), so the same samples always give the
-same bytes; a PAX header is added only for a name that ustar cannot hold. The reader
-walks headers by offset over a buffer (bytes or a memory map) and hands out slices."""
+A sample is the members ``KEY.EXT`` sharing ``KEY`` (the member name up to the first dot of its base
+name); the reader sees the whole shard, so a key's members need not be next to each other. Members
+are written as plain POSIX ustar entries with fixed metadata (mode 0644, owner 0, mtime 0), so the
+same samples always give the same bytes; a PAX header is added only for a name that ustar cannot
+hold. The reader walks headers by offset over a buffer (bytes or a memory map) and hands out slices
+(:mod:`.tar_headers` reads the headers)."""
 
 from __future__ import annotations
 
-import hashlib
 import re
-import struct
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
 
 from ..errors import CorruptShardError
 from .compression import decompress  # noqa: F401 - tar.decompress, as in 0.1
-from .tar_index import IndexBuilder
+from .tar_headers import (
+    LINK,
+    MAX_SPARSE_SIZE,
+    REGULAR,
+    SPARSE,
+    Listing,
+    Scan,
+    fast_listing,
+    listing,
+)
+from .tar_index import index_bytes
 from .tar_writer import (  # noqa: F401 - the writing side, under the names it had here
     BLOCK,
     END_OF_ARCHIVE,
@@ -27,303 +38,33 @@ from .tar_writer import (  # noqa: F401 - the writing side, under the names it h
     sample_size,
 )
 
-# -- reading: every byte is hostile. Each header moves forward a block or more (n / 512 headers at most);
-# what the reader yields, tarfile reads the same way; what readers could read differently is refused.
-
-_NUMBER = re.compile(rb" *([0-7]*)[ \0]*")  # octal digits between spaces, then spaces or NULs
-_NUMBER_FIELDS = (
-    ("mode", 100, 8),
-    ("uid", 108, 8),
-    ("gid", 116, 8),
-    ("mtime", 136, 12),
-    ("dev", 329, 8),
-    ("dev", 337, 8),
-)
-# mode uid gid size mtime, as written
-_USUAL = re.compile(rb"(?:[0-7]{7}[ \0]){3}([0-7]{11})[ \0][0-7]{11}[ \0]")
-_DEVICES = re.compile(rb"(?:[0-7]{7}[ \0]|\0{8}){2}")
-_PAX_LENGTH = re.compile(rb"([0-9]{1,20}) ")
-_PAX_SIZE = re.compile(rb"[0-9]{1,20}")
-_REGULAR = (b"0", b"\0", b"7")
-# links, devices, folders, fifos: tarfile skips no data
-_NO_DATA = (
-    b"1",
-    b"2",
-    b"3",
-    b"4",
-    b"5",
-    b"6",
-)
-# PAX (X: Solaris), GNU long name / link: about the next member
-_EXTENDED = (
-    b"x",
-    b"X",
-    b"g",
-    b"L",
-    b"K",
-)
-_REDO = "re-create or re-download the shard"
-
-
-def _number(field: bytes, what: str) -> int:
-    """A header number field, strictly; GNU base-256 (first byte 0x80, or 0xff: negative) too."""
-    if field[0] in (0x80, 0xFF):
-        value = int.from_bytes(field[1:], "big")
-        return value if field[0] == 0x80 else value - 256 ** (len(field) - 1)
-    if (match := _NUMBER.fullmatch(field)) is None:
-        raise ValueError(f"number field {what} {field!r} is not octal")
-    return int(match.group(1) or b"0", 8)
-
-
-def _parse_pax(records: bytes) -> dict[str, bytes]:
-    """PAX records ``LENGTH KEY=VALUE\\n``, each exactly LENGTH bytes, then NULs (ValueError otherwise)."""
-    out: dict[str, bytes] = {}
-    records, pos = records.rstrip(b"\0"), 0
-    while pos < len(records):
-        match = _PAX_LENGTH.match(records, pos)
-        end = pos + int(match.group(1)) if match else 0
-        if (
-            match is None
-            or end > len(records)
-            or end - 1 <= match.end()
-            or records[end - 1] != 0x0A
-        ):
-            raise ValueError(f"record {len(out) + 1} does not frame")
-        key, eq, value = records[match.end() : end - 1].partition(b"=")
-        if not key or not eq:
-            raise ValueError(f"record {len(out) + 1} is not KEY=VALUE")
-        out[key.decode("utf-8", "surrogateescape")] = value
-        pos = end
-    return out
-
-
-def _has_data(view: memoryview, start: int) -> bool:
-    """Whether ``view[start:]`` holds a byte other than NUL (without a copy)."""
-    import numpy as np
-
-    return start < len(view) and bool(np.frombuffer(view, dtype=np.uint8, offset=start).any())
-
-
-def _octal_fields(rows, start: int, width: int):
-    """Per header row: the value of a field of ``width - 1`` octal digits then NUL or space, else -1."""
-    import numpy as np
-
-    digits = rows[:, start : start + width - 1].astype(np.int64) - 48
-    plain = ((digits >= 0) & (digits <= 7)).all(axis=1) & np.isin(
-        rows[:, start + width - 1], (0, 32)
-    )
-    return np.where(plain, digits @ (8 ** np.arange(width - 2, -1, -1, dtype=np.int64)), -1)
-
-
-def _check_sums(view: memoryview, positions: list[int], name: str, rows=None) -> None:
-    """Check the checksums of the headers at ``positions`` (their numpy ``rows`` if at hand) all at once."""
-    import numpy as np
-
-    if rows is None:
-        rows = np.frombuffer(
-            b"".join([view[p : p + BLOCK] for p in positions]), dtype=np.uint8
-        ).reshape(-1, BLOCK)
-    actual = rows.sum(axis=1, dtype=np.int64) - rows[:, 148:156].sum(axis=1, dtype=np.int64) + 256
-    # "%06o\0 ", as written by us
-    stored = np.where(rows[:, 155] == 32, _octal_fields(rows, 148, 7), -1)
-    for i in np.flatnonzero(stored != actual).tolist():
-        header = bytes(view[positions[i] : positions[i] + BLOCK])
-        try:  # other writers' layouts, and the signed sums of old Sun tars, as tarfile takes them
-            other: int | None = _number(header[148:156], "checksum")
-        except ValueError:
-            other = None
-        if other not in (int(actual[i]), 256 + sum(struct.unpack_from("148b8x356b", header))):
-            raise CorruptShardError(
-                f"{name}: bad tar header at byte {positions[i]} (checksum {other} != "
-                f"{int(actual[i])}); the shard is damaged, {_REDO}"
-            )
+# field names a manifest cannot hold: control characters, slashes, backslashes, bytes that are not UTF-8
+_ODD_FIELD = re.compile(r"[\x00-\x1f\x7f-\x9f/\\\ud800-\udfff]")
+_EXAMPLES = 3  # names a warning quotes
 
 
 def iter_members(buf, name: str = "shard", check: bool = True) -> Iterator[tuple[str, int, int]]:
-    """(member name, data offset, data size) of every regular file in the tar ``buf``.
+    """(member name, data offset, data size) of every regular file in the tar ``buf``, as tarfile reads them.
 
     Raises :class:`CorruptShardError` naming ``name`` and the byte offset for anything but a well-formed
     tar (bad checksums unless ``check=False``, odd numbers, truncation, data after the end, an empty file,
-    what readers disagree on). Checksums are checked in batches: a consumer that stops early may have been
-    handed members whose header is unchecked; one that reads to the end has had every header checked."""
-    scan = _Scan(memoryview(buf), name, check)
-    while scan.pos + BLOCK <= scan.total:
-        header = bytes(scan.view[scan.pos : scan.pos + BLOCK])
-        if header == ZERO_BLOCK:
-            break
-        member = scan.member(header)
-        if member is not None:
-            yield member
-    scan.finish()
-
-
-class _Scan:
-    """One pass over a tar's headers: where it is, what the extended headers since the last member say
-    about the next one (and which they were), and the headers whose checksums are still to check."""
-
-    def __init__(self, view: memoryview, name: str, check: bool):
-        self.view, self.total, self.name, self.check = view, len(view), name, check
-        self.pos = 0
-        self.ext: dict[str, bytes] = {}
-        self.kinds: list[bytes] = []
-        self.unchecked: list[int] = []
-
-    def verify(self) -> None:
-        if self.check and self.unchecked:
-            _check_sums(self.view, self.unchecked, self.name)
-        self.unchecked.clear()
-
-    def damaged(self, message: str) -> CorruptShardError:
-        self.verify()  # a bad checksum explains a structural error best
-        return CorruptShardError(f"{self.name}: {message}; {_REDO}")
-
-    def member(self, header: bytes) -> tuple[str, int, int] | None:
-        """Read the header at :attr:`pos` and move past its member: the regular file it is, else None."""
-        pos = self.pos
-        self.unchecked.append(pos)
-        if len(self.unchecked) >= 1024:
-            self.verify()
-        kind = header[156:157]
-        size = self._size(header, pos)
-        size = int(self.ext["size"]) if kind not in _EXTENDED and "size" in self.ext else size
-        # a folder, old style
-        folder = kind == b"\0" and header[:100].split(b"\0", 1)[0].endswith(b"/")
-        if size and (kind in _NO_DATA or folder):
-            raise self.damaged(
-                f"member at byte {pos} of type {kind!r} has {size} bytes of data, which readers skip"
+    what readers disagree on) and for a sparse member (its bytes are not in one piece: :func:`read_samples`
+    reads it). Checksums are checked in batches: a consumer that stops early may have been handed members
+    whose header is unchecked; one that reads to the end has had every header checked."""
+    for kind, member, offset, size, _ in Scan(memoryview(buf), name, check).entries():
+        if kind == REGULAR:
+            yield member, offset, size
+        elif kind == SPARSE:
+            raise CorruptShardError(
+                f"{name}: member {member!r} is a sparse file, whose bytes are not in one piece"
             )
-        if (
-            folder
-            and self.kinds
-            or kind == b"5"
-            and b"L" in self.kinds
-            and not self.ext["path"].endswith(b"/")
-        ):
-            raise self.damaged(
-                f"member at byte {pos} is a folder to some readers only (type {kind!r}, extended)"
-            )
-        data = pos + BLOCK
-        if size > self.total - data:
-            raise self.damaged(
-                f"truncated at byte {self.total}: member at byte {pos} needs {size} bytes "
-                f"but only {self.total - data} remain"
-            )
-        end = data + size + padding(size)
-        found = None
-        if kind in _EXTENDED:
-            self._extended(kind, pos, data, size, end)
-        elif kind == b"S":
-            raise self.damaged(
-                f"member at byte {pos} is a GNU sparse file, which a shard cannot hold"
-            )
-        elif kind in _REGULAR and not folder:
-            found = self._name(header, pos), data, size
-        if kind not in _EXTENDED:
-            self.ext, self.kinds = {}, []
-        self.pos = end
-        return found
 
-    def _size(self, header: bytes, pos: int) -> int:
-        """The header's size field, its other number fields checked as tarfile reads them."""
-        try:
-            if (usual := _USUAL.fullmatch(header, 100, 148)) and _DEVICES.fullmatch(
-                header, 329, 345
-            ):
-                size = int(usual.group(1), 8)
-            else:
-                for (
-                    what,
-                    start,
-                    width,
-                ) in _NUMBER_FIELDS:  # unused, but tarfile stops at one it cannot parse
-                    _number(header[start : start + width], what)
-                size = _number(header[124:136], "size")
-            if size < 0:
-                raise ValueError(f"negative size {size}")
-        except ValueError as exc:
-            raise self.damaged(f"bad tar header at byte {pos} ({exc})") from None
-        return size
 
-    def _extended(self, kind: bytes, pos: int, data: int, size: int, end: int) -> None:
-        """Take in a PAX or GNU long-name header, which speaks of the next member."""
-        kinds, ext = self.kinds, self.ext
-        if kind != b"g" and (
-            (b"x" if kind in b"xX" else kind) in kinds or kind == b"L" and "path" in ext
-        ):
-            raise self.damaged(f"extended header at byte {pos} ({kind!r}) repeats one before it")
-        if kind in (b"L", b"K"):
-            ext.update(
-                {"path": bytes(self.view[data:end]).split(b"\0", 1)[0]} if kind == b"L" else {}
-            )
-            kinds.append(kind)
-            return
-        try:
-            records = _parse_pax(bytes(self.view[data : data + size]))
-            if _has_data(self.view[:end], data + size):
-                raise ValueError("bytes after the records")
-            if not _PAX_SIZE.fullmatch(records.get("size", b"0")):
-                raise ValueError(f"size {records['size'][:30]!r}")
-        except ValueError as exc:
-            raise self.damaged(f"bad PAX header at byte {pos} ({exc})") from None
-        odd = [
-            k
-            for k in records
-            if k.startswith("GNU.sparse.") or (kind == b"g" and k in ("path", "size"))
-        ]
-        if odd or ("path" in records and "path" in ext and kind != b"g"):
-            raise self.damaged(
-                f"PAX header at byte {pos} sets {(odd or ['path'])[0]!r}, which readers take "
-                "differently"
-            )
-        if kind != b"g":
-            ext.update(records)
-        kinds.append(b"g" if kind == b"g" else b"x")
-
-    def _name(self, header: bytes, pos: int) -> str:
-        """A regular file's name: from its extended headers, else its header (with a ustar prefix)."""
-        raw = self.ext.get("path")
-        if raw is None:
-            raw = header[:100].split(b"\0", 1)[0]
-            prefix = header[345:500].split(b"\0", 1)[0]
-            if prefix and header[257:263] != b"ustar\0":
-                raise self.damaged(
-                    f"member at byte {pos} has a name prefix in a header that is not ustar"
-                )
-            raw = prefix + b"/" + raw if prefix else raw
-        if raw.endswith(b"/"):
-            raise self.damaged(f"regular file at byte {pos} has a folder's name {raw[-40:]!r}")
-        return raw.decode("utf-8", "surrogateescape")
-
-    def finish(self) -> None:
-        """After the last member: a whole end-of-archive marker and nothing after it, every header checked."""
-        pos, total = self.pos, self.total
-        if total - pos >= BLOCK:  # the loop met a zero block: the end-of-archive marker
-            if self.kinds:
-                raise self.damaged(
-                    f"the extended header before byte {pos} is followed by no member"
-                )
-            if _has_data(self.view, pos):
-                raise self.damaged(
-                    f"data after the end-of-archive marker at byte {pos} (a zeroed header, or tars "
-                    "joined)"
-                )
-            if total - pos < 2 * BLOCK:
-                raise self.damaged(
-                    f"truncated at byte {total}: the end-of-archive marker at byte {pos} is cut"
-                    if pos
-                    else f"only {total} bytes, too short to be a tar"
-                )
-            self.verify()
-            return
-        raise self.damaged(
-            f"truncated tar header at byte {pos}"
-            if _has_data(self.view, pos)
-            else f"truncated at byte {total}: the tar has no end-of-archive marker"
-            if pos
-            else f"only {total} bytes, too short to be a tar"
-            if total
-            else "empty file, not a tar"
-        )
+def _index_plain(buf, name: str) -> tuple[list[str], list[int], list[int]] | None:
+    """(names, data offsets, sizes) of a tar of plain ustar regular files (and folders), found with numpy;
+    None when it has anything else (see :func:`.tar_headers.fast_listing`)."""
+    found = fast_listing(buf, name)
+    return None if found is None else (found.names, found.offsets, found.sizes)
 
 
 def split_name(member: str) -> tuple[str, str] | None:
@@ -335,118 +76,181 @@ def split_name(member: str) -> tuple[str, str] | None:
     return member[:dot], member[dot + 1 :].lower()
 
 
-def _group(
-    members: Iterable[tuple[str, int, int]], name: str, unkeyed: list[str] | None
-) -> Iterator[tuple[str, dict[str, tuple[int, int]]]]:
-    key: str | None = None
-    fields: dict[str, tuple[int, int]] = {}
-    for member, offset, size in members:
-        parts = split_name(member)
-        if parts is None:
-            if unkeyed is not None:
-                unkeyed.append(member)
+@dataclass
+class TarSamples:
+    """The samples of one tar: per sample its key and ``{extension: (offset, size)}`` in :attr:`data`
+    (the tar itself; with sparse members, a copy of it followed by their expanded bytes), and the members
+    left out of every sample, by reason."""
+
+    data: Any
+    keys: list[str] = field(default_factory=list)
+    fields: list[dict[str, tuple[int, int]]] = field(default_factory=list)
+    unkeyed: list[str] = field(default_factory=list)  # no KEY.EXT name
+    reserved: list[str] = field(default_factory=list)  # keys starting with "__" (metadata)
+    odd: list[str] = field(default_factory=list)  # field names a manifest cannot hold
+    links: list[str] = field(
+        default_factory=list
+    )  # symbolic links, hard links to no earlier member
+    scattered: list[str] = field(default_factory=list)  # keys whose members were apart
+    sparse: int = 0  # sparse members, expanded
+
+    def notes(self, where: str) -> list[str]:
+        """One warning line per kind of member left out or regrouped, naming the shard ``where``."""
+        out = []
+        if self.scattered:
+            out.append(
+                f"{where}: the members of {_some(self.scattered, 'sample')} are not next to each "
+                "other (the tar was written in folder order); they are grouped by key. Write tars "
+                "with 'tar --sort=name' to keep each sample's members together"
+            )
+        reasons = (
+            (self.links, "symbolic links, or hard links to no earlier member of the tar"),
+            (
+                self.odd,
+                "an extension no field name can be (a backslash, a control character, bytes "
+                "that are not UTF-8)",
+            ),
+            (self.reserved, "a key starting with '__' (metadata, such as __meta__/)"),
+        )
+        out += [
+            f"{where}: {_some(names, 'member')} left out of every sample: {why}"
+            for names, why in reasons
+            if names
+        ]
+        return out
+
+
+def _some(names: list[str], what: str) -> str:
+    """'3 members (e.g. 'a', 'b', 'c')' with the names escaped."""
+    shown = ", ".join(ascii(n) for n in names[:_EXAMPLES])
+    more = ", ..." if len(names) > _EXAMPLES else ""
+    return f"{len(names)} {what}{'s' if len(names) != 1 else ''} ({shown}{more})"
+
+
+def _resolve(found: Listing, buf, where: str) -> tuple[list[tuple[str, int, int]], TarSamples]:
+    """The members that hold a file, hard links resolved to their target's bytes and sparse members
+    expanded (after a copy of ``buf``); symbolic links and links to no earlier member left out."""
+    out = TarSamples(buf)
+    members = list(zip(found.names, found.offsets, found.sizes))
+    if not found.special:
+        return members, out
+    seen: dict[str, tuple[int, int]] = {}
+    expanded: list[bytes] = []
+    at = len(buf)
+    kept = []
+    for i, (member, offset, size) in enumerate(members):
+        kind, detail = found.special.get(i, (REGULAR, None))
+        if kind == SPARSE:
+            if at - len(buf) + size > MAX_SPARSE_SIZE:
+                raise CorruptShardError(
+                    f"{where}: its sparse members expand to more than {MAX_SPARSE_SIZE} bytes in all"
+                )
+            piece = detail.expand(buf)  # type: ignore[union-attr]
+            offset, at = at, at + len(piece)
+            expanded.append(piece)
+        elif kind == LINK:
+            target = seen.get(detail) or seen.get(_plain_path(detail))  # type: ignore[arg-type]
+            if target is None:
+                out.links.append(member)
+                continue
+            offset, size = target
+        elif kind != REGULAR:
+            out.links.append(member)
             continue
-        k, ext = parts
-        if k != key:
-            if key is not None:
-                yield key, fields
-            key, fields = k, {}
-        elif ext in fields:
-            raise CorruptShardError(f"{name}: sample {key!r} has the member {member!r} twice")
-        fields[ext] = (offset, size)
-    if key is not None:
-        yield key, fields
+        seen[member] = seen[_plain_path(member)] = (offset, size)
+        kept.append((member, offset, size))
+    if expanded:
+        out.data, out.sparse = b"".join([bytes(buf), *expanded]), len(expanded)
+    return kept, out
+
+
+def _plain_path(path: str) -> str:
+    """A member path without leading ``./`` (GNU tar keeps what it was given: ``./a`` or ``a``)."""
+    while path.startswith("./"):
+        path = path[2:]
+    return path
+
+
+def _group(members: Iterable[tuple[str, int, int]], name: str, out: TarSamples) -> TarSamples:
+    """Members into samples by key, in the order of each key's first member: a member joins the latest
+    sample of its key, wherever it is, unless that sample has its extension (then, after other keys, it
+    starts a sample of its own, as streaming readers read it; right after, it is an error)."""
+    numbers: dict[str, int] = {}
+    keys, fields = out.keys, out.fields
+    last = None
+    for member, offset, size in members:
+        slash = member.rfind("/") + 1  # split_name, inline: this loop runs once per member
+        dot = member.find(".", slash)
+        if dot <= slash or dot == len(member) - 1:
+            out.unkeyed.append(member)
+            continue
+        key, ext = member[:dot], member[dot + 1 :].lower()
+        if key.startswith("__"):
+            out.reserved.append(member)
+            continue
+        if _ODD_FIELD.search(ext):
+            out.odd.append(member)
+            continue
+        i = numbers.get(key)
+        if i is not None and ext in fields[i]:
+            if key == last:
+                raise CorruptShardError(f"{name}: sample {key!r} has the member {member!r} twice")
+            i = None  # the key again, after others, with a field it has: a sample of its own
+        if i is None:
+            numbers[key] = len(keys)
+            keys.append(key)
+            fields.append({ext: (offset, size)})
+        else:
+            fields[i][ext] = (offset, size)
+            if key != last and (not out.scattered or out.scattered[-1] != key):
+                out.scattered.append(key)
+        last = key
+    if out.scattered:
+        out.scattered = list(dict.fromkeys(out.scattered))
+    return out
+
+
+def read_samples(buf, name: str = "shard", check: bool = True) -> TarSamples:
+    """The samples of the tar ``buf`` (see :class:`TarSamples`): every header read (by the numpy path when
+    the tar allows it), members grouped by key, hard links and sparse members resolved."""
+    members, out = _resolve(listing(buf, name, check), buf, name)
+    return _group(members, name, out)
+
+
+def _in_place(found: TarSamples, name: str) -> TarSamples:
+    if found.sparse:
+        raise CorruptShardError(
+            f"{name}: {found.sparse} sparse member(s), whose bytes are not in one piece of the tar; "
+            "read the shard with read_samples"
+        )
+    return found
 
 
 def iter_samples(
     buf, name: str = "shard", check: bool = True, unkeyed: list[str] | None = None
 ) -> Iterator[tuple[str, dict[str, tuple[int, int]]]]:
-    """(key, {extension: (offset, size)}) for each sample of the tar ``buf``, in order. Members
-    without ``KEY.EXT`` form are skipped and, when ``unkeyed`` is given, appended to it."""
-    return _group(iter_members(buf, name, check), name, unkeyed)
-
-
-def _index_plain(buf, name: str) -> tuple[list[str], list[int], list[int]] | None:
-    """(names, data offsets, sizes) of a tar of plain ustar regular files, found with numpy; None when it
-    has anything else. Headers are found by their magic and accepted only if they chain exactly from the
-    first block to an end-of-archive marker with nothing after it."""
-    import numpy as np
-
-    data = np.frombuffer(buf, dtype=np.uint8)
-    nblocks = len(data) // BLOCK
-    if nblocks < 3 or len(data) % BLOCK:
-        return None
-    blocks = data.reshape(nblocks, BLOCK)
-    heads = np.flatnonzero(
-        (blocks[:, 257:262] == np.frombuffer(b"ustar", dtype=np.uint8)).all(axis=1)
-    )
-    if len(heads) == 0 or heads[0] != 0:
-        return None
-    rows = blocks[heads]
-    sizes = _octal_fields(rows, 124, 12)
-    numbers = [
-        (_octal_fields(rows, s, w) >= 0) | ~rows[:, s : s + w].any(axis=1)
-        for _, s, w in _NUMBER_FIELDS
-    ]
-    posix = (rows[:, 257:263] == np.frombuffer(b"ustar\0", dtype=np.uint8)).all(axis=1)
-    if (
-        (sizes < 0).any()
-        or not np.all(numbers)
-        or not np.isin(rows[:, 156], (ord("0"), 0)).all()
-        or ((rows[:, 345] != 0) & ~posix).any()
-    ):
-        return None  # 12-digit or base-256 numbers, other member types, GNU headers with a prefix: the careful parser
-    following = heads + 1 + (sizes + BLOCK - 1) // BLOCK
-    if not (following[:-1] == heads[1:]).all():  # a magic inside member data, or a gap: not plain
-        return None
-    end = int(following[-1])
-    if end + 2 > nblocks or blocks[end:].any():
-        return None  # truncated, or something after the members: the careful parser says what
-    offsets = (heads * BLOCK).tolist()
-    _check_sums(memoryview(buf), offsets, name, rows)
-    raw_names = rows[:, :100].tobytes()
-    names = [raw_names[i : i + 100].split(b"\0", 1)[0] for i in range(0, len(raw_names), 100)]
-    if rows[:, 345].any():
-        prefixes = rows[:, 345:500].tobytes()
-        for i in np.flatnonzero(rows[:, 345]).tolist():
-            names[i] = prefixes[i * 155 : (i + 1) * 155].split(b"\0", 1)[0] + b"/" + names[i]
-    if any(n.endswith(b"/") for n in names):
-        return None  # folders, old style
-    return (
-        [n.decode("utf-8", "surrogateescape") for n in names],
-        [o + BLOCK for o in offsets],
-        sizes.tolist(),
-    )
+    """(key, {extension: (offset, size)}) for each sample of the tar ``buf`` (offsets in ``buf``), as
+    :func:`read_samples` groups them. Members without ``KEY.EXT`` form are skipped and, when ``unkeyed``
+    is given, appended to it."""
+    found = _in_place(read_samples(buf, name, check), name)
+    if unkeyed is not None:
+        unkeyed += found.unkeyed
+    return iter(list(zip(found.keys, found.fields)))
 
 
 def index_samples(buf, name: str = "shard") -> tuple[list[str], list[dict[str, tuple[int, int]]]]:
-    """Keys and per-field (offset, size) of every sample, as :func:`iter_samples` gives them,
-    by the numpy fast path when the tar allows it."""
-    plain = _index_plain(buf, name)
-    found = list(iter_samples(buf, name) if plain is None else _group(zip(*plain), name, None))
-    return [k for k, _ in found], [f for _, f in found]
+    """Keys and per-field (offset, size) in ``buf`` of every sample, as :func:`read_samples` gives them."""
+    found = _in_place(read_samples(buf, name), name)
+    return found.keys, found.fields
 
 
-def build_index(
-    buf, name: str, samples: list[tuple[str, dict[str, tuple[int, int]]]] | None = None
-) -> bytes:
-    """The sample index of the tar ``buf`` (uncompressed), from its own headers parsed strictly: for a tar
-    packed without one (another tool's, or ``--no-index``). Sample ``i`` spans from the end of sample
-    ``i - 1``'s last member (0 for the first) to the end of its own last member's padding, so what lies
-    between two samples' members (extended headers, folders, members that are no sample's) belongs to
-    the sample after it; its sha256 covers that span. ``samples``: the tar's (key, fields) as
-    :func:`iter_samples` gave them, if the caller parsed it already."""
-    view = memoryview(buf)
-    if samples is None:
-        samples = list(zip(*index_samples(buf, name)))
-    builder = IndexBuilder()
-    at = 0
-    for key, entry in samples:
-        members = []
-        start = cursor = at
-        for ext, (offset, size) in entry.items():
-            members.append((f"{key}.{ext}", offset - cursor, size))
-            cursor = offset + size + (-size % 512)
-        builder.add_hashed(hashlib.sha256(view[start:cursor]).digest(), members)
-        at = cursor
-    return builder.to_bytes()
+def build_index(buf, name: str = "shard", samples: TarSamples | None = None) -> bytes | None:
+    """The sample index (:mod:`.tar_index`) of the tar ``buf`` (uncompressed), from its own headers read
+    strictly: for a tar packed without one (another tool's, or ``--no-index``). A tar whose samples are
+    no runs of members (members apart, hard links) gets a version 2 index; one with sparse members, whose
+    bytes are not in the tar as they are read, none (``None``). ``samples``: what :func:`read_samples`
+    gave, if the caller read the tar already."""
+    found = samples if samples is not None else read_samples(buf, name)
+    if found.sparse:
+        return None
+    return index_bytes(buf, list(zip(found.keys, found.fields)))

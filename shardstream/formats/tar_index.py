@@ -14,6 +14,13 @@ member data offsets and ``m`` member sizes (uint64); the ``m`` member names, UTF
 NUL. A hand-written format because it is read with a few ``numpy.frombuffer`` calls and its size is
 exact. The file is untrusted input: its own sha256 is in the manifest, and :func:`parse_index` checks
 that every number lies where the tar can hold it.
+
+Version 2 (``MAGIC_GROUPED``, same layout) indexes a tar whose samples are no runs of members: a key's
+members apart (a tar written in folder order), hard links (a member's bytes are an earlier member's).
+Its members' data lie anywhere in the tar; its sample offsets are all 0 but the last, the end of the
+members, and its digests are zeros: a sample of it has no span of its own, so it is read from the whole
+shard (never by a ranged read of a span). :func:`shardstream.formats.tar.build_index` writes version 1 wherever it can, so
+readers of version 1 read every index of a tar packed or written in order.
 """
 
 from __future__ import annotations
@@ -26,6 +33,7 @@ from typing import TYPE_CHECKING
 from ..errors import CorruptShardError
 
 MAGIC = b"SSTARIX1"
+MAGIC_GROUPED = b"SSTARIX2"  # version 2: samples without spans (see the module)
 SUFFIX = ".idx"
 _HEAD = len(MAGIC) + 24
 
@@ -105,16 +113,21 @@ class SampleIndex:
     data_offsets: np.ndarray  # m
     sizes: np.ndarray  # m
     names: list[str]  # m
+    grouped: bool = False  # version 2: no sample spans, no per-sample digests
 
     def __len__(self) -> int:
         return len(self.offsets) - 1
 
     def span(self, i: int) -> tuple[int, int]:
         """Sample ``i``'s bytes in the tar: (start, end)."""
+        if self.grouped:
+            raise ValueError("a version 2 index gives no sample spans")
         return int(self.offsets[i]), int(self.offsets[i + 1])
 
     def check(self, i: int, data: bytes | memoryview, name: str) -> None:
         """Raise unless ``data`` are sample ``i``'s bytes as packed."""
+        if self.grouped:
+            raise ValueError("a version 2 index holds no per-sample digests")
         if hashlib.sha256(data).digest() != self.digests[32 * i : 32 * i + 32]:
             raise CorruptShardError(
                 f"{name}: sample {i}'s bytes differ from its sha256 in the shard's index; the "
@@ -159,8 +172,10 @@ def parse_index(data: bytes, name: str, samples: int, tar_size: int) -> SampleIn
     def bad(what: str) -> CorruptShardError:
         return CorruptShardError(f"{name}: {what}; {_FIX}")
 
-    if len(data) < _HEAD or bytes(data[: len(MAGIC)]) != MAGIC:
+    magic = bytes(data[: len(MAGIC)])
+    if len(data) < _HEAD or magic not in (MAGIC, MAGIC_GROUPED):
         raise bad("not a shardstream sample index")
+    grouped = magic == MAGIC_GROUPED
     n, m, names_len = struct.unpack_from("<QQQ", data, len(MAGIC))
     if n != samples:
         raise bad(f"it indexes {n} samples, the manifest says the shard has {samples}")
@@ -180,6 +195,17 @@ def parse_index(data: bytes, name: str, samples: int, tar_size: int) -> SampleIn
     first, data_offsets, sizes = numbers(n + 1), numbers(m), numbers(m)
     names = bytes(data[at:]).split(b"\0")
     # samples start at 0 and follow each other in 512-byte blocks; the end-of-archive marker follows the last
+    if grouped:
+        _check_grouped(offsets, first, data_offsets, sizes, names, m, tar_size, bad)
+        return SampleIndex(
+            offsets.astype(np.int64),
+            digests,
+            first.astype(np.int64),
+            data_offsets.astype(np.int64),
+            sizes.astype(np.int64),
+            [b.decode("utf-8", "surrogateescape") for b in names[:-1]],
+            grouped=True,
+        )
     if (
         offsets[0] != 0
         or (offsets % 512).any()
@@ -209,4 +235,72 @@ def parse_index(data: bytes, name: str, samples: int, tar_size: int) -> SampleIn
         data_offsets.astype(np.int64),
         sizes.astype(np.int64),
         [b.decode("utf-8", "surrogateescape") for b in names[:-1]],
+    )
+
+
+def _check_grouped(offsets, first, data_offsets, sizes, names, m: int, tar_size: int, bad) -> None:
+    """The checks of a version 2 index: members inside the tar's members, each sample some of them."""
+    import numpy as np
+
+    end = int(offsets[-1])
+    if offsets[:-1].any() or end % 512 or end + 1024 > tar_size:
+        raise bad("its end of members is no 512-byte block inside the shard")
+    if first[0] != 0 or int(first[-1]) != m or (np.diff(first.astype(np.int64)) <= 0).any():
+        raise bad("its member numbers do not give each sample its members")
+    if len(names) != m + 1 or names[-1] != b"":
+        raise bad(f"it names {len(names) - 1} members, not {m}")
+    ends = data_offsets + sizes
+    if m and ((data_offsets < 512) | (ends < data_offsets) | (ends > end)).any():
+        raise bad("a member's data lies outside the tar's members")
+
+
+def index_bytes(buf, samples: list[tuple[str, dict[str, tuple[int, int]]]]) -> bytes:
+    """The sample index of the tar ``buf`` (uncompressed) whose samples, as its headers give them, are
+    ``samples`` ((key, fields) pairs): see :func:`shardstream.formats.tar.build_index`. Sample ``i`` spans
+    from the end of sample ``i - 1``'s last member (0 for the first) to the end of its own last member's
+    padding, so what lies between two samples' members (extended headers, folders, members that are no
+    sample's) belongs to the sample after it; its sha256 covers that span. Samples that are no such runs
+    (members apart, hard links) give a version 2 index (see the module)."""
+    view = memoryview(buf)
+    builder = IndexBuilder()
+    at = 0
+    for key, entry in samples:
+        members = []
+        start = cursor = at
+        for ext, (offset, size) in entry.items():
+            if offset - cursor < 512:  # before the previous member, or no room for a header
+                return _grouped_index(samples)
+            members.append((f"{key}.{ext}", offset - cursor, size))
+            cursor = offset + size + (-size % 512)
+        builder.add_hashed(hashlib.sha256(view[start:cursor]).digest(), members)
+        at = cursor
+    return builder.to_bytes()
+
+
+def _grouped_index(samples: list[tuple[str, dict[str, tuple[int, int]]]]) -> bytes:
+    """A version 2 index of ``samples`` (see the module)."""
+    import numpy as np
+
+    first, offsets, sizes, names = [0], [], [], []
+    for key, entry in samples:
+        for ext, (offset, size) in entry.items():
+            offsets.append(offset)
+            sizes.append(size)
+            names.append(f"{key}.{ext}".encode("utf-8", "surrogateescape"))
+        first.append(len(sizes))
+    end = max((o + s + (-s % 512) for o, s in zip(offsets, sizes)), default=0)
+    n = len(samples)
+    text = b"".join(x + b"\0" for x in names)
+    u8 = lambda values: np.asarray(values, dtype="<u8").tobytes()  # noqa: E731
+    return b"".join(
+        (
+            MAGIC_GROUPED,
+            struct.pack("<QQQ", n, len(sizes), len(text)),
+            u8([0] * n + [end]),
+            bytes(32 * n),
+            u8(first),
+            u8(offsets),
+            u8(sizes),
+            text,
+        )
     )

@@ -10,15 +10,16 @@ import os
 import posixpath
 from collections import Counter
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
 from braceexpand import braceexpand
 
 from ..errors import CorruptShardError, DatasetExistsError, ShardstreamError, StorageError
-from ..formats import TAR_COMPRESSION, shard_format_of
+from ..formats import TAR_COMPRESSION, TAR_FORMAT, shard_format_of
 from ..formats import tar as tar_format
-from ..formats.compression import decompress
+from ..formats.compression import decompress, true_compression
 from ..formats.tar import build_index
 from ..formats.tar_index import index_name
 from ..storage import Store, is_url
@@ -32,9 +33,10 @@ log = logging.getLogger("shardstream")
 class IndexResult:
     manifest: Manifest
     url: str
-    unkeyed: list[str] = field(default_factory=list)  # members WebDataset would skip too
-    # each uncompressed tar's sample index (None for compressed shards)
-    indexes: list[bytes] | None = None
+    unkeyed: list[str] = field(default_factory=list)  # members without a KEY.EXT name
+    notes: list[str] = field(default_factory=list)  # warnings, one line each
+    # each uncompressed tar's sample index (None for compressed shards, and for tars no index can hold)
+    indexes: list[bytes | None] | None = None
     indexes_written: bool = False  # next to their shards, their sha256 in the manifest
 
 
@@ -50,7 +52,7 @@ def expand_sources(
                 found = [n for n in store.list_files() if shard_format_of(n) in TAR_COMPRESSION]
                 if not found:
                     raise ShardstreamError(
-                        f"folder {item} holds no .tar, .tar.gz or .tar.zst files"
+                        f"folder {item} holds no .tar, .tar.gz, .tar.zst, .tar.xz or .tar.bz2 files"
                     )
                 urls += [store.url_of(n) for n in found]
             else:
@@ -107,47 +109,119 @@ def scan(
 
 
 def _scan(urls: list[str], root: Store, on_shard: Callable[[int], None] | None) -> IndexResult:
-    formats = {shard_format_of(u) for u in urls}
-    if len(formats) != 1 or not formats <= TAR_COMPRESSION.keys():
+    named = {u: shard_format_of(u) for u in urls}
+    if not set(named.values()) <= TAR_COMPRESSION.keys():
+        odd = next(u for u, f in named.items() if f not in TAR_COMPRESSION)
         raise ShardstreamError(
-            f"shards must all be .tar, all .tar.gz or all .tar.zst (found {', '.join(sorted(map(str, formats)))})"
+            f"{odd} is not a tar shard (.tar, .tar.gz, .tar.zst, .tar.xz, .tar.bz2); index tars only"
         )
-    shard_format = formats.pop()
     names = [relative_name(u, root) for u in urls]
     if len(set(names)) != len(names):
         raise ShardstreamError("the same shard is named twice; give each shard once")
-    samples, nbytes, digests = [], [], []
-    counts: Counter[str] = Counter()
-    unkeyed: list[str] = []
-    indexes: list[bytes] | None = [] if shard_format == "tar" else None
-    for name in names:
-        data = root.read_bytes(name)
-        where = root.url_of(name)
+    shards = _Shards()
+    # the shard's sha256 in a thread while this one reads its headers and hashes its samples
+    # (hashlib lets go of the GIL on large buffers)
+    with ThreadPoolExecutor(1, thread_name_prefix="shardstream-sha256") as hasher:
+        for name, url in zip(names, urls):
+            data = root.read_bytes(name)
+            digest = hasher.submit(lambda d: hashlib.sha256(d).hexdigest(), data)
+            shards.add(data, root.url_of(name), named[url])
+            shards.digests.append(digest.result())
+            if on_shard:
+                on_shard(len(data))
+    kinds = Counter(shards.compressions)
+    manifest = Manifest(
+        # each shard is read by its own first bytes; a folder that mixes compressions is "tar"
+        shard_format=TAR_FORMAT[shards.compressions[0]] if len(kinds) == 1 else "tar",
+        paths=names,
+        samples=shards.samples,
+        nbytes=shards.nbytes,
+        sha256=shards.digests,
+        fields=[
+            {"name": k, "type": "bytes", "samples": c} for k, c in sorted(shards.counts.items())
+        ],
+        created=creation_info(
+            source="index",
+            indexed=len(names),
+            compressions=", ".join(
+                f"{k or 'none'} {n}"
+                for k, n in sorted(kinds.items(), key=lambda kn: kn[0] or "none")
+            ),
+            **({"left_out": shards.left_out_text()} if shards.left_out else {}),
+        ),
+    )
+    indexes = shards.indexes if any(i is not None for i in shards.indexes) else None
+    return IndexResult(manifest, root.url, shards.unkeyed, shards.notes, indexes)
+
+
+class _Shards:
+    """What indexing the shards one after the other finds: the manifest's columns, and the warnings."""
+
+    def __init__(self) -> None:
+        self.samples: list[int] = []
+        self.nbytes: list[int] = []
+        self.digests: list[str] = []
+        self.compressions: list[str | None] = []
+        self.indexes: list[bytes | None] = []
+        self.counts: Counter[str] = Counter()
+        self.unkeyed: list[str] = []
+        self.notes: list[str] = []
+        self.left_out: dict[str, tuple[int, list[str]]] = {}
+        self._previous: tuple[str, set[str]] | None = None
+
+    def add(self, data: bytes, where: str, named: str | None) -> None:
+        """Read one shard (``data``, at ``where``, whose name says ``named``); its sha256 is the caller's."""
         if len(data) == 0:
             raise CorruptShardError(
                 f"{where}: empty file, not a tar; remove it from the list or re-create it"
             )
-        plain = decompress(data, TAR_COMPRESSION[shard_format], where)
-        found = list(tar_format.iter_samples(plain, where, unkeyed=unkeyed))
-        for _, fields in found:
-            counts.update(fields.keys())
-        if indexes is not None:
-            indexes.append(build_index(plain, where, found))
-        samples.append(len(found))
-        nbytes.append(len(data))
-        digests.append(hashlib.sha256(data).hexdigest())
-        if on_shard:
-            on_shard(len(data))
-    manifest = Manifest(
-        shard_format=shard_format,
-        paths=names,
-        samples=samples,
-        nbytes=nbytes,
-        sha256=digests,
-        fields=[{"name": k, "type": "bytes", "samples": c} for k, c in sorted(counts.items())],
-        created=creation_info(source="index", indexed=len(names)),
-    )
-    return IndexResult(manifest, root.url, unkeyed, indexes)
+        said = TAR_COMPRESSION[named] if named else None
+        compression = true_compression(data, said)
+        if compression != said:
+            self.notes.append(
+                f"{where}: the name says {said or 'an uncompressed tar'}, but the bytes are "
+                f"{compression or 'an uncompressed tar'}; read as what the bytes are (rename it "
+                f"to end in .{TAR_FORMAT[compression]})"
+            )
+        plain = decompress(data, compression, where)
+        found = tar_format.read_samples(plain, where)
+        self.indexes.append(build_index(plain, where, found) if plain is data else None)
+        for entry in found.fields:
+            self.counts.update(entry.keys())
+        self.unkeyed += found.unkeyed
+        self.notes += found.notes(where)
+        self._split_keys(where, found.keys)
+        for what, names in (("'__' keys", found.reserved), ("links", found.links)):
+            if names:
+                self._leave_out(what, names)
+        if found.odd:
+            self._leave_out("odd extensions", found.odd)
+        self.samples.append(len(found.keys))
+        self.nbytes.append(len(data))
+        self.compressions.append(compression)
+
+    def _split_keys(self, where: str, keys: list[str]) -> None:
+        """Warn of keys in this shard and the one before: a sample's members split across two shards."""
+        mine = set(keys)
+        if self._previous is not None:
+            both = [k for k in keys if k in self._previous[1]]
+            if both:
+                self.notes.append(
+                    f"{where}: {len(both)} key(s) also in {self._previous[0]} (e.g. "
+                    f"{ascii(both[0])}): a sample split across two shards is two samples"
+                )
+        self._previous = where, mine
+
+    def _leave_out(self, what: str, names: list[str]) -> None:
+        count, examples = self.left_out.get(what, (0, []))
+        self.left_out[what] = count + len(names), (examples + names)[:3]
+
+    def left_out_text(self) -> str:
+        """The members in no sample, by reason, for the manifest's ``created`` (which holds text)."""
+        return "; ".join(
+            f"{n} with {what} (e.g. {', '.join(map(ascii, examples))})"
+            for what, (n, examples) in self.left_out.items()
+        )
 
 
 def _write_indexes(root: Store, result: IndexResult) -> None:
@@ -160,12 +234,15 @@ def _write_indexes(root: Store, result: IndexResult) -> None:
     digests = []
     try:
         for name, data in zip(m.paths, result.indexes):
-            write_durably(root, index_name(name), data)
-            digests.append(hashlib.sha256(data).hexdigest())
+            # none: a compressed shard, or one no index holds (sparse members): built per host
+            if data is not None:
+                write_durably(root, index_name(name), data)
+            digests.append(hashlib.sha256(data).hexdigest() if data is not None else "")
     except (OSError, StorageError) as exc:
-        for name in m.paths[: len(digests) + 1]:
-            with contextlib.suppress(OSError, StorageError):
-                root.remove(index_name(name))
+        for name, data in zip(m.paths[: len(digests) + 1], result.indexes):
+            if data is not None:
+                with contextlib.suppress(OSError, StorageError):
+                    root.remove(index_name(name))
         if not _not_writable(exc):
             raise  # a full disk, a lost connection: the index fails, and says why
         log.warning(

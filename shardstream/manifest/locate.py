@@ -16,7 +16,7 @@ from .schema import Manifest
 from .versions import load_manifest
 
 log = logging.getLogger("shardstream")
-_TARS = (".tar", ".tar.gz", ".tgz", ".tar.zst")
+_TARS = (".tar", ".tar.gz", ".tgz", ".tar.zst", ".tar.xz", ".txz", ".tar.bz2", ".tbz2", ".tbz")
 
 
 def open_dataset(

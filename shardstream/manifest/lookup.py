@@ -51,10 +51,12 @@ def sample_by_key(store: Store, manifest: Manifest, key: str) -> dict[str, Any]:
             if key in keys:
                 return table.slice(keys.index(key), 1).to_pylist()[0]
             continue
-        plain = decompress(data, TAR_COMPRESSION[manifest.shard_format], where)
-        for k, fields in tar_format.iter_samples(plain, where):
+        found = tar_format.read_samples(
+            decompress(data, TAR_COMPRESSION[manifest.shard_format], where), where
+        )
+        for k, fields in zip(found.keys, found.fields):
             if k == key:
-                view = memoryview(plain)
+                view = memoryview(found.data)
                 return {
                     "__key__": k,
                     **{ext: bytes(view[o : o + n]) for ext, (o, n) in fields.items()},

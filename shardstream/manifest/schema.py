@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 MANIFEST_NAME = "_manifest.json"
 # the newest this reads and writes: 2 is a head naming a shard table, 1 one JSON file
 FORMAT_VERSION = 2
-SHARD_FORMATS = ("tar", "tar.zst", "tar.gz", "arrow", "tokens", "parquet")
+SHARD_FORMATS = ("tar", "tar.zst", "tar.gz", "tar.xz", "tar.bz2", "arrow", "tokens", "parquet")
 COLUMNAR_FORMATS = ("arrow", "parquet")  # rows of a table: fields are column names, any text
 MAX_COUNT = 1 << 53  # sample and byte counts stay below this, exact in every JSON reader
 

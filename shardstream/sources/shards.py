@@ -110,7 +110,7 @@ def open_shards_source(path: str) -> ShardsSource | ShardsTableSource:
         files = [store.path(p) for p in manifest.paths]
         if manifest.shard_format == "arrow":
             return ShardsTableSource(path, "ipc", files, classes=manifest.classes)
-        if manifest.shard_format not in ("tar", "tar.zst", "tar.gz"):
+        if not manifest.shard_format.startswith("tar"):
             raise SourceError(
                 f"{path} holds {manifest.shard_format} shards, which cannot be resharded; pack "
                 "the text again with --format tokens"

@@ -231,7 +231,7 @@ def test_a_local_shard_opens_from_its_index_without_parsing_headers(tmp_path, mo
     def refuse(*args, **kwargs):
         raise AssertionError("the tar headers were parsed")
 
-    monkeypatch.setattr(tar_format, "index_samples", refuse)
+    monkeypatch.setattr(tar_format, "read_samples", refuse)
     assert _read(indexed) == expected
 
 
@@ -245,10 +245,10 @@ def test_an_index_that_does_not_check_is_ignored_for_the_headers(tmp_path, monke
     data[-3] ^= 1  # a member name changed: its sha256 no longer matches the manifest's
     idx.write_bytes(bytes(data))
     parsed = []
-    real = tar_format.index_samples
+    real = tar_format.read_samples
     monkeypatch.setattr(
         tar_format,
-        "index_samples",
+        "read_samples",
         lambda buf, name="shard": parsed.append(name) or real(buf, name),
     )
     assert _read(indexed) == expected

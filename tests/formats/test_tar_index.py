@@ -188,3 +188,68 @@ def test_the_shard_bytes_do_not_depend_on_the_index():
     for key, fields in SAMPLES:
         indexed.add(key, fields)
     assert indexed.close() == plain and sink2.getvalue() == sink.getvalue()
+
+
+# -- version 2: samples that are no runs of members -------------------------------------------------------------
+
+
+def _tarfile(members) -> bytes:
+    """A tar of (name, data or ('link', target)) written by tarfile, in that order."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.USTAR_FORMAT) as tf:
+        for name, data in members:
+            info = tarfile.TarInfo(name)
+            if isinstance(data, tuple):
+                info.type, info.linkname = tarfile.LNKTYPE, data[1]
+                tf.addfile(info)
+            else:
+                info.size = len(data)
+                tf.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+APART = [("a.jpg", b"A" * 700), ("b.jpg", b"B" * 30), ("a.cls", b"1"), ("b.cls", b"2")]
+LINKED = [("a.jpg", b"A" * 700), ("a.cls", b"1"), ("b.jpg", ("link", "a.jpg")), ("b.cls", b"2")]
+
+
+@pytest.mark.parametrize(
+    ("members", "b_jpg"), [(APART, b"B" * 30), (LINKED, b"A" * 700)], ids=["apart", "hard link"]
+)
+def test_a_tar_of_no_runs_gets_a_version_2_index_that_reads_as_its_headers(members, b_jpg):
+    from shardstream.formats.tar import build_index
+    from shardstream.formats.tar_index import MAGIC_GROUPED
+
+    tar = _tarfile(members)
+    raw = build_index(tar, "s.tar")
+    assert raw[:8] == MAGIC_GROUPED
+    index = parse_index(raw, "s.tar", 2, len(tar))
+    assert index.grouped and index.samples("s.tar") == T.index_samples(tar, "s.tar")
+    keys, fields = index.samples("s.tar")
+    view = memoryview(tar)
+    got = {k: {e: bytes(view[o : o + n]) for e, (o, n) in f.items()} for k, f in zip(keys, fields)}
+    assert got == {"a": {"jpg": b"A" * 700, "cls": b"1"}, "b": {"jpg": b_jpg, "cls": b"2"}}
+    with pytest.raises(ValueError, match="no sample spans"):
+        index.span(0)
+
+
+def test_a_tar_in_order_still_gets_a_version_1_index():
+    from shardstream.formats.tar import build_index
+
+    tar = _tarfile([("a.jpg", b"A"), ("a.cls", b"1"), ("b.jpg", b"B")])
+    assert build_index(tar, "s.tar")[:8] == MAGIC
+
+
+def test_a_version_2_index_with_a_member_outside_the_tar_is_refused():
+    from shardstream.formats.tar import build_index
+
+    tar = _tarfile(APART)
+    raw = bytearray(build_index(tar, "s.tar"))
+    n, m, _ = struct.unpack_from("<QQQ", raw, 8)
+    at = 32 + 8 * (n + 1) + 32 * n + 8 * (n + 1)  # the first member's data offset
+    raw[at : at + 8] = struct.pack("<Q", len(tar))
+    with pytest.raises(CorruptShardError, match="outside the tar's members"):
+        parse_index(bytes(raw), "s.tar", 2, len(tar))
+    raw = bytearray(build_index(tar, "s.tar"))
+    raw[32 : 32 + 8] = struct.pack("<Q", 512)  # a sample offset: version 2 has none but the last
+    with pytest.raises(CorruptShardError, match="end of members"):
+        parse_index(bytes(raw), "s.tar", 2, len(tar))

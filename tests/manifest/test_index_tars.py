@@ -17,6 +17,7 @@ import webdataset as wds
 import zstandard
 from click.testing import CliRunner
 
+from shardstream import ShardDataset
 from shardstream.cli import cli
 from shardstream.errors import CorruptShardError, DatasetExistsError, ShardstreamError
 from shardstream.manifest.index_tars import index
@@ -244,19 +245,19 @@ def test_members_without_key_and_extension_are_reported_not_counted(tmp_path):
 
 
 @pytest.mark.parametrize("as_list", [False, True])
-def test_mixed_tar_and_tar_gz_are_refused(tmp_path, as_list):
+def test_a_folder_mixing_tar_and_tar_gz_is_read_shard_by_shard(tmp_path, as_list):
     folder = tmp_path / "tars"
     folder.mkdir()
     (folder / "a.tar").write_bytes(tar_bytes([("k.txt", b"1")]))
     (folder / "b.tar.gz").write_bytes(gzip.compress(tar_bytes([("j.txt", b"2")])))
     sources = [str(folder / "a.tar"), str(folder / "b.tar.gz")] if as_list else [str(folder)]
-    with pytest.raises(ShardstreamError) as info:
-        index(sources)
-    assert "tar.gz" in str(info.value)
-    result = invoke("index", *sources, "-q")
-    assert result.exit_code == 1
-    assert_one_line_error(result.stderr)
-    assert not (folder / "_manifest.json").exists()
+    result = index(sources)
+    assert result.manifest.shard_format == "tar"  # the mix: each shard read by its first bytes
+    assert result.manifest.created["compressions"] == "gzip 1, none 1"
+    assert [(s["__key__"], s["txt"]) for s in ShardDataset(str(folder), decode=None)] == [
+        ("k", b"1"),
+        ("j", b"2"),
+    ]
 
 
 def _damage(victim: Path, damage: str) -> None:

@@ -153,3 +153,33 @@ def test_a_changed_row_group_raises(s3_bucket, tmp_path, monkeypatch):
     assert m[0]["__key__"] == "r0"  # row group 0 is intact
     with pytest.raises(CorruptShardError, match="differs from its sha256"):
         m[4]
+
+
+def test_a_tar_of_members_apart_indexed_in_a_bucket_reads_its_samples_whole(
+    s3_bucket, tmp_path, monkeypatch
+):
+    """Its sample index is version 2 (no sample spans): no ranged read of a span, the shard whole."""
+    import io
+    import tarfile
+
+    from shardstream.manifest.index_tars import index
+
+    monkeypatch.setattr(sparse, "SMALL_SHARD", 0)
+    members = [
+        (f"s{i}.{ext}", b"%s%d" % (ext.encode(), i) * 50)
+        for ext in ("jpg", "cls")
+        for i in range(3)
+    ]
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tf:
+        for name, data in members:
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tf.addfile(info, io.BytesIO(data))
+    s3_bucket.write("apart/a.tar", buf.getvalue())
+    url = s3_bucket.url("apart")
+    result = index([url], storage_options=s3_bucket.storage_options)
+    assert result.indexes_written and result.indexes[0][:8] == b"SSTARIX2"
+    m = opened(s3_bucket, url, tmp_path, decode=None)
+    got = {m[i]["__key__"]: (m[i]["jpg"], m[i]["cls"]) for i in range(len(m))}
+    assert got == {f"s{i}": (b"jpg%d" % i * 50, b"cls%d" % i * 50) for i in range(3)}
