@@ -17,7 +17,9 @@ TITLE = "\x1b]0;pwned\x07"  # OSC: sets the window title
 CLEAR = "\x1b[2J"  # CSI: clears the screen
 RLO = "\u202e"  # right-to-left override: shows "cat<RLO>gpj.exe" as "catexe.jpg"
 HOSTILE_KEY = "a" + TITLE
-HOSTILE_FIELD = "x\x1b[1m"  # CSI: bold (lower case: tar field names are lower-cased on read)
+# a right-to-left override in a field name (control characters cannot be one: a tar's member with one in
+# its extension is left out, with a warning; lower case: tar field names are lower-cased on read)
+HOSTILE_FIELD = "x" + RLO + "y"
 HOSTILE_CLASSES = ["cat" + RLO + "gpj.exe", "dog" + TITLE, "plain é 中"]
 
 _FORBIDDEN = {"Cc", "Cf", "Cs", "Zl", "Zp"}
