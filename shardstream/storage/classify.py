@@ -29,10 +29,21 @@ _NO_CREDENTIALS = (
 )
 
 
+# what S3 says of credentials it does not accept (InvalidAccessKeyId, SignatureDoesNotMatch), as a GET's
+# error carries it (a HEAD's has no body: s3fs says "Forbidden")
+_REFUSED_CREDENTIALS = ("access key id you provided does not exist", "signature we calculated")
+
+
 def describe_os_error(exc: BaseException) -> str:
     """A short, human explanation of an OS or storage error."""
     if _no_credentials(exc):
         return _NO_CREDENTIALS
+    text = " ".join(str(exc).split())
+    if any(words in text.lower() for words in _REFUSED_CREDENTIALS):
+        return (
+            f"{text.rstrip('.')}: the credentials were refused; check AWS_ACCESS_KEY_ID and "
+            "AWS_SECRET_ACCESS_KEY (or the profile) this process gets"
+        )
     if isinstance(exc, OSError) and exc.errno in _FIXES:
         return _FIXES[exc.errno]
     if isinstance(exc, FileNotFoundError):  # fsspec raises it without an errno
