@@ -171,8 +171,11 @@ class SampleIndexes:
                 shards = (
                     self.fetcher.cache if self.fetcher.cache is not None else self._make_cache()
                 )
+                if shards.full:  # no room on its disk (it says so once): indexes in memory
+                    self._no_cache = True
+                    return None
                 self._cache = DiskCache(
-                    os.path.join(shards.root, "indexes"), max(shards.limit // 8, 1)
+                    os.path.join(shards.root, "indexes"), max(shards.limit // 8, 1), quiet=True
                 )
             except (ShardstreamError, ValueError, OSError) as exc:
                 self._no_cache = True

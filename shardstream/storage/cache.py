@@ -76,12 +76,19 @@ def _map_locked(fd: int) -> Any:
 class DiskCache:
     """Shards on local disk, by content hash, within ``limit`` bytes (``None``: half the free space now)."""
 
-    def __init__(self, root: str | os.PathLike[str] | None = None, limit: int | None = None):
+    def __init__(
+        self,
+        root: str | os.PathLike[str] | None = None,
+        limit: int | None = None,
+        quiet: bool = False,
+    ):
+        """``quiet``: say nothing when the disk is full (a cache of what can be made again, such as sample
+        indexes, whose shard cache on the same disk says it)."""
         self.root = os.path.abspath(os.fspath(root)) if root is not None else default_cache_dir()
         if limit is not None and limit <= 0:
             raise ValueError(f"cache_limit must be positive, not {limit}")
         self.healed = 0  # cached files found damaged by this process, removed and fetched again
-        self._warned = self._warned_space = False
+        self._warned = self._warned_space = quiet
         # a limit of half the free space says nothing about shards in use: a full disk says it (once)
         self._limit_given = limit is not None
         # no room at all (a full disk): downloads are read into memory, not cached (see :meth:`get`)
