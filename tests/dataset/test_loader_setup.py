@@ -158,7 +158,9 @@ def test_the_loader_that_reads_the_dataset_may_change_its_transport_but_not_its_
 
 def test_once_its_loader_is_gone_the_dataset_forgets_its_transport(url):
     ds = ShardDataset(url, decode=None, shuffle=False)
-    loader = ds.loader(batch_size=3, num_workers=2, workers="processes")  # their shared-memory transport
+    loader = ds.loader(
+        batch_size=3, num_workers=2, workers="processes"
+    )  # their shared-memory transport
     assert ds.setup.sender is not None
     del loader
     gc.collect()
