@@ -41,6 +41,8 @@ def key_problem(key: object, fmt: str) -> str | None:
     if not fmt.startswith("tar"):
         # Arrow: any other text
         return "contains a NUL character" if "\0" in key else _unicode_problem(key)
+    if key.startswith("__"):
+        return "starts with '__', which tar readers (webdataset, shardstream) take for metadata and skip"
     if (
         key.isprintable()
         and "." not in key

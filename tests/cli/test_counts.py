@@ -84,9 +84,10 @@ def test_index_and_damage_say_one_shard(tmp_path):
     (folder / "a.tar").write_bytes(buf.getvalue())
     indexed = invoke("index", folder, "-q")
     assert indexed.stdout.startswith("indexed 1 shard, 1 sample, "), indexed.stdout
-    assert "warning: 1 member has no KEY.EXT name and belongs to no sample" in indexed.stderr, (
-        indexed.stderr
-    )
+    assert (
+        "warning: 1 member has no KEY.EXT name (such as macOS's ._ files) and belongs to no sample"
+        in indexed.stderr
+    ), indexed.stderr
     no_plural_after_one(indexed.stdout + indexed.stderr)
 
     shard = folder / "a.tar"

@@ -337,6 +337,13 @@ def test_auto_keys_when_key_missing(tmp_path):
     assert [s["__key__"] for s in samples] == [f"{i:09d}" for i in range(5)]
 
 
+def test_a_key_starting_with_two_underscores_is_refused_not_lost(tmp_path):
+    with pytest.raises(EncodeError, match=r"'__meta__/x' starts with '__'.*rename the key"):
+        with ShardWriter(str(tmp_path / "ds")) as w:
+            w.write({"__key__": "__meta__/x", "txt": "metadata readers would skip"})
+    assert not (tmp_path / "ds" / "_manifest.json").exists()
+
+
 @pytest.mark.parametrize("key", ["a.b", "dir/a.b", "dir.x/a.b", "dir/", "", ".hidden"])
 def test_keys_with_a_dot_in_the_basename_are_rejected(tmp_path, key):
     with ShardWriter(str(tmp_path)) as w, pytest.raises(EncodeError) as info:
@@ -624,7 +631,7 @@ BASE = "abcXYZ019_- é"
 FIELD_NAMES = ["txt", "cls", "json", "seg.png", "a.b.c", "bin"]
 keys = st.builds(
     lambda dirs, base: "/".join([*dirs, base]),
-    # '.' and '..' folders are refused: see test_keys.py
+    # '.' and '..' folders are refused: see test_keys.py; so is a key starting with '__' (metadata)
     st.lists(
         st.text(alphabet=BASE + ".", min_size=1, max_size=60).filter(
             lambda d: d not in (".", "..")
@@ -632,7 +639,7 @@ keys = st.builds(
         max_size=3,
     ),
     st.text(alphabet=BASE, min_size=1, max_size=40),
-)
+).filter(lambda key: not key.startswith("__"))
 values = st.binary(max_size=700)
 
 
