@@ -338,9 +338,9 @@ def test_auto_keys_when_key_missing(tmp_path):
 
 
 def test_a_key_starting_with_two_underscores_is_refused_not_lost(tmp_path):
-    with pytest.raises(EncodeError, match=r"'__meta__/x' starts with '__'.*rename the key"):
-        with ShardWriter(str(tmp_path / "ds")) as w:
-            w.write({"__key__": "__meta__/x", "txt": "metadata readers would skip"})
+    refused = pytest.raises(EncodeError, match=r"'__meta__/x' starts with '__'.*rename the key")
+    with refused, ShardWriter(str(tmp_path / "ds")) as w:
+        w.write({"__key__": "__meta__/x", "txt": "metadata readers would skip"})
     assert not (tmp_path / "ds" / "_manifest.json").exists()
 
 
