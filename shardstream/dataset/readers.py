@@ -47,7 +47,7 @@ class TarShard:
         self.name = name
         # the shard's sample index (checked against the manifest) says what its headers would, without parsing them
         if index is not None:
-            self.keys, self.fields = index.samples(name)
+            self.keys, self.fields = index.lazy_samples(name)
         else:  # with sparse members, the samples are in a copy of the tar followed by their bytes
             found = tar_format.read_samples(data, name)
             self.keys, self.fields, data = found.keys, found.fields, found.data

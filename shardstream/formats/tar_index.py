@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import hashlib
 import struct
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -137,30 +138,67 @@ class SampleIndex:
     def samples(self, name: str) -> tuple[list[str], list[dict[str, tuple[int, int]]]]:
         """Keys and per-field (offset, size) of every sample, as ``tar.index_samples`` gives them from the
         tar itself; :class:`CorruptShardError` if the names do not form samples (one key, distinct fields)."""
-        keys: list[str] = []
-        fields: list[dict[str, tuple[int, int]]] = []
-        offsets, sizes, first = self.data_offsets.tolist(), self.sizes.tolist(), self.first.tolist()
-        for i in range(len(first) - 1):
-            key = None
-            entry: dict[str, tuple[int, int]] = {}
-            for j in range(first[i], first[i + 1]):
-                member = self.names[j]
-                slash = member.rfind("/") + 1
-                dot = member.find(".", slash)
-                if dot <= slash or dot == len(member) - 1 or key not in (None, member[:dot]):
-                    raise CorruptShardError(
-                        f"{name}: sample {i}'s members in the index do not form one sample "
-                        f"({member!r}); {_FIX}"
-                    )
-                key = member[:dot]
-                entry[member[dot + 1 :].lower()] = (offsets[j], sizes[j])
-            if len(entry) != first[i + 1] - first[i]:
+        read = IndexedSamples(self, name)
+        found = [read.sample(i) for i in range(len(self))]
+        return [k for k, _ in found], [f for _, f in found]
+
+    def lazy_samples(self, name: str) -> tuple[Sequence[str], Sequence[dict[str, tuple[int, int]]]]:
+        """Like :meth:`samples`, as sequences that read a sample's names when it is asked for: opening a
+        shard costs no pass over all its samples (the first batch of a shuffled epoch opens many shards
+        for a few samples of each); a sample whose names do not form one raises when it is read."""
+        read = IndexedSamples(self, name)
+        return _Column(read, 0), _Column(read, 1)
+
+
+class IndexedSamples:
+    """Sample ``i``'s key and fields, read from an index's member names when asked for."""
+
+    def __init__(self, index: SampleIndex, name: str):
+        self.index, self.name = index, name
+        self.first = index.first.tolist()
+        self.offsets, self.sizes = index.data_offsets, index.sizes
+
+    def __len__(self) -> int:
+        return len(self.first) - 1
+
+    def sample(self, i: int) -> tuple[str, dict[str, tuple[int, int]]]:
+        key = None
+        entry: dict[str, tuple[int, int]] = {}
+        start, stop = self.first[i], self.first[i + 1]
+        for j in range(start, stop):
+            member = self.index.names[j]
+            slash = member.rfind("/") + 1
+            dot = member.find(".", slash)
+            if dot <= slash or dot == len(member) - 1 or key not in (None, member[:dot]):
                 raise CorruptShardError(
-                    f"{name}: sample {i} ({key!r}) has a field twice in the index; {_FIX}"
+                    f"{self.name}: sample {i}'s members in the index do not form one sample "
+                    f"({member!r}); {_FIX}"
                 )
-            keys.append(key)  # type: ignore[arg-type]
-            fields.append(entry)
-        return keys, fields
+            key = member[:dot]
+            entry[member[dot + 1 :].lower()] = (int(self.offsets[j]), int(self.sizes[j]))
+        if len(entry) != stop - start:
+            raise CorruptShardError(
+                f"{self.name}: sample {i} ({key!r}) has a field twice in the index; {_FIX}"
+            )
+        return key, entry  # type: ignore[return-value]
+
+
+class _Column(Sequence):
+    """The keys (``part`` 0) or the fields (1) of an :class:`IndexedSamples`, as a sequence."""
+
+    def __init__(self, read: IndexedSamples, part: int):
+        self.read, self.part = read, part
+
+    def __len__(self) -> int:
+        return len(self.read)
+
+    def __getitem__(self, i):  # type: ignore[override]
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        n = len(self)
+        if not -n <= i < n:
+            raise IndexError(f"sample {i} of {n}")
+        return self.read.sample(i % n)[self.part]
 
 
 def parse_index(data: bytes, name: str, samples: int, tar_size: int) -> SampleIndex:
