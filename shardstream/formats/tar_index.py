@@ -232,18 +232,27 @@ def parse_index(data: bytes, name: str, samples: int, tar_size: int) -> SampleIn
     at += 32 * n
     first, data_offsets, sizes = numbers(n + 1), numbers(m), numbers(m)
     names = bytes(data[at:]).split(b"\0")
-    # samples start at 0 and follow each other in 512-byte blocks; the end-of-archive marker follows the last
     if grouped:
         _check_grouped(offsets, first, data_offsets, sizes, names, m, tar_size, bad)
-        return SampleIndex(
-            offsets.astype(np.int64),
-            digests,
-            first.astype(np.int64),
-            data_offsets.astype(np.int64),
-            sizes.astype(np.int64),
-            [b.decode("utf-8", "surrogateescape") for b in names[:-1]],
-            grouped=True,
-        )
+    else:
+        _check_spans(offsets, first, data_offsets, sizes, names, m, tar_size, bad)
+    return SampleIndex(
+        offsets.astype(np.int64),
+        digests,
+        first.astype(np.int64),
+        data_offsets.astype(np.int64),
+        sizes.astype(np.int64),
+        [b.decode("utf-8", "surrogateescape") for b in names[:-1]],
+        grouped=grouped,
+    )
+
+
+def _check_spans(offsets, first, data_offsets, sizes, names, m: int, tar_size: int, bad) -> None:
+    """The checks of a version 1 index: samples start at 0 and follow each other in 512-byte blocks, the
+    end-of-archive marker after the last, each member's data inside its sample."""
+    import numpy as np
+
+    n = len(offsets) - 1
     if (
         offsets[0] != 0
         or (offsets % 512).any()
@@ -266,14 +275,6 @@ def parse_index(data: bytes, name: str, samples: int, tar_size: int) -> SampleIn
         ).any()
     ):
         raise bad("a member's data lies outside its sample")
-    return SampleIndex(
-        offsets.astype(np.int64),
-        digests,
-        first.astype(np.int64),
-        data_offsets.astype(np.int64),
-        sizes.astype(np.int64),
-        [b.decode("utf-8", "surrogateescape") for b in names[:-1]],
-    )
 
 
 def _check_grouped(offsets, first, data_offsets, sizes, names, m: int, tar_size: int, bad) -> None:
