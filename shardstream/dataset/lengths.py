@@ -22,6 +22,7 @@ import numpy as np
 import torch
 
 from .collate import collate, pad_sequences
+from .windowed import WindowResume
 
 
 def cut(lengths: np.ndarray, budget: int) -> list[int]:
@@ -49,7 +50,7 @@ def split_to(ends: list[int], count: int) -> list[int]:
     return ends
 
 
-class LengthBucketing:
+class LengthBucketing(WindowResume):
     """Batches of ``dataset``'s samples sorted by the length of ``field``, within ``batch_tokens``.
 
     Args:
@@ -141,20 +142,6 @@ class LengthBucketing:
                 begin = end
             self._skip = 0
         self._start, self._emitted = self.loader.state_dict(), 0
-
-    def state_dict(self) -> dict[str, Any]:
-        """Where to go on: the loader's state at the current window's start, and batches given from it."""
-        return {
-            "loader": self._start,
-            "emitted": self._emitted,
-            "world_size": self.dataset.world_size,
-        }
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.loader.load_state_dict(state["loader"])
-        self._start = self.loader.state_dict()
-        same_world = state.get("world_size") == self.dataset.world_size
-        self._skip = self._emitted = int(state["emitted"]) if same_world else 0
 
 
 __all__ = ["LengthBucketing", "cut", "split_to"]

@@ -47,7 +47,34 @@ def agreed_count(needed: int) -> int:
     return int(value.item())
 
 
-class WindowedBatches:
+class WindowResume:
+    """The resume state of batches shaped per window of a loader's samples: the loader's state at the
+    current window's start and the batches given from it (``_start``, ``_emitted``), skipped again on
+    the same world size (``_skip``); on another world size the window is read again whole."""
+
+    loader: Any
+    dataset: Any
+    _start: Any
+    _emitted: int
+    _skip: int
+
+    def state_dict(self) -> dict[str, Any]:
+        """Where to go on: the loader's state at the current window's start, and batches given from it."""
+        return {
+            "loader": self._start,
+            "emitted": self._emitted,
+            "world_size": self.dataset.world_size,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue from ``state`` (see the module's notes for another world size)."""
+        self.loader.load_state_dict(state["loader"])
+        self._start = self.loader.state_dict()
+        same_world = state.get("world_size") == self.dataset.world_size
+        self._skip = self._emitted = int(state["emitted"]) if same_world else 0
+
+
+class WindowedBatches(WindowResume):
     """The base of the window-shaped batchers: the loader over windows, the count, the resume state."""
 
     def __init__(
@@ -107,20 +134,5 @@ class WindowedBatches:
             self._skip = 0
         self._start, self._emitted = self.loader.state_dict(), 0
 
-    def state_dict(self) -> dict[str, Any]:
-        """Where to go on: the loader's state at the current window's start, and batches given from it."""
-        return {
-            "loader": self._start,
-            "emitted": self._emitted,
-            "world_size": self.dataset.world_size,
-        }
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Continue from ``state`` (see the module's notes for another world size)."""
-        self.loader.load_state_dict(state["loader"])
-        self._start = self.loader.state_dict()
-        same_world = state.get("world_size") == self.dataset.world_size
-        self._skip = self._emitted = int(state["emitted"]) if same_world else 0
-
-
-__all__ = ["WindowedBatches", "agreed_count", "window_of"]
+__all__ = ["WindowResume", "WindowedBatches", "agreed_count", "window_of"]
