@@ -83,9 +83,17 @@ def thread_count(
     if num_workers <= 0 or workers == "processes":
         return 0
     if workers == "auto" and (
-        not threads_win(dataset) or any(k in (kwargs or {}) for k in PROCESS_ARGUMENTS)
+        not threads_win(dataset)
+        or any(k in (kwargs or {}) for k in PROCESS_ARGUMENTS)
+        or _skips(dataset)
     ):
         return 0
+    if _skips(dataset):
+        raise ValueError(
+            "workers='threads' cannot read a dataset with on_error='skip': the sample that stands in "
+            "for a failing one is each worker's last good one, kept per process; use "
+            "workers='processes' (or 'auto')"
+        )
     if any(part is not None for part in dataset.worker_parts().values()) and dataset.seed_workers:
         log.warning(
             "reader threads share the random generators of the process: a transform's random "
@@ -93,6 +101,14 @@ def thread_count(
             "workers='processes' for reproducible augmentations"
         )
     return num_workers
+
+
+def _skips(dataset: Any) -> bool:
+    """Whether the dataset (or a source of its mix) replaces failing samples (``on_error="skip"``)."""
+    return any(
+        getattr(part, "on_error", "raise") == "skip"
+        for part in (dataset, *getattr(dataset, "sources", ()))
+    )
 
 
 def threads_win(dataset: Any) -> bool:

@@ -135,3 +135,11 @@ def test_token_windows_read_in_threads_as_in_the_main_process(tmp_path):
         return [row for b in loader for row in b["input_ids"].tolist()]
 
     assert windows(num_workers=2, workers="threads") == windows(num_workers=0)
+
+
+def test_a_dataset_that_skips_failing_samples_reads_with_processes(url):
+    # the stand-in for a failing sample is each worker's last good one, kept per process
+    auto = make(url, on_error="skip").loader(2, 2)
+    assert auto.reader_threads == 0 and auto.num_workers == 2
+    with pytest.raises(ValueError, match="on_error='skip'"):
+        make(url, on_error="skip").loader(2, 2, workers="threads")
