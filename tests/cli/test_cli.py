@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import fcntl
 import importlib
 import json
@@ -26,7 +25,7 @@ import pytest
 from click.testing import CliRunner
 
 from shardstream.cli import cli
-from tests.oslimits import permission_preexec
+from tests.oslimits import permission_preexec, tiny_tmpfs
 from tests.sample_datasets import make_files, without_run
 
 pack_module = importlib.import_module("shardstream.packing.driver")
@@ -116,24 +115,6 @@ def _file_size_limit(limit: int):
         resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
 
     return preexec
-
-
-@contextlib.contextmanager
-def tiny_tmpfs(where: Path, size: str = "1m"):
-    where.mkdir()
-    if os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs needs root")
-    proc = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)],
-        capture_output=True,
-        text=True,
-    )
-    if proc.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {proc.stderr.strip()}")
-    try:
-        yield where
-    finally:
-        subprocess.run(["umount", "-l", str(where)], check=False)
 
 
 def big_source(root: Path, files: int = 4, size: int = 400_000) -> Path:
