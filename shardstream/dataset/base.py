@@ -198,6 +198,12 @@ class PlannedDataset(IterableDataset):
         return False
 
     @property
+    def replaces_failures(self) -> bool:
+        """A sample that fails is replaced by the reading process's last good one (``on_error="skip"``):
+        the stand-in is kept per process, so reader threads would make it depend on timing."""
+        return False
+
+    @property
     def default_collate(self) -> bool:
         """Batches are made by :func:`shardstream.dataset.collate.collate` (which a transport sends cheaply)."""
         raise NotImplementedError

@@ -99,6 +99,9 @@ class Readable(Protocol):
     def mapped(self) -> bool: ...
 
     @property
+    def replaces_failures(self) -> bool: ...
+
+    @property
     def default_collate(self) -> bool: ...
 
     @property

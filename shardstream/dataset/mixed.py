@@ -253,6 +253,11 @@ class MixedDataset(PlannedDataset):
         return self._mix_fingerprint
 
     @property
+    def replaces_failures(self) -> bool:
+        """Some source replaces its failing samples (``on_error="skip"``)."""
+        return any(s.replaces_failures for s in self.sources)
+
+    @property
     def mapped(self) -> bool:
         """Every source's raw batches travel as locations in local shard files, so the mix's do too."""
         return not self.tokens and self.default_collate and all(s.mapped for s in self.sources)

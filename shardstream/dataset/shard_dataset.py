@@ -178,6 +178,11 @@ class ShardDataset(StoredDataset, PlannedDataset):
         return self.decoder.keeps_bytes and self.transform is None
 
     @property
+    def replaces_failures(self) -> bool:
+        """Failing samples are replaced (``on_error="skip"``)."""
+        return self.on_error == "skip"
+
+    @property
     def mapped(self) -> bool:
         """Raw batches of local, uncompressed tars travel as locations in the shard files (the
         default collate only: a ``collate_fn`` of the user's gets the samples)."""

@@ -85,10 +85,10 @@ def thread_count(
     if workers == "auto" and (
         not threads_win(dataset)
         or any(k in (kwargs or {}) for k in PROCESS_ARGUMENTS)
-        or _skips(dataset)
+        or dataset.replaces_failures
     ):
         return 0
-    if _skips(dataset):
+    if dataset.replaces_failures:
         raise ValueError(
             "workers='threads' cannot read a dataset with on_error='skip': the sample that stands in "
             "for a failing one is each worker's last good one, kept per process; use "
@@ -101,14 +101,6 @@ def thread_count(
             "workers='processes' for reproducible augmentations"
         )
     return num_workers
-
-
-def _skips(dataset: Any) -> bool:
-    """Whether the dataset (or a source of its mix) replaces failing samples (``on_error="skip"``)."""
-    return any(
-        getattr(part, "on_error", "raise") == "skip"
-        for part in (dataset, *getattr(dataset, "sources", ()))
-    )
 
 
 def threads_win(dataset: Any) -> bool:
