@@ -45,7 +45,6 @@ from ..errors import CorruptShardError, ShardstreamError, StorageError
 from .checked import checked_once, mark_checked, record_path
 from .classify import describe_os_error
 from .private import NOFOLLOW, lock, private_dir, unlink_if_same
-from .retry import check_cancelled
 
 log = logging.getLogger("shardstream")
 
@@ -56,7 +55,7 @@ _FAILED = re.compile(r"^\.[0-9a-f]{64}\.failed$")
 # an unlocked partial download older than this was abandoned (its writer locks it at once)
 _STALE_PART = 2.0
 _FAILED_FOR = 10.0  # seconds a failed download is reported to newcomers instead of tried again
-_CHUNK = 16 << 20  # bytes written between checks that the work was not called off
+_CHUNK = 16 << 20  # bytes per write call
 Download = Callable[[], "bytes | bytearray | memoryview"]
 
 
@@ -281,7 +280,8 @@ class DiskCache:
             ) as exc:  # those waiting get it, rather than trying again in turn
                 self._note(key, exc)
                 raise
-            check_cancelled()
+            # kept even if the work was called off meanwhile: the bytes are here and checked, and other
+            # processes may be waiting for this file (dropping it made each of them download it again)
             self._make_room(len(data))
             try:
                 self._write(fd, data)
@@ -318,7 +318,6 @@ class DiskCache:
                     raise
         view = memoryview(data).cast("B")
         while view:
-            check_cancelled()  # a closed prefetcher's download writes nothing more
             view = view[os.write(fd, view[:_CHUNK]) :]
 
     # -- checking cached files against their names ------------------------------------------------------

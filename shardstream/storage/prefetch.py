@@ -125,8 +125,9 @@ class Prefetcher(Generic[T]):
 
     def close(self, timeout: float = 1.0) -> None:
         """Drop everything not taken, call off the loads running (they stop at their next check:
-        before a retry, between writes) and wait up to ``timeout`` seconds for the threads to end;
-        one still in a request then ends with it, discarding what it got."""
+        before a retry) and wait up to ``timeout`` seconds for the threads to end; one still in a
+        request then ends with it, and what it got is still written to the cache (other processes may
+        be waiting for that file)."""
         with self._lock:
             if self._closed:
                 return

@@ -24,7 +24,7 @@ log = logging.getLogger("shardstream")
 
 
 class Cancelled(Exception):
-    """Work in a background thread was called off (its :class:`Prefetcher` closed); nothing was kept."""
+    """Work in a background thread was called off (its :class:`Prefetcher` closed) before its bytes arrived."""
 
 
 @contextlib.contextmanager

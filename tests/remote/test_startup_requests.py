@@ -110,17 +110,15 @@ def test_an_epoch_start_reads_the_table_and_indexes_once_per_host_and_lists_noth
     assert seen["shard table"] == 1  # once per host
     indexes = [t for t in per_object if t.endswith(".idx")]
     assert indexes and all(per_object[t] == 1 for t in indexes)  # each once per host
-    # whole shards: about once per host (the rest are single samples of the first batches, by range).
-    # In about one run in five here a second process fetched one shard whole again (both GETs complete);
-    # the cache's hand-over has a gap not found yet: at most twice, and rarely.
+    # whole shards: once per host (the rest are single samples of the first batches, by range); a
+    # download called off after its bytes arrived is kept for the processes waiting on it
     sizes = {path: int(n) for path, n in zip(manifest.paths, manifest.nbytes)}
     whole = Counter(
         s.target.rsplit("/", 1)[-1]
         for s in bucket.proxy.log
         if kind(s.target) == "shard" and whole_shard(s.range, sizes, s.target)
     )
-    assert len(whole) == manifest.num_shards and max(whole.values()) <= 2, whole
-    assert sum(whole.values()) <= manifest.num_shards + RANKS, whole
+    assert len(whole) == manifest.num_shards and max(whole.values()) == 1, whole
     assert {kind(s.target) for s in bucket.proxy.log} <= {
         "manifest",
         "version",

@@ -192,7 +192,10 @@ def test_threads_must_be_positive():
 # -- close calls off what runs (issue 10) ---------------------------------------------------------------------
 
 
-def test_close_leaves_no_download_running_on_into_the_cache(tmp_path):
+def test_close_keeps_a_download_whose_bytes_arrived_and_ends_its_thread(tmp_path):
+    """A download called off after its bytes arrived is written to the cache all the same (other
+    processes may be waiting for that file: dropping it made each of them download it again); the thread
+    ends with it. Downloads still under way are called off at their next check (the test below)."""
     import hashlib
     import os
 
@@ -200,26 +203,30 @@ def test_close_leaves_no_download_running_on_into_the_cache(tmp_path):
 
     cache = DiskCache(tmp_path, limit=1 << 20)
     arrived, release = threading.Event(), threading.Event()
+    payload = b"x" * 1000
+    key = hashlib.sha256(payload).hexdigest()
 
     def download() -> bytes:
         arrived.set()
         assert release.wait(10)
-        return b"x" * 1000
+        return payload
 
     p = Prefetcher(
-        lambda i: cache.get(hashlib.sha256(b"%d" % i).hexdigest(), download),
-        lambda i: 1000,
-        budget=10_000,
-        threads=1,
+        lambda i: cache.get(key, download, content=True), lambda i: 1000, budget=10_000, threads=1
     )
     p.want([1])
     assert arrived.wait(10)
-    p.close()  # the download is still under way: close waits a bounded time, then leaves it called off
+    p.close()  # the download is still under way: close waits a bounded time, then calls it off
     release.set()
     for t in p._threads:
         t.join(10)
         assert not t.is_alive()
-    assert os.listdir(tmp_path) == []  # it ended without writing anything into the cache
+    with open(cache.path(key), "rb") as f:
+        assert f.read() == payload
+    assert not [n for n in os.listdir(tmp_path) if n.endswith(".part")]
+    assert (
+        bytes(cache.open(key, 1000, content=True)) == payload
+    )  # served from the cache, no download
 
 
 def test_close_wakes_a_download_waiting_to_retry(monkeypatch):
