@@ -136,7 +136,7 @@ def test_a_slow_link_keeps_ranged_reads(s3_bucket, proxied, tmp_path):
     manifest = _pack(s3_bucket, tmp_path)
     bucket = proxied(s3_bucket)
     # latency: one GET and eight at once alike
-    bucket.proxy.inject("delay", seconds=0.1, method="GET")
+    bucket.proxy.inject("delay", seconds=0.3, method="GET")
     singles, wholes = _read_through(bucket, tmp_path, manifest, 12)
     # the first batch by ranged reads, every shard once
     assert singles >= 12 and wholes == manifest.num_shards
