@@ -66,7 +66,11 @@ def gc(dataset: str, keep: int, delete: bool, storage_options: tuple[str, ...]) 
 @click.option("--overwrite", is_flag=True, help="Replace a dataset already at DEST.")
 @storage_option
 def merge(datasets: tuple[str, ...], overwrite: bool, storage_options: tuple[str, ...]) -> None:
-    """Write DEST (the last argument): a dataset of the shards of the others, read where they are (no copy)."""
+    """Write DEST (the last argument): a dataset of the shards of the others, read where they are (no copy).
+
+    Shard format and fields must agree. Class lists may differ: DEST lists their union (the first
+    dataset's classes in order, then each next one's new ones) and maps each source's labels to it
+    when they are read."""
     from ..packing.compose import merge as run_merge
 
     if len(datasets) < 2:
@@ -78,6 +82,11 @@ def merge(datasets: tuple[str, ...], overwrite: bool, storage_options: tuple[str
         f"merged {count(len(sources), 'dataset')} into {safe(dest)}: {count(m.num_shards, 'shard')}, "
         f"{count(m.num_samples, 'sample')}, {format_size(m.total_bytes)} (no shard copied)"
     )
+    if m.relabel is not None:
+        click.echo(
+            f"classes unified: {count(len(m.classes or []), 'class', 'classes')}, each source's "
+            "labels mapped to them when read"
+        )
 
 
 @cli.command()

@@ -185,11 +185,13 @@ class ShardDataset(StoredDataset, PlannedDataset):
     @property
     def mapped(self) -> bool:
         """Raw batches of local, uncompressed tars travel as locations in the shard files (the
-        default collate only: a ``collate_fn`` of the user's gets the samples)."""
+        default collate only: a ``collate_fn`` of the user's gets the samples). Not for a merge that
+        relabels classes: a label must be read to be mapped, so its batches hold bytes."""
         return (
             self.raw
             and self.store.local
             and self.manifest.shard_format == "tar"
+            and self.manifest.relabel is None
             and self.default_collate
         )
 

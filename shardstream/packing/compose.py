@@ -4,7 +4,8 @@ A merged or split dataset's manifest names folders beside its own (``roots``: ``
 source shards under them, with their counts, sizes and checksums carried over; ``split`` adds a selection
 of each shard's samples (:mod:`shardstream.manifest.selection`). Sources and destination must share a
 root (one local file system, or one bucket with the same storage options): paths are relative, so the
-whole tree can be moved or copied together. Both publish through a claim of the destination, like a
+whole tree can be moved or copied together. Sources with other class lists are unified: the merge
+lists their union and each shard's label map (:mod:`shardstream.manifest.relabel`); no shard is rewritten. Both publish through a claim of the destination, like a
 pack (:mod:`.destination`): the manifest appears last and atomically.
 
 A sample's part in a split is a hash of its key and the seed (BLAKE2b, 64 bits, against the parts'
@@ -30,6 +31,7 @@ from ..formats import TAR_COMPRESSION, tar
 from ..formats.compression import decompress
 from ..manifest import Manifest, creation_info, dataset_store, load_manifest
 from ..manifest.combine import difference
+from ..manifest.relabel import Relabel, unify
 from ..manifest.selection import encode_selection
 from ..storage import Store
 from .destination import prepare_destination
@@ -92,8 +94,10 @@ def merge(
     overwrite: bool = False,
 ) -> Manifest:
     """A dataset at ``dest`` made of the shards of ``sources`` (their latest versions), in order, read
-    where they are: no shard is copied. Shard format, Arrow schema, fields and classes must agree (a
-    one-line error names the difference).
+    where they are: no shard is copied. Shard format, Arrow schema and fields must agree (a one-line
+    error names the difference). Class lists may differ: the merge lists their union (the first
+    source's classes in order, then each next source's new ones in order) and records, per source, the
+    map of its labels to the union (``relabel``), which readers apply to every sample's ``cls``.
 
     Args:
         sources: the datasets to merge (folders or fsspec URLs), in order.
@@ -114,7 +118,7 @@ def merge(
     paths: list[str] = []
     roots: set[str] = set()
     for store, m in zip(stores, manifests):
-        problem = difference(first, m) if m is not first else None
+        problem = difference(first, m, same_classes=False) if m is not first else None
         if problem is not None:
             raise ShardstreamError(
                 f"cannot merge {store.url} with {stores[0].url}: {problem.replace('its ', 'the first ', 1)}"
@@ -133,14 +137,30 @@ def merge(
         nbytes=np.concatenate([m.nbytes for m in manifests]),
         sha256=[d for m in manifests for d in m.sha256],
         fields=_merged_fields(manifests),
-        classes=first.classes,
         arrow_schema=first.arrow_schema,
         created=creation_info(operation="merge", source=", ".join(s.url for s in stores)),
         index_sha256=_index_column(manifests),
         roots=sorted(roots),
         selection=selection,
+        **_unified_classes(manifests),
     )
     return _publish(target, manifest, overwrite)
+
+
+def _unified_classes(manifests: list[Manifest]) -> dict[str, Any]:
+    """``classes`` and ``relabel`` of the merge of ``manifests``: the union of their class lists (the
+    first's in order, then each next one's new classes in order) and, where a source's labels then mean
+    other indexes, each shard's map to the union; equal lists need no map."""
+    if manifests[0].classes is None:
+        return {"classes": None, "relabel": None}
+    classes, maps = unify([m.classes or [] for m in manifests])
+    per_shard: list[tuple[int, ...]] = []
+    for m, to_union in zip(manifests, maps):
+        own = m.relabel.shard_maps() if m.relabel is not None else [None] * m.num_shards
+        per_shard += [to_union if s is None else tuple(to_union[v] for v in s) for s in own]
+    if all(s == tuple(range(len(s))) for s in per_shard):
+        return {"classes": classes, "relabel": None}
+    return {"classes": classes, "relabel": Relabel.of_shards(per_shard)}
 
 
 def _rows(m: Manifest, shard: int) -> np.ndarray:
@@ -284,4 +304,7 @@ def _part(
         index_sha256=None if index is None else [index[i] for i in keep],
         roots=roots,
         selection=encode_selection([rows[i] for i in keep])[1],
+        relabel=None
+        if m.relabel is None
+        else Relabel.of_shards([m.relabel.shard_maps()[i] for i in keep]),
     )
