@@ -6,7 +6,8 @@ second. Nothing in it grows with the number of samples.
 
 A manifest comes from whoever made the dataset, so its schema is enforced when one is read or
 made: types, counts in ``[0, 2**53)``, checksums of 64 hex digits (kept lower-case; empty: none),
-relative, normalized, unique shard paths (none reaches outside the dataset's folder or bucket),
+relative, normalized, unique shard paths (none reaches outside the dataset's folder or bucket, but
+under the roots a merge or split declares: folders beside it, or full URLs a reader must trust),
 field names safe as file-name extensions; per-shard columns are checked as whole strings.
 """
 
@@ -90,7 +91,9 @@ class Manifest:
         source: the file the manifest was read from, named in errors.
         version: the dataset's version this manifest is (1 for the first publish).
         selection: a split's selection of each shard's samples (its side file and sha256), or None.
-        roots: the folders beside the dataset's that a merged or split dataset reads shards from.
+        roots: the folders beside the dataset's (``../a``), or full URLs (``s3://bucket/a``: a merge
+            across stores), that a merged or split dataset reads shards from; shards under a full URL
+            are read only where the reader trusts it (``StorageSettings.trusted_roots``).
         relabel: a merge's map of each shard's labels to ``classes`` (see
             :mod:`shardstream.manifest.relabel`), or None: labels as stored.
     """
@@ -411,7 +414,7 @@ def _within(paths: list[Any], roots: list[str]) -> list[Any]:
     prefixes = [root + "/" for root in roots]
     out = []
     for path in paths:
-        if isinstance(path, str) and path.startswith("../"):
+        if isinstance(path, str) and (path.startswith("../") or "://" in path):
             for prefix in prefixes:
                 if path.startswith(prefix):
                     path = path[len(prefix) :]
@@ -545,11 +548,13 @@ class _Checker:
     def check_roots(self, roots: Any) -> list[str] | None:
         if roots is None:
             return None
+        from ..storage.routed import url_root_problem
         from ..storage.store import root_problem
 
         roots = self.texts(roots, "roots")
         for root in roots:
-            problem = root_problem(root)
+            # a folder beside the dataset's, or a full URL (a merge across stores: read only where trusted)
+            problem = url_root_problem(root) if "://" in root else root_problem(root)
             if problem is not None:
                 raise self.fail(f"root {_show(root)} {problem}")
         return roots

@@ -2,9 +2,11 @@
 
 A merged or split dataset's manifest names folders beside its own (``roots``: ``../a``) and lists the
 source shards under them, with their counts, sizes and checksums carried over; ``split`` adds a selection
-of each shard's samples (:mod:`shardstream.manifest.selection`). Sources and destination must share a
-root (one local file system, or one bucket with the same storage options): paths are relative, so the
-whole tree can be moved or copied together. Sources with other class lists are unified: the merge
+of each shard's samples (:mod:`shardstream.manifest.selection`). Sources that share the destination's
+root (one local file system, or one bucket with the same storage options) are named by relative path, so
+the whole tree can be moved or copied together; others by full URL (``s3://bucket/a``, or
+``file:///data/a`` from a bucket), declared in ``roots``, which a reader follows only where it trusts
+the location (``StorageSettings.trusted_roots``). Sources with other class lists are unified: the merge
 lists their union and each shard's label map (:mod:`shardstream.manifest.relabel`); no shard is rewritten. Both publish through a claim of the destination, like a
 pack (:mod:`.destination`): the manifest appears last and atomically.
 
@@ -34,29 +36,24 @@ from ..manifest.combine import difference
 from ..manifest.relabel import Relabel, unify
 from ..manifest.selection import encode_selection
 from ..storage import Store
+from ..storage.routed import root_url
 from .destination import prepare_destination
 
 __all__ = ["merge", "part_of_keys", "split"]
 
 
 def _relative(source: Store, dest: Store) -> str:
-    """The folder of ``source`` relative to ``dest`` (``../a``); an error if they share no root."""
-    if source.protocol != dest.protocol or (
-        not source.local and source.storage_options != dest.storage_options
+    """The folder of ``source`` as ``dest``'s manifest names it: relative (``../a``) when they share a root,
+    else its full URL (``s3://bucket/a``, ``file:///data/a``), which readers follow only where trusted."""
+    if (
+        source.protocol != dest.protocol
+        or (not source.local and source.storage_options != dest.storage_options)
+        or (not source.local and source.root.split("/")[0] != dest.root.split("/")[0])
     ):
-        raise ShardstreamError(
-            f"{source.url} and {dest.url} are on different stores; merge and split reference shards by "
-            "relative path, so put the new dataset beside its sources (one file system or bucket)"
-        )
+        return root_url(source)  # another store, or another bucket
     if source.local:
         rel = os.path.relpath(source.root, dest.root).replace(os.sep, "/")
     else:
-        bucket, dest_bucket = source.root.split("/")[0], dest.root.split("/")[0]
-        if bucket != dest_bucket:
-            raise ShardstreamError(
-                f"{source.url} and {dest.url} are in different buckets; merge and split reference "
-                "shards by relative path, so put the new dataset in the sources' bucket"
-            )
         rel = posixpath.relpath(source.root, dest.root)
     if rel == "." or not rel.startswith(".."):
         raise ShardstreamError(
@@ -67,12 +64,34 @@ def _relative(source: Store, dest: Store) -> str:
 
 
 def _rebased(m: Manifest, rel: str) -> tuple[list[str], list[str]]:
-    """(paths, roots) of ``m``'s shards as seen from a folder where ``m``'s is ``rel``."""
-    paths = [posixpath.normpath(f"{rel}/{p}") for p in m.paths]
-    roots = {posixpath.normpath(f"{rel}/{r}") for r in (m.roots or [])}
-    if not all(p.startswith("../") for p in m.paths):  # some shards are in the source's own folder
+    """(paths, roots) of ``m``'s shards as seen from a folder where ``m``'s is ``rel`` (relative, or a full
+    URL); shards ``m`` names by full URL keep it."""
+    paths = [_joined(rel, p) for p in m.paths]
+    roots = {_joined(rel, r) for r in (m.roots or [])}
+    if not all(
+        p.startswith("../") or "://" in p for p in m.paths
+    ):  # some in the source's own folder
         roots.add(rel)
     return paths, sorted(roots)
+
+
+def _joined(base: str, name: str) -> str:
+    """``name`` (relative to a folder) relative to where that folder is ``base``; a full URL as it is."""
+    if "://" in name:
+        return name
+    if "://" not in base:
+        return posixpath.normpath(f"{base}/{name}")
+    scheme, rest = base.split("://", 1)
+    joined = posixpath.normpath(posixpath.join(rest, name))
+    outside = joined.startswith("..") or (
+        scheme != "file" and joined.split("/")[0] != rest.split("/")[0]
+    )
+    if outside:
+        raise ShardstreamError(
+            f"{base}/{name} climbs out of its {'file system' if scheme == 'file' else 'bucket'}; "
+            "merge the datasets it reads instead"
+        )
+    return f"{scheme}://{joined}"
 
 
 def _publish(dest: Store, manifest: Manifest, overwrite: bool) -> Manifest:
@@ -101,7 +120,8 @@ def merge(
 
     Args:
         sources: the datasets to merge (folders or fsspec URLs), in order.
-        dest: the merged dataset's folder, beside the sources (on the same store).
+        dest: the merged dataset's folder: beside the sources (on their store: relative paths), or
+            anywhere else (full URLs, read only where trusted; see the module).
         storage_options: fsspec options for the sources and ``dest``.
         overwrite: replace a dataset already at ``dest``.
 

@@ -90,10 +90,17 @@ class Store:
         """The user-facing URL of ``name``, for messages."""
         raise NotImplementedError
 
+    def is_local(self, name: str) -> bool:
+        """Whether ``name`` is a local file (mapped, not downloaded): this store's kind, for every name of
+        one folder (a :class:`~shardstream.storage.routed.RoutedStore` says it per name)."""
+        return self.local
+
     def reach(self, roots: list[str]) -> None:
         """Let names start with ``roots``: relative folders beside this one (``../a``, ``../../b/c``), as a
         manifest that reads other datasets' shards where they are declares them. On object storage they stay
-        inside the bucket."""
+        inside the bucket. Full-URL roots (``s3://bucket/a``) are not names here: only a
+        :class:`~shardstream.storage.routed.RoutedStore` the reader made for them reads them."""
+        roots = [root for root in roots if "://" not in root]
         for root in roots:
             problem = root_problem(root)
             ups = root.split("/").count("..")
