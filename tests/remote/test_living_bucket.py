@@ -178,6 +178,13 @@ def test_merge_of_a_local_and_an_s3_dataset_reads_each_sample_once(s3_bucket, tm
         both, decode=None, storage=ss.StorageSettings(trusted_roots={bucket_root: options})
     )
     assert sorted(s["__key__"] for s in mapped) == sorted(local_keys | remote_keys)
+    # a tool without the reader's trust (verify) names the root and the fix
+    try:
+        checked = verify(both)
+        problems = " ".join(str(p) for p in checked.problems)
+    except StorageError as exc:
+        problems = str(exc)
+    assert "trusted_roots" in problems and remote in problems
     # on the command line, the connection flags reach the bucket's dataset from a local DEST
     from click.testing import CliRunner
 
