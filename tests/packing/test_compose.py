@@ -219,6 +219,9 @@ def test_merge_unifies_class_lists_and_every_label_names_its_class(tmp_path, fmt
             shard_map, batch_size=4, num_workers=2, collate_fn=lambda batch: batch
         )
         assert named((s["__key__"], s["cls"]) for b in dl for s in b) == truth
+    # resharding its shards alone would give the stored labels: refused
+    with pytest.raises(ShardstreamError, match="maps its sources' labels"):
+        ss.pack(url, str(tmp_path / "resharded"), progress=False)
     # a split of the merge keeps each shard's map; so does an append to it (packed with its classes)
     parts = ss.split(url, data / "parts", {"x": 0.5, "y": 0.5}, seed=0)
     split_pairs = [
