@@ -70,6 +70,8 @@ def test_split_parts_are_disjoint_hold_every_sample_and_stay_put_under_append(tw
     assert parts["train"].num_samples == len(train) and parts["val"].num_samples == len(val)
     assert os.listdir(data / "split/train") != []  # a manifest and a selection, no shard
     assert not [n for n in os.listdir(data / "split/train") if n.endswith(".tar")]
+    with pytest.raises(ShardstreamError, match="selects some samples of its shards"):
+        ss.pack(str(data / "split/train"), str(root / "resharded"), progress=False)
     # append to the source, split again: every sample stays in its part, the new ones are split too
     added = text_folder(root / "more", 6, 500)
     pack_quiet(root / "more", data / "A", append=True)
