@@ -7,6 +7,7 @@ import click
 
 from ..manifest import dataset_store
 from ..sizes import count, format_size
+from ..storage import is_url
 from .common import cli, safe, storage_option, storage_options_for
 
 
@@ -66,18 +67,30 @@ def gc(dataset: str, keep: int, delete: bool, storage_options: tuple[str, ...]) 
 @click.option("--overwrite", is_flag=True, help="Replace a dataset already at DEST.")
 @storage_option
 def merge(datasets: tuple[str, ...], overwrite: bool, storage_options: tuple[str, ...]) -> None:
-    """Write DEST (the last argument): a dataset of the shards of the others, read where they are (no copy)."""
+    """Write DEST (the last argument): a dataset of the shards of the others, read where they are (no copy).
+
+    Sources on DEST's store are named by relative path; others (another bucket or store) by full URL,
+    which readers follow only where trusted (StorageSettings(trusted_roots=...)). Shard format and
+    fields must agree. Class lists may differ: DEST lists their union (the first
+    dataset's classes in order, then each next one's new ones) and maps each source's labels to it
+    when they are read."""
     from ..packing.compose import merge as run_merge
 
     if len(datasets) < 2:
         raise click.UsageError("give one or more datasets and then DEST")
     *sources, dest = datasets
-    options = storage_options_for(storage_options, dest)
+    # the connection flags are for the object store among them (a local DEST may merge a bucket's dataset)
+    options = storage_options_for(storage_options, next((d for d in datasets if is_url(d)), dest))
     m = run_merge(sources, dest, storage_options=options, overwrite=overwrite)
     click.echo(
         f"merged {count(len(sources), 'dataset')} into {safe(dest)}: {count(m.num_shards, 'shard')}, "
         f"{count(m.num_samples, 'sample')}, {format_size(m.total_bytes)} (no shard copied)"
     )
+    if m.relabel is not None:
+        click.echo(
+            f"classes unified: {count(len(m.classes or []), 'class', 'classes')}, each source's "
+            "labels mapped to them when read"
+        )
 
 
 @cli.command()

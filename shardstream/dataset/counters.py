@@ -120,7 +120,7 @@ class CountedShards(OpenShards):
     def _load(self, shard: int) -> TarShard | ArrowShard:
         opened = super()._load(shard)
         nbytes = int(self.manifest.nbytes[shard])
-        if self.store.local:
+        if self.store.is_local(self.manifest.paths[shard]):
             self.stats.add(local_bytes=nbytes)
         else:
             self.stats.add(opened=1, opened_bytes=nbytes)

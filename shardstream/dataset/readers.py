@@ -409,14 +409,14 @@ class OpenShards:
         name = self.store.url_of(m.paths[shard])
         if (
             m.shard_format == "parquet"
-            and not self.store.local
+            and not self.store.is_local(m.paths[shard])
             and m.nbytes[shard] > RANGED_PARQUET_BYTES
             and not self.fetcher.cached(shard)
         ):
             ranged = ranged_parquet(self.fetcher, m, shard)
             if ranged is not None:
                 return ranged
-        path = self.store.path(m.paths[shard]) if self.store.local else None
+        path = self.store.path(m.paths[shard]) if self.store.is_local(m.paths[shard]) else None
         before = file_identity(path) if path else None
         data = self.fetcher.fetch(shard)
         identity = file_identity(path) if path else None

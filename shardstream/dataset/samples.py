@@ -26,6 +26,7 @@ from torch.utils.data import get_worker_info
 
 from ..errors import ShardstreamError, TransformError, UsageError
 from ..manifest import Manifest
+from ..manifest.relabel import LABEL_FIELD
 from ..storage import Store
 from .collate import MappedBytes
 from .counters import StageCounters
@@ -150,8 +151,8 @@ class SampleReader:
         """One sample, decoded and transformed (raw views when batches keep bytes)."""
         if self.raw and batched:
             # collated (copied once) before anyone else sees it
-            return shards.get(shard).views(offset)
-        stored = shards.get(shard).sample(offset)
+            return self.relabeled(shards.get(shard).views(offset), shard, offset)
+        stored = self.relabeled(shards.get(shard).sample(offset), shard, offset)
         started = perf_counter_ns()
         sample = self.decoder(stored)
         decoded = perf_counter_ns()
@@ -177,6 +178,30 @@ class SampleReader:
             ) from exc
         finally:
             self._transform_ns += perf_counter_ns() - decoded
+
+    def relabeled(self, stored: dict[str, Any], shard: int, offset: int) -> dict[str, Any]:
+        """A stored sample with its label mapped to the dataset's class list (a merge's relabel)."""
+        relabel = self.manifest.relabel
+        if relabel is None:
+            return stored
+        where = f"sample {offset} of {self.store.url_of(self.manifest.paths[shard])}"
+        return relabel.sample(stored, shard, where)
+
+    def relabeled_rows(self, table: Any, shard: int, offset: int) -> Any:
+        """Rows of shard ``shard`` (an Arrow table, the first at ``offset``) with their labels mapped."""
+        relabel = self.manifest.relabel
+        if relabel is None or LABEL_FIELD not in table.column_names:
+            return table
+        import pyarrow as pa
+
+        where = f"sample {offset}+ of {self.store.url_of(self.manifest.paths[shard])}"
+        column = table.column(LABEL_FIELD)
+        if column.null_count:
+            values = [relabel.value(v, shard, where) for v in column.to_pylist()]
+        else:
+            values = relabel.labels(column.to_numpy(), shard, where)
+        at = table.column_names.index(LABEL_FIELD)
+        return table.set_column(at, table.field(at), pa.array(values, type=column.type))
 
     def load(
         self, shards: OpenShards, ids: np.ndarray, offsets: np.ndarray, batched: bool
@@ -246,6 +271,7 @@ class SampleReader:
             # a shard that fails: the general path raises or skips it
             with contextlib.suppress(Exception):
                 table = shards.get(int(ids[0])).table.slice(int(offsets[0]), len(offsets))
+                table = self.relabeled_rows(table, int(ids[0]), int(offsets[0]))
         if table is None:
             table = self._gather(shards, ids, offsets)
         if self.on_error == "skip":
@@ -293,7 +319,8 @@ class SampleReader:
         for shard in np.unique(ids).tolist():
             rows = np.flatnonzero(ids == shard)  # this shard's positions, in plan order
             try:
-                pieces.append(shards.get(shard).take(pa.array(offsets[rows])))
+                taken = shards.get(shard).take(pa.array(offsets[rows]))
+                pieces.append(self.relabeled_rows(taken, shard, int(offsets[rows[0]])))
             except Exception as exc:
                 self._failure(shards, shard, int(offsets[rows[0]]), exc, failed, len(rows))
                 continue
@@ -302,7 +329,9 @@ class SampleReader:
         if failed:  # as sample by sample: each failed row takes the last good row before it
             fill = self.last_row
             if fill is None:
-                fill = self._stand_in(lambda s, o: shards.get(s).table.slice(o, 1))
+                fill = self._stand_in(
+                    lambda s, o: self.relabeled_rows(shards.get(s).table.slice(o, 1), s, o)
+                )
             pieces.append(fill)
             before = np.where(where >= 0, np.arange(len(where)), -1)
             np.maximum.accumulate(before, out=before)

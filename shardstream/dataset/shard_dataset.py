@@ -25,9 +25,10 @@ from ..storage import ShardFetcher
 from ..storage.settings import DEFAULT, StorageSettings
 from .base import PassRun, PlannedDataset
 from .collate import collate
-from .contract import Counters
+from .contract import Counters, PassStart, WorkerSlot
 from .counters import CountedShards
 from .decode import Decoder, DecodeSpec, FieldSpec, written_types
+from .following import OnNewVersion, VersionChoice, agreed_version
 from .parallel import Parallel
 from .readers import Chunk, OpenShards
 from .samples import SampleReader
@@ -82,6 +83,10 @@ class ShardDataset(StoredDataset, PlannedDataset):
         version: the dataset's version to read (``None``: the latest when it is made); it reads that
             version for as long as it lives, whatever is published meanwhile, and its resume states
             record it (:mod:`shardstream.manifest.versions`).
+        on_new_version: ``"stay"`` (default) reads that one version, and a resume state of another
+            version is refused; ``"next_epoch"`` resumes a state on the version it was saved on for
+            the rest of its epoch, and starts every epoch on the latest version (checked at each
+            epoch's start; see :mod:`shardstream.dataset.following`). Never mid-epoch.
     """
 
     def __init__(  # noqa: PLR0913 - keyword settings with defaults, as a DataLoader's
@@ -110,7 +115,14 @@ class ShardDataset(StoredDataset, PlannedDataset):
         retries: int = DEFAULT,
         timeout: float | None = DEFAULT,
         version: int | None = None,
+        on_new_version: OnNewVersion = "stay",
     ):
+        choice = VersionChoice(on_new_version)
+        if choice.follows and not isinstance(url_or_urls, (str, os.PathLike)):
+            raise ValueError(
+                "on_new_version='next_epoch' follows a dataset's versions: give the folder or URL of "
+                "a dataset with a manifest, not a list of tars"
+            )
         if on_error not in ("raise", "skip"):
             raise ValueError(f"on_error must be 'raise' or 'skip', not {on_error!r}")
         if batch_size is not None and batch_size < 1:
@@ -143,6 +155,77 @@ class ShardDataset(StoredDataset, PlannedDataset):
             import pyarrow.compute  # noqa: F401 - take() loads it lazily, inside the first batch otherwise
         self.sample_reader = SampleReader(self.store, manifest)
         self._start_planning(rank, world_size, batch_size, parallel)
+        # after the first reset: __init__ opened the version asked for
+        self._opened_as = (url_or_urls, shuffle_window, choice)
+        choice.choose(manifest.version)
+
+    # -- which version it reads (see .following) ---------------------------------------------------
+    def _reopen(self, version: int | None) -> None:
+        """Read ``version`` (``None``: the latest) from now on, in this process; nothing changes if that
+        is the manifest it reads."""
+        url, shuffle_window, _ = self._opened_as
+        stored = open_stored(url, self.storage, version)
+        m = stored.manifest
+        if m.version == self.manifest.version and m.fingerprint == self.manifest.fingerprint:
+            return
+        # set past __setattr__: a loader may read this dataset, and this is an epoch's start
+        self.__dict__["stored"] = stored
+        self.__dict__["window"] = resolve_window(
+            shuffle_window, m.counts, m.nbytes, remote=not stored.store.local
+        )
+        self.sample_reader.store, self.sample_reader.manifest = stored.store, m
+        self._local.shards = None
+        self.__dict__["_order_fingerprint"] = None
+
+    def _move_to(self, version: int | None) -> None:
+        """Main process: every process reads ``version`` (``None``: the latest) from the next pass on."""
+        self._reopen(version)
+        self._opened_as[2].choose(self.manifest.version)
+
+    def _start_epoch_on_latest(self) -> None:
+        """Main process, as a pass starts: with ``on_new_version="next_epoch"``, an epoch not begun yet
+        starts on the latest version (checked once per position set)."""
+        if not self._opened_as[2].follows or self.__dict__.get("_checked_at") == self.generation:
+            return
+        p = self._position.get()
+        if self._fresh(p):
+            before = self.manifest
+            self._move_to(None)
+            agreed = agreed_version(self.manifest.version)
+            if (
+                agreed != self.manifest.version
+            ):  # another rank saw an older latest: all read that one
+                self._move_to(agreed)
+            if self.manifest is not before:
+                super().reset(p.epoch)
+        self.__dict__["_checked_at"] = self.generation
+
+    def begin_pass(self) -> PassStart:
+        """A loader's pass starts (main process); see :meth:`PlannedDataset.begin_pass`."""
+        self._start_epoch_on_latest()
+        return super().begin_pass()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue from ``state``. With ``on_new_version="next_epoch"``, on the version it was saved on
+        (reopened for the rest of its epoch; a state at an epoch's start starts it on the latest)."""
+        follows = self._opened_as[2].follows and not WorkerSlot.current().in_worker
+        saved = state.get("dataset_version") if isinstance(state, dict) else None
+        if follows and type(saved) is int and saved != self.manifest.version:
+            self._move_to(saved)
+        super().load_state_dict(state)
+        if follows:
+            self._start_epoch_on_latest()
+
+    load_state = load_state_dict  # the name of earlier releases
+
+    def __iter__(self) -> Iterator[Any]:
+        if WorkerSlot.current().in_worker:
+            chosen = self._opened_as[2].other_than(self.manifest.version)
+            if chosen is not None:  # the main process moved to another version
+                self._reopen(chosen)
+        else:
+            self._start_epoch_on_latest()
+        yield from super().__iter__()
 
     # -- where it reads from, and what the plan reads ----------------------------------------------
     @property
@@ -185,11 +268,13 @@ class ShardDataset(StoredDataset, PlannedDataset):
     @property
     def mapped(self) -> bool:
         """Raw batches of local, uncompressed tars travel as locations in the shard files (the
-        default collate only: a ``collate_fn`` of the user's gets the samples)."""
+        default collate only: a ``collate_fn`` of the user's gets the samples). Not for a merge that
+        relabels classes: a label must be read to be mapped, so its batches hold bytes."""
         return (
             self.raw
             and self.store.local
             and self.manifest.shard_format == "tar"
+            and self.manifest.relabel is None
             and self.default_collate
         )
 

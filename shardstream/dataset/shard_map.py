@@ -217,6 +217,9 @@ class ShardMap(StoredDataset, Dataset):
 
     def _finish(self, stored: dict[str, Any], shard: int, offset: int) -> Any:
         """A stored sample decoded and transformed, as ``ShardDataset`` does; errors name the sample."""
+        relabel = self.manifest.relabel
+        if relabel is not None:  # a merge's labels, mapped to its class list
+            stored = relabel.sample(dict(stored), shard, self._where(shard, offset))
         try:
             # raw bytes: the decoder would hand every field back as it is
             sample = stored if self.decoder.keeps_bytes else self.decoder(stored)

@@ -77,7 +77,9 @@ def open_stored(
             made.append(storage.disk_cache())
         return made[0]
 
-    store, manifest = open_dataset(url_or_urls, storage.options, storage.retry, version, cache)
+    store, manifest = open_dataset(
+        url_or_urls, storage.options, storage.retry, version, cache, storage.trusted_roots
+    )
     if manifest.num_samples == 0:
         raise ManifestError(f"{store.url} holds no samples")
     release_stale_maps()  # this process's maps of shard files replaced or deleted since (a re-pack)

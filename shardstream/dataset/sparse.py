@@ -46,7 +46,7 @@ class SparseReads:
         """Whether the next sample of ``shard`` comes by a ranged read (see the module)."""
         m, size = self.manifest, int(self.manifest.nbytes[shard])
         if (
-            self.fetcher.store.local
+            self.fetcher.store.is_local(m.paths[shard])
             or m.shard_format != "tar"
             or size <= SMALL_SHARD
             or self.shards.is_open(shard)

@@ -151,7 +151,7 @@ class SampleIndexes:
 
     def key(self, shard: int, compressed: bool) -> str:
         """The cache key of ``shard``'s built index (see the module)."""
-        if self.store.local:
+        if self.store.is_local(self.manifest.paths[shard]):
             path = self.store.path(self.manifest.paths[shard])
             st = os.stat(path)
             version = (os.path.realpath(path), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)

@@ -12,16 +12,23 @@ from typing import Any
 import numpy as np
 
 from ..errors import ManifestError
+from .relabel import Relabel
 from .schema import Manifest
 
 
-def difference(base: Manifest, new: Manifest) -> str | None:
-    """What keeps ``new``'s shards from joining ``base``'s (as a phrase), or ``None``."""
+def difference(base: Manifest, new: Manifest, same_classes: bool = True) -> str | None:
+    """What keeps ``new``'s shards from joining ``base``'s (as a phrase), or ``None``; with
+    ``same_classes=False`` their class lists may differ (a merge relabels them), not their presence."""
     if base.shard_format != new.shard_format:
         return f"its shards are {base.shard_format}, the new ones {new.shard_format}"
     if base.arrow_schema is not None and new.arrow_schema != base.arrow_schema:
         return "its Arrow schema differs from the new shards' (columns or types)"
-    if base.classes is not None and new.classes is not None and base.classes != new.classes:
+    if (
+        same_classes
+        and base.classes is not None
+        and new.classes is not None
+        and base.classes != new.classes
+    ):
         extra = sorted(set(new.classes) ^ set(base.classes))
         what = (
             f"classes {extra[:5]} are in one only" if extra else "the classes are in another order"
@@ -69,7 +76,17 @@ def appended(base: Manifest, new: Manifest, url: str, version: int) -> Manifest:
         created={**new.created, "operation": "append"},
         index_sha256=index,
         version=version,
+        roots=base.roots,
+        relabel=_relabel_appended(base, new),
     )
+
+
+def _relabel_appended(base: Manifest, new: Manifest) -> Relabel | None:
+    """A merged dataset's relabeling, its new shards' labels kept as they are (packed with its classes)."""
+    if base.relabel is None:
+        return None
+    same = tuple(range(len(base.classes or [])))
+    return Relabel.of_shards(base.relabel.shard_maps() + [same] * new.num_shards)
 
 
 def _add_fields(base: list[dict[str, Any]], new: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -10,6 +10,7 @@ from typing import Any
 from ..errors import ManifestError
 from ..formats import TAR_COMPRESSION, shard_format_of
 from ..storage import DiskCache, RetryPolicy, Store
+from ..storage.routed import open_roots
 from .files import IN_PROGRESS, MANIFEST_NAME, dataset_store
 from .index_tars import scan
 from .schema import Manifest
@@ -25,15 +26,25 @@ def open_dataset(
     retry: RetryPolicy | None = None,
     version: int | None = None,
     cache: Callable[[], DiskCache] | None = None,
+    trusted_roots: dict[str, dict[str, Any]] | None = None,
 ) -> tuple[Store, Manifest]:
     """The store and manifest (its latest version, or ``version``) of a dataset; WebDataset tars without a
     manifest are scanned. ``cache``: the host's shard cache, for a remote manifest's shard table (see
-    :func:`~shardstream.manifest.files.read_head`)."""
+    :func:`~shardstream.manifest.files.read_head`). A manifest that names shards by full URL (a merge
+    across stores) is read through a :class:`~shardstream.storage.routed.RoutedStore`, only where
+    ``trusted_roots`` (location -> fsspec options) holds every such root; else a one-line error."""
     urls = [url_or_urls] if isinstance(url_or_urls, (str, os.PathLike)) else list(url_or_urls)
     urls = [os.fspath(u) for u in urls]
     if len(urls) == 1 and shard_format_of(urls[0]) not in TAR_COMPRESSION and "{" not in urls[0]:
         store = dataset_store(urls[0], storage_options, retry)
-        return store, load_dataset(store, version, cache)
+        manifest = load_dataset(store, version, cache)
+        routed = open_roots(
+            store,
+            manifest.roots or [],
+            trusted_roots or {},
+            lambda url, options: Store(url, options, retry),
+        )
+        return routed or store, manifest
     log.warning(
         "scanning %d tar source(s) without a manifest; 'shardstream index' writes one so the next "
         "start is instant",

@@ -6,7 +6,8 @@ second. Nothing in it grows with the number of samples.
 
 A manifest comes from whoever made the dataset, so its schema is enforced when one is read or
 made: types, counts in ``[0, 2**53)``, checksums of 64 hex digits (kept lower-case; empty: none),
-relative, normalized, unique shard paths (none reaches outside the dataset's folder or bucket),
+relative, normalized, unique shard paths (none reaches outside the dataset's folder or bucket, but
+under the roots a merge or split declares: folders beside it, or full URLs a reader must trust),
 field names safe as file-name extensions; per-shard columns are checked as whole strings.
 """
 
@@ -31,11 +32,16 @@ from .checks import checksums_fine, kind_of, path_problem, paths_fine
 from .table import HexColumn, decode_table, reference_problem
 
 if TYPE_CHECKING:
+    from .relabel import Relabel
     from .selection import Selection
 
 MANIFEST_NAME = "_manifest.json"
-# the newest this reads and writes: 2 is a head naming a shard table, 1 one JSON file
-FORMAT_VERSION = 2
+# the newest this reads and writes: 3 relabels classes at read time (a merge's, see .relabel), 2 is a
+# head naming a shard table, 1 one JSON file; each is written only when it needs to be, older readers
+# refuse what they cannot read
+FORMAT_VERSION = 3
+TABLE_FORMAT = 2
+RELABEL_FORMAT = 3
 SHARD_FORMATS = ("tar", "tar.zst", "tar.gz", "tar.xz", "tar.bz2", "arrow", "tokens", "parquet")
 COLUMNAR_FORMATS = ("arrow", "parquet")  # rows of a table: fields are column names, any text
 MAX_COUNT = 1 << 53  # sample and byte counts stay below this, exact in every JSON reader
@@ -85,7 +91,11 @@ class Manifest:
         source: the file the manifest was read from, named in errors.
         version: the dataset's version this manifest is (1 for the first publish).
         selection: a split's selection of each shard's samples (its side file and sha256), or None.
-        roots: the folders beside the dataset's that a merged or split dataset reads shards from.
+        roots: the folders beside the dataset's (``../a``), or full URLs (``s3://bucket/a``: a merge
+            across stores), that a merged or split dataset reads shards from; shards under a full URL
+            are read only where the reader trusts it (``StorageSettings.trusted_roots``).
+        relabel: a merge's map of each shard's labels to ``classes`` (see
+            :mod:`shardstream.manifest.relabel`), or None: labels as stored.
     """
 
     shard_format: str
@@ -108,6 +118,8 @@ class Manifest:
     roots: list[str] | None = None
     # per shard, the samples of it the dataset reads (a split); None: all of them
     selection: Selection | None = None
+    # per shard, its labels' map to ``classes`` (a merge of datasets with other class lists); None: as stored
+    relabel: Relabel | None = None
     source: InitVar[str | None] = None
 
     def __post_init__(self, source: str | None) -> None:
@@ -153,6 +165,7 @@ class Manifest:
                     self.arrow_schema,
                     self.tokens,
                     self.selection,
+                    self.relabel,
                 ),
             )
         )
@@ -172,6 +185,8 @@ class Manifest:
             ] + ([self.tokens] if self.tokens is not None else [])
             if self.selection is not None:  # a split: which samples of the shards it reads
                 doc.append(self.selection.reference.get("sha256", ""))
+            if self.relabel is not None:  # a merge: what its labels mean
+                doc.append(self.relabel.to_json())
             text = _RUN_IN_NAME.sub(r"\1", json.dumps(doc, sort_keys=True, separators=(",", ":")))
             cached = self.__dict__["_fingerprint"] = (
                 key,
@@ -194,10 +209,10 @@ class Manifest:
     def to_json(self, table: dict[str, Any] | None = None) -> bytes:
         """The manifest's JSON; with ``table`` (a :func:`~.table.table_reference`) only its head,
         which names the shard table instead of listing the shard columns."""
+        # older readers read version 1, and refuse what they would misread
+        fmt = RELABEL_FORMAT if self.relabel is not None else TABLE_FORMAT if table else 1
         doc = {
-            "shardstream_manifest": FORMAT_VERSION
-            if table is not None
-            else 1,  # older readers read version 1
+            "shardstream_manifest": fmt,
             "shard_format": self.shard_format,
             "num_shards": self.num_shards,
             "num_samples": self.num_samples,
@@ -211,6 +226,7 @@ class Manifest:
             **({"version": self.version} if self.version != 1 else {}),
             **({"roots": self.roots} if self.roots is not None else {}),
             **({"selection": self.selection.reference} if self.selection is not None else {}),
+            **({"relabel": self.relabel.to_json()} if self.relabel is not None else {}),
             "shards": table
             if table is not None
             else {
@@ -259,6 +275,7 @@ class Manifest:
             ("version", int),
             ("roots", list),
             ("selection", dict),
+            ("relabel", dict),
         ):
             if doc.get(key) is not None and not isinstance(doc[key], kind):
                 raise check.fail(f"{key!r} is {kind_of(doc[key])}, not {kind_of(kind())}")
@@ -283,6 +300,7 @@ class Manifest:
             doc.get("version", 1),
             doc.get("roots"),
             _selection(doc, check, read_table),
+            _relabel(doc, check),
             source=source,
         )
         for total, actual in (
@@ -359,6 +377,23 @@ def _selection(
     return selection
 
 
+def _relabel(doc: dict[str, Any], check: _Checker) -> Relabel | None:
+    """The merge's relabeling the head holds; only a format that older readers refuse may hold one."""
+    if doc.get("relabel") is None:
+        return None
+    if doc["shardstream_manifest"] < RELABEL_FORMAT:
+        raise check.fail(
+            f"it relabels classes in manifest version {doc['shardstream_manifest']}, which readers "
+            f"that ignore relabel read too; relabel needs version {RELABEL_FORMAT}"
+        )
+    from .relabel import read_relabel
+
+    problem, relabel = read_relabel(doc["relabel"])
+    if problem is not None:
+        raise check.fail(problem)
+    return relabel
+
+
 def creation_info(source: str | None = None, **extra: Any) -> dict[str, Any]:
     """Who made the dataset, when, from what."""
     from ..version import __version__
@@ -379,7 +414,7 @@ def _within(paths: list[Any], roots: list[str]) -> list[Any]:
     prefixes = [root + "/" for root in roots]
     out = []
     for path in paths:
-        if isinstance(path, str) and path.startswith("../"):
+        if isinstance(path, str) and (path.startswith("../") or "://" in path):
             for prefix in prefixes:
                 if path.startswith(prefix):
                     path = path[len(prefix) :]
@@ -505,17 +540,21 @@ class _Checker:
         if type(m.version) is not int or not 1 <= m.version < MAX_COUNT:
             raise self.fail(f"version {_show(m.version)} is not a whole number of 1 or more")
         problem = None if m.selection is None else m.selection.problem(m.samples)
+        if problem is None and m.relabel is not None:
+            problem = m.relabel.problem(len(m.paths), None if m.classes is None else len(m.classes))
         if problem is not None:
             raise self.fail(problem)
 
     def check_roots(self, roots: Any) -> list[str] | None:
         if roots is None:
             return None
+        from ..storage.routed import url_root_problem
         from ..storage.store import root_problem
 
         roots = self.texts(roots, "roots")
         for root in roots:
-            problem = root_problem(root)
+            # a folder beside the dataset's, or a full URL (a merge across stores: read only where trusted)
+            problem = url_root_problem(root) if "://" in root else root_problem(root)
             if problem is not None:
                 raise self.fail(f"root {_show(root)} {problem}")
         return roots

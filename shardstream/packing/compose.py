@@ -2,9 +2,12 @@
 
 A merged or split dataset's manifest names folders beside its own (``roots``: ``../a``) and lists the
 source shards under them, with their counts, sizes and checksums carried over; ``split`` adds a selection
-of each shard's samples (:mod:`shardstream.manifest.selection`). Sources and destination must share a
-root (one local file system, or one bucket with the same storage options): paths are relative, so the
-whole tree can be moved or copied together. Both publish through a claim of the destination, like a
+of each shard's samples (:mod:`shardstream.manifest.selection`). Sources that share the destination's
+root (one local file system, or one bucket with the same storage options) are named by relative path, so
+the whole tree can be moved or copied together; others by full URL (``s3://bucket/a``, or
+``file:///data/a`` from a bucket), declared in ``roots``, which a reader follows only where it trusts
+the location (``StorageSettings.trusted_roots``). Sources with other class lists are unified: the merge
+lists their union and each shard's label map (:mod:`shardstream.manifest.relabel`); no shard is rewritten. Both publish through a claim of the destination, like a
 pack (:mod:`.destination`): the manifest appears last and atomically.
 
 A sample's part in a split is a hash of its key and the seed (BLAKE2b, 64 bits, against the parts'
@@ -30,31 +33,27 @@ from ..formats import TAR_COMPRESSION, tar
 from ..formats.compression import decompress
 from ..manifest import Manifest, creation_info, dataset_store, load_manifest
 from ..manifest.combine import difference
+from ..manifest.relabel import Relabel, unify
 from ..manifest.selection import encode_selection
 from ..storage import Store
+from ..storage.routed import root_url
 from .destination import prepare_destination
 
 __all__ = ["merge", "part_of_keys", "split"]
 
 
 def _relative(source: Store, dest: Store) -> str:
-    """The folder of ``source`` relative to ``dest`` (``../a``); an error if they share no root."""
-    if source.protocol != dest.protocol or (
-        not source.local and source.storage_options != dest.storage_options
+    """The folder of ``source`` as ``dest``'s manifest names it: relative (``../a``) when they share a root,
+    else its full URL (``s3://bucket/a``, ``file:///data/a``), which readers follow only where trusted."""
+    if (
+        source.protocol != dest.protocol
+        or (not source.local and source.storage_options != dest.storage_options)
+        or (not source.local and source.root.split("/")[0] != dest.root.split("/")[0])
     ):
-        raise ShardstreamError(
-            f"{source.url} and {dest.url} are on different stores; merge and split reference shards by "
-            "relative path, so put the new dataset beside its sources (one file system or bucket)"
-        )
+        return root_url(source)  # another store, or another bucket
     if source.local:
         rel = os.path.relpath(source.root, dest.root).replace(os.sep, "/")
     else:
-        bucket, dest_bucket = source.root.split("/")[0], dest.root.split("/")[0]
-        if bucket != dest_bucket:
-            raise ShardstreamError(
-                f"{source.url} and {dest.url} are in different buckets; merge and split reference "
-                "shards by relative path, so put the new dataset in the sources' bucket"
-            )
         rel = posixpath.relpath(source.root, dest.root)
     if rel == "." or not rel.startswith(".."):
         raise ShardstreamError(
@@ -65,12 +64,34 @@ def _relative(source: Store, dest: Store) -> str:
 
 
 def _rebased(m: Manifest, rel: str) -> tuple[list[str], list[str]]:
-    """(paths, roots) of ``m``'s shards as seen from a folder where ``m``'s is ``rel``."""
-    paths = [posixpath.normpath(f"{rel}/{p}") for p in m.paths]
-    roots = {posixpath.normpath(f"{rel}/{r}") for r in (m.roots or [])}
-    if not all(p.startswith("../") for p in m.paths):  # some shards are in the source's own folder
+    """(paths, roots) of ``m``'s shards as seen from a folder where ``m``'s is ``rel`` (relative, or a full
+    URL); shards ``m`` names by full URL keep it."""
+    paths = [_joined(rel, p) for p in m.paths]
+    roots = {_joined(rel, r) for r in (m.roots or [])}
+    if not all(
+        p.startswith("../") or "://" in p for p in m.paths
+    ):  # some in the source's own folder
         roots.add(rel)
     return paths, sorted(roots)
+
+
+def _joined(base: str, name: str) -> str:
+    """``name`` (relative to a folder) relative to where that folder is ``base``; a full URL as it is."""
+    if "://" in name:
+        return name
+    if "://" not in base:
+        return posixpath.normpath(f"{base}/{name}")
+    scheme, rest = base.split("://", 1)
+    joined = posixpath.normpath(posixpath.join(rest, name))
+    outside = joined.startswith("..") or (
+        scheme != "file" and joined.split("/")[0] != rest.split("/")[0]
+    )
+    if outside:
+        raise ShardstreamError(
+            f"{base}/{name} climbs out of its {'file system' if scheme == 'file' else 'bucket'}; "
+            "merge the datasets it reads instead"
+        )
+    return f"{scheme}://{joined}"
 
 
 def _publish(dest: Store, manifest: Manifest, overwrite: bool) -> Manifest:
@@ -92,12 +113,15 @@ def merge(
     overwrite: bool = False,
 ) -> Manifest:
     """A dataset at ``dest`` made of the shards of ``sources`` (their latest versions), in order, read
-    where they are: no shard is copied. Shard format, Arrow schema, fields and classes must agree (a
-    one-line error names the difference).
+    where they are: no shard is copied. Shard format, Arrow schema and fields must agree (a one-line
+    error names the difference). Class lists may differ: the merge lists their union (the first
+    source's classes in order, then each next source's new ones in order) and records, per source, the
+    map of its labels to the union (``relabel``), which readers apply to every sample's ``cls``.
 
     Args:
         sources: the datasets to merge (folders or fsspec URLs), in order.
-        dest: the merged dataset's folder, beside the sources (on the same store).
+        dest: the merged dataset's folder: beside the sources (on their store: relative paths), or
+            anywhere else (full URLs, read only where trusted; see the module).
         storage_options: fsspec options for the sources and ``dest``.
         overwrite: replace a dataset already at ``dest``.
 
@@ -114,7 +138,7 @@ def merge(
     paths: list[str] = []
     roots: set[str] = set()
     for store, m in zip(stores, manifests):
-        problem = difference(first, m) if m is not first else None
+        problem = difference(first, m, same_classes=False) if m is not first else None
         if problem is not None:
             raise ShardstreamError(
                 f"cannot merge {store.url} with {stores[0].url}: {problem.replace('its ', 'the first ', 1)}"
@@ -133,14 +157,30 @@ def merge(
         nbytes=np.concatenate([m.nbytes for m in manifests]),
         sha256=[d for m in manifests for d in m.sha256],
         fields=_merged_fields(manifests),
-        classes=first.classes,
         arrow_schema=first.arrow_schema,
         created=creation_info(operation="merge", source=", ".join(s.url for s in stores)),
         index_sha256=_index_column(manifests),
         roots=sorted(roots),
         selection=selection,
+        **_unified_classes(manifests),
     )
     return _publish(target, manifest, overwrite)
+
+
+def _unified_classes(manifests: list[Manifest]) -> dict[str, Any]:
+    """``classes`` and ``relabel`` of the merge of ``manifests``: the union of their class lists (the
+    first's in order, then each next one's new classes in order) and, where a source's labels then mean
+    other indexes, each shard's map to the union; equal lists need no map."""
+    if manifests[0].classes is None:
+        return {"classes": None, "relabel": None}
+    classes, maps = unify([m.classes or [] for m in manifests])
+    per_shard: list[tuple[int, ...]] = []
+    for m, to_union in zip(manifests, maps):
+        own = m.relabel.shard_maps() if m.relabel is not None else [None] * m.num_shards
+        per_shard += [to_union if s is None else tuple(to_union[v] for v in s) for s in own]
+    if all(s == tuple(range(len(s))) for s in per_shard):
+        return {"classes": classes, "relabel": None}
+    return {"classes": classes, "relabel": Relabel.of_shards(per_shard)}
 
 
 def _rows(m: Manifest, shard: int) -> np.ndarray:
@@ -284,4 +324,7 @@ def _part(
         index_sha256=None if index is None else [index[i] for i in keep],
         roots=roots,
         selection=encode_selection([rows[i] for i in keep])[1],
+        relabel=None
+        if m.relabel is None
+        else Relabel.of_shards([m.relabel.shard_maps()[i] for i in keep]),
     )

@@ -100,6 +100,23 @@ def _bare_tars(path: str) -> list[str]:
     return [os.path.join(path, n) for n in names]
 
 
+def _refuse_read_time_views(path: str, manifest: Any) -> None:
+    """A merge that relabels classes, or a split's selection, is applied by readers as they read: its
+    shards' bytes alone would give other labels or other samples, so they are not resharded."""
+    what = (
+        "maps its sources' labels to one class list as they are read (a merge of other class lists)"
+        if manifest.relabel is not None
+        else "selects some samples of its shards (a split)"
+        if manifest.selection is not None
+        else None
+    )
+    if what is not None:
+        raise SourceError(
+            f"{path} {what}; resharding its shards would lose that: reshard its sources and merge "
+            "or split again, or read it with ShardDataset"
+        )
+
+
 def open_shards_source(path: str) -> ShardsSource | ShardsTableSource:
     """List the shards of a shardstream dataset, or WebDataset tars, to reshard them."""
     if os.path.isdir(path) and os.path.isfile(os.path.join(path, MANIFEST_NAME)):
@@ -107,6 +124,7 @@ def open_shards_source(path: str) -> ShardsSource | ShardsTableSource:
             store, manifest = open_dataset(path)
         except ShardstreamError as exc:
             raise SourceError(" ".join(str(exc).split())) from None
+        _refuse_read_time_views(path, manifest)
         files = [store.path(p) for p in manifest.paths]
         if manifest.shard_format == "arrow":
             return ShardsTableSource(path, "ipc", files, classes=manifest.classes)

@@ -90,7 +90,7 @@ class ShardFetcher:
     def fetch(self, shard: int) -> Any:
         """Shard ``shard``'s bytes: a memory map (local file or cache) or ``bytes``."""
         path = self.manifest.paths[shard]
-        if self.store.local:
+        if self.store.is_local(path):
             if not self.verify_local:
                 return self.store.read_bytes(path)
             return self._checked_local(shard)
@@ -127,7 +127,7 @@ class ShardFetcher:
         """Whether a remote shard is in the local cache already (reading it whole costs no download)."""
         return (
             self.cache is not None
-            and not self.store.local
+            and not self.store.is_local(self.manifest.paths[shard])
             and os.path.exists(self.cache.path(self.key(shard)))
         )
 

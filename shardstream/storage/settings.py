@@ -41,6 +41,11 @@ class StorageSettings:
             damaged download) before giving up with an error (default: 5).
         timeout: seconds one request may take before it is retried (large downloads get
             more, at 1 MB/s); ``None`` for no limit (default: 60).
+        trusted_roots: locations outside the dataset's folder that its manifest may name shards in
+            by full URL (a merge across stores), each with its fsspec options:
+            ``{"s3://bucket/team-a": {"endpoint_url": ...}, "/data/local-set": {}}``. A location
+            holds the roots under it. A manifest naming a full-URL root none of them holds is refused
+            (default: none, so a dataset reads only its own folder and the folders beside it).
     """
 
     options: dict[str, Any] = field(default_factory=dict)
@@ -49,9 +54,17 @@ class StorageSettings:
     prefetch: int | str = "512MB"
     retries: int = 5
     timeout: float | None = 60.0
+    trusted_roots: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        from .routed import normalize_root
+
         object.__setattr__(self, "options", dict(self.options or {}))
+        object.__setattr__(
+            self,
+            "trusted_roots",
+            {normalize_root(k): dict(v or {}) for k, v in (self.trusted_roots or {}).items()},
+        )
         if self.prefetch_bytes < 0:
             raise ValueError(f"prefetch must be 0 or more bytes, not {self.prefetch!r}")
         self.retry  # noqa: B018 - checks retries and timeout now, not at the first download

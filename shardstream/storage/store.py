@@ -49,6 +49,8 @@ class Store:
     # folders outside this one that names may start with (``../a``): the shards a merged or split dataset
     # reads where they are (see :meth:`reach`)
     roots: tuple[str, ...] = ()
+    # full-URL roots the manifest declares: not names here (see reach), named in errors
+    url_roots: tuple[str, ...] = ()
 
     def __new__(cls, *args: Any, **kwargs: Any) -> Store:
         # the factory: the backend by protocol (subclasses, and unpickling, come as they are)
@@ -90,10 +92,18 @@ class Store:
         """The user-facing URL of ``name``, for messages."""
         raise NotImplementedError
 
+    def is_local(self, name: str) -> bool:
+        """Whether ``name`` is a local file (mapped, not downloaded): this store's kind, for every name of
+        one folder (a :class:`~shardstream.storage.routed.RoutedStore` says it per name)."""
+        return self.local
+
     def reach(self, roots: list[str]) -> None:
         """Let names start with ``roots``: relative folders beside this one (``../a``, ``../../b/c``), as a
         manifest that reads other datasets' shards where they are declares them. On object storage they stay
-        inside the bucket."""
+        inside the bucket. Full-URL roots (``s3://bucket/a``) are not names here: only a
+        :class:`~shardstream.storage.routed.RoutedStore` the reader made for them reads them."""
+        self.url_roots = tuple(root for root in roots if "://" in root)
+        roots = [root for root in roots if "://" not in root]
         for root in roots:
             problem = root_problem(root)
             ups = root.split("/").count("..")
@@ -128,6 +138,15 @@ class Store:
             or ".." in name.replace("\\", "/").split("/")
         ):
             shown = repr(name)[:200]
+            declared = [
+                r for r in self.url_roots if isinstance(name, str) and name.startswith(r + "/")
+            ]
+            if declared:
+                raise StorageError(
+                    f"{shown} is under {declared[0]!r:.120}, outside {self.url}; read a dataset that "
+                    "names shards by full URL with ShardDataset, ShardMap or MixedDataset and "
+                    f"StorageSettings(trusted_roots={{{declared[0]!r:.120}: {{...fsspec options}}}})"
+                )
             raise StorageError(
                 f"{shown} is not a name inside {self.url}: names are relative '/'-separated paths "
                 "without '..' segments; the manifest (or the caller) points outside the dataset, "

@@ -125,3 +125,40 @@ def test_ddp_resume_on_another_world_size(tmp_path):
     read = [k for g in first + second for k in g["keys"]]
     assert len(read) == n
     assert sorted(read) == [key_of(i) for i in range(n)]
+
+
+def test_ddp_ranks_agree_on_the_version_each_epoch_starts_on(tmp_path):
+    """``on_new_version="next_epoch"`` under DDP: a version published between two ranks' looks at the
+    latest is not read by one rank alone; every epoch, both ranks read one version, each sample once."""
+    import shardstream as ss
+    from tests.packing.test_living import text_folder
+
+    one = text_folder(tmp_path / "one", 6)
+    two = text_folder(tmp_path / "two", 2, 100)
+    dataset = str(tmp_path / "ds")
+    ss.pack(str(tmp_path / "one"), dataset, samples_per_shard=3, progress=False, workers=1)
+    out = tmp_path / "out"
+    out.mkdir()
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
+        env.pop(name, None)
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc-per-node=2",
+        "--nnodes=1",
+        "--master-addr=127.0.0.1",
+        f"--master-port={free_port()}",
+        str(Path(__file__).with_name("version_reader.py")),
+        dataset,
+        str(tmp_path / "two"),
+        str(out),
+    ]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=180, env=env)
+    assert done.returncode == 0, f"{done.stdout}\n{done.stderr[-6000:]}"
+    epochs = json.loads((out / "result-versions.json").read_text())
+    for gathered, version, keys in zip(epochs, (1, 1, 2), (one, one, one | two)):
+        assert [g["version"] for g in gathered] == [version, version]
+        read = [k for g in gathered for k in g["keys"]]
+        assert sorted(read) == sorted(keys)  # every sample of that version, once

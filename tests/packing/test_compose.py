@@ -3,6 +3,7 @@ append, selections read exactly by ShardDataset (ranks, resume) and MixedDataset
 
 from __future__ import annotations
 
+import json
 import os
 
 import pytest
@@ -69,6 +70,8 @@ def test_split_parts_are_disjoint_hold_every_sample_and_stay_put_under_append(tw
     assert parts["train"].num_samples == len(train) and parts["val"].num_samples == len(val)
     assert os.listdir(data / "split/train") != []  # a manifest and a selection, no shard
     assert not [n for n in os.listdir(data / "split/train") if n.endswith(".tar")]
+    with pytest.raises(ShardstreamError, match="selects some samples of its shards"):
+        ss.pack(str(data / "split/train"), str(root / "resharded"), progress=False)
     # append to the source, split again: every sample stays in its part, the new ones are split too
     added = text_folder(root / "more", 6, 500)
     pack_quiet(root / "more", data / "A", append=True)
@@ -140,3 +143,132 @@ def test_merge_and_split_on_the_command_line(two):
     assert set(read_all(data / "S/train")) | set(read_all(data / "S/val")) == keys["A"] | keys["B"]
     done = runner.invoke(cli, ["log", str(data / "S/train")])
     assert done.exit_code == 0 and " split" in done.output
+
+
+def image_folder(root, classes: tuple[str, ...], n: int, tag: str) -> None:
+    """``n`` tiny PNGs per class folder (keys ``<class>/<tag><i>``): an ImageFolder tree."""
+    from PIL import Image
+
+    for c in classes:
+        (root / c).mkdir(parents=True, exist_ok=True)
+        for i in range(n):
+            Image.new("L", (2, 2), i).save(root / c / f"{tag}{i}.png")
+
+
+def _name(classes: list[str], label) -> str:
+    return classes[int(bytes(label)) if isinstance(label, (bytes, memoryview)) else int(label)]
+
+
+@pytest.mark.parametrize("fmt", ["tar", "arrow"])
+def test_merge_unifies_class_lists_and_every_label_names_its_class(tmp_path, fmt):
+    import torch
+
+    image_folder(tmp_path / "s1", ("cat", "dog"), 3, "a")
+    image_folder(tmp_path / "s2", ("dog", "bird"), 4, "b")
+    data = tmp_path / "data"
+    for src, name in (("s1", "one"), ("s2", "two")):
+        ss.pack(
+            str(tmp_path / src),
+            str(data / name),
+            samples_per_shard=2,
+            progress=False,
+            workers=1,
+            format=fmt,
+        )
+    m = ss.merge([data / "one", data / "two"], data / "both")
+    assert m.classes == ["cat", "dog", "bird"]
+    assert os.listdir(data / "both") == ["_manifest.json"]  # no shard rewritten
+    head = json.loads((data / "both/_manifest.json").read_text())
+    assert head["shardstream_manifest"] == 3  # older readers refuse it, rather than misread labels
+    assert load_manifest(str(data / "two")).classes == ["bird", "dog"]  # ImageFolder: sorted
+    assert head["relabel"]["maps"] == [[0, 1], [2, 1]]
+    # the truth, from the sources: each key's class name as its source labels it
+    truth = {}
+    for name in ("one", "two"):
+        classes = load_manifest(str(data / name)).classes
+        for s in ss.ShardDataset(str(data / name), decode=None):
+            truth[s["__key__"]] = _name(classes, s["cls"])
+    assert len(truth) == 2 * 3 + 2 * 4
+    assert all(key.split("/")[0] == c for key, c in truth.items())
+    url, classes = str(data / "both"), m.classes
+
+    def named(pairs) -> dict[str, str]:
+        out: dict[str, str] = {}
+        for key, label in pairs:
+            assert key not in out
+            out[key] = _name(classes, label)
+        return out
+
+    for decode in (None, "torch"):
+        ds = ss.ShardDataset(url, decode=decode, seed=1)
+        assert named((s["__key__"], s["cls"]) for s in ds) == truth
+        for workers in (0, 2):
+            loader = ss.ShardDataset(url, decode=decode, seed=2).loader(
+                batch_size=3, num_workers=workers
+            )
+            pairs = [
+                (k, c)
+                for b in loader
+                for k, c in zip(
+                    b["__key__"],
+                    b["cls"] if decode else [b["cls"][i] for i in range(len(b["cls"]))],
+                )
+            ]
+            assert named(pairs) == truth
+        shard_map = ss.ShardMap(url, decode=decode)
+        assert named((s["__key__"], s["cls"]) for s in shard_map) == truth
+        dl = torch.utils.data.DataLoader(
+            shard_map, batch_size=4, num_workers=2, collate_fn=lambda batch: batch
+        )
+        assert named((s["__key__"], s["cls"]) for b in dl for s in b) == truth
+    # resharding its shards alone would give the stored labels: refused
+    with pytest.raises(ShardstreamError, match="maps its sources' labels"):
+        ss.pack(url, str(tmp_path / "resharded"), progress=False)
+    # a split of the merge keeps each shard's map; so does an append to it (packed with its classes)
+    parts = ss.split(url, data / "parts", {"x": 0.5, "y": 0.5}, seed=0)
+    split_pairs = [
+        (s["__key__"], s["cls"])
+        for p in parts
+        for s in ss.ShardDataset(str(data / "parts" / p), decode="torch")
+    ]
+    assert named(split_pairs) == truth
+    if fmt == "tar":
+        png = (tmp_path / "s2/bird/b0.png").read_bytes()
+        with ss.ShardWriter(url, classes=classes, append=True) as writer:
+            writer.write({"__key__": "bird/new", "cls": b"2", "png": png})
+        assert load_manifest(url).version == 2
+        got = named((s["__key__"], s["cls"]) for s in ss.ShardDataset(url, decode="torch"))
+        assert got == {**truth, "bird/new": "bird"}
+
+
+def test_a_relabeled_manifest_is_refused_where_it_could_be_misread(tmp_path, monkeypatch):
+    from shardstream.manifest import schema
+
+    image_folder(tmp_path / "s1", ("cat", "dog"), 1, "a")
+    image_folder(tmp_path / "s2", ("bird",), 1, "b")
+    for src, name in (("s1", "one"), ("s2", "two")):
+        ss.pack(str(tmp_path / src), str(tmp_path / name), progress=False, workers=1)
+    ss.merge([tmp_path / "one", tmp_path / "two"], tmp_path / "both")
+    path = tmp_path / "both/_manifest.json"
+    good = path.read_bytes()
+    # a reader of manifest format 2 (before relabel) refuses it, naming the fix
+    monkeypatch.setattr(schema, "FORMAT_VERSION", 2)
+    with pytest.raises(ShardstreamError, match="manifest version 3.*upgrade shardstream"):
+        load_manifest(str(tmp_path / "both"))
+    monkeypatch.undo()
+    # relabel in a format older readers read as plain labels: refused
+    doc = json.loads(good)
+    path.write_text(json.dumps({**doc, "shardstream_manifest": 1}))
+    with pytest.raises(ShardstreamError, match="relabel needs version 3"):
+        load_manifest(str(tmp_path / "both"))
+    # a map naming a class the list lacks
+    doc["relabel"]["maps"][1] = [7]
+    path.write_text(json.dumps(doc))
+    with pytest.raises(ShardstreamError, match="names a class outside its 3 classes"):
+        load_manifest(str(tmp_path / "both"))
+    # a label outside its source's map (the source replaced after the merge): a one-line error
+    doc["relabel"]["maps"][1] = [2]
+    doc["relabel"]["maps"][0] = [0]  # source one has 2 classes; its label 1 is outside this map
+    path.write_text(json.dumps(doc))
+    with pytest.raises(ShardstreamError, match="is not one of its source's 1 classes"):
+        list(ss.ShardDataset(str(tmp_path / "both"), decode=None))

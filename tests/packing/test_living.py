@@ -149,6 +149,56 @@ def test_a_reader_pinned_to_a_version_reads_it_through_a_publish_and_resumes_on_
     assert sorted(seen[:4] + rest) == sorted(keys["one"])
 
 
+@pytest.mark.parametrize("workers", [0, 2])
+def test_on_new_version_next_epoch_resumes_on_the_state_s_version_then_moves_to_the_latest(
+    sources, workers
+):
+    root, keys = sources
+    dest = root / "ds"
+    pack_quiet(root / "one", dest)
+    kw = {"shuffle": True, "seed": 3, "decode": None}
+    loader = ss.ShardDataset(str(dest), **kw).loader(batch_size=2, num_workers=0)
+    it = iter(loader)
+    first = [k for _ in range(2) for k in next(it)["__key__"]]
+    state = loader.state_dict()  # mid-epoch 0, on version 1
+    v1_rest = [k for batch in it for k in batch["__key__"]]  # what version 1 reads after the state
+    pack_quiet(root / "two", dest, append=True)  # version 2
+    assert load_manifest(str(dest)).version == 2
+    ds = ss.ShardDataset(str(dest), on_new_version="next_epoch", **kw)
+    assert ds.manifest.version == 2  # opened on the latest
+    resumed = ds.loader(batch_size=2, num_workers=workers)
+    resumed.load_state_dict(state)
+    assert ds.manifest.version == 1  # the rest of the state's epoch: its version
+    rest = [k for batch in resumed for k in batch["__key__"]]
+    assert rest == v1_rest  # exactly version 1's remainder, in its order
+    assert sorted(first + rest) == sorted(keys["one"])
+    # the next epoch starts on the latest (checked as its first pass starts): version 2, each once
+    assert ds.epoch == 1
+    nxt = [k for batch in resumed for k in batch["__key__"]]
+    assert ds.manifest.version == 2
+    assert len(nxt) == len(set(nxt)) and set(nxt) == keys["one"] | keys["two"]
+    # a third version at the next boundary, read by the same (persistent) workers
+    pack_quiet(root / "three", dest, append=True)
+    third = [k for batch in resumed for k in batch["__key__"]]
+    assert sorted(third) == sorted(keys["one"] | keys["two"] | keys["three"])
+    # a state taken at an epoch's start starts that epoch on the latest
+    fresh = ss.ShardDataset(str(dest), on_new_version="next_epoch", version=1, **kw)
+    assert fresh.manifest.version == 1
+    boundary = fresh.loader(batch_size=2)
+    boundary.load_state_dict(fresh.state_dict())
+    assert fresh.manifest.version == 3
+    # without the option: the latest refuses the state; pinned to version 1 it stays on version 1
+    with pytest.raises(ShardstreamError, match="dataset version 1 in the state, 3 here"):
+        ss.ShardDataset(str(dest), **kw).loader(batch_size=2).load_state_dict(state)
+    pinned = ss.ShardDataset(str(dest), version=1, **kw)
+    stays = pinned.loader(batch_size=2, num_workers=workers)
+    stays.load_state_dict(state)
+    assert [k for batch in stays for k in batch["__key__"]] == v1_rest
+    assert sorted(k for batch in stays for k in batch["__key__"]) == sorted(keys["one"])
+    with pytest.raises(ValueError, match="on_new_version must be"):
+        ss.ShardDataset(str(dest), on_new_version="latest")
+
+
 def test_gc_keeps_every_file_of_the_kept_versions_and_dry_runs_by_default(sources):
     root, keys = sources
     dest = root / "ds"

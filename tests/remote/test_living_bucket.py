@@ -141,3 +141,110 @@ def test_merge_and_split_in_a_bucket_read_every_sample_once(s3_bucket, tmp_path)
     # a manifest cannot reach out of its bucket
     with pytest.raises(StorageError, match="climbs out of the bucket"):
         Store(s3_bucket.url("data/AB"), options).reach(["../../../other"])
+
+
+def test_merge_of_a_local_and_an_s3_dataset_reads_each_sample_once(s3_bucket, tmp_path):
+    """A local merge of a local dataset and one in a moto bucket: the bucket's shards by full URL,
+    read only with that root trusted (and its options), every sample exactly once."""
+    import json
+
+    options = s3_bucket.storage_options
+    kw = {"samples_per_shard": 3, "progress": False, "workers": 1}
+    local_keys = text_folder(tmp_path / "src-l", 4)
+    remote_keys = text_folder(tmp_path / "src-r", 5, 100)
+    ss.pack(str(tmp_path / "src-l"), str(tmp_path / "data/local"), **kw)
+    remote = s3_bucket.url("team-b")
+    ss.pack(str(tmp_path / "src-r"), remote, storage_options=options, **kw)
+    both = str(tmp_path / "data/both")
+    m = ss.merge([str(tmp_path / "data/local"), remote], both, storage_options=options)
+    assert m.roots == sorted(["../local", remote])
+    head = json.loads((tmp_path / "data/both/_manifest.json").read_text())
+    assert [p for p in head["shards"]["path"] if p.startswith(remote + "/")]  # full URLs
+    # not trusted: refused, naming the root and the fix
+    with pytest.raises(StorageError, match=r"outside its folder.*trusted_roots") as refused:
+        ss.ShardDataset(both)
+    assert "\n" not in str(refused.value)
+    storage = ss.StorageSettings(trusted_roots={remote: options})
+    for workers in (0, 2):
+        loader = ss.ShardDataset(both, decode=None, storage=storage, seed=workers).loader(
+            batch_size=2, num_workers=workers
+        )
+        keys = [k for batch in loader for k in batch["__key__"]]
+        assert len(keys) == len(set(keys)) == len(local_keys) + len(remote_keys)
+        assert set(keys) == local_keys | remote_keys
+    # a location above the root trusts it too; ShardMap reads through the same rule
+    bucket_root = remote.rsplit("/", 1)[0]
+    mapped = ss.ShardMap(
+        both, decode=None, storage=ss.StorageSettings(trusted_roots={bucket_root: options})
+    )
+    assert sorted(s["__key__"] for s in mapped) == sorted(local_keys | remote_keys)
+    # a tool without the reader's trust (verify) names the root and the fix
+    try:
+        checked = verify(both)
+        problems = " ".join(str(p) for p in checked.problems)
+    except StorageError as exc:
+        problems = str(exc)
+    assert "trusted_roots" in problems and remote in problems
+    # on the command line, the connection flags reach the bucket's dataset from a local DEST
+    from click.testing import CliRunner
+
+    from shardstream.cli import cli
+
+    flags = ["--endpoint-url", options["endpoint_url"]]
+    for key, value in options.items():
+        flags += [] if key == "endpoint_url" else ["-o", f"{key}={value}"]
+    done = CliRunner().invoke(
+        cli, ["merge", str(tmp_path / "data/local"), remote, str(tmp_path / "data/cli"), *flags]
+    )
+    assert done.exit_code == 0, done.output
+    assert load_manifest(str(tmp_path / "data/cli")).fingerprint == m.fingerprint
+    # the other way: a merge in the bucket names the local dataset by file:// URL
+    up = s3_bucket.url("both")
+    m2 = ss.merge([remote, str(tmp_path / "data/local")], up, storage_options=options)
+    local_root = f"file://{tmp_path / 'data/local'}"
+    assert local_root in m2.roots
+    with pytest.raises(StorageError, match="outside its folder"):
+        ss.ShardDataset(up, storage_options=options)
+    trusted = ss.ShardDataset(
+        up,
+        decode=None,
+        storage=ss.StorageSettings(options=options, trusted_roots={str(tmp_path / "data"): {}}),
+    )
+    assert sorted(s["__key__"] for s in trusted) == sorted(local_keys | remote_keys)
+
+
+def test_a_manifest_naming_a_url_outside_its_roots_is_refused(s3_bucket, tmp_path):
+    """Hostile manifests: a shard URL under no declared root, and a declared root the reader did not
+    trust, are each one-line errors; no byte is fetched from either."""
+    import json
+
+    from shardstream.errors import ManifestError
+
+    options = s3_bucket.storage_options
+    text_folder(tmp_path / "src", 2)
+    ss.pack(str(tmp_path / "src"), str(tmp_path / "ds"), samples_per_shard=3, progress=False)
+    path = tmp_path / "ds/_manifest.json"
+    doc = json.loads(path.read_text())
+    secret = s3_bucket.url("private/secret.tar")
+    doc["shards"]["path"][0] = secret
+    path.write_text(json.dumps(doc))
+    storage = ss.StorageSettings(trusted_roots={s3_bucket.url("private"): options})
+    with pytest.raises(ManifestError, match="path .*secret.tar.* is a URL|not a plain") as refused:
+        ss.ShardDataset(str(tmp_path / "ds"), storage=storage)
+    assert "\n" not in str(refused.value)
+    # declared, so the schema takes it; not trusted by the reader: refused before any read
+    doc["roots"] = [s3_bucket.url("private")]
+    path.write_text(json.dumps(doc))
+    with pytest.raises(StorageError, match="names shards at .*private.*outside its folder"):
+        ss.ShardDataset(str(tmp_path / "ds"), storage_options=options)
+    # a root that is no clean URL
+    for bad in (
+        s3_bucket.url("a/../private"),
+        "s3://",
+        "file://relative/x",
+        s3_bucket.url("a?x=1"),
+    ):
+        doc["roots"] = [bad]
+        path.write_text(json.dumps(doc))
+        with pytest.raises(ManifestError, match="root"):
+            load_manifest(str(tmp_path / "ds"))
