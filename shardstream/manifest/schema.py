@@ -31,6 +31,7 @@ from .checks import checksums_fine, kind_of, path_problem, paths_fine
 from .table import HexColumn, decode_table, reference_problem
 
 if TYPE_CHECKING:
+    from .image_sizes import ImageSizes
     from .selection import Selection
 
 MANIFEST_NAME = "_manifest.json"
@@ -86,6 +87,8 @@ class Manifest:
         version: the dataset's version this manifest is (1 for the first publish).
         selection: a split's selection of each shard's samples (its side file and sha256), or None.
         roots: the folders beside the dataset's that a merged or split dataset reads shards from.
+        image_sizes: each sample's image width and height recorded at pack time (its side file and
+            sha256; see :mod:`shardstream.manifest.image_sizes`), or None.
     """
 
     shard_format: str
@@ -108,6 +111,8 @@ class Manifest:
     roots: list[str] | None = None
     # per shard, the samples of it the dataset reads (a split); None: all of them
     selection: Selection | None = None
+    # each sample's image width and height, in a side file (read only by what plans from them)
+    image_sizes: ImageSizes | None = None
     source: InitVar[str | None] = None
 
     def __post_init__(self, source: str | None) -> None:
@@ -211,6 +216,7 @@ class Manifest:
             **({"version": self.version} if self.version != 1 else {}),
             **({"roots": self.roots} if self.roots is not None else {}),
             **({"selection": self.selection.reference} if self.selection is not None else {}),
+            **({"image_sizes": self.image_sizes.reference} if self.image_sizes is not None else {}),
             "shards": table
             if table is not None
             else {
@@ -283,6 +289,7 @@ class Manifest:
             doc.get("version", 1),
             doc.get("roots"),
             _selection(doc, check, read_table),
+            _image_sizes(doc, check),
             source=source,
         )
         for total, actual in (
@@ -357,6 +364,21 @@ def _selection(
     if problem is not None:
         raise check.fail(problem)
     return selection
+
+
+def _image_sizes(doc: dict[str, Any], check: _Checker) -> ImageSizes | None:
+    """The head's reference to the recorded image sizes (the file itself is read when planned from)."""
+    ref = doc.get("image_sizes")
+    if ref is None:
+        return None
+    import numpy as np
+
+    from .image_sizes import ImageSizes, reference_problem
+
+    problem = reference_problem(ref)
+    if problem is not None:
+        raise check.fail(problem)
+    return ImageSizes(np.zeros(0, dtype=np.int64), list(ref["fields"]), reference=dict(ref))
 
 
 def creation_info(source: str | None = None, **extra: Any) -> dict[str, Any]:
