@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import functools
 import io
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,6 +21,7 @@ import torch
 from ..errors import UsageError
 from ..formats.image_header import image_size as header_size
 from ..plan.packing import bucket_batches, bucket_of, split_largest
+from .bucket_plan import PlannedBuckets, recorded_keys
 from .collate import collate
 from .mapped import MappedBytes
 from .windowed import WindowedBatches, window_of
@@ -174,10 +175,50 @@ class Bucketed(WindowedBatches):
         if self.boundaries is not None:
             bucket_of(np.zeros(0), self.boundaries)  # checks that they increase
         self.collate_fn = collate_fn or collate
+        self.planned = _planned(self, dataset, num_workers, loader_kwargs)
+        if self.planned is not None:
+            self.dataset, self.window, self.in_place = dataset, window, False
+            return
         # raw local tars: windows of locations, grouped without copying a value
         self.in_place = collate_fn is None and bool(dataset.mapped)
         keyed = None if self.in_place else functools.partial(keyed_window, key)
         super().__init__(dataset, window, num_workers, loader_kwargs, collate=keyed)
+
+    # -- planned from recorded sizes, or per window -----------------------------------------------
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self.planned) if self.planned is not None else super().__iter__()
+
+    def set_epoch(self, epoch: int) -> None:
+        if self.planned is not None:
+            self.planned.set_epoch(epoch)
+        else:
+            super().set_epoch(epoch)
+
+    def state_dict(self) -> dict[str, Any]:
+        """Where to go on: planned, the batches read per rank (and on what world size); else the window's."""
+        return self.planned.state_dict() if self.planned is not None else super().state_dict()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue from ``state`` (one saved by a ``Bucketed`` planned the same way)."""
+        if (self.planned is not None) != ("planned" in state):
+            raise UsageError(
+                "this resume state was saved by a Bucketed "
+                + (
+                    "planned per window"
+                    if self.planned is not None
+                    else "planned from recorded sizes"
+                )
+                + "; resume with the same dataset (with or without recorded image sizes) and key"
+            )
+        if self.planned is not None:
+            self.planned.load_state_dict(state)
+        else:
+            super().load_state_dict(state)
+
+    @property
+    def planned_up_front(self) -> bool:
+        """Whether the epoch's batches were planned from sizes recorded at pack time (no window reads)."""
+        return self.planned is not None
 
     def buckets(self, keys: np.ndarray) -> np.ndarray:
         """The bucket of each key (with ``boundaries=None``: the key, as an integer)."""
@@ -203,6 +244,23 @@ class Bucketed(WindowedBatches):
         if isinstance(batch, dict):
             batch["__bucket__"] = int(self.last_buckets[int(group[0])])
         return batch
+
+
+def _planned(
+    shape: Bucketed, dataset: Any, num_workers: int | None, loader_kwargs: dict[str, Any]
+) -> PlannedBuckets | None:
+    """The whole epoch planned from recorded image sizes, where the dataset has them for the key's field."""
+    if not isinstance(shape.key, aspect_ratio):
+        return None
+    keys = recorded_keys(dataset, shape.key.field)
+    if keys is None:
+        return None
+    planned = PlannedBuckets(
+        dataset, shape.buckets(keys), shape.batch_size, shape.collate_fn, num_workers, loader_kwargs
+    )
+    if planned.map.manifest.fingerprint != dataset.manifest.fingerprint:
+        return None  # another version of the dataset than the one it reads
+    return planned
 
 
 __all__ = ["Bucketed", "KeyedWindow", "aspect_ratio", "image_size", "keyed_window", "length_of"]

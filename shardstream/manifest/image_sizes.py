@@ -103,8 +103,11 @@ class ImageSizes:
 
 
 def encode_image_sizes(shards: Sequence[ShardSizes]) -> ImageSizes | None:
-    """The side file of the shards' recorded sizes (in manifest order); None when no shard has an image field."""
-    fields = sorted({name for s in shards for name in s.found})
+    """The side file of the shards' recorded sizes (in manifest order): of the image fields with at least
+    one size found; None when there are none."""
+    fields = sorted(
+        {name for s in shards for name, found in s.found.items() if any(w for _, (w, _) in found)}
+    )
     if not fields:
         return None
     counts = np.array([s.samples for s in shards], dtype=np.int64)

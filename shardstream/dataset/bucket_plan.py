@@ -1,0 +1,132 @@
+"""Bucketed batches planned for the whole epoch from image sizes recorded at pack time.
+
+Where a dataset's manifest names recorded image sizes (:mod:`shardstream.manifest.image_sizes`) for the
+field of an :func:`~shardstream.dataset.bucketed.aspect_ratio` key, every sample's bucket is known before
+anything is read: the epoch's batches come from :func:`shardstream.plan.buckets.epoch_batches` (the same
+for any world size and worker count), each rank's from :func:`~shardstream.plan.buckets.rank_batches`,
+and a DataLoader reads each batch's samples by index (:class:`~shardstream.dataset.shard_map.ShardMap`,
+decoded as the dataset decodes them). The resume state is the batches read per rank and on what world
+size, so a resume on another world size is exact too.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import numpy as np
+from torch.utils.data import DataLoader
+
+from ..manifest.image_sizes import read_image_sizes
+from ..plan.buckets import epoch_batches, rank_batches
+from .shard_dataset import ShardDataset
+from .shard_map import ShardMap
+
+log = logging.getLogger("shardstream")
+
+
+def recorded_keys(dataset: Any, field: str) -> np.ndarray | None:
+    """Every sample's aspect ratio (width / height of ``field``, manifest order) from the recorded sizes;
+    None where the plan cannot come from them (no sizes recorded for ``field``, a sample without one, a
+    split's selection, a transform that may change the image). A size file that does not match the
+    manifest is an error naming it."""
+    if not isinstance(dataset, ShardDataset) or dataset.transform is not None:
+        return None
+    m = dataset.manifest
+    if m.image_sizes is None or field not in m.image_sizes.fields or m.selection is not None:
+        return None
+    sizes = read_image_sizes(m.image_sizes.reference, dataset.store.read_bytes, m.paths, m.samples)
+    widths, heights = sizes.widths[field], sizes.heights[field]
+    if len(widths) == 0 or not (widths > 0).all():
+        log.info(
+            "%s: %d samples have no recorded size of %r; buckets are found as the samples are read",
+            dataset.store.url,
+            int((widths == 0).sum()),
+            field,
+        )
+        return None
+    return widths.astype(np.float64) / np.maximum(heights, 1).astype(np.float64)
+
+
+class _Batches:
+    """A batch sampler over a list of batches of indices (the rank's part of the plan)."""
+
+    def __init__(self, batches: Sequence[np.ndarray]):
+        self.batches = batches
+
+    def __iter__(self) -> Iterator[list[int]]:
+        return (b.tolist() for b in self.batches)
+
+    def __len__(self) -> int:
+        return len(self.batches)
+
+
+class PlannedBuckets:
+    """The planned path of :class:`~shardstream.dataset.bucketed.Bucketed` (see the module's notes)."""
+
+    def __init__(  # noqa: PLR0913 - Bucketed's settings, passed on
+        self,
+        dataset: ShardDataset,
+        buckets: np.ndarray,
+        batch_size: int,
+        collate_fn: Callable[[list[Any]], Any],
+        num_workers: int | None,
+        loader_kwargs: dict[str, Any],
+    ):
+        self.dataset, self.buckets, self.batch_size = dataset, buckets, batch_size
+        self.collate_fn = collate_fn
+        self.num_workers = 0 if num_workers is None else int(num_workers)
+        self.loader_kwargs = loader_kwargs
+        self.map = ShardMap(dataset.store.url, decode=None, storage=dataset.storage)
+        self.map.decoder = dataset.decoder  # decoded as the dataset decodes
+        self.epoch = dataset.epoch
+        self.consumed: list[tuple[int, int]] = []  # (batches per rank, world size) read before
+        self.emitted = 0  # batches given in this stretch
+
+    def batches(self) -> list[np.ndarray]:
+        """This rank's batches still to read in the epoch."""
+        ds = self.dataset
+        planned = epoch_batches(self.buckets, self.batch_size, ds.seed, self.epoch, ds.shuffle)
+        return rank_batches(planned, ds.world_size, ds.rank, self.consumed)
+
+    def __len__(self) -> int:
+        return len(self.batches())
+
+    def __iter__(self) -> Iterator[Any]:
+        if self.emitted:  # a pass left before its end: go on after what it gave
+            self.consumed.append((self.emitted, self.dataset.world_size))
+            self.emitted = 0
+        mine = self.batches()
+        loader = DataLoader(
+            self.map,
+            batch_sampler=_Batches(mine),
+            num_workers=self.num_workers,
+            collate_fn=self.collate_fn,
+            **self.loader_kwargs,
+        )
+        for group, batch in zip(mine, loader):
+            self.emitted += 1
+            if isinstance(batch, dict):
+                batch["__bucket__"] = int(self.buckets[int(group[0])])
+            yield batch
+        self.consumed, self.emitted = [], 0
+        self.epoch += 1  # the next pass reads the next epoch unless set_epoch says otherwise
+
+    def set_epoch(self, epoch: int) -> None:
+        if epoch != self.epoch:
+            self.consumed, self.emitted = [], 0
+        self.epoch = int(epoch)
+
+    def state_dict(self) -> dict[str, Any]:
+        consumed = [*self.consumed, (self.emitted, self.dataset.world_size)]
+        return {"planned": {"epoch": self.epoch, "consumed": [list(c) for c in consumed]}}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        planned = state["planned"]
+        self.epoch = int(planned["epoch"])
+        self.consumed = [(int(k), int(w)) for k, w in planned["consumed"]]
+        self.emitted = 0
+
+
+__all__ = ["PlannedBuckets", "recorded_keys"]
