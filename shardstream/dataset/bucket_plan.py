@@ -16,10 +16,11 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
-from torch.utils.data import DataLoader
+from torch.utils.data import DataLoader, Dataset
 
 from ..manifest.image_sizes import read_image_sizes
 from ..plan.buckets import epoch_batches, rank_batches
+from .collate import collate
 from .shard_dataset import ShardDataset
 from .shard_map import ShardMap
 
@@ -49,17 +50,48 @@ def recorded_keys(dataset: Any, field: str) -> np.ndarray | None:
     return widths.astype(np.float64) / np.maximum(heights, 1).astype(np.float64)
 
 
-class _Batches:
-    """A batch sampler over a list of batches of indices (the rank's part of the plan)."""
+CHUNK = 8  # batches a worker reads and sends at once (one trip through the DataLoader's queues)
 
-    def __init__(self, batches: Sequence[np.ndarray]):
-        self.batches = batches
 
-    def __iter__(self) -> Iterator[list[int]]:
-        return (b.tolist() for b in self.batches)
+class _PlannedReads(Dataset):
+    """Chunk ``k`` of the rank's planned batches (``CHUNK`` of them), read in a DataLoader worker: over
+    raw local tars as locations in the shard files (:class:`MappedBytes`, as a plain raw batch: nothing
+    copied), else each batch's samples read by index (``ShardMap``, decoded as the dataset decodes) and
+    collated."""
+
+    def __init__(
+        self,
+        dataset: ShardDataset,
+        samples: ShardMap,
+        batches: Sequence[np.ndarray],
+        collate_fn: Callable[[list[Any]], Any],
+        mapped: bool,
+    ):
+        self.dataset, self.samples, self.batches = dataset, samples, batches
+        self.collate_fn, self.mapped = collate_fn, mapped
+        self.ends = np.cumsum(dataset.manifest.samples)
 
     def __len__(self) -> int:
-        return len(self.batches)
+        return -(-len(self.batches) // CHUNK)
+
+    def __getitem__(self, k: int) -> list[Any]:
+        return [self.read(rows) for rows in self.batches[k * CHUNK : (k + 1) * CHUNK]]
+
+    def read(self, rows: np.ndarray) -> Any:
+        """One batch: the samples at ``rows`` (indices in manifest order)."""
+        if self.mapped:
+            shards = np.searchsorted(self.ends, rows, side="right")
+            offsets = rows - (self.ends[shards] - self.dataset.manifest.samples[shards])
+            found = self.dataset.sample_reader.load_mapped(
+                self.dataset.open_shards(), shards, offsets
+            )
+            if found is not None:
+                return found
+        return self.collate_fn(self.samples.__getitems__(rows.tolist()))
+
+
+def _as_read(batches: Any) -> Any:
+    return batches  # each item is a chunk of whole batches already
 
 
 class PlannedBuckets:
@@ -98,14 +130,16 @@ class PlannedBuckets:
             self.consumed.append((self.emitted, self.dataset.world_size))
             self.emitted = 0
         mine = self.batches()
+        mapped = self.collate_fn is collate and self.dataset.mapped
         loader = DataLoader(
-            self.map,
-            batch_sampler=_Batches(mine),
+            _PlannedReads(self.dataset, self.map, mine, self.collate_fn, mapped),
+            batch_size=None,
             num_workers=self.num_workers,
-            collate_fn=self.collate_fn,
+            collate_fn=_as_read,
             **self.loader_kwargs,
         )
-        for group, batch in zip(mine, loader):
+        read = (batch for chunk in loader for batch in chunk)
+        for group, batch in zip(mine, read):
             self.emitted += 1
             if isinstance(batch, dict):
                 batch["__bucket__"] = int(self.buckets[int(group[0])])

@@ -24,7 +24,7 @@ from ..plan.packing import bucket_batches, bucket_of, split_largest
 from .bucket_plan import PlannedBuckets, recorded_keys
 from .collate import collate
 from .mapped import MappedBytes
-from .windowed import WindowedBatches, window_of
+from .windowed import WindowedBatches, rows_of, window_of
 
 
 def image_size(value: Any) -> tuple[int, int]:
@@ -86,19 +86,22 @@ def _value(sample: Any, key: str | Callable[[Any], Any]) -> float:
     return float(value)
 
 
+KEYS = "__keys__"
+
+
 @dataclass
 class KeyedWindow:
-    """A window's samples and each one's key, made in the DataLoader worker."""
+    """A window's samples and each one's key (computed in the DataLoader worker)."""
 
-    samples: list[Any]
+    samples: Sequence[Any]
     keys: np.ndarray
 
 
-def keyed_window(key: str | Callable[[Any], Any], samples: list[Any]) -> KeyedWindow:
-    """The window's samples (raw values as bytes, see :func:`window_of`) with their keys: computed in
-    the worker, next to the read, so the main process only groups numbers."""
+def keyed_window(key: str | Callable[[Any], Any], samples: list[Any]) -> dict[str, Any]:
+    """The window's samples (as :func:`window_of` ships them) with their keys: computed in the worker,
+    next to the read, so the main process only groups numbers."""
     keys = np.array([_value(s, key) for s in samples], dtype=np.float64)
-    return KeyedWindow(window_of(samples), keys)
+    return {**window_of(samples), KEYS: keys}
 
 
 def _mapped_keys(batch: dict[str, Any], key: str | Callable[[Any], Any]) -> np.ndarray:
@@ -219,6 +222,12 @@ class Bucketed(WindowedBatches):
     def planned_up_front(self) -> bool:
         """Whether the epoch's batches were planned from sizes recorded at pack time (no window reads)."""
         return self.planned is not None
+
+    def received(self, window: Any) -> Any:
+        """A window of locations as it is; one made by :func:`keyed_window`: its samples and keys."""
+        if isinstance(window, dict) and KEYS in window:
+            return KeyedWindow(rows_of(window), window[KEYS])
+        return window
 
     def buckets(self, keys: np.ndarray) -> np.ndarray:
         """The bucket of each key (with ``boundaries=None``: the key, as an integer)."""

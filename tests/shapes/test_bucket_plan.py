@@ -150,3 +150,18 @@ def test_a_damaged_size_file_is_an_error_naming_it(tmp_path, url):
     (copy / ref["file"]).write_bytes(bytes(data))
     with pytest.raises(ManifestError, match=f"{ref['file']} does not match its sha256"):
         bucketed(str(copy))
+
+
+def test_a_planned_epoch_decodes_as_the_dataset_does(url):
+    ds = ss.ShardDataset(url, decode="torch", seed=3)
+    shape = ss.Bucketed(ds, ss.aspect_ratio("jpg"), BOUNDARIES, batch_size=4, num_workers=1)
+    assert shape.planned_up_front
+    seen = []
+    for batch in shape:
+        buckets = {
+            int(np.searchsorted(BOUNDARIES, x.shape[-1] / x.shape[-2], side="right"))
+            for x in batch["jpg"]
+        }
+        assert buckets == {batch["__bucket__"]}  # decoded images (C x H x W) of one bucket
+        seen += keys(batch)
+    assert sorted(seen) == [f"k{i:03d}" for i in range(N)]
