@@ -53,8 +53,18 @@ def recorded_keys(dataset: Any, field: str) -> np.ndarray | None:
 CHUNK = 8  # batches a worker reads and sends at once (one trip through the DataLoader's queues)
 
 
+def chunk_bounds(batches: int) -> list[int]:
+    """Where each chunk of batches starts (and the end): 1, 2, 4, then ``CHUNK`` batches a chunk, so the
+    first batch waits for one read only."""
+    bounds, size = [0], 1
+    while bounds[-1] < batches:
+        bounds.append(min(bounds[-1] + size, batches))
+        size = min(2 * size, CHUNK)
+    return bounds
+
+
 class _PlannedReads(Dataset):
-    """Chunk ``k`` of the rank's planned batches (``CHUNK`` of them), read in a DataLoader worker: over
+    """Chunk ``k`` of the rank's planned batches (:func:`chunk_bounds`), read in a DataLoader worker: over
     raw local tars as locations in the shard files (:class:`MappedBytes`, as a plain raw batch: nothing
     copied), else each batch's samples read by index (``ShardMap``, decoded as the dataset decodes) and
     collated."""
@@ -70,12 +80,13 @@ class _PlannedReads(Dataset):
         self.dataset, self.samples, self.batches = dataset, samples, batches
         self.collate_fn, self.mapped = collate_fn, mapped
         self.ends = np.cumsum(dataset.manifest.samples)
+        self.bounds = chunk_bounds(len(batches))
 
     def __len__(self) -> int:
-        return -(-len(self.batches) // CHUNK)
+        return len(self.bounds) - 1
 
     def __getitem__(self, k: int) -> list[Any]:
-        return [self.read(rows) for rows in self.batches[k * CHUNK : (k + 1) * CHUNK]]
+        return [self.read(rows) for rows in self.batches[self.bounds[k] : self.bounds[k + 1]]]
 
     def read(self, rows: np.ndarray) -> Any:
         """One batch: the samples at ``rows`` (indices in manifest order)."""
@@ -115,12 +126,16 @@ class PlannedBuckets:
         self.epoch = dataset.epoch
         self.consumed: list[tuple[int, int]] = []  # (batches per rank, world size) read before
         self.emitted = 0  # batches given in this stretch
+        self._planned: tuple[Any, list[np.ndarray]] | None = None
 
     def batches(self) -> list[np.ndarray]:
-        """This rank's batches still to read in the epoch."""
+        """This rank's batches still to read in the epoch (planned once per epoch and resume point)."""
         ds = self.dataset
-        planned = epoch_batches(self.buckets, self.batch_size, ds.seed, self.epoch, ds.shuffle)
-        return rank_batches(planned, ds.world_size, ds.rank, self.consumed)
+        key = (ds.seed, self.epoch, ds.shuffle, ds.world_size, ds.rank, tuple(self.consumed))
+        if self._planned is None or self._planned[0] != key:
+            planned = epoch_batches(self.buckets, self.batch_size, ds.seed, self.epoch, ds.shuffle)
+            self._planned = key, rank_batches(planned, ds.world_size, ds.rank, self.consumed)
+        return self._planned[1]
 
     def __len__(self) -> int:
         return len(self.batches())
