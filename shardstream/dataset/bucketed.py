@@ -1,6 +1,7 @@
 """``Bucketed``: batches whose samples share a bucket (an aspect ratio, a size, a length, a class).
 
-Each window of samples is grouped by bucket (:func:`shardstream.plan.packing.bucket_batches`) and each
+Where image sizes were recorded at pack time, the epoch is planned from them up front
+(:mod:`.bucket_plan`). Otherwise each window of samples is grouped by bucket (:func:`shardstream.plan.packing.bucket_batches`) and each
 bucket cut into batches of ``batch_size``; the key of a sample is a number it holds (a field such as
 ``cls`` or a length) or one read from a value without decoding it: :func:`image_size` and
 :func:`aspect_ratio` read an image's width and height from its header (Pillow's lazy open reads the
@@ -157,6 +158,12 @@ class Bucketed(WindowedBatches):
 
     Every sample of the epoch is in exactly one batch; every rank yields the same number of batches
     (a rank that needs fewer halves its largest batches); batch sizes vary up to ``batch_size``.
+
+    With an :func:`aspect_ratio` key over a :class:`ShardDataset` whose manifest records the image
+    sizes of its field (``pack`` and ``shardstream index`` record them; no ``transform``, no split's
+    selection), the whole epoch is planned from them before anything is read
+    (:mod:`shardstream.dataset.bucket_plan`; ``window`` is then unused) and resumes exactly on any
+    world size; :attr:`planned_up_front` says so. Otherwise buckets are found per window as read.
     """
 
     def __init__(  # noqa: PLR0913 - keyword settings with defaults, as LengthBucketing's
