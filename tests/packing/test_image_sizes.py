@@ -129,3 +129,28 @@ def test_a_damaged_or_mismatched_size_file_is_refused_naming_it(tmp_path):
         read_image_sizes(ref, damaged.__getitem__, paths, np.array([3, 2]))
     with pytest.raises(ManifestError, match="not {file, sha256, fields, samples}"):
         read_image_sizes({**ref, "file": "../x.npy"}, files.__getitem__, paths, np.array([3, 2]))
+
+
+def test_verify_reports_a_damaged_size_file(tmp_path):
+    from shardstream.manifest.verify import verify
+
+    folder(tmp_path / "src", 4)
+    ss.pack(str(tmp_path / "src"), str(tmp_path / "out"), workers=1, progress=False)
+    assert verify(str(tmp_path / "out")).ok
+    ref = json.loads((tmp_path / "out" / "_manifest.json").read_text())["image_sizes"]
+    path = tmp_path / "out" / ref["file"]
+    path.write_bytes(path.read_bytes()[:-4])
+    (problem,) = verify(str(tmp_path / "out")).problems
+    assert f"{ref['file']} does not match its sha256" in problem
+
+
+def test_the_command_records_sizes_unless_told_not_to(tmp_path):
+    from tests.cli.test_cli import run
+
+    folder(tmp_path / "src", 4)
+    for flag, recorded_ in (("--image-sizes", True), ("--no-image-sizes", False)):
+        out = tmp_path / flag
+        done = run("pack", tmp_path / "src", out, "-q", "--workers", "1", flag)
+        assert done.returncode == 0, done.stderr
+        head = json.loads((out / "_manifest.json").read_text())
+        assert ("image_sizes" in head) is recorded_
