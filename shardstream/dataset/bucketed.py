@@ -125,6 +125,13 @@ def _mapped_keys(batch: dict[str, Any], key: str | Callable[[Any], Any]) -> np.n
     )
 
 
+def _as_bytes(sample: Any) -> Any:
+    """A window's sample with its raw values (views of the window's memory) as ``bytes``."""
+    if not isinstance(sample, dict):
+        return sample
+    return {k: bytes(v) if isinstance(v, memoryview) else v for k, v in sample.items()}
+
+
 def _take(value: Any, rows: np.ndarray) -> Any:
     """Rows ``rows`` of a batch's field: locations stay locations, arrays are indexed, lists picked."""
     if isinstance(value, MappedBytes):
@@ -256,7 +263,10 @@ class Bucketed(WindowedBatches):
         if isinstance(samples, dict):
             batch = {name: _take(value, group) for name, value in samples.items()}
         else:
-            batch = self.collate_fn([samples.samples[i] for i in group.tolist()])
+            chosen = [samples.samples[i] for i in group.tolist()]
+            if self.collate_fn is not collate:  # the user's: raw values as bytes, as they were read
+                chosen = [_as_bytes(s) for s in chosen]
+            batch = self.collate_fn(chosen)
         if isinstance(batch, dict):
             batch["__bucket__"] = int(self.last_buckets[int(group[0])])
         return batch

@@ -56,3 +56,19 @@ def test_raw_local_windows_stay_locations_and_read_the_same_values(tmp_path):
         assert ds.mapped  # the dataset's own batches: locations in the shard files
         (batch,) = list(shape)
         assert batch == [(f"k{i:02d}", f"value {i}".encode()) for i in range(10)]
+
+
+def keys_and_values(samples):
+    assert all(isinstance(s["txt"], bytes) for s in samples)  # a collate_fn of its own: bytes
+    return {"__key__": [s["__key__"] for s in samples], "txt": [s["txt"] for s in samples]}
+
+
+def test_a_bucketed_collate_fn_of_its_own_gets_bytes_through_a_worker(tmp_path):
+    with ss.ShardWriter(str(tmp_path / "d"), samples_per_shard=4) as writer:
+        for i in range(10):
+            writer.write({"__key__": f"k{i:02d}", "txt": f"value {i}".encode(), "cls": i % 2})
+    for workers in (0, 1):
+        ds = ss.ShardDataset(str(tmp_path / "d"), decode=None)
+        shape = ss.Bucketed(ds, "cls", None, 3, collate_fn=keys_and_values, num_workers=workers)
+        got = {k: v for b in shape for k, v in zip(b["__key__"], b["txt"])}
+        assert got == {f"k{i:02d}": f"value {i}".encode() for i in range(10)}
