@@ -1,7 +1,8 @@
 """Bucketed batches planned for the whole epoch from image sizes recorded at pack time.
 
 Where a dataset's manifest names recorded image sizes (:mod:`shardstream.manifest.image_sizes`) for the
-field of an :func:`~shardstream.dataset.bucketed.aspect_ratio` key, every sample's bucket is known before
+field of an :func:`~shardstream.dataset.bucketed.aspect_ratio` or
+:func:`~shardstream.dataset.bucketed.image_area` key, every sample's bucket is known before
 anything is read: the epoch's batches come from :func:`shardstream.plan.buckets.epoch_batches` (the same
 for any world size and worker count), each rank's from :func:`~shardstream.plan.buckets.rank_batches`,
 and a DataLoader reads each batch's samples by index (:class:`~shardstream.dataset.shard_map.ShardMap`,
@@ -27,9 +28,9 @@ from .shard_map import ShardMap
 log = logging.getLogger("shardstream")
 
 
-def recorded_keys(dataset: Any, field: str) -> np.ndarray | None:
-    """Every sample's aspect ratio (width / height of ``field``, manifest order) from the recorded sizes;
-    None where the plan cannot come from them (no sizes recorded for ``field``, a sample without one, a
+def recorded_sizes(dataset: Any, field: str) -> tuple[np.ndarray, np.ndarray] | None:
+    """Every sample's (width, height) of ``field``, manifest order, from the recorded sizes; None
+    where the plan cannot come from them (no sizes recorded for ``field``, a sample without one, a
     split's selection, a transform that may change the image). A size file that does not match the
     manifest is an error naming it."""
     if not isinstance(dataset, ShardDataset) or dataset.transform is not None:
@@ -47,7 +48,7 @@ def recorded_keys(dataset: Any, field: str) -> np.ndarray | None:
             field,
         )
         return None
-    return widths.astype(np.float64) / np.maximum(heights, 1).astype(np.float64)
+    return widths, heights
 
 
 CHUNK = 8  # batches a worker reads and sends at once (one trip through the DataLoader's queues)
@@ -178,4 +179,4 @@ class PlannedBuckets:
         self.emitted = 0
 
 
-__all__ = ["PlannedBuckets", "recorded_keys"]
+__all__ = ["PlannedBuckets", "recorded_sizes"]

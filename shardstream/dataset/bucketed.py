@@ -22,7 +22,7 @@ import torch
 from ..errors import UsageError
 from ..formats.image_header import image_size as header_size
 from ..plan.packing import bucket_batches, bucket_of, split_largest
-from .bucket_plan import PlannedBuckets, recorded_keys
+from .bucket_plan import PlannedBuckets, recorded_sizes
 from .collate import collate
 from .mapped import MappedBytes
 from .windowed import WindowedBatches, rows_of, window_of
@@ -62,6 +62,30 @@ class aspect_ratio:  # noqa: N801 - a key, used like a function
     def __call__(self, sample: dict[str, Any]) -> float:
         width, height = image_size(sample[self.field])
         return width / max(height, 1)
+
+    def from_size(self, width: np.ndarray, height: np.ndarray) -> np.ndarray:
+        """The key of images of these widths and heights (from sizes recorded at pack time)."""
+        return width.astype(np.float64) / np.maximum(height, 1).astype(np.float64)
+
+
+@dataclass(frozen=True)
+class image_area:  # noqa: N801 - a key, used like a function
+    """A key: the width × height, in pixels, of the image in ``field`` (from its header when it is
+    encoded): buckets of similar size, for resolution-dependent batch sizes or crops.
+
+    Args:
+        field: the sample's image field (``"jpg"``).
+    """
+
+    field: str
+
+    def __call__(self, sample: dict[str, Any]) -> float:
+        width, height = image_size(sample[self.field])
+        return float(width * height)
+
+    def from_size(self, width: np.ndarray, height: np.ndarray) -> np.ndarray:
+        """The key of images of these widths and heights (from sizes recorded at pack time)."""
+        return width.astype(np.float64) * height.astype(np.float64)
 
 
 @dataclass(frozen=True)
@@ -113,7 +137,7 @@ def _mapped_keys(batch: dict[str, Any], key: str | Callable[[Any], Any]) -> np.n
     value = batch.get(field) if field is not None else None
     if isinstance(key, length_of) and isinstance(value, MappedBytes):
         return value.sizes.astype(np.float64)  # the stored bytes' length: no read at all
-    if isinstance(key, (str, aspect_ratio)) and isinstance(value, MappedBytes):
+    if isinstance(key, (str, aspect_ratio, image_area)) and isinstance(value, MappedBytes):
         return np.array([_value({field: value.view(i)}, key) for i in range(n)], dtype=np.float64)
     views = {
         name: (value.view if isinstance(value, MappedBytes) else value.__getitem__)
@@ -166,7 +190,7 @@ class Bucketed(WindowedBatches):
     Every sample of the epoch is in exactly one batch; every rank yields the same number of batches
     (a rank that needs fewer halves its largest batches); batch sizes vary up to ``batch_size``.
 
-    With an :func:`aspect_ratio` key over a :class:`ShardDataset` whose manifest records the image
+    With an :func:`aspect_ratio` or :func:`image_area` key over a :class:`ShardDataset` whose manifest records the image
     sizes of its field (``pack`` and ``shardstream index`` record them; no ``transform``, no split's
     selection), the whole epoch is planned from them before anything is read
     (:mod:`shardstream.dataset.bucket_plan`; ``window`` is then unused) and resumes exactly on any
@@ -276,11 +300,12 @@ def _planned(
     shape: Bucketed, dataset: Any, num_workers: int | None, loader_kwargs: dict[str, Any]
 ) -> PlannedBuckets | None:
     """The whole epoch planned from recorded image sizes, where the dataset has them for the key's field."""
-    if not isinstance(shape.key, aspect_ratio):
+    if not isinstance(shape.key, (aspect_ratio, image_area)):
         return None
-    keys = recorded_keys(dataset, shape.key.field)
-    if keys is None:
+    sizes = recorded_sizes(dataset, shape.key.field)
+    if sizes is None:
         return None
+    keys = shape.key.from_size(*sizes)
     planned = PlannedBuckets(
         dataset, shape.buckets(keys), shape.batch_size, shape.collate_fn, num_workers, loader_kwargs
     )
@@ -289,4 +314,12 @@ def _planned(
     return planned
 
 
-__all__ = ["Bucketed", "KeyedWindow", "aspect_ratio", "image_size", "keyed_window", "length_of"]
+__all__ = [
+    "Bucketed",
+    "KeyedWindow",
+    "aspect_ratio",
+    "image_area",
+    "image_size",
+    "keyed_window",
+    "length_of",
+]

@@ -135,6 +135,12 @@ def test_without_recorded_sizes_buckets_come_from_the_windows(tmp_path):
     assert not shape.planned_up_front
     seen = [k for b in shape for k in keys(b)]
     assert sorted(seen) == [f"k{i:03d}" for i in range(12)]
+    ds = ss.ShardDataset(str(tmp_path / "old"), decode=None)
+    by_area = ss.Bucketed(ds, ss.image_area("jpg"), [300, 450], 4, num_workers=0)
+    assert not by_area.planned_up_front  # read from each header, in place
+    for batch in by_area:
+        areas = [np.prod(SIZES[int(k[1:]) % len(SIZES)]) for k in keys(batch)]
+        assert len({int(np.searchsorted([300, 450], a, side="right")) for a in areas}) == 1
     with pytest.raises(ss.UsageError, match="saved by a Bucketed planned from recorded sizes"):
         bucketed(str(tmp_path / "old")).load_state_dict({"planned": {"epoch": 0, "consumed": []}})
 
@@ -163,5 +169,17 @@ def test_a_planned_epoch_decodes_as_the_dataset_does(url):
             for x in batch["jpg"]
         }
         assert buckets == {batch["__bucket__"]}  # decoded images (C x H x W) of one bucket
+        seen += keys(batch)
+    assert sorted(seen) == [f"k{i:03d}" for i in range(N)]
+
+
+def test_an_image_area_key_is_planned_from_the_recorded_sizes_too(url):
+    ds = ss.ShardDataset(url, decode=None, seed=3)
+    shape = ss.Bucketed(ds, ss.image_area("jpg"), [300, 450], batch_size=4, num_workers=0)
+    assert shape.planned_up_front
+    seen = []
+    for batch in shape:
+        areas = [np.prod(SIZES[int(k[1:]) % len(SIZES)]) for k in keys(batch)]
+        assert len({int(np.searchsorted([300, 450], a, side="right")) for a in areas}) == 1
         seen += keys(batch)
     assert sorted(seen) == [f"k{i:03d}" for i in range(N)]
