@@ -13,6 +13,7 @@ size, so a resume on another world size is exact too.
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -62,6 +63,17 @@ def chunk_bounds(batches: int) -> list[int]:
         bounds.append(min(bounds[-1] + size, batches))
         size = min(2 * size, CHUNK)
     return bounds
+
+
+_SHARD_LOADER_ONLY = frozenset({"seed_workers", "shm_check", "worker_tracebacks", "workers"})
+
+
+def default_workers(dataset: Any) -> int:
+    """Workers when none are asked for, as the dataset's loader chooses: one for raw local tars (the
+    batches are locations), else one fewer than the cores (at most 4), at least one."""
+    if dataset.mapped:
+        return 1
+    return max(1, min(4, (os.cpu_count() or 2) - 1))
 
 
 class _PlannedReads(Dataset):
@@ -120,8 +132,9 @@ class PlannedBuckets:
     ):
         self.dataset, self.buckets, self.batch_size = dataset, buckets, batch_size
         self.collate_fn = collate_fn
-        self.num_workers = 0 if num_workers is None else int(num_workers)
-        self.loader_kwargs = loader_kwargs
+        self.num_workers = default_workers(dataset) if num_workers is None else int(num_workers)
+        # a DataLoader's own arguments (pin_memory, prefetch_factor, ...); the ShardLoader's are its own
+        self.loader_kwargs = {k: v for k, v in loader_kwargs.items() if k not in _SHARD_LOADER_ONLY}
         self.map = ShardMap(dataset.store.url, decode=None, storage=dataset.storage)
         self.map.decoder = dataset.decoder  # decoded as the dataset decodes
         self.epoch = dataset.epoch
