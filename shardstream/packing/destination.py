@@ -435,7 +435,8 @@ def _named_by_versions(store: Store) -> set[str] | None:
 
 
 def _named_by(store: Store, manifest: bytes | None) -> set[str] | None:
-    """The files a published manifest names (shards, sample indexes, shard table); ``None`` if it cannot be read."""
+    """The files a published manifest names (shards, sample indexes, shard table, side files); ``None`` if
+    it cannot be read."""
     if manifest is None:
         return set()
     try:
@@ -449,6 +450,8 @@ def _named_by(store: Store, manifest: bytes | None) -> set[str] | None:
     side = [table] if isinstance(table, str) else []
     if m.selection is not None:
         side.append(m.selection.reference["file"])
+    if m.image_sizes is not None:
+        side.append(m.image_sizes.reference["file"])
     return {*m.paths, *(p + ".idx" for p in m.paths), *side}
 
 

@@ -154,3 +154,28 @@ def test_the_command_records_sizes_unless_told_not_to(tmp_path):
         assert done.returncode == 0, done.stderr
         head = json.loads((out / "_manifest.json").read_text())
         assert ("image_sizes" in head) is recorded_
+
+
+def test_an_append_and_gc_keep_the_size_file_of_the_versions_that_name_it(tmp_path):
+    from shardstream.manifest import dataset_store
+    from shardstream.packing.gc import collect
+
+    sizes = folder(tmp_path / "src", 6)
+    out = str(tmp_path / "out")
+    ss.pack(str(tmp_path / "src"), out, workers=1, progress=False, shuffle=False)
+    first = json.loads((tmp_path / "out" / "_manifest.json").read_text())["image_sizes"]["file"]
+    more = tmp_path / "more"
+    for cls, ext, fmt in (("a", "jpg", "JPEG"), ("b", "png", "PNG")):  # the same classes and fields
+        (more / cls).mkdir(parents=True)
+        (more / cls / f"y.{ext}").write_bytes(encoded(3, 9, fmt))
+    ss.pack(str(more), out, workers=1, progress=False, append=True)  # an append records none
+    assert ss.ShardDataset(out).manifest.image_sizes is None
+    assert (tmp_path / "out" / first).exists()  # version 1 still names it
+    ds = ss.ShardDataset(out, version=1, decode=None, shuffle=False)
+    m = ds.manifest
+    read = read_image_sizes(m.image_sizes.reference, Store(out).read_bytes, m.paths, m.samples)
+    jpgs = [(w, h) if ext == "jpg" else (0, 0) for ext, w, h in sizes.values()]  # 0: not a jpg
+    assert sorted(zip(read.widths["jpg"].tolist(), read.heights["jpg"].tolist())) == sorted(jpgs)
+    store = dataset_store(out)
+    assert first not in collect(store, keep=2).files  # both versions kept: needed
+    assert first in collect(store, keep=1).files  # only the latest kept: no longer named
