@@ -137,7 +137,11 @@ def _mapped_keys(batch: dict[str, Any], key: str | Callable[[Any], Any]) -> np.n
     value = batch.get(field) if field is not None else None
     if isinstance(key, length_of) and isinstance(value, MappedBytes):
         return value.sizes.astype(np.float64)  # the stored bytes' length: no read at all
-    if isinstance(key, (str, aspect_ratio, image_area)) and isinstance(value, MappedBytes):
+    if isinstance(key, (aspect_ratio, image_area)) and isinstance(value, MappedBytes):
+        view = value.view  # each image's header read in place
+        sizes = np.array([image_size(view(i)) for i in range(n)], dtype=np.float64).reshape(n, 2)
+        return key.from_size(sizes[:, 0], sizes[:, 1])
+    if isinstance(key, str) and isinstance(value, MappedBytes):
         return np.array([_value({field: value.view(i)}, key) for i in range(n)], dtype=np.float64)
     views = {
         name: (value.view if isinstance(value, MappedBytes) else value.__getitem__)
