@@ -17,7 +17,9 @@ clipped to ``[1, seq_len]``, seeded.
 - ``read``: the samples packed as a dataset (``ids.npy`` and ``mask.npy``) in a temporary folder, read
   for one epoch by ``SequencePacking(..., batch_rows=1)`` and by ``LengthBucketing`` over the same
   ``ShardDataset`` (one DataLoader worker): real tokens/s (tokens of the samples, padding excluded)
-  and slots/s. Multiply a model's tokens/s by ``1 - padding`` for the tokens it learns from.
+  and slots/s. Multiply a model's tokens/s by ``1 - padding`` for the tokens it learns from. Their
+  peer, ``plain``: the same decoded samples in plain batches of 64 (a ``collate_fn`` that keeps them
+  as a list: no padding, no shape), the cost of reading alone.
 
 Each rate is the best of ``--repeat`` runs. Timings are reported, never asserted.
 """
@@ -76,12 +78,21 @@ def write(root: Path, lengths: np.ndarray) -> str:
     return url
 
 
+def as_list(samples: list) -> list:
+    return samples
+
+
 def read_rate(url: str, seq_len: int, batch: int, window: int, how: str) -> tuple[float, float]:
     fields = {"input_ids": "ids.npy", "loss_mask": "mask.npy"}
     ds = ShardDataset(url, fields=fields, seed=1)
     started = time.perf_counter()
     real = slots = 0
-    if how == "packing":
+    if how == "plain":
+        ds = ShardDataset(url, fields=fields, seed=1, collate_fn=as_list)
+        for b in ds.loader(64, 1):
+            n = sum(len(s["input_ids"]) for s in b)
+            real, slots = real + n, slots + n
+    elif how == "packing":
         for b in SequencePacking(ds, seq_len, window=window, batch_rows=1, num_workers=1):
             real += b["tokens"]
             slots += b["input_ids"].numel()
@@ -117,7 +128,8 @@ def main() -> int:
     print(f"best fit decreasing: {per:.2f} us per sample (windows of {args.window})")
     with tempfile.TemporaryDirectory() as tmp:
         url = write(Path(tmp), lengths)
-        for how in ("packing", "bucketing"):
+        rates = {}
+        for how in ("plain", "packing", "bucketing"):
             best = max(
                 (
                     read_rate(url, args.seq_len, args.batch, args.window, how)
@@ -125,7 +137,9 @@ def main() -> int:
                 ),
                 key=lambda r: r[0],
             )
-            print(f"read {how:10s} {best[0]:12,.0f} real tokens/s {best[1]:12,.0f} slots/s")
+            rates[how] = best[0]
+            peer = "" if how == "plain" else f"  {best[0] / rates['plain']:.2f}x plain"
+            print(f"read {how:10s} {best[0]:12,.0f} real tokens/s {best[1]:12,.0f} slots/s{peer}")
     return 0
 
 

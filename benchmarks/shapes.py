@@ -13,11 +13,18 @@ the same run:
 - ``parallel``: the same with ``parallel=Parallel(dp_rank=0, dp_size=1)`` (peer: ``plain``);
 - ``mix``: ``MixedDataset`` of the set twice (weights 0.5 / 0.5, an epoch of ``count``), sample mixing;
 - ``per_source``: the same mix with ``batching="per_source", batch_size=64`` (peer: ``mix``);
-- ``windows``: ``plain``'s samples handed over a window of 1,024 at a time, copied out of the shard
-  and pickled to the main process (the window batcher's general path, which ``SequencePacking`` and a
-  ``Bucketed`` with its own ``collate_fn`` take), in batches of 64 in order (peer: ``plain``);
-- ``bucketed``: ``Bucketed(..., aspect_ratio("jpg"), [0.8, 1.25], 64)``: each image's size read from
-  its JPEG header in place, batches of one aspect bucket as locations (peer: ``plain``).
+- ``windows``: ``plain``'s samples handed over a window of 1,024 at a time (the window batcher's
+  general path, which ``SequencePacking`` and a ``Bucketed`` with its own ``collate_fn`` take: the
+  window's raw values copied once into shared memory, see ``shardstream.dataset.windowed.window_of``),
+  in batches of 64 in order (peer: ``plain``);
+- ``bucketed``: ``Bucketed(..., aspect_ratio("jpg"), [0.8, 1.25], 64)`` over a pack without recorded
+  image sizes: each image's size read from its JPEG header in place, batches of one aspect bucket as
+  locations (peer: ``plain``);
+- ``planned``: the same ``Bucketed`` over ``--sized``, a copy of the pack whose manifest records the
+  image sizes (``shardstream index`` of it): the whole epoch planned from them, each batch read by
+  index (``ShardMap``), raw bytes collated as plain batches are (peer: ``plain``). Left out without
+  ``--sized``. Make the copy with hard links, e.g.
+  ``cp -al DATA COPY && rm COPY/_manifest.json COPY/*.idx && shardstream index COPY``.
 
 Timings are reported, never asserted. The machine the results were measured on may be shared.
 """
@@ -65,7 +72,7 @@ def consume(batches: Any) -> int:
     return n
 
 
-def variant(name: str, url: str, count: int) -> Any:
+def variant(name: str, url: str, count: int, sized: str | None = None) -> Any:
     def one(**kw: Any) -> ShardDataset:
         return ShardDataset(url, decode=None, seed=1, **kw)
 
@@ -79,12 +86,28 @@ def variant(name: str, url: str, count: int) -> Any:
         return mix.loader(BATCH, WORKERS)
     if name == "windows":
         return Windows(one(), WINDOW, WORKERS, {})
+    if name == "planned":
+        shape = Bucketed(
+            ShardDataset(sized, decode=None, seed=1),
+            aspect_ratio("jpg"),
+            [0.8, 1.25],
+            BATCH,
+            num_workers=WORKERS,
+        )
+        assert shape.planned_up_front, f"{sized} records no image sizes: index it (see --sized)"
+        return shape
     return Bucketed(
         one(), aspect_ratio("jpg"), [0.8, 1.25], BATCH, window=WINDOW, num_workers=WORKERS
     )
 
 
-PEERS = {"parallel": "plain", "per_source": "mix", "windows": "plain", "bucketed": "plain"}
+PEERS = {
+    "parallel": "plain",
+    "per_source": "mix",
+    "windows": "plain",
+    "bucketed": "plain",
+    "planned": "plain",
+}
 
 
 def main() -> int:
@@ -95,15 +118,18 @@ def main() -> int:
     )
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument(
-        "--only", default="plain,parallel,mix,per_source,windows,bucketed", help="variants"
+        "--sized", default=None, help="a copy of --data indexed with its image sizes (planned)"
+    )
+    parser.add_argument(
+        "--only", default="plain,parallel,mix,per_source,windows,bucketed,planned", help="variants"
     )
     args = parser.parse_args()
-    names = args.only.split(",")
+    names = [n for n in args.only.split(",") if n != "planned" or args.sized]
     count = args.count or ShardDataset(args.data, decode=None).num_samples
     rates: dict[str, list[float]] = {n: [] for n in names}
     for _ in range(args.repeat):
         for name in names:
-            batches = variant(name, args.data, count)
+            batches = variant(name, args.data, count, args.sized)
             started = time.perf_counter()
             n = consume(batches)
             rates[name].append(n / (time.perf_counter() - started))

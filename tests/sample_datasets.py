@@ -66,6 +66,7 @@ def write_dataset(
         nbytes=nbytes,
         sha256=sha256,
         index_sha256=index_sha256 or None,
+        image_sizes=None,  # recorded per part: not gathered (readers find sizes as they read)
     )
     write_manifest(Store(str(url)), manifest)
     return str(url)

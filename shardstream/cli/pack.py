@@ -75,6 +75,13 @@ from .common import cli, safe, storage_option, storage_options_for
     "parsing their headers and fetch single samples from object storage by ranged reads.",
 )
 @click.option(
+    "--image-sizes/--no-image-sizes",
+    default=True,
+    show_default=True,
+    help="Record each image's width and height, read from its header (never decoded), so aspect-ratio "
+    "buckets are planned without reading a sample.",
+)
+@click.option(
     "--shuffle/--no-shuffle",
     default=True,
     show_default=True,
@@ -125,6 +132,7 @@ def pack(  # noqa: PLR0913 - one per option
     append: bool,
     fsync: bool,
     sample_index: bool,
+    image_sizes: bool,
     shuffle: bool,
     seed: int,
     split_by: str | None,
@@ -168,6 +176,7 @@ def pack(  # noqa: PLR0913 - one per option
         progress=not quiet,
         fsync=fsync,
         index=sample_index,
+        image_sizes=image_sizes,
         shuffle=shuffle,
         seed=seed,
         split_by=split_by,

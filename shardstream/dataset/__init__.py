@@ -7,7 +7,8 @@ tensors; ``samples``: the three ways to a batch), reseeding the worker's generat
 (``seeding``). ``TokenDataset`` (``tokens``) reads token shards as windows of tokens, and
 ``LengthBucketing`` (``lengths``) batches variable-length samples within a token budget;
 ``SequencePacking`` (``packed``) packs them into rows and ``Bucketed`` (``bucketed``) batches
-samples of one bucket, both shaping each window of samples (``windowed``).
+samples of one bucket, both shaping each window of samples (``windowed``); ``Bucketed`` plans
+the whole epoch instead where image sizes were recorded at pack time (``bucket_plan``).
 ``ShardMap`` (``shard_map``; remote samples by ranged reads in ``sparse``) reads any sample by
 its index or key, for any ``Sampler``. ``MixedDataset`` (``mixed``; batches put together in ``mix_batches``) reads several datasets as
 one by weight, on the order :mod:`shardstream.plan.mix` gives. All of them are

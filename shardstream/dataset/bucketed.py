@@ -1,6 +1,7 @@
 """``Bucketed``: batches whose samples share a bucket (an aspect ratio, a size, a length, a class).
 
-Each window of samples is grouped by bucket (:func:`shardstream.plan.packing.bucket_batches`) and each
+Where image sizes were recorded at pack time, the epoch is planned from them up front
+(:mod:`.bucket_plan`). Otherwise each window of samples is grouped by bucket (:func:`shardstream.plan.packing.bucket_batches`) and each
 bucket cut into batches of ``batch_size``; the key of a sample is a number it holds (a field such as
 ``cls`` or a length) or one read from a value without decoding it: :func:`image_size` and
 :func:`aspect_ratio` read an image's width and height from its header (Pillow's lazy open reads the
@@ -11,7 +12,7 @@ from __future__ import annotations
 
 import functools
 import io
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,9 +22,10 @@ import torch
 from ..errors import UsageError
 from ..formats.image_header import image_size as header_size
 from ..plan.packing import bucket_batches, bucket_of, split_largest
+from .bucket_plan import PlannedBuckets, recorded_sizes
 from .collate import collate
 from .mapped import MappedBytes
-from .windowed import WindowedBatches, window_of
+from .windowed import WindowedBatches, rows_of, window_of
 
 
 def image_size(value: Any) -> tuple[int, int]:
@@ -61,6 +63,30 @@ class aspect_ratio:  # noqa: N801 - a key, used like a function
         width, height = image_size(sample[self.field])
         return width / max(height, 1)
 
+    def from_size(self, width: np.ndarray, height: np.ndarray) -> np.ndarray:
+        """The key of images of these widths and heights (from sizes recorded at pack time)."""
+        return width.astype(np.float64) / np.maximum(height, 1).astype(np.float64)
+
+
+@dataclass(frozen=True)
+class image_area:  # noqa: N801 - a key, used like a function
+    """A key: the width × height, in pixels, of the image in ``field`` (from its header when it is
+    encoded): buckets of similar size, for resolution-dependent batch sizes or crops.
+
+    Args:
+        field: the sample's image field (``"jpg"``).
+    """
+
+    field: str
+
+    def __call__(self, sample: dict[str, Any]) -> float:
+        width, height = image_size(sample[self.field])
+        return float(width * height)
+
+    def from_size(self, width: np.ndarray, height: np.ndarray) -> np.ndarray:
+        """The key of images of these widths and heights (from sizes recorded at pack time)."""
+        return width.astype(np.float64) * height.astype(np.float64)
+
 
 @dataclass(frozen=True)
 class length_of:  # noqa: N801 - a key, used like a function
@@ -85,19 +111,22 @@ def _value(sample: Any, key: str | Callable[[Any], Any]) -> float:
     return float(value)
 
 
+KEYS = "__keys__"
+
+
 @dataclass
 class KeyedWindow:
-    """A window's samples and each one's key, made in the DataLoader worker."""
+    """A window's samples and each one's key (computed in the DataLoader worker)."""
 
-    samples: list[Any]
+    samples: Sequence[Any]
     keys: np.ndarray
 
 
-def keyed_window(key: str | Callable[[Any], Any], samples: list[Any]) -> KeyedWindow:
-    """The window's samples (raw values as bytes, see :func:`window_of`) with their keys: computed in
-    the worker, next to the read, so the main process only groups numbers."""
+def keyed_window(key: str | Callable[[Any], Any], samples: list[Any]) -> dict[str, Any]:
+    """The window's samples (as :func:`window_of` ships them) with their keys: computed in the worker,
+    next to the read, so the main process only groups numbers."""
     keys = np.array([_value(s, key) for s in samples], dtype=np.float64)
-    return KeyedWindow(window_of(samples), keys)
+    return {**window_of(samples), KEYS: keys}
 
 
 def _mapped_keys(batch: dict[str, Any], key: str | Callable[[Any], Any]) -> np.ndarray:
@@ -108,7 +137,11 @@ def _mapped_keys(batch: dict[str, Any], key: str | Callable[[Any], Any]) -> np.n
     value = batch.get(field) if field is not None else None
     if isinstance(key, length_of) and isinstance(value, MappedBytes):
         return value.sizes.astype(np.float64)  # the stored bytes' length: no read at all
-    if isinstance(key, (str, aspect_ratio)) and isinstance(value, MappedBytes):
+    if isinstance(key, (aspect_ratio, image_area)) and isinstance(value, MappedBytes):
+        view = value.view  # each image's header read in place
+        sizes = np.array([image_size(view(i)) for i in range(n)], dtype=np.float64).reshape(n, 2)
+        return key.from_size(sizes[:, 0], sizes[:, 1])
+    if isinstance(key, str) and isinstance(value, MappedBytes):
         return np.array([_value({field: value.view(i)}, key) for i in range(n)], dtype=np.float64)
     views = {
         name: (value.view if isinstance(value, MappedBytes) else value.__getitem__)
@@ -118,6 +151,13 @@ def _mapped_keys(batch: dict[str, Any], key: str | Callable[[Any], Any]) -> np.n
         [_value({name: view(i) for name, view in views.items()}, key) for i in range(n)],
         dtype=np.float64,
     )
+
+
+def _as_bytes(sample: Any) -> Any:
+    """A window's sample with its raw values (views of the window's memory) as ``bytes``."""
+    if not isinstance(sample, dict):
+        return sample
+    return {k: bytes(v) if isinstance(v, memoryview) else v for k, v in sample.items()}
 
 
 def _take(value: Any, rows: np.ndarray) -> Any:
@@ -153,6 +193,12 @@ class Bucketed(WindowedBatches):
 
     Every sample of the epoch is in exactly one batch; every rank yields the same number of batches
     (a rank that needs fewer halves its largest batches); batch sizes vary up to ``batch_size``.
+
+    With an :func:`aspect_ratio` or :func:`image_area` key over a :class:`ShardDataset` whose manifest records the image
+    sizes of its field (``pack`` and ``shardstream index`` record them; no ``transform``, no split's
+    selection), the whole epoch is planned from them before anything is read
+    (:mod:`shardstream.dataset.bucket_plan`; ``window`` is then unused) and resumes exactly on any
+    world size; :attr:`planned_up_front` says so. Otherwise buckets are found per window as read.
     """
 
     def __init__(  # noqa: PLR0913 - keyword settings with defaults, as LengthBucketing's
@@ -174,10 +220,56 @@ class Bucketed(WindowedBatches):
         if self.boundaries is not None:
             bucket_of(np.zeros(0), self.boundaries)  # checks that they increase
         self.collate_fn = collate_fn or collate
+        self.planned = _planned(self, dataset, num_workers, loader_kwargs)
+        if self.planned is not None:
+            self.dataset, self.window, self.in_place = dataset, window, False
+            return
         # raw local tars: windows of locations, grouped without copying a value
         self.in_place = collate_fn is None and bool(dataset.mapped)
         keyed = None if self.in_place else functools.partial(keyed_window, key)
         super().__init__(dataset, window, num_workers, loader_kwargs, collate=keyed)
+
+    # -- planned from recorded sizes, or per window -----------------------------------------------
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self.planned) if self.planned is not None else super().__iter__()
+
+    def set_epoch(self, epoch: int) -> None:
+        if self.planned is not None:
+            self.planned.set_epoch(epoch)
+        else:
+            super().set_epoch(epoch)
+
+    def state_dict(self) -> dict[str, Any]:
+        """Where to go on: planned, the batches read per rank (and on what world size); else the window's."""
+        return self.planned.state_dict() if self.planned is not None else super().state_dict()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue from ``state`` (one saved by a ``Bucketed`` planned the same way)."""
+        if (self.planned is not None) != ("planned" in state):
+            raise UsageError(
+                "this resume state was saved by a Bucketed "
+                + (
+                    "planned per window"
+                    if self.planned is not None
+                    else "planned from recorded sizes"
+                )
+                + "; resume with the same dataset (with or without recorded image sizes) and key"
+            )
+        if self.planned is not None:
+            self.planned.load_state_dict(state)
+        else:
+            super().load_state_dict(state)
+
+    @property
+    def planned_up_front(self) -> bool:
+        """Whether the epoch's batches were planned from sizes recorded at pack time (no window reads)."""
+        return self.planned is not None
+
+    def received(self, window: Any) -> Any:
+        """A window of locations as it is; one made by :func:`keyed_window`: its samples and keys."""
+        if isinstance(window, dict) and KEYS in window:
+            return KeyedWindow(rows_of(window), window[KEYS])
+        return window
 
     def buckets(self, keys: np.ndarray) -> np.ndarray:
         """The bucket of each key (with ``boundaries=None``: the key, as an integer)."""
@@ -199,10 +291,39 @@ class Bucketed(WindowedBatches):
         if isinstance(samples, dict):
             batch = {name: _take(value, group) for name, value in samples.items()}
         else:
-            batch = self.collate_fn([samples.samples[i] for i in group.tolist()])
+            chosen = [samples.samples[i] for i in group.tolist()]
+            if self.collate_fn is not collate:  # the user's: raw values as bytes, as they were read
+                chosen = [_as_bytes(s) for s in chosen]
+            batch = self.collate_fn(chosen)
         if isinstance(batch, dict):
             batch["__bucket__"] = int(self.last_buckets[int(group[0])])
         return batch
 
 
-__all__ = ["Bucketed", "KeyedWindow", "aspect_ratio", "image_size", "keyed_window", "length_of"]
+def _planned(
+    shape: Bucketed, dataset: Any, num_workers: int | None, loader_kwargs: dict[str, Any]
+) -> PlannedBuckets | None:
+    """The whole epoch planned from recorded image sizes, where the dataset has them for the key's field."""
+    if not isinstance(shape.key, (aspect_ratio, image_area)):
+        return None
+    sizes = recorded_sizes(dataset, shape.key.field)
+    if sizes is None:
+        return None
+    keys = shape.key.from_size(*sizes)
+    planned = PlannedBuckets(
+        dataset, shape.buckets(keys), shape.batch_size, shape.collate_fn, num_workers, loader_kwargs
+    )
+    if planned.map.manifest.fingerprint != dataset.manifest.fingerprint:
+        return None  # another version of the dataset than the one it reads
+    return planned
+
+
+__all__ = [
+    "Bucketed",
+    "KeyedWindow",
+    "aspect_ratio",
+    "image_area",
+    "image_size",
+    "keyed_window",
+    "length_of",
+]

@@ -19,21 +19,109 @@ window per rank); a state saved at a window's end (``emitted`` 0) resumes exactl
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import torch
 
+from .collate import RaggedBytes, ragged_fields
+from .mapped import MappedBytes
 
-def window_of(samples: list[Any]) -> list[Any]:
-    """A window's samples as they are, but with raw values as ``bytes``: a worker sends the window to the
-    main process pickled, and a ``memoryview`` into a shard cannot be pickled."""
+WINDOW = "__window__"  # a window's samples, as :func:`window_of` ships them
+_RAW = (bytes, bytearray, memoryview)
+
+
+def _as_sent(samples: list[Any]) -> list[Any]:
+    """Samples as they are, raw values as ``bytes`` (a ``memoryview`` into a shard cannot be pickled)."""
     return [
         {k: bytes(v) if isinstance(v, memoryview) else v for k, v in s.items()}
         if isinstance(s, dict)
         else s
         for s in samples
     ]
+
+
+def window_of(samples: list[Any]) -> dict[str, Any]:
+    """A window's samples, made for the trip from a DataLoader worker to the main process: dict samples
+    with the same fields as columns, every field whose values are all raw bytes in one shared-memory
+    arena (:func:`~shardstream.dataset.collate.ragged_fields`: one copy, no pickling; the transport
+    hands the main process views of it), other fields as lists; other samples as they are, raw values
+    as ``bytes``. :func:`rows_of` gives the samples back."""
+    names = samples[0].keys() if samples and isinstance(samples[0], dict) else None
+    if names is None or any(not isinstance(s, dict) or s.keys() != names for s in samples):
+        return {WINDOW: _as_sent(samples)}
+    raw = [n for n in names if all(isinstance(s[n], _RAW) for s in samples)]
+    columns: dict[str, Any] = dict(zip(raw, ragged_fields([[s[n] for s in samples] for n in raw])))
+    for name in names:
+        if name not in columns:
+            columns[name] = [
+                bytes(s[name]) if isinstance(s[name], memoryview) else s[name] for s in samples
+            ]
+    return {WINDOW: {"names": list(names), "count": len(samples), "columns": columns}}
+
+
+class WindowRows(Sequence):
+    """A window's samples from its columns: ``rows[i]`` is sample ``i`` as a dict (raw values as
+    ``memoryview`` slices of the window's memory or of the shard files, no copy), made once when
+    first asked for."""
+
+    def __init__(self, names: list[str], count: int, columns: dict[str, Any]):
+        self.names, self.count = names, count
+        self.columns = {
+            name: _RaggedViews(c)
+            if isinstance(c, RaggedBytes)
+            else _MappedViews(c)
+            if isinstance(c, MappedBytes)
+            else c
+            for name, c in columns.items()
+        }
+        self._rows: list[dict[str, Any] | None] = [None] * count
+
+    def __len__(self) -> int:
+        return self.count
+
+    def __getitem__(self, i: Any) -> Any:
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(self.count))]
+        row = self._rows[i]
+        if row is None:
+            row = self._rows[i] = {name: self.columns[name][i] for name in self.names}
+        return row
+
+
+class _RaggedViews:
+    """``values[i]``: the i-th value of a :class:`RaggedBytes` as a memoryview of its memory."""
+
+    def __init__(self, ragged: RaggedBytes):
+        self.flat = memoryview(ragged.data.numpy()).cast("B")
+        self.bounds = ragged.offsets.tolist()  # into ``data``
+
+    def __getitem__(self, i: int) -> memoryview:
+        return self.flat[self.bounds[i] : self.bounds[i + 1]]
+
+
+class _MappedViews:
+    """``values[i]``: the i-th value of a :class:`MappedBytes` (a location in a shard file), in place."""
+
+    def __init__(self, mapped: MappedBytes):
+        self.view = mapped.view
+
+    def __getitem__(self, i: int) -> memoryview:
+        return self.view(i)
+
+
+def rows_of(window: Any) -> Any:
+    """The samples of a window: one :func:`window_of` made, or a collated batch of the dataset's own (raw
+    values as locations in the shard files, :class:`MappedBytes`), as a sequence; anything else as it is."""
+    if not isinstance(window, dict):
+        return window
+    if WINDOW not in window:
+        first = window["__key__"] if "__key__" in window else next(iter(window.values()), [])
+        return WindowRows(list(window), len(first), window)
+    sent = window[WINDOW]
+    if isinstance(sent, list):
+        return sent
+    return WindowRows(sent["names"], sent["count"], sent["columns"])
 
 
 def agreed_count(needed: int) -> int:
@@ -91,6 +179,10 @@ class WindowedBatches(WindowResume):
         if isinstance(window, bool) or not isinstance(window, int) or window < 1:
             raise ValueError(f"window must be a number of samples (1 or more), not {window!r}")
         self.window = window
+        if collate is window_of and dataset.mapped:
+            collate = (
+                None  # raw local tars: windows of locations in the shard files, nothing copied
+            )
         if collate is not None:
             dataset.collate_fn = collate  # the loader hands over each window's samples as they are
         self.dataset = dataset
@@ -100,6 +192,10 @@ class WindowedBatches(WindowResume):
         self._skip = 0
 
     # -- what a shape defines ---------------------------------------------------------------------
+    def received(self, window: Any) -> Any:
+        """What ``plan`` and ``make`` take of a window the loader gave (default: its samples)."""
+        return rows_of(window)
+
     def plan(self, samples: Any) -> list[Any]:
         """The window's groups of sample indices, one batch each (``samples``: what ``collate`` made)."""
         raise NotImplementedError
@@ -125,6 +221,7 @@ class WindowedBatches(WindowResume):
                 break
             if start != self._start:
                 self._start, self._emitted = start, 0
+            window = self.received(window)
             groups = self.plan(window)
             groups = self.fit(groups, agreed_count(len(groups)))
             for k, group in enumerate(groups):
@@ -135,4 +232,12 @@ class WindowedBatches(WindowResume):
         self._start, self._emitted = self.loader.state_dict(), 0
 
 
-__all__ = ["WindowResume", "WindowedBatches", "agreed_count", "window_of"]
+__all__ = [
+    "WINDOW",
+    "WindowResume",
+    "WindowRows",
+    "WindowedBatches",
+    "agreed_count",
+    "rows_of",
+    "window_of",
+]

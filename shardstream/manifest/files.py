@@ -188,6 +188,9 @@ def manifest_files(
         if manifest.selection is None
         else [(manifest.selection.reference["file"], manifest.selection.data())]
     )
+    sizes = manifest.image_sizes
+    if sizes is not None and sizes.data is not None:
+        side.append((sizes.reference["file"], sizes.data))
     if manifest.num_shards < table_threshold:
         return [*side, (MANIFEST_NAME, manifest.to_json())]
     data = encode_table(

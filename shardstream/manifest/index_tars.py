@@ -24,6 +24,7 @@ from ..formats.tar import build_index
 from ..formats.tar_index import index_name
 from ..storage import Store, is_url
 from .files import IN_PROGRESS, sync_existing, write_durably, write_manifest
+from .image_sizes import ShardSizes, encode_image_sizes
 from .schema import MANIFEST_NAME, Manifest, creation_info
 
 log = logging.getLogger("shardstream")
@@ -150,6 +151,7 @@ def _scan(urls: list[str], root: Store, on_shard: Callable[[int], None] | None) 
             **({"left_out": shards.left_out_text()} if shards.left_out else {}),
         ),
     )
+    manifest.image_sizes = encode_image_sizes(shards.sizes)
     indexes = shards.indexes if any(i is not None for i in shards.indexes) else None
     return IndexResult(manifest, root.url, shards.unkeyed, shards.notes, indexes)
 
@@ -163,6 +165,7 @@ class _Shards:
         self.digests: list[str] = []
         self.compressions: list[str | None] = []
         self.indexes: list[bytes | None] = []
+        self.sizes: list[ShardSizes] = []  # each image's width and height, from its header
         self.counts: Counter[str] = Counter()
         self.unkeyed: list[str] = []
         self.notes: list[str] = []
@@ -186,6 +189,7 @@ class _Shards:
         plain = decompress(data, compression, where)
         found = tar_format.read_samples(plain, where)
         self.indexes.append(build_index(plain, where, found) if plain is data else None)
+        self.sizes.append(_image_sizes(plain, found))
         for entry in found.fields:
             self.counts.update(entry.keys())
         self.unkeyed += found.unkeyed
@@ -222,6 +226,19 @@ class _Shards:
             f"{n} with {what} (e.g. {', '.join(map(ascii, examples))})"
             for what, (n, examples) in self.left_out.items()
         )
+
+
+def _image_sizes(plain: Any, found: Any) -> ShardSizes:
+    """Each image's width and height in the tar ``plain``, read from its header in place (none of a
+    shard whose sparse members are not in one piece)."""
+    sizes = ShardSizes()
+    view = memoryview(plain)
+    for fields in found.fields:
+        if not found.sparse:
+            for name, (offset, size) in fields.items():
+                sizes.record(name, view[offset : offset + size])
+        sizes.end_sample()
+    return sizes
 
 
 def _write_indexes(root: Store, result: IndexResult) -> None:

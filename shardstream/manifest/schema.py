@@ -32,6 +32,7 @@ from .checks import checksums_fine, kind_of, path_problem, paths_fine
 from .table import HexColumn, decode_table, reference_problem
 
 if TYPE_CHECKING:
+    from .image_sizes import ImageSizes
     from .relabel import Relabel
     from .selection import Selection
 
@@ -96,6 +97,8 @@ class Manifest:
             are read only where the reader trusts it (``StorageSettings.trusted_roots``).
         relabel: a merge's map of each shard's labels to ``classes`` (see
             :mod:`shardstream.manifest.relabel`), or None: labels as stored.
+        image_sizes: each sample's image width and height recorded at pack time (its side file and
+            sha256; see :mod:`shardstream.manifest.image_sizes`), or None.
     """
 
     shard_format: str
@@ -120,6 +123,8 @@ class Manifest:
     selection: Selection | None = None
     # per shard, its labels' map to ``classes`` (a merge of datasets with other class lists); None: as stored
     relabel: Relabel | None = None
+    # each sample's image width and height, in a side file (read only by what plans from them)
+    image_sizes: ImageSizes | None = None
     source: InitVar[str | None] = None
 
     def __post_init__(self, source: str | None) -> None:
@@ -227,6 +232,7 @@ class Manifest:
             **({"roots": self.roots} if self.roots is not None else {}),
             **({"selection": self.selection.reference} if self.selection is not None else {}),
             **({"relabel": self.relabel.to_json()} if self.relabel is not None else {}),
+            **({"image_sizes": self.image_sizes.reference} if self.image_sizes is not None else {}),
             "shards": table
             if table is not None
             else {
@@ -301,6 +307,7 @@ class Manifest:
             doc.get("roots"),
             _selection(doc, check, read_table),
             _relabel(doc, check),
+            _image_sizes(doc, check),
             source=source,
         )
         for total, actual in (
@@ -392,6 +399,21 @@ def _relabel(doc: dict[str, Any], check: _Checker) -> Relabel | None:
     if problem is not None:
         raise check.fail(problem)
     return relabel
+
+
+def _image_sizes(doc: dict[str, Any], check: _Checker) -> ImageSizes | None:
+    """The head's reference to the recorded image sizes (the file itself is read when planned from)."""
+    ref = doc.get("image_sizes")
+    if ref is None:
+        return None
+    import numpy as np
+
+    from .image_sizes import ImageSizes, reference_problem
+
+    problem = reference_problem(ref)
+    if problem is not None:
+        raise check.fail(problem)
+    return ImageSizes(np.zeros(0, dtype=np.int64), list(ref["fields"]), reference=dict(ref))
 
 
 def creation_info(source: str | None = None, **extra: Any) -> dict[str, Any]:

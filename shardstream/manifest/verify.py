@@ -15,6 +15,7 @@ from ..errors import ShardstreamError
 from ..formats import count_samples, iter_shard_samples
 from ..storage import Store
 from .files import dataset_store
+from .image_sizes import read_image_sizes
 from .schema import Manifest
 from .versions import load_manifest
 
@@ -165,4 +166,21 @@ def verify(
                 report.problems.append(problem)
             if on_shard:
                 on_shard(int(manifest.nbytes[i]))
+    problem = _sizes_problem(store, manifest)
+    if problem:
+        report.problems.append(problem)
     return report
+
+
+def _sizes_problem(store: Store, manifest: Manifest) -> str | None:
+    """What is wrong with the recorded image sizes the manifest names (their file, its sha256, its
+    counts per shard), or None."""
+    if manifest.image_sizes is None:
+        return None
+    try:
+        read_image_sizes(
+            manifest.image_sizes.reference, store.read_bytes, manifest.paths, manifest.samples
+        )
+    except ShardstreamError as exc:
+        return f"{store.url}: {exc}"
+    return None

@@ -54,6 +54,7 @@ def pack(  # noqa: PLR0913 - the public pack: one keyword per setting, as the co
     ray_address: str | None = None,
     source_options: dict[str, Any] | None = None,
     index: bool = True,
+    image_sizes: bool = True,
     **token_options: Any,
 ) -> PackResult:
     """Pack ``source`` (a folder tree, or table files) into a dataset at ``dest``.
@@ -85,6 +86,9 @@ def pack(  # noqa: PLR0913 - the public pack: one keyword per setting, as the co
     ``index`` (default True): write each uncompressed tar shard's sample index (``<shard>.idx``):
     readers open a shard from it without parsing its headers, and fetch an epoch's first samples from
     object storage by ranged reads. ``False`` writes the tars alone.
+    ``image_sizes`` (default True): record each image field's width and height, read from its header
+    (never decoded), in a side file the manifest names (:mod:`shardstream.manifest.image_sizes`), so
+    :class:`~shardstream.dataset.bucketed.Bucketed` plans aspect-ratio buckets without reading a sample.
     ``append``: add the source's samples to the dataset at ``dest`` as its next version, in new shards
     (same shard format and fields; the earlier versions stay readable; see
     :mod:`shardstream.manifest.versions`); into an empty ``dest`` it packs version 1.
@@ -117,6 +121,7 @@ def pack(  # noqa: PLR0913 - the public pack: one keyword per setting, as the co
         ray_address: the Ray cluster for ``engine="ray"`` (default: ``RAY_ADDRESS``, else a local Ray).
         source_options: fsspec options for ``source`` (default: ``storage_options``).
         index: write sample indexes (default True; False: the tars alone).
+        image_sizes: record each image's width and height from its header (default True).
         append: add to the dataset at ``dest`` as its next version (not with ``overwrite``).
         **token_options: for ``format="tokens"``: ``tokenizer``, ``text_field``, ``eos``, ``eos_id``,
             ``vocab_size``, ``dtype``, ``per_file``.
@@ -147,6 +152,7 @@ def pack(  # noqa: PLR0913 - the public pack: one keyword per setting, as the co
         ray_address=ray_address,
         source_options=source_options,
         index=index,
+        image_sizes=image_sizes,
         token_options=token_options,
     )
     return pack_with(source, dest, options)

@@ -77,6 +77,8 @@ _TEMP_FILE = re.compile(r"^\..*\.[0-9a-f]{8,32}\.tmp$")  # the store's temporary
 _SHARD_TABLE = re.compile(r"^_shards-[0-9a-f]{16}\.arrow$")
 # a split's selection (manifest.selection)
 _SELECTION = re.compile(r"^_selection-[0-9a-f]{16}\.npy$")
+# each sample's recorded image size (manifest.image_sizes)
+_IMAGE_SIZES = re.compile(r"^_image_sizes-[0-9a-f]{16}\.npy$")
 # a run's test of conditional writes
 _PROBE = re.compile(r"^\.shardstream-probe-(?P<run>[0-9a-f]{16})$")
 # one being written
@@ -88,7 +90,15 @@ def made_by_shardstream(name: str) -> bool:
     sample index, a shard table, a temporary file or a probe of conditional writes."""
     return any(
         p.match(name)
-        for p in (_RUN_FILE, _PLAIN_SHARD, _TEMP_FILE, _SHARD_TABLE, _SELECTION, _PROBE)
+        for p in (
+            _RUN_FILE,
+            _PLAIN_SHARD,
+            _TEMP_FILE,
+            _SHARD_TABLE,
+            _SELECTION,
+            _IMAGE_SIZES,
+            _PROBE,
+        )
     )
 
 
@@ -425,7 +435,8 @@ def _named_by_versions(store: Store) -> set[str] | None:
 
 
 def _named_by(store: Store, manifest: bytes | None) -> set[str] | None:
-    """The files a published manifest names (shards, sample indexes, shard table); ``None`` if it cannot be read."""
+    """The files a published manifest names (shards, sample indexes, shard table, side files); ``None`` if
+    it cannot be read."""
     if manifest is None:
         return set()
     try:
@@ -439,6 +450,8 @@ def _named_by(store: Store, manifest: bytes | None) -> set[str] | None:
     side = [table] if isinstance(table, str) else []
     if m.selection is not None:
         side.append(m.selection.reference["file"])
+    if m.image_sizes is not None:
+        side.append(m.image_sizes.reference["file"])
     return {*m.paths, *(p + ".idx" for p in m.paths), *side}
 
 

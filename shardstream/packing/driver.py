@@ -17,6 +17,7 @@ from typing import Any
 
 from ..errors import ShardstreamError
 from ..manifest import Manifest, creation_info
+from ..manifest.image_sizes import encode_image_sizes
 from ..sources import FolderSource, TableSource, open_source, sample_permutation
 from ..sources.remote import is_remote
 from ..storage import Store
@@ -118,7 +119,7 @@ def pack_source(
         manifest = packer(
             src,
             claim,
-            ShardSpec(shard_format, comp, limit, per_shard, options.index),
+            ShardSpec(shard_format, comp, limit, per_shard, options.index, options.image_sizes),
             run,
             info,
             order_seed,
@@ -155,6 +156,9 @@ def source_kind(src: Any) -> str:
 
 
 def _manifest(shard_format: str, results: list[ShardResult], **kw: Any) -> Manifest:
+    recorded = [r.image_sizes for r in results]
+    if recorded and all(s is not None for s in recorded):
+        kw["image_sizes"] = encode_image_sizes(recorded)  # type: ignore[arg-type]
     return Manifest(
         shard_format=shard_format,
         paths=[r.path for r in results],
@@ -200,6 +204,7 @@ def _pack_folder_tar(
                 claim.fsync,
                 src.storage_options,
                 index,
+                spec.image_sizes,
             ),
         )
         for i, s in enumerate(plan)
@@ -301,6 +306,7 @@ def _pack_with_writer(
         schema=schema,
         fsync=claim.fsync,
         index=spec.index,
+        image_sizes=spec.image_sizes,
         _claim=claim,
     )
     try:

@@ -17,6 +17,7 @@ from ..errors import SourceError
 from ..formats import tar as tar_format
 from ..formats.tar_index import IndexBuilder, index_name
 from ..manifest.files import sync_file, write_durably
+from ..manifest.image_sizes import ShardSizes
 from ..sources import FileSample
 from ..sources.remote import is_remote, read_remote
 from ..storage import Store, describe_os_error
@@ -38,6 +39,7 @@ class ShardResult:
     tar_bytes: int = 0
     field_counts: Counter[str] = field(default_factory=Counter)
     index_sha256: str = ""  # of the shard's sample index, when one was written
+    image_sizes: ShardSizes | None = None  # each image's width and height, when recorded
 
 
 def sample_fields(sample: FileSample) -> list[tuple[str, int]]:
@@ -150,7 +152,7 @@ class ShardJob:
     """One folder shard to write: ``samples`` as shard ``index``, at ``name`` (which carries its run's token)
     in the destination ``dest``. ``token``: the run's, for the check that it still holds the destination
     (local folders); ``source_options`` reach a source in object storage; ``sample_index``: write the
-    shard's sample index too."""
+    shard's sample index too; ``image_sizes``: record each image's width and height from its header."""
 
     dest: str
     storage_options: dict[str, Any] | None
@@ -162,6 +164,7 @@ class ShardJob:
     fsync: bool = True
     source_options: dict[str, Any] | None = None
     sample_index: bool = False
+    image_sizes: bool = False
 
 
 def write_shard(job: ShardJob) -> ShardResult:
@@ -180,6 +183,7 @@ def write_shard(job: ShardJob) -> ShardResult:
     source_options, sample_index = job.source_options, job.sample_index
     store = Store(job.dest, job.storage_options)
     counts: Counter[str] = Counter()
+    sizes = ShardSizes() if job.image_sizes else None
     with store.open_write(name) as sink:
         tar_size = None
         # the frame header records it: readers can size (and bound) the output
@@ -195,6 +199,7 @@ def write_shard(job: ShardJob) -> ShardResult:
                 lambda p, n: read_file(p, n, source_options),
                 writeback=fsync and store.local,
                 index=writer.index,
+                sizes=sizes,
             )
             writer.tar_bytes = nbytes
         else:
@@ -206,6 +211,8 @@ def write_shard(job: ShardJob) -> ShardResult:
                     fields.append(("cls", str(sample.label).encode()))
                     fields.sort(key=lambda f: f[0])
                 writer.add(sample.key, fields)
+                if sizes is not None:
+                    sizes.add(fields)
                 counts.update(ext for ext, _ in fields)
             nbytes, digest = writer.close()
         if fsync:
@@ -222,7 +229,7 @@ def write_shard(job: ShardJob) -> ShardResult:
                 store.remove(index_name(name))
             raise
     return ShardResult(
-        job.index, name, len(samples), nbytes, digest, writer.tar_bytes, counts, index_digest
+        job.index, name, len(samples), nbytes, digest, writer.tar_bytes, counts, index_digest, sizes
     )
 
 

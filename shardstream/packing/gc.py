@@ -47,6 +47,8 @@ def collect(store: Store, keep: int, delete: bool = False) -> Collection:
         needed |= {*m.paths, *(p + ".idx" for p in m.paths)}
         if m.selection is not None:
             needed.add(m.selection.reference["file"])
+        if m.image_sizes is not None:
+            needed.add(m.image_sizes.reference["file"])
         needed |= _tables(store, number)
     busy = _claimed_run(store)
     files = [

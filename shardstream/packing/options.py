@@ -44,6 +44,7 @@ class PackOptions:
     ray_address: str | None = None
     source_options: dict[str, Any] | None = None
     index: bool = True
+    image_sizes: bool = True
     token_options: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:

@@ -26,6 +26,7 @@ class ShardSpec:
     limit: int
     per_shard: int | None
     index: bool | None = None
+    image_sizes: bool = True  # record each image's width and height (manifest.image_sizes)
 
 
 def resolve_format(format: str, compression: str | None) -> tuple[str, str | None]:

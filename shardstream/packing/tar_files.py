@@ -23,6 +23,7 @@ from typing import Any
 
 from ..formats.tar import END_OF_ARCHIVE, ZERO_BLOCK, member_header
 from ..formats.tar_index import IndexBuilder
+from ..manifest.image_sizes import ShardSizes
 from ..sources import FileSample
 from ..sources.remote import is_remote
 
@@ -91,11 +92,13 @@ def write_files(  # noqa: C901, PLR0915 - the pack's inner loop, one frame for i
     read: Callable[[str, int], bytes],
     writeback: bool = False,
     index: IndexBuilder | None = None,
+    sizes: ShardSizes | None = None,
 ) -> tuple[int, str, Counter[str]]:
     """Write ``samples`` as a tar shard to the open file ``fd``: (bytes written, their sha256 hex, members
     per field). Members are ``KEY.EXT`` per file and ``KEY.cls`` for a label, in field order, as
     :func:`.folder.write_shard` lays them out; ``read(path, size)`` reads a file this function does not.
-    With ``index``, each sample goes into it too (hashed while it is in the buffer)."""
+    With ``index``, each sample goes into it too (hashed while it is in the buffer); with ``sizes``, each
+    image's width and height are read from its header while it is in the buffer."""
     view = memoryview(bytearray(BUFFER_BYTES))
     digest = hashlib.sha256()
     counts: Counter[str] = Counter()
@@ -155,13 +158,19 @@ def write_files(  # noqa: C901, PLR0915 - the pack's inner loop, one frame for i
                             view[start + size : start + size + pad] = ZERO_BLOCK[:pad]
                             if sample_hash is not None:
                                 sample_hash.update(view[pos : start + size + pad])
+                            if sizes is not None:
+                                sizes.record(ext, view[start : start + size])
                             pos = start + size + pad
                             continue
                 data = label if path is None else read(path, size)
+                if sizes is not None:
+                    sizes.record(ext, data)  # type: ignore[arg-type]
                 for piece in (header, data, ZERO_BLOCK[:pad]):
                     put(piece)  # type: ignore[arg-type]
                     if sample_hash is not None:
                         sample_hash.update(piece)  # type: ignore[arg-type]
+            if sizes is not None:
+                sizes.end_sample()
             if index is not None:
                 index.add_hashed(sample_hash.digest(), laid_out)  # type: ignore[union-attr]
     finally:

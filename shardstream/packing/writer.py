@@ -11,6 +11,7 @@ from ..errors import EncodeError, ShardstreamError, StorageError
 from ..formats import tar as tar_format
 from ..manifest import Manifest, creation_info
 from ..manifest.files import sync_file
+from ..manifest.image_sizes import ShardSizes, encode_image_sizes
 from ..storage import Store, describe_os_error
 from .destination import Claim, prepare_destination
 from .fields import check_key, check_name, encode_field, merge_types
@@ -64,6 +65,9 @@ class ShardWriter:
         fsync: flush shards and manifest to disk before each appears.
         index: write sample indexes (default True; False: the tars alone).
         append: add to the dataset at ``url`` as its next version (not with ``overwrite``).
+        image_sizes: record each image field's width and height, read from its header (never
+            decoded), in a side file the manifest names (default True; see
+            :mod:`shardstream.manifest.image_sizes`).
     """
 
     def __init__(  # noqa: PLR0913 - a public constructor: one keyword per setting, as webdataset's ShardWriter
@@ -81,6 +85,7 @@ class ShardWriter:
         index: bool = True,
         *,
         append: bool = False,
+        image_sizes: bool = True,
         _claim: Claim
         | None = None,  # a pack's claim on the destination, taken before (packing.driver)
     ):
@@ -98,6 +103,7 @@ class ShardWriter:
         self.sha256: list[str] = []
         self.index = index is not False and self.shard_format == "tar" and self.compression is None
         self.index_sha256: list[str] = []
+        self.image_sizes: list[ShardSizes] | None = [] if image_sizes else None
         self.field_counts: Counter[str] = Counter()
         self.field_types: dict[
             str, str
@@ -130,6 +136,8 @@ class ShardWriter:
         else:
             self._shard = tar_format.TarShardWriter(sink, self.compression, index=self.index)
         self.paths.append(name)
+        if self.image_sizes is not None:
+            self.image_sizes.append(ShardSizes())
         self._shard_samples = 0
         self._shard_bytes = 0
 
@@ -239,6 +247,10 @@ class ShardWriter:
             else:
                 self._shard.add(key, encoded)
                 merge_types(self.field_types, fields)
+            if self.image_sizes is not None:
+                self.image_sizes[-1].add(
+                    encoded if self.shard_format != "arrow" else fields.items()
+                )
         self.field_counts.update(fields.keys())
         self._shard_bytes += size
         self._shard_samples += 1
@@ -274,6 +286,7 @@ class ShardWriter:
             arrow_schema=schema,
             created=creation_info(writer="ShardWriter"),
             **({"index_sha256": self.index_sha256} if self.index else {}),
+            image_sizes=None if self.image_sizes is None else encode_image_sizes(self.image_sizes),
         )
         warn_small_shards(self.manifest, self.shard_size)
         self._closed = True

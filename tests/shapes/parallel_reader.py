@@ -18,7 +18,7 @@ import torch.distributed as dist
 from torch.distributed.device_mesh import init_device_mesh
 
 from shardstream.dataset import MixedDataset, ShardDataset
-from shardstream.dataset.bucketed import Bucketed, length_of
+from shardstream.dataset.bucketed import Bucketed, aspect_ratio, length_of
 from shardstream.dataset.packed import SequencePacking
 from shardstream.dataset.parallel import Parallel
 
@@ -70,6 +70,18 @@ def main() -> None:
         num_workers=1,
     )
     buckets = [list(b["__key__"]) for b in bucketing]
+    pics = os.path.join(root, "pics")
+
+    def by_aspect(parallel: Parallel) -> Bucketed:
+        ds = ShardDataset(pics, decode=None, seed=5, parallel=parallel)
+        return Bucketed(ds, aspect_ratio("jpg"), [0.8, 1.25], batch_size=3, num_workers=1)
+
+    aspect = by_aspect(parallel)
+    planned = [list(b["__key__"]) for b in aspect]
+    stopped_aspect = by_aspect(parallel)
+    planned_first = keys(stopped_aspect, limit=2)
+    resumed_aspect = by_aspect(pure_dp)
+    resumed_aspect.load_state_dict(json.loads(json.dumps(stopped_aspect.state_dict())))
     record = {
         "packed": packed,
         "buckets": buckets,
@@ -82,6 +94,10 @@ def main() -> None:
         "first": first,
         "state": state,
         "resumed": keys(resumed),
+        "planned_up_front": aspect.planned_up_front,
+        "planned": planned,
+        "planned_first": planned_first,
+        "planned_resumed": keys(resumed_aspect),
     }
     gathered: list = [None] * dist.get_world_size()
     dist.all_gather_object(gathered, record)

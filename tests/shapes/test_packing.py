@@ -116,7 +116,7 @@ def test_ranks_read_equal_sample_counts_and_every_sample(url, world):
 
 def test_a_count_agreed_across_ranks_splits_rows_never_an_empty_batch(url):
     p = packing(url, window=45, rows=1)
-    window = next(iter(p.loader))  # the whole epoch: one window
+    window = p.received(next(iter(p.loader)))  # the whole epoch: one window, as plan takes it
     rows = p.plan(window)
     more = p.fit(rows, len(rows) + 5)
     assert len(more) == len(rows) + 5
@@ -146,7 +146,7 @@ def test_resume_at_a_window_end_on_another_world_size(url):
     taken = []
     for p in (first, other, other2):
         it = iter(p.loader)
-        window = next(it)
+        window = p.received(next(it))  # the window's samples
         taken += [s["__key__"] for s in window]
     state = {"loader": first.loader.state_dict(), "emitted": 0, "world_size": 3}
     rest = []

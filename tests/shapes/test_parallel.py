@@ -3,6 +3,7 @@ a state resumes on another data-parallel size; with real processes (torchrun, gl
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import subprocess
@@ -12,7 +13,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from PIL import Image
 
+from shardstream import ShardWriter
 from shardstream.dataset import MixedDataset, ShardDataset, TokenDataset
 from shardstream.dataset.parallel import Parallel
 from shardstream.errors import UsageError
@@ -21,6 +24,13 @@ from tests.sample_datasets import key_of, write_dataset
 
 SCRIPT = Path(__file__).with_name("parallel_reader.py")
 COUNTS = [5, 9, 4, 8]  # 26: 13 per DP rank of 2; after a batch of 3 each, 20 left: 5 on each of 4
+PICS, ASPECTS = 29, [(16, 8), (8, 8), (8, 16)]  # images of three aspect buckets
+
+
+def jpeg(width: int, height: int) -> bytes:
+    out = io.BytesIO()
+    Image.new("RGB", (width, height)).save(out, format="JPEG")
+    return out.getvalue()
 
 
 def text(name: str):
@@ -114,6 +124,9 @@ def test_dp2_tp2_processes_split_by_data_parallel_group(tmp_path):
     write_dataset(tmp_path, [7, 6], name="a", make=text("a"))
     write_dataset(tmp_path, [4, 5], name="b", make=text("b"))
     write_dataset(tmp_path, [16, 16], name="seqs", make=skewed)
+    with ShardWriter(str(tmp_path / "pics"), samples_per_shard=9) as writer:  # image sizes recorded
+        for i in range(PICS):
+            writer.write({"__key__": key_of(i), "jpg": jpeg(*ASPECTS[i % len(ASPECTS)])})
     out = tmp_path / "out"
     out.mkdir()
     got = torchrun(tmp_path, out)
@@ -145,3 +158,14 @@ def test_dp2_tp2_processes_split_by_data_parallel_group(tmp_path):
     first = [k for r in (0, 2) for b in got[r]["first"] for k in b]
     rest = [k for g in got for b in g["resumed"] for k in b]
     assert Counter(first + rest) == Counter(key_of(i) for i in range(sum(COUNTS)))
+    # Bucketed planned from recorded image sizes: no collective, yet the same batches in a TP group,
+    # equal counts, every sample once; resumed on DP 4 after two batches on DP 2: each sample once
+    assert all(g["planned_up_front"] for g in got)
+    assert got[0]["planned"] == got[1]["planned"] and got[2]["planned"] == got[3]["planned"]
+    assert len({len(g["planned"]) for g in got}) == 1
+    planned = [k for r in (0, 2) for b in got[r]["planned"] for k in b]
+    assert Counter(planned) == Counter(key_of(i) for i in range(PICS))
+    first = [k for r in (0, 2) for b in got[r]["planned_first"] for k in b]
+    rest = [k for g in got for b in g["planned_resumed"] for k in b]
+    assert len({len(g["planned_resumed"]) for g in got}) == 1
+    assert Counter(first + rest) == Counter(key_of(i) for i in range(PICS))
