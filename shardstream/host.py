@@ -28,6 +28,16 @@ def local_ranks() -> int:
         return 1
 
 
+def loader_workers() -> int:
+    """DataLoader workers when none are asked for: min(4 x GPUs, CPU cores - 1), shared among the
+    training processes of this machine, at least 1."""
+    import torch
+
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    # torchrun's processes on this machine share its cores (each sees every GPU)
+    return max(min(4 * gpus, usable_cores() - 1) // local_ranks(), 1)
+
+
 def shm_free_bytes(path: str = SHM_PATH) -> int | None:
     """Free bytes in the shared-memory file system, or None where there is none (not Linux)."""
     try:
@@ -37,4 +47,4 @@ def shm_free_bytes(path: str = SHM_PATH) -> int | None:
     return st.f_bavail * st.f_frsize
 
 
-__all__ = ["SHM_PATH", "local_ranks", "shm_free_bytes", "usable_cores"]
+__all__ = ["SHM_PATH", "loader_workers", "local_ranks", "shm_free_bytes", "usable_cores"]

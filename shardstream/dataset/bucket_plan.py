@@ -13,13 +13,13 @@ size, so a resume on another world size is exact too.
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
 from torch.utils.data import DataLoader, Dataset
 
+from ..host import loader_workers
 from ..manifest.image_sizes import read_image_sizes
 from ..plan.buckets import epoch_batches, rank_batches
 from .collate import collate
@@ -69,11 +69,9 @@ _SHARD_LOADER_ONLY = frozenset({"seed_workers", "shm_check", "worker_tracebacks"
 
 
 def default_workers(dataset: Any) -> int:
-    """Workers when none are asked for, as the dataset's loader chooses: one for raw local tars (the
-    batches are locations), else one fewer than the cores (at most 4), at least one."""
-    if dataset.mapped:
-        return 1
-    return max(1, min(4, (os.cpu_count() or 2) - 1))
+    """Workers when none are asked for, as the dataset's loader chooses: at most one for raw local tars
+    (the batches are locations), else :func:`shardstream.host.loader_workers`."""
+    return min(loader_workers(), 1) if dataset.mapped else loader_workers()
 
 
 class _PlannedReads(Dataset):

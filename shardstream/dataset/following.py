@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from typing import Literal
 
+from .ranks import agree
 from .shared_memory import shared_zeros
 
 OnNewVersion = Literal["stay", "next_epoch"]
@@ -23,16 +24,8 @@ ON_NEW_VERSION = ("stay", "next_epoch")
 
 def agreed_version(version: int) -> int:
     """The version every rank starts the epoch on: the oldest of the latest versions the ranks saw (a
-    publish between two ranks' looks would otherwise give them different data). One all-reduce, as
-    every rank starts the epoch; none without a process group."""
-    import torch
-    import torch.distributed as dist
-
-    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
-        return version
-    value = torch.tensor([version], dtype=torch.int64)
-    dist.all_reduce(value, op=dist.ReduceOp.MIN)
-    return int(value.item())
+    publish between two ranks' looks would otherwise give them different data)."""
+    return agree(version, "min")
 
 
 class VersionChoice:

@@ -22,6 +22,7 @@ import numpy as np
 import torch
 
 from .collate import collate, pad_sequences
+from .ranks import agree
 from .windowed import WindowResume
 
 
@@ -92,16 +93,6 @@ class LengthBucketing(WindowResume):
     def set_epoch(self, epoch: int) -> None:
         self.loader.set_epoch(epoch)
 
-    def _count(self, needed: int) -> int:
-        """The batches every rank makes of this window: the most any rank needs."""
-        import torch.distributed as dist
-
-        if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
-            return needed
-        value = torch.tensor([needed], dtype=torch.int64)
-        dist.all_reduce(value, op=dist.ReduceOp.MAX)
-        return int(value.item())
-
     def batch(self, samples: list[dict[str, Any]]) -> dict[str, Any]:
         """The padded batch, with ``lengths``, ``attention_mask``, and ``position_ids`` (0 .. length - 1 on
         each row, 1 on padding as transformers' convention has it), ``cu_seqlens`` and ``max_seqlen`` over
@@ -133,7 +124,7 @@ class LengthBucketing(WindowResume):
             lengths = np.array([len(s[self.field]) for s in window], np.int64)
             order = np.argsort(lengths, kind="stable")
             ends = cut(lengths[order], self.batch_tokens)
-            ends = split_to(ends, self._count(len(ends)))
+            ends = split_to(ends, agree(len(ends), "max"))
             begin = 0
             for k, end in enumerate(ends):
                 if k >= self._skip:

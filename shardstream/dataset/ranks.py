@@ -43,6 +43,28 @@ def resolve_rank(
     return rank, world_size
 
 
+def reduce_device(backend: str) -> torch.device:
+    """Where an integer the ranks reduce must live for ``backend``: a process group of NCCL alone takes
+    CUDA tensors only (the current device); gloo, MPI and mixed groups (``"cpu:gloo,cuda:nccl"``) take
+    CPU tensors."""
+    if backend == "nccl":
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
+def agree(value: int, op: str) -> int:
+    """``value``'s ``"max"`` or ``"min"`` over the ranks of the process group (``value`` itself without
+    one): how ranks agree on a window's batch count or an epoch's version. One all-reduce of one
+    integer, on a device the group's backend takes; every rank must call it at the same point."""
+    dist = torch.distributed
+    if not process_group_ready() or dist.get_world_size() == 1:
+        return value
+    ops = {"max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN}
+    tensor = torch.tensor([value], dtype=torch.int64, device=reduce_device(str(dist.get_backend())))
+    dist.all_reduce(tensor, op=ops[op])
+    return int(tensor.item())
+
+
 def process_group_ready() -> bool:
     """Whether a ``torch.distributed`` process group exists in this process."""
     dist = torch.distributed

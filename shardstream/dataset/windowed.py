@@ -22,10 +22,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-import torch
-
 from .collate import RaggedBytes, ragged_fields
 from .mapped import MappedBytes
+from .ranks import agree
 
 WINDOW = "__window__"  # a window's samples, as :func:`window_of` ships them
 _RAW = (bytes, bytearray, memoryview)
@@ -124,17 +123,6 @@ def rows_of(window: Any) -> Any:
     return WindowRows(sent["names"], sent["count"], sent["columns"])
 
 
-def agreed_count(needed: int) -> int:
-    """The batches every rank makes of this window: the most any rank needs."""
-    import torch.distributed as dist
-
-    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
-        return needed
-    value = torch.tensor([needed], dtype=torch.int64)
-    dist.all_reduce(value, op=dist.ReduceOp.MAX)
-    return int(value.item())
-
-
 class WindowResume:
     """The resume state of batches shaped per window of a loader's samples: the loader's state at the
     current window's start and the batches given from it (``_start``, ``_emitted``), skipped again on
@@ -223,7 +211,7 @@ class WindowedBatches(WindowResume):
                 self._start, self._emitted = start, 0
             window = self.received(window)
             groups = self.plan(window)
-            groups = self.fit(groups, agreed_count(len(groups)))
+            groups = self.fit(groups, agree(len(groups), "max"))
             for k, group in enumerate(groups):
                 if k >= self._skip:
                     self._emitted = k + 1
@@ -237,7 +225,6 @@ __all__ = [
     "WindowResume",
     "WindowRows",
     "WindowedBatches",
-    "agreed_count",
     "rows_of",
     "window_of",
 ]

@@ -33,7 +33,7 @@ from torch.utils.data.dataloader import _InfiniteConstantSampler
 from ..dataset import LoaderSetup, Readable
 from ..dataset import setup as _readers
 from ..errors import ShardstreamError
-from ..host import local_ranks, usable_cores
+from ..host import loader_workers
 from . import guards, worker_errors
 from .stats import Callback, LoaderStats, StatsRecorder
 from .threads import thread_count, threaded_pass
@@ -44,9 +44,7 @@ log = logging.getLogger("shardstream")
 
 def default_num_workers() -> int:
     """min(4 x GPUs, CPU cores - 1), shared among the training processes of this machine, at least 1."""
-    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    # torchrun's processes on this machine share its cores (each sees every GPU)
-    return max(min(4 * gpus, usable_cores() - 1) // local_ranks(), 1)
+    return loader_workers()
 
 
 def _from_worker(batch: Any) -> Any:

@@ -58,3 +58,18 @@ def test_ranks_yield_equal_batch_counts(tmp_path, world):
         assert all(batch for g in ranks for batch in g[shape])  # never an empty batch
         read = sorted(k for g in ranks for b in g[shape] for k in b)
         assert read == [key_of(i) for i in range(N)]
+
+
+def test_the_agreed_integer_lives_where_the_backend_takes_it(monkeypatch):
+    """NCCL alone reduces CUDA tensors only (a CPU tensor fails there): the integer goes to the current
+    CUDA device for it, and stays on the CPU for gloo and for a mixed group. (No GPU here: the CUDA device
+    index is stood in for.)"""
+    import torch
+
+    from shardstream.dataset.ranks import agree, reduce_device
+
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 3)
+    assert reduce_device("nccl") == torch.device("cuda", 3)
+    assert reduce_device("gloo") == torch.device("cpu")
+    assert reduce_device("cpu:gloo,cuda:nccl") == torch.device("cpu")
+    assert agree(7, "max") == 7 and agree(7, "min") == 7  # no process group: the value itself
