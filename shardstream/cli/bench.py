@@ -12,7 +12,15 @@ import click
 from ..host import usable_cores
 from ..sizes import parse_size
 from . import bench_run
-from .common import cli, open_dataset, safe, safe_json, storage_option, storage_options_for
+from .common import (
+    cli,
+    open_dataset,
+    safe,
+    safe_json,
+    storage_option,
+    storage_options_for,
+    trusted_roots_for,
+)
 
 STAGE_COLUMNS = ("download", "read", "decode", "transform", "collate")
 
@@ -114,6 +122,7 @@ def bench(  # noqa: PLR0913 - one per option
         seconds=seconds if seconds is not None or samples is not None else 10.0,
         prefetch=parse_size(prefetch, "--prefetch") if prefetch is not None else None,
         storage_options=options or None,
+        trusted_roots=trusted_roots_for(storage_options) or None,
         device=device,
         step_ms=step_ms,
     )

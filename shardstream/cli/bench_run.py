@@ -25,6 +25,7 @@ if TYPE_CHECKING:  # torch: imported when a point is measured, not with the comm
 from ..errors import UsageError
 from ..host import usable_cores
 from ..sizes import count
+from ..storage import StorageSettings
 
 DECODE = {"none": None, "pil": "pil", "torch": "torch", "fast": "torch"}
 
@@ -60,6 +61,7 @@ class Settings:
     seconds: float | None = 10.0
     prefetch: int | str | None = None
     storage_options: dict[str, Any] | None = None
+    trusted_roots: dict[str, dict[str, Any]] | None = None  # where a merge names shards by full URL
     device: str | None = None  # a DeviceLoader on it consumes the batches
     step_ms: float = 0.0  # a simulated training step per batch
 
@@ -69,6 +71,8 @@ class Settings:
         kwargs: dict[str, Any] = {"decode": DECODE[self.decode], "shuffle": True, "seed": 0}
         if self.storage_options is not None:
             kwargs["storage_options"] = self.storage_options
+        if self.trusted_roots:
+            kwargs["storage"] = StorageSettings(trusted_roots=self.trusted_roots)
         if cache_dir is not None:
             kwargs["cache_dir"] = cache_dir
         if self.prefetch is not None:

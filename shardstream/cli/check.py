@@ -6,9 +6,9 @@ import click
 from tqdm import tqdm
 
 from ..errors import ShardstreamError
-from ..manifest import dataset_store, load_manifest
+from ..manifest.locate import open_stored
 from ..sizes import count, format_size
-from .common import cli, safe, storage_option, storage_options_for
+from .common import cli, safe, storage_option, storage_options_for, trusted_roots_for
 
 
 @cli.command()
@@ -27,9 +27,11 @@ def verify(
     """Check every shard's size and checksum, and that every sample parses (--decode: and decodes)."""
     from ..manifest.verify import verify as run_verify
 
-    options = storage_options_for(storage_options, dataset)
-    store = dataset_store(dataset, options)
-    m = load_manifest(store)
+    options, trusted = (
+        storage_options_for(storage_options, dataset),
+        trusted_roots_for(storage_options),
+    )
+    store, m = open_stored(dataset, options, trusted_roots=trusted)
     with tqdm(
         total=m.total_bytes,
         unit="B",
@@ -38,7 +40,9 @@ def verify(
         leave=False,
         disable=True if quiet else None,
     ) as bar:
-        report = run_verify(dataset, options, workers, on_shard=bar.update, decode=decode)
+        report = run_verify(
+            dataset, options, workers, on_shard=bar.update, decode=decode, trusted_roots=trusted
+        )
     if report.ok:
         summary = f"{count(m.num_shards, 'shard')}, {count(m.num_samples, 'sample')}, {format_size(m.total_bytes)}"
         click.echo(f"ok: {summary} in {safe(store.url)}")

@@ -21,8 +21,9 @@ from typing import Any
 import click
 
 from ..errors import ShardstreamError
-from ..manifest import Manifest, dataset_store, load_dataset
-from ..storage import Store, connection_options
+from ..manifest import Manifest
+from ..manifest.locate import open_stored
+from ..storage import StorageSettings, Store, connection_options, is_url
 from ..version import __version__
 
 # Characters a terminal may act on, or that hide or reorder text: C0 and C1 controls and DEL (Cc),
@@ -153,7 +154,10 @@ class _Cli(click.Group):
 
 def storage_options_for(values: tuple[str, ...], url: str) -> dict[str, Any]:
     """Storage options for ``url``: --endpoint-url, --anon and --profile, then each -o KEY=VALUE."""
-    flags = click.get_current_context().meta.get("shardstream.connection", {})
+    meta = click.get_current_context().meta
+    flags = meta.get("shardstream.connection", {})
+    if meta.get("shardstream.trusted") and not is_url(url):
+        flags = {}  # a local dataset's command: the connection flags are for its trusted roots
     out: dict[str, Any] = connection_options(url, **flags)
     for item in values:
         key, sep, raw = item.partition("=")
@@ -164,6 +168,27 @@ def storage_options_for(values: tuple[str, ...], url: str) -> dict[str, Any]:
         except ValueError:
             out[key] = raw
     return out
+
+
+def trusted_roots_for(values: tuple[str, ...] = ()) -> dict[str, dict[str, Any]]:
+    """The --trust-root locations: where a merged dataset may name shards by full URL. One in object
+    storage is reached with the command's storage flags (``values``: its -o KEY=VALUE); a local one
+    needs none."""
+    roots = click.get_current_context().meta.get("shardstream.trusted", ())
+    return {root: storage_options_for(values, root) if is_url(root) else {} for root in roots}
+
+
+def storage_settings_for(values: tuple[str, ...], url: str) -> StorageSettings:
+    """The command's storage flags for ``url`` as a dataset's settings (options and trusted roots)."""
+    return StorageSettings(
+        options=storage_options_for(values, url), trusted_roots=trusted_roots_for(values)
+    )
+
+
+def _trust(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> tuple[str, ...]:
+    if value:
+        ctx.meta["shardstream.trusted"] = value
+    return value
 
 
 def _remember(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
@@ -196,6 +221,16 @@ def storage_option(command: Callable[..., Any]) -> Callable[..., Any]:
                 callback=_remember,
                 metavar="NAME",
                 help="AWS credentials profile (s3://).",
+            ),
+            click.option(
+                "--trust-root",
+                multiple=True,
+                expose_value=False,
+                callback=_trust,
+                metavar="LOCATION",
+                help="A location outside the dataset's folder that its manifest may name shards in by "
+                "full URL (a merge across stores), e.g. s3://bucket/team-a (repeatable); reached with "
+                "the flags above.",
             ),
             click.option(
                 "--storage-option",
@@ -260,6 +295,9 @@ def _quiet_logging() -> None:
 
 
 def open_dataset(dataset: str, storage_options: tuple[str, ...]) -> tuple[Store, Manifest]:
-    """The store and manifest of DATASET, with the command's storage flags."""
-    store = dataset_store(dataset, storage_options_for(storage_options, dataset))
-    return store, load_dataset(store)
+    """The store and manifest of DATASET, with the command's storage flags (and --trust-root)."""
+    return open_stored(
+        dataset,
+        storage_options_for(storage_options, dataset),
+        trusted_roots=trusted_roots_for(storage_options),
+    )

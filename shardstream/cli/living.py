@@ -8,7 +8,7 @@ import click
 from ..manifest import dataset_store
 from ..sizes import count, format_size
 from ..storage import is_url
-from .common import cli, safe, storage_option, storage_options_for
+from .common import cli, safe, storage_option, storage_options_for, trusted_roots_for
 
 
 @cli.command()
@@ -133,7 +133,15 @@ def split(
         if not sep:
             raise click.UsageError(f"--into {item!r}: give NAME=FRACTION, e.g. train=0.98")
     options = storage_options_for(storage_options, dest)
-    made = run_split(dataset, dest, parts, seed=seed, storage_options=options, overwrite=overwrite)
+    made = run_split(
+        dataset,
+        dest,
+        parts,
+        seed=seed,
+        storage_options=options,
+        overwrite=overwrite,
+        trusted_roots=trusted_roots_for(storage_options),
+    )
     for name, m in made.items():
         click.echo(
             f"{safe(name)}: {count(m.num_samples, 'sample')} of {count(m.num_shards, 'shard')} "

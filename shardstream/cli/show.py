@@ -135,7 +135,7 @@ def _shuffle_quality(
 
     from .. import plan
     from ..dataset import ShardDataset
-    from .common import storage_options_for
+    from .common import storage_settings_for
 
     if not any(f.get("name") == "cls" for f in m.fields):
         raise ShardstreamError(
@@ -148,7 +148,7 @@ def _shuffle_quality(
         transform=_label,
         rank=0,
         world_size=1,
-        storage_options=storage_options_for(storage_options, dataset),
+        storage=storage_settings_for(storage_options, dataset),
     )
     labels = np.fromiter(iter(ds), dtype=np.int64, count=m.num_samples)
     per_shard = np.split(labels, np.cumsum(m.samples)[:-1])
@@ -217,11 +217,9 @@ def ls_(dataset: str, as_json: bool, keys: bool, storage_options: tuple[str, ...
 def _sample_map(dataset: str, storage_options: tuple[str, ...]) -> Any:
     """DATASET as a ``ShardMap`` of stored bytes (nothing decoded)."""
     from ..dataset import ShardMap
-    from .common import storage_options_for
+    from .common import storage_settings_for
 
-    return ShardMap(
-        dataset, decode=None, storage_options=storage_options_for(storage_options, dataset)
-    )
+    return ShardMap(dataset, decode=None, storage=storage_settings_for(storage_options, dataset))
 
 
 def _list_keys(dataset: str, as_json: bool, storage_options: tuple[str, ...]) -> None:

@@ -36,15 +36,7 @@ def open_dataset(
     urls = [url_or_urls] if isinstance(url_or_urls, (str, os.PathLike)) else list(url_or_urls)
     urls = [os.fspath(u) for u in urls]
     if len(urls) == 1 and shard_format_of(urls[0]) not in TAR_COMPRESSION and "{" not in urls[0]:
-        store = dataset_store(urls[0], storage_options, retry)
-        manifest = load_dataset(store, version, cache)
-        routed = open_roots(
-            store,
-            manifest.roots or [],
-            trusted_roots or {},
-            lambda url, options: Store(url, options, retry),
-        )
-        return routed or store, manifest
+        return open_stored(urls[0], storage_options, retry, version, cache, trusted_roots)
     log.warning(
         "scanning %d tar source(s) without a manifest; 'shardstream index' writes one so the next "
         "start is instant",
@@ -54,6 +46,28 @@ def open_dataset(
         raise ManifestError(f"tars without a manifest have one version (1), not {version}")
     result = scan(urls, storage_options=storage_options)
     return Store(result.url, storage_options, retry), result.manifest
+
+
+def open_stored(
+    url: str,
+    storage_options: dict[str, Any] | None = None,
+    retry: RetryPolicy | None = None,
+    version: int | None = None,
+    cache: Callable[[], DiskCache] | None = None,
+    trusted_roots: dict[str, dict[str, Any]] | None = None,
+) -> tuple[Store, Manifest]:
+    """The store and manifest of the dataset at ``url`` (it has a manifest: no tars scanned); a manifest
+    that names shards by full URL gets a :class:`~shardstream.storage.routed.RoutedStore` over the
+    ``trusted_roots`` (location -> fsspec options) that hold them, else a one-line error."""
+    store = dataset_store(url, storage_options, retry)
+    manifest = load_dataset(store, version, cache)
+    routed = open_roots(
+        store,
+        manifest.roots or [],
+        trusted_roots or {},
+        lambda root, options: Store(root, options, retry),
+    )
+    return routed or store, manifest
 
 
 def load_dataset(

@@ -14,10 +14,9 @@ from typing import Any
 from ..errors import ShardstreamError
 from ..formats import count_samples, iter_shard_samples
 from ..storage import Store
-from .files import dataset_store
 from .image_sizes import read_image_sizes
+from .locate import open_stored
 from .schema import Manifest
-from .versions import load_manifest
 
 
 @dataclass
@@ -148,14 +147,15 @@ def verify(
     workers: int = 4,
     on_shard: Callable[[int], None] | None = None,
     decode: bool = False,
+    trusted_roots: dict[str, dict[str, Any]] | None = None,
 ) -> VerifyReport:
     """Check every shard of the dataset at ``url`` against its manifest; with ``decode``, also decode
     every image, label, text, JSON and numpy field (a non-image ``.jpg`` is reported by sample).
 
-    ``on_shard(nbytes)`` is called as each shard is done (for progress).
+    ``on_shard(nbytes)`` is called as each shard is done (for progress). ``trusted_roots``: where a
+    merged dataset may name shards by full URL (as ``StorageSettings.trusted_roots``).
     """
-    store = dataset_store(url, storage_options)
-    manifest = load_manifest(store)
+    store, manifest = open_stored(url, storage_options, trusted_roots=trusted_roots)
     report = VerifyReport(store.url, manifest)
     with ThreadPoolExecutor(max(1, workers)) as pool:
         results = pool.map(

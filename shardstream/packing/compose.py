@@ -33,6 +33,7 @@ from ..formats import TAR_COMPRESSION, tar
 from ..formats.compression import decompress
 from ..manifest import Manifest, creation_info, dataset_store, load_manifest
 from ..manifest.combine import difference
+from ..manifest.locate import open_stored
 from ..manifest.relabel import Relabel, unify
 from ..manifest.selection import encode_selection
 from ..storage import Store
@@ -255,6 +256,7 @@ def split(
     seed: int = 0,
     storage_options: dict[str, Any] | None = None,
     overwrite: bool = False,
+    trusted_roots: dict[str, dict[str, Any]] | None = None,
 ) -> dict[str, Manifest]:
     """One dataset per part under ``dest`` (``dest/train``, ``dest/val``), each selecting the samples of
     ``source``'s shards (its latest version) whose key hashes into that part (see the module's
@@ -267,13 +269,15 @@ def split(
         seed: the seed of the key hash that assigns each sample its part.
         storage_options: fsspec options for ``source`` and ``dest``.
         overwrite: replace datasets already at the parts' folders.
+        trusted_roots: where ``source`` (a merge across stores) may name shards by full URL, each
+            location with its fsspec options (as ``StorageSettings.trusted_roots``); the parts name
+            them the same way.
 
     Returns:
         The published manifests by part.
     """
     names, fractions = _check_parts(parts)
-    store = dataset_store(os.fspath(source), storage_options)
-    m = load_manifest(store)
+    store, m = open_stored(os.fspath(source), storage_options, trusted_roots=trusted_roots)
     root = Store(os.fspath(dest), storage_options)
     chosen: list[list[np.ndarray]] = [[] for _ in names]
     for shard in range(m.num_shards):

@@ -198,7 +198,7 @@ def open_roots(
             raise StorageError(
                 f"{home.url} names shards at {root!r:.120}, outside its folder; a dataset reads shards "
                 "elsewhere only where you allow it: StorageSettings(trusted_roots={"
-                f"{root!r:.120}: {{...fsspec options}}}})"
+                f"{root!r:.120}: {{...fsspec options}}}}), or --trust-root on the command line"
             )
         best = max(allowed, key=len)
         others[root] = make(root, dict(trusted[best] or {}))

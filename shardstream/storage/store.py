@@ -145,7 +145,8 @@ class Store:
                 raise StorageError(
                     f"{shown} is under {declared[0]!r:.120}, outside {self.url}; read a dataset that "
                     "names shards by full URL with ShardDataset, ShardMap or MixedDataset and "
-                    f"StorageSettings(trusted_roots={{{declared[0]!r:.120}: {{...fsspec options}}}})"
+                    f"StorageSettings(trusted_roots={{{declared[0]!r:.120}: {{...fsspec options}}}}), "
+                    "or a command with --trust-root"
                 )
             raise StorageError(
                 f"{shown} is not a name inside {self.url}: names are relative '/'-separated paths "

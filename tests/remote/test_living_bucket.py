@@ -248,3 +248,54 @@ def test_a_manifest_naming_a_url_outside_its_roots_is_refused(s3_bucket, tmp_pat
         path.write_text(json.dumps(doc))
         with pytest.raises(ManifestError, match="root"):
             load_manifest(str(tmp_path / "ds"))
+
+
+def test_the_commands_read_a_merge_across_stores_where_told_to_trust_it(s3_bucket, tmp_path):
+    """verify, ls --keys, cat, bench and split of a local merge that names a bucket's shards by full URL:
+    refused on one line without --trust-root, every sample with it (the bucket reached with the
+    command's own connection flags)."""
+    from click.testing import CliRunner
+
+    from shardstream.cli import cli
+
+    options = s3_bucket.storage_options
+    kw = {"samples_per_shard": 3, "progress": False, "workers": 1}
+    keys = text_folder(tmp_path / "src-l", 4) | text_folder(tmp_path / "src-r", 5, 100)
+    ss.pack(str(tmp_path / "src-l"), str(tmp_path / "data/local"), **kw)
+    remote = s3_bucket.url("team-b")
+    ss.pack(str(tmp_path / "src-r"), remote, storage_options=options, **kw)
+    both = str(tmp_path / "data/both")
+    m = ss.merge([str(tmp_path / "data/local"), remote], both, storage_options=options)
+    assert m.num_samples == len(keys)
+    trust = ["--trust-root", remote.rsplit("/", 1)[0], "--endpoint-url", options["endpoint_url"]]
+
+    def run(*args: str) -> tuple[int, str]:
+        done = CliRunner().invoke(cli, list(args))
+        return done.exit_code, done.output
+
+    code, out = run("verify", both)
+    assert code == 1 and "--trust-root" in out and remote in out, out
+    assert len(out.strip().splitlines()) == 1, out
+    code, out = run("verify", both, *trust)
+    assert code == 0 and out.startswith(f"ok: {m.num_shards} shards, {m.num_samples} samples"), out
+    code, out = run("ls", both, "--keys", *trust)
+    assert code == 0 and set(out.split()) >= keys, out
+    listed = [line for line in out.splitlines() if line.strip()]
+    assert len(listed) == len(keys), out
+    code, out = run("cat", both, "-1", *trust)
+    assert code == 0 and out, out
+    code, out = run("bench", both, "--workers", "0", "--samples", str(len(keys)), "--json", *trust)
+    assert code == 0, out
+    code, out = run("split", both, str(tmp_path / "parts"), "--into", "a=0.5", "b=0.5", *trust)
+    assert code == 0, out
+    parts = [
+        ss.ShardDataset(
+            str(tmp_path / "parts" / name),
+            decode=None,
+            shuffle=False,
+            storage=ss.StorageSettings(trusted_roots={remote: options}),
+        )
+        for name in ("a", "b")
+    ]
+    split_keys = [s["__key__"] for part in parts for s in part]
+    assert sorted(split_keys) == sorted(keys)
