@@ -33,6 +33,14 @@ WITH_INDEXES = [
 COUNTS = [4, 4, 4, 2]  # 14 images, 4 per shard
 
 
+def published(bucket, prefix: str, shards: list[str] = WITH_INDEXES) -> list[str]:
+    """What a finished image pack at ``prefix`` holds: its manifest, the images' recorded sizes (the side
+    file that manifest names) and ``shards``, run tokens left out."""
+    m = shardstream.load_manifest(dataset_store(bucket.url(prefix), bucket.storage_options))
+    sizes = [f"{prefix}/{m.image_sizes.reference['file']}"] if m.image_sizes is not None else []
+    return sorted([f"{prefix}/_manifest.json", *sizes, *(f"{prefix}/{s}" for s in shards)])
+
+
 def pack_images(bucket, tmp_path, prefix: str = "ds", **kwargs):
     """Pack a fresh 14-image ImageFolder into ``bucket/prefix``; returns ({key: jpeg bytes}, PackResult)."""
     files = image_folder(tmp_path / "src")
@@ -63,10 +71,9 @@ def test_pack_publishes_shards_and_manifest_and_nothing_else(bucket, tmp_path):
     files, result = pack_images(bucket, tmp_path)
     assert (result.samples, result.shards, result.url) == (14, 4, bucket.url("ds"))
     keys = bucket.keys("ds")  # no marker, no temporaries; shards named with the run's token
-    assert [without_run(k) for k in keys] == ["ds/_manifest.json"] + [
-        f"ds/{s}" for s in WITH_INDEXES
-    ]
+    assert [without_run(k) for k in keys] == published(bucket, "ds")
     m = shardstream.load_manifest(dataset_store(bucket.url("ds"), bucket.storage_options))
+    assert m.image_sizes is not None  # the images' recorded sizes, in the side file it names
     assert [without_run(p) for p in m.paths] == SHARDS and m.samples.tolist() == COUNTS
     assert m.classes == list(CLASSES) and all(f"ds/{p}" in keys for p in m.paths)
     keys = []
@@ -407,13 +414,11 @@ def test_overwrite_on_a_bucket(bucket, tmp_path):
     assert bucket.read("ds/_manifest.json") == before  # untouched
     ok("pack", tmp_path / "newer", url, "--samples-per-shard", "8", "--overwrite", "-q", *o)
     # the old shards are gone once the new manifest is published, not left beside the new dataset
-    assert [without_run(k) for k in bucket.keys("ds")] == [
-        "ds/_manifest.json",
-        "ds/shard-000000.tar",
-        "ds/shard-000000.tar.idx",
-        "ds/shard-000001.tar",
-        "ds/shard-000001.tar.idx",
-    ]
+    assert [without_run(k) for k in bucket.keys("ds")] == published(
+        bucket,
+        "ds",
+        ["shard-000000.tar", "shard-000000.tar.idx", "shard-000001.tar", "shard-000001.tar.idx"],
+    )
     assert not set(bucket.keys("ds")) & {f"ds/{p}" for p in old.manifest.paths}
     ds = shardstream.ShardDataset(
         url, storage_options=bucket.storage_options, decode=None, shuffle=False
@@ -482,9 +487,7 @@ def test_a_pack_whose_upload_fails_publishes_nothing_and_a_rerun_completes(
     )
     # the same shards as a pack that never failed
     assert result.manifest.sha256 == clean.manifest.sha256
-    assert [without_run(k) for k in bucket.keys("ds")] == ["ds/_manifest.json"] + [
-        f"ds/{s}" for s in WITH_INDEXES
-    ]
+    assert [without_run(k) for k in bucket.keys("ds")] == published(bucket, "ds")
     ds = shardstream.ShardDataset(
         url, storage_options=bucket.storage_options, decode=None, shuffle=False
     )
