@@ -93,10 +93,16 @@ def without_run(name: str) -> str:
 
 
 def doc_without_runs(doc: dict[str, Any]) -> dict[str, Any]:
-    """A manifest's JSON with its shard paths :func:`without_run`."""
+    """A manifest's JSON with its shard paths :func:`without_run`, and its side files' names without
+    their run's part (``_image_sizes-<digest>-<run>.npy`` as ``_image_sizes-<digest>.npy``)."""
     shards = doc.get("shards")
     if isinstance(shards, dict) and "path" in shards:
         doc = {**doc, "shards": {**shards, "path": [without_run(p) for p in shards["path"]]}}
+    for side in ("selection", "image_sizes"):
+        ref = doc.get(side)
+        if isinstance(ref, dict) and isinstance(ref.get("file"), str):
+            file = re.sub(r"^(_\w+-[0-9a-f]{16})-[0-9a-f]{16}(\.npy)$", r"\1\2", ref["file"])
+            doc = {**doc, side: {**ref, "file": file}}
     return doc
 
 

@@ -3,7 +3,7 @@
 ``pack`` (and ``shardstream index``, for tars packed before) reads the width and height of every image
 field (``jpg``, ``jpeg``, ``png``, ``gif``, ``bmp``, ``webp``) **from its header**
 (:mod:`shardstream.formats.image_header`, never decoding a pixel) and writes them once per dataset to
-``_image_sizes-<16 hex>.npy`` beside the manifest; ``image_sizes`` in the manifest's head names it
+``_image_sizes-<16 hex>-<16 hex>.npy`` (:mod:`.side_names`) beside the manifest; ``image_sizes`` in the manifest's head names it
 (``{file, sha256, fields, samples}``). The file is a flat NumPy ``uint32`` array: the number of shards
 ``n``, the number of fields ``k``, each shard's sample count, then per field every sample's width, then
 every sample's height (samples in manifest order). 0 means unknown (the sample lacks the field, or its
@@ -28,6 +28,7 @@ import numpy as np
 
 from ..errors import ManifestError
 from ..formats.image_header import image_size
+from .side_names import side_name, side_name_fits
 
 SIZES_PREFIX, SIZES_SUFFIX = "_image_sizes-", ".npy"
 # fields whose values are encoded images: the last part of the field's name
@@ -126,7 +127,7 @@ def encode_image_sizes(shards: Sequence[ShardSizes]) -> ImageSizes | None:
     data = sink.getvalue()
     digest = hashlib.sha256(data).hexdigest()
     reference = {
-        "file": f"{SIZES_PREFIX}{digest[:16]}{SIZES_SUFFIX}",
+        "file": side_name(SIZES_PREFIX, SIZES_SUFFIX, digest),
         "sha256": digest,
         "fields": fields,
         "samples": int(counts.sum()),
@@ -143,14 +144,7 @@ def reference_problem(ref: Any) -> str | None:
     name, digest, fields = ref.get("file"), ref.get("sha256"), ref.get("fields")
     fine = (
         set(ref) == {"file", "sha256", "fields", "samples"}
-        and isinstance(name, str)
-        and name.startswith(SIZES_PREFIX)
-        and name.endswith(SIZES_SUFFIX)
-        and len(name) == len(SIZES_PREFIX) + 16 + len(SIZES_SUFFIX)
-        and "/" not in name
-        and isinstance(digest, str)
-        and len(digest) == 64
-        and digest.startswith(name[len(SIZES_PREFIX) : len(SIZES_PREFIX) + 16])
+        and side_name_fits(name, SIZES_PREFIX, SIZES_SUFFIX, digest)
         and isinstance(fields, list)
         and all(isinstance(f, str) for f in fields)
         and type(ref.get("samples")) is int

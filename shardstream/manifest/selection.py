@@ -1,7 +1,7 @@
 """A split's selection: which samples of each listed shard a dataset reads, in a side file.
 
 The manifest lists the source's shards (their paths under a root beside the dataset, their full sample
-counts, sizes and checksums, unchanged); ``selection`` in its head names ``_selection-<16 hex>.npy``
+counts, sizes and checksums, unchanged); ``selection`` in its head names ``_selection-<16 hex>-<16 hex>.npy`` (:mod:`.side_names`)
 (with its sha256 and the number of samples selected), a NumPy array of ``uint32``: the number of shards
 ``n``, then each shard's selected count, then the selected sample numbers of each shard in increasing
 order. The plan works on the selected counts (O(shards)); a reader maps the plan's (shard, offset) to the
@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+
+from .side_names import side_name, side_name_fits
 
 SELECTION_PREFIX, SELECTION_SUFFIX = "_selection-", ".npy"
 
@@ -82,7 +84,7 @@ def encode_selection(per_shard: Sequence[np.ndarray]) -> tuple[bytes, Selection]
     data = Selection(counts, rows.astype(np.uint32)).data()
     digest = hashlib.sha256(data).hexdigest()
     reference = {
-        "file": f"{SELECTION_PREFIX}{digest[:16]}{SELECTION_SUFFIX}",
+        "file": side_name(SELECTION_PREFIX, SELECTION_SUFFIX, digest),
         "sha256": digest,
         "samples": int(counts.sum()),
     }
@@ -95,14 +97,7 @@ def read_selection(
     """(problem or None, selection) of the head's ``selection`` reference, its file read with ``read``."""
     name, digest, samples = ref.get("file"), ref.get("sha256"), ref.get("samples")
     if set(ref) != {"file", "sha256", "samples"} or not (
-        isinstance(name, str)
-        and name.startswith(SELECTION_PREFIX)
-        and name.endswith(SELECTION_SUFFIX)
-        and len(name) == len(SELECTION_PREFIX) + 16 + len(SELECTION_SUFFIX)
-        and "/" not in name
-        and isinstance(digest, str)
-        and digest.startswith(name[len(SELECTION_PREFIX) : len(SELECTION_PREFIX) + 16])
-        and type(samples) is int
+        side_name_fits(name, SELECTION_PREFIX, SELECTION_SUFFIX, digest) and type(samples) is int
     ):
         return f"its selection reference {str(ref)[:120]} is not {{file, sha256, samples}}", None
     if read is None:

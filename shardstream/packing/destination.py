@@ -44,6 +44,9 @@ from ..errors import DatasetExistsError, ShardstreamError, StorageError
 from ..manifest import MANIFEST_NAME, Manifest, shard_name
 from ..manifest.combine import appended
 from ..manifest.files import IN_PROGRESS, manifest_files, sync_folder, write_durably
+from ..manifest.image_sizes import SIZES_PREFIX, SIZES_SUFFIX
+from ..manifest.selection import SELECTION_PREFIX, SELECTION_SUFFIX
+from ..manifest.side_names import side_file_pattern
 from ..manifest.versions import (
     VERSIONS,
     commit_version,
@@ -76,9 +79,9 @@ _TEMP_FILE = re.compile(r"^\..*\.[0-9a-f]{8,32}\.tmp$")  # the store's temporary
 # a large manifest's shard table (manifest.table)
 _SHARD_TABLE = re.compile(r"^_shards-[0-9a-f]{16}\.arrow$")
 # a split's selection (manifest.selection)
-_SELECTION = re.compile(r"^_selection-[0-9a-f]{16}\.npy$")
+_SELECTION = side_file_pattern(SELECTION_PREFIX, SELECTION_SUFFIX)
 # each sample's recorded image size (manifest.image_sizes)
-_IMAGE_SIZES = re.compile(r"^_image_sizes-[0-9a-f]{16}\.npy$")
+_IMAGE_SIZES = side_file_pattern(SIZES_PREFIX, SIZES_SUFFIX)
 # a run's test of conditional writes
 _PROBE = re.compile(r"^\.shardstream-probe-(?P<run>[0-9a-f]{16})$")
 # one being written

@@ -251,6 +251,8 @@ def judge(
         named |= {*m.paths, *(f"{p}.idx" for p, d in zip(m.paths, list(m.index_sha256 or [])) if d)}
         shards = json.loads(after or b"{}").get("shards", {})
         named |= {shards["table"]} if isinstance(shards, dict) and "table" in shards else set()
+        for side in (m.selection, m.image_sizes):  # side files the manifest names
+            named |= {side.reference["file"]} if side is not None else set()
     race.leftovers = sorted(set(watcher.versions()) - named)
     return race
 

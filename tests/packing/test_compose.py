@@ -86,6 +86,22 @@ def test_split_parts_are_disjoint_hold_every_sample_and_stay_put_under_append(tw
         ss.split(data / "A", data / "bad", {"train": 0.7, "val": 0.2})
 
 
+def test_a_split_again_over_itself_keeps_the_selection_its_manifest_names(two):
+    """The same split written again with overwrite selects the same samples; its selection file is its own
+    all the same, so the clean-up of what it replaced leaves the one its manifest names."""
+    _, data, keys = two
+    first = ss.split(data / "A", data / "split", {"train": 0.7, "val": 0.3}, seed=5)
+    again = ss.split(data / "A", data / "split", {"train": 0.7, "val": 0.3}, seed=5, overwrite=True)
+    for part in ("train", "val"):
+        old, new = first[part].selection.reference, again[part].selection.reference
+        assert old["sha256"] == new["sha256"] and old["file"] != new["file"]
+        assert sorted(
+            n for n in os.listdir(data / "split" / part) if n.startswith("_selection-")
+        ) == [new["file"]]
+        assert verify(str(data / "split" / part)).ok
+    assert set(read_all(data / "split/train")) | set(read_all(data / "split/val")) == keys["A"]
+
+
 def test_a_split_is_read_exactly_by_ranks_by_resume_and_by_a_mix(two):
     _, data, keys = two
     ss.merge([data / "A", data / "B"], data / "AB")

@@ -15,6 +15,7 @@ import shardstream as ss
 from shardstream.errors import ManifestError
 from shardstream.manifest.image_sizes import ShardSizes, encode_image_sizes, read_image_sizes
 from shardstream.manifest.index_tars import index
+from shardstream.manifest.verify import verify
 from shardstream.storage import Store
 
 
@@ -179,3 +180,17 @@ def test_an_append_and_gc_keep_the_size_file_of_the_versions_that_name_it(tmp_pa
     store = dataset_store(out)
     assert first not in collect(store, keep=2).files  # both versions kept: needed
     assert first in collect(store, keep=1).files  # only the latest kept: no longer named
+
+
+def test_an_overwrite_with_the_same_images_keeps_its_own_size_file(tmp_path):
+    """The same images give the same sizes; each run's side file is its own all the same (its name has the
+    run's part), so the clean-up of what an overwrite replaced never removes the file the new manifest names
+    (a name from the content alone did that, and two packs at once removed each other's)."""
+    folder(tmp_path / "src")
+    first = ss.pack(str(tmp_path / "src"), str(tmp_path / "ds"), progress=False)
+    again = ss.pack(str(tmp_path / "src"), str(tmp_path / "ds"), progress=False, overwrite=True)
+    old, new = first.manifest.image_sizes.reference, again.manifest.image_sizes.reference
+    assert old["sha256"] == new["sha256"] and old["file"] != new["file"]
+    names = sorted(p.name for p in (tmp_path / "ds").glob("_image_sizes-*"))
+    assert names == [new["file"]]
+    assert verify(str(tmp_path / "ds")).ok

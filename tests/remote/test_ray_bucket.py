@@ -62,8 +62,14 @@ def test_a_ray_pack_into_a_bucket_equals_a_local_pack(local_ray, s3_bucket, tmp_
     assert docs[0] == docs[1]
     keys = s3_bucket.keys()
     # nothing else
+    sizes = remote.manifest.image_sizes
     assert sorted(k.split("/", 1)[1] for k in keys if k.startswith("ray/")) == sorted(
-        ["_manifest.json", *remote.manifest.paths, *(p + ".idx" for p in remote.manifest.paths)]
+        [
+            "_manifest.json",
+            *remote.manifest.paths,
+            *(p + ".idx" for p in remote.manifest.paths),
+            *([sizes.reference["file"]] if sizes is not None else []),
+        ]
     )
     for name, other in pairs:  # sample indexes too, byte for byte
         assert s3_bucket.read(f"ray/{other}.idx") == s3_bucket.read(f"local/{name}.idx")
