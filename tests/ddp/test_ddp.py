@@ -6,17 +6,12 @@ Select these with ``pytest tests/ddp``; each torchrun takes a few seconds.
 from __future__ import annotations
 
 import json
-import os
-import socket
-import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 
-import pytest
-
 from tests.sample_datasets import key_of
 from tests.sample_datasets import write_dataset as _write_dataset
+from tests.torchrun import torchrun as run_ranks
 
 SCRIPT = Path(__file__).with_name("ddp_reader.py")
 BATCH = 4
@@ -27,38 +22,8 @@ def write_dataset(root: Path, counts) -> str:
     return _write_dataset(root, counts, make=lambda i: {"__key__": key_of(i), "txt": f"sample {i}"})
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def torchrun(nproc: int, dataset: str, out: Path, *args: str) -> dict:
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
-        env.pop(name, None)
-    command = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        f"--nproc-per-node={nproc}",
-        "--nnodes=1",
-        "--master-addr=127.0.0.1",
-        f"--master-port={free_port()}",
-        str(SCRIPT),
-        dataset,
-        str(out),
-        *args,
-    ]
-    try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=180, env=env)
-    except (
-        subprocess.TimeoutExpired
-    ) as exc:  # a hang is exactly what equal per-rank work must prevent
-        pytest.fail(f"torchrun timed out after 180 s\n{exc.stdout}\n{exc.stderr}")
-    assert done.returncode == 0, (
-        f"torchrun failed ({done.returncode})\n{done.stdout}\n{done.stderr[-6000:]}"
-    )
+    run_ranks(nproc, SCRIPT, dataset, str(out), *args)
     mode = args[args.index("--mode") + 1]
     return json.loads((out / f"result-{mode}.json").read_text())
 
@@ -139,24 +104,13 @@ def test_ddp_ranks_agree_on_the_version_each_epoch_starts_on(tmp_path):
     ss.pack(str(tmp_path / "one"), dataset, samples_per_shard=3, progress=False, workers=1)
     out = tmp_path / "out"
     out.mkdir()
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
-        env.pop(name, None)
-    command = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--nproc-per-node=2",
-        "--nnodes=1",
-        "--master-addr=127.0.0.1",
-        f"--master-port={free_port()}",
-        str(Path(__file__).with_name("version_reader.py")),
+    run_ranks(
+        2,
+        Path(__file__).with_name("version_reader.py"),
         dataset,
         str(tmp_path / "two"),
         str(out),
-    ]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=180, env=env)
-    assert done.returncode == 0, f"{done.stdout}\n{done.stderr[-6000:]}"
+    )
     epochs = json.loads((out / "result-versions.json").read_text())
     for gathered, version, keys in zip(epochs, (1, 1, 2), (one, one, one | two)):
         assert [g["version"] for g in gathered] == [version, version]

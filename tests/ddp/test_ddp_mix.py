@@ -3,47 +3,21 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 
 import pytest
 
 from tests.ddp.mix_reader import SAMPLES_PER_EPOCH, make_mix
-from tests.ddp.test_ddp import free_port
 from tests.sample_datasets import write_dataset
+from tests.torchrun import torchrun as run_ranks
 
 SCRIPT = Path(__file__).with_name("mix_reader.py")
 SIZES = {"a": [5, 7, 3], "b": [4, 4], "c": [2, 9, 1]}
 
 
 def torchrun(nproc: int, root: Path, out: Path, mode: str) -> list[dict]:
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(Path(__file__).parents[2])}
-    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
-        env.pop(name, None)
-    command = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        f"--nproc-per-node={nproc}",
-        "--nnodes=1",
-        "--master-addr=127.0.0.1",
-        f"--master-port={free_port()}",
-        str(SCRIPT),
-        str(root),
-        str(out),
-        "--mode",
-        mode,
-    ]
-    try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=180, env=env)
-    except subprocess.TimeoutExpired as exc:
-        pytest.fail(f"torchrun timed out after 180 s\n{exc.stdout}\n{exc.stderr}")
-    assert done.returncode == 0, (
-        f"torchrun failed ({done.returncode})\n{done.stdout}\n{done.stderr[-6000:]}"
-    )
+    run_ranks(nproc, SCRIPT, str(root), str(out), "--mode", mode)
     return json.loads((out / f"result-{mode}.json").read_text())
 
 

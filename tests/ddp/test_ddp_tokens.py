@@ -4,52 +4,19 @@ on three ranks: every token is a label exactly once over the two runs (minus the
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 
 import numpy as np
-import pytest
 
-from tests.ddp.test_ddp import free_port
 from tests.token_corpus import pack_positions
+from tests.torchrun import torchrun as run_ranks
 
 SCRIPT = Path(__file__).with_name("token_trainer.py")
 
 
 def torchrun(nproc: int, dataset: str, out: Path, *args: str) -> dict:
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
-        env.pop(name, None)
-    command = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        f"--nproc-per-node={nproc}",
-        "--nnodes=1",
-        "--master-addr=127.0.0.1",
-        f"--master-port={free_port()}",
-        str(SCRIPT),
-        dataset,
-        str(out),
-        *args,
-    ]
-    try:
-        done = subprocess.run(
-            command,
-            capture_output=True,
-            text=True,
-            timeout=240,
-            env=env,
-            cwd=Path(__file__).parents[2],
-        )
-    except subprocess.TimeoutExpired as exc:
-        pytest.fail(f"torchrun timed out after 240 s\n{exc.stdout}\n{exc.stderr}")
-    assert done.returncode == 0, (
-        f"torchrun failed ({done.returncode})\n{done.stdout}\n{done.stderr[-6000:]}"
-    )
+    run_ranks(nproc, SCRIPT, dataset, str(out), *args, timeout=240, cwd=Path(__file__).parents[2])
     return json.loads((out / f"result-{args[args.index('--mode') + 1]}.json").read_text())
 
 

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.ddp.test_ddp import free_port
 from tests.docs.markdown import DOCS, ROOT
+from tests.torchrun import free_port
 
 EXAMPLES = ROOT / "examples"
 

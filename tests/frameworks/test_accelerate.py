@@ -10,16 +10,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import socket
-import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 
-import pytest
-
-from tests.frameworks.common import BATCH, COUNTS, PHASE1_STEPS, ROOT, to_idx
+from tests.frameworks.common import BATCH, COUNTS, PHASE1_STEPS, to_idx
+from tests.torchrun import torchrun
 
 
 def run(out: Path, phase: str) -> None:
@@ -56,39 +51,12 @@ def run(out: Path, phase: str) -> None:
                 return
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_prepare_returns_the_loader_and_a_mid_epoch_state_resumes_exactly(tmp_path):
     from tests.sample_datasets import write_dataset
 
     write_dataset(tmp_path, COUNTS, make=lambda i: {"__key__": f"s{i:04d}", "cls": i})
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
-        env.pop(name, None)
     for phase in ("1", "2"):
-        command = [
-            sys.executable,
-            "-m",
-            "torch.distributed.run",
-            "--nproc-per-node=2",
-            "--nnodes=1",
-            "--master-addr=127.0.0.1",
-            f"--master-port={free_port()}",
-            __file__,
-            str(tmp_path),
-            phase,
-        ]
-        try:
-            done = subprocess.run(
-                command, capture_output=True, text=True, timeout=180, env=env, cwd=tmp_path
-            )
-        except subprocess.TimeoutExpired as exc:
-            pytest.fail(f"phase {phase} timed out\n{exc.stdout}\n{exc.stderr}")
-        assert done.returncode == 0, f"phase {phase} failed\n{done.stdout}\n{done.stderr[-6000:]}"
+        torchrun(2, __file__, str(tmp_path), phase, cwd=tmp_path)
 
     rows = {
         (phase, rank): [

@@ -5,9 +5,6 @@ from __future__ import annotations
 
 import io
 import json
-import os
-import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 
@@ -19,8 +16,8 @@ from shardstream import ShardWriter
 from shardstream.dataset import MixedDataset, ShardDataset, TokenDataset
 from shardstream.dataset.parallel import Parallel
 from shardstream.errors import UsageError
-from tests.ddp.test_ddp import free_port
 from tests.sample_datasets import key_of, write_dataset
+from tests.torchrun import torchrun as run_ranks
 
 SCRIPT = Path(__file__).with_name("parallel_reader.py")
 COUNTS = [5, 9, 4, 8]  # 26: 13 per DP rank of 2; after a batch of 3 each, 20 left: 5 on each of 4
@@ -96,26 +93,7 @@ def test_token_and_mixed_datasets_take_parallel(tmp_path):
 
 
 def torchrun(root: Path, out: Path) -> list[dict]:
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
-        env.pop(name, None)
-    command = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--nproc-per-node=4",
-        "--nnodes=1",
-        "--master-addr=127.0.0.1",
-        f"--master-port={free_port()}",
-        str(SCRIPT),
-        str(root),
-        str(out),
-    ]
-    try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=240, env=env)
-    except subprocess.TimeoutExpired as exc:
-        pytest.fail(f"torchrun timed out after 240 s\n{exc.stdout}\n{exc.stderr}")
-    assert done.returncode == 0, f"torchrun failed\n{done.stdout}\n{done.stderr[-6000:]}"
+    run_ranks(4, SCRIPT, str(root), str(out), timeout=240)
     return json.loads((out / "result.json").read_text())
 
 
