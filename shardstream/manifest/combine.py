@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import ManifestError
+from .image_sizes import ImageSizes
 from .relabel import Relabel
 from .schema import Manifest
 
@@ -51,9 +52,16 @@ def difference(base: Manifest, new: Manifest, same_classes: bool = True) -> str 
     return None
 
 
-def appended(base: Manifest, new: Manifest, url: str, version: int) -> Manifest:
+def appended(
+    base: Manifest,
+    new: Manifest,
+    url: str,
+    version: int,
+    image_sizes: ImageSizes | None = None,
+) -> Manifest:
     """``base``'s shards then ``new``'s, as version ``version`` (created info: ``new``'s); a
-    :class:`ManifestError` naming ``url`` and the difference if they cannot be one dataset."""
+    :class:`ManifestError` naming ``url`` and the difference if they cannot be one dataset.
+    ``image_sizes``: the recorded sizes of all of them (see :func:`.image_sizes.join_image_sizes`)."""
     problem = difference(base, new)
     if problem is not None:
         raise ManifestError(
@@ -78,6 +86,7 @@ def appended(base: Manifest, new: Manifest, url: str, version: int) -> Manifest:
         version=version,
         roots=base.roots,
         relabel=_relabel_appended(base, new),
+        image_sizes=image_sizes,
     )
 
 

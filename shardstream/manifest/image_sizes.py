@@ -118,6 +118,27 @@ def encode_image_sizes(shards: Sequence[ShardSizes]) -> ImageSizes | None:
         if per_shard
         else np.zeros((len(fields), 2, 0), dtype=np.uint32)
     )
+    return _encoded(counts, fields, table)
+
+
+def join_image_sizes(base: ImageSizes, added: ImageSizes) -> ImageSizes:
+    """The sizes of ``base``'s shards then ``added``'s (an append), as a new side file: the union of their
+    fields, 0 (unknown) for a field one side does not record."""
+    fields = sorted({*base.fields, *added.fields})
+    parts = []
+    for sizes in (base, added):
+        total = int(np.asarray(sizes.counts).sum())
+        table = np.zeros((len(fields), 2, total), dtype=np.uint32)
+        for f, name in enumerate(fields):
+            if name in sizes.widths:
+                table[f, 0], table[f, 1] = sizes.widths[name], sizes.heights[name]
+        parts.append(table)
+    counts = np.concatenate([np.asarray(base.counts), np.asarray(added.counts)]).astype(np.int64)
+    return _encoded(counts, fields, np.concatenate(parts, axis=2))
+
+
+def _encoded(counts: np.ndarray, fields: list[str], table: np.ndarray) -> ImageSizes:
+    """The side file of ``table`` (fields, 2, samples) for shards of ``counts`` samples."""
     array = np.concatenate(
         [np.array([len(counts), len(fields)], dtype=np.uint32), counts.astype(np.uint32)]
         + [table.reshape(-1)]
@@ -213,6 +234,7 @@ __all__ = [
     "encode_image_sizes",
     "header_size",
     "is_image_field",
+    "join_image_sizes",
     "read_image_sizes",
     "reference_problem",
 ]

@@ -44,7 +44,13 @@ from ..errors import DatasetExistsError, ShardstreamError, StorageError
 from ..manifest import MANIFEST_NAME, Manifest, shard_name
 from ..manifest.combine import appended
 from ..manifest.files import IN_PROGRESS, manifest_files, sync_folder, write_durably
-from ..manifest.image_sizes import SIZES_PREFIX, SIZES_SUFFIX
+from ..manifest.image_sizes import (
+    SIZES_PREFIX,
+    SIZES_SUFFIX,
+    ImageSizes,
+    join_image_sizes,
+    read_image_sizes,
+)
 from ..manifest.selection import SELECTION_PREFIX, SELECTION_SUFFIX
 from ..manifest.side_names import side_file_pattern
 from ..manifest.versions import (
@@ -275,11 +281,26 @@ class Claim:
             manifest.version = self.version
             return manifest
         try:
-            return appended(self.base, manifest, self.store.url, self.version)
+            sizes = self._joined_sizes(manifest)
+            return appended(self.base, manifest, self.store.url, self.version, sizes)
         except ShardstreamError:
             for name in [n for n in self.store.list_files() if self.owns(n)]:
                 self.store.remove(name)
             raise
+
+    def _joined_sizes(self, manifest: Manifest) -> ImageSizes | None:
+        """The recorded image sizes of the base's shards and this run's (an append), where both have them;
+        None otherwise (then buckets by image size are computed as they are read)."""
+        base = self.base
+        if base is None or base.image_sizes is None or manifest.image_sizes is None:
+            return None
+        recorded = read_image_sizes(
+            base.image_sizes.reference,
+            lambda name: bytes(self.store.read_bytes(name)),
+            base.paths,
+            base.samples,
+        )
+        return join_image_sizes(recorded, manifest.image_sizes)
 
     def _holds_claim(self) -> bool:
         """Whether the claim marker still holds this run's token (``True`` when it cannot be read)."""

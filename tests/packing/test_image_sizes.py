@@ -157,7 +157,7 @@ def test_the_command_records_sizes_unless_told_not_to(tmp_path):
         assert ("image_sizes" in head) is recorded_
 
 
-def test_an_append_and_gc_keep_the_size_file_of_the_versions_that_name_it(tmp_path):
+def test_an_append_records_every_size_and_gc_keeps_the_files_of_kept_versions(tmp_path):
     from shardstream.manifest import dataset_store
     from shardstream.packing.gc import collect
 
@@ -169,8 +169,15 @@ def test_an_append_and_gc_keep_the_size_file_of_the_versions_that_name_it(tmp_pa
     for cls, ext, fmt in (("a", "jpg", "JPEG"), ("b", "png", "PNG")):  # the same classes and fields
         (more / cls).mkdir(parents=True)
         (more / cls / f"y.{ext}").write_bytes(encoded(3, 9, fmt))
-    ss.pack(str(more), out, workers=1, progress=False, append=True)  # an append records none
-    assert ss.ShardDataset(out).manifest.image_sizes is None
+    ss.pack(str(more), out, workers=1, progress=False, append=True)
+    # the append records every sample's size, the earlier shards' and its own, in a file of its own
+    latest = ss.ShardDataset(out).manifest.image_sizes.reference["file"]
+    assert latest != first
+    _, after = recorded(out)
+    assert {k: v for k, v in after.items() if not k.endswith("/y")} == {
+        k: v for k, v in zip(sizes, [(ext, w, h) for ext, w, h in sizes.values()])
+    }
+    assert after["a/y"] == ("jpg", 3, 9) and after["b/y"] == ("png", 3, 9)
     assert (tmp_path / "out" / first).exists()  # version 1 still names it
     ds = ss.ShardDataset(out, version=1, decode=None, shuffle=False)
     m = ds.manifest
@@ -194,3 +201,28 @@ def test_an_overwrite_with_the_same_images_keeps_its_own_size_file(tmp_path):
     names = sorted(p.name for p in (tmp_path / "ds").glob("_image_sizes-*"))
     assert names == [new["file"]]
     assert verify(str(tmp_path / "ds")).ok
+
+
+def test_aspect_buckets_stay_planned_from_recorded_sizes_after_an_append(tmp_path):
+    def jpgs(root, names, size):
+        (root / "a").mkdir(parents=True)
+        for name in names:
+            (root / "a" / f"{name}.jpg").write_bytes(encoded(*size, "JPEG"))
+
+    jpgs(tmp_path / "src", ["x0", "x1", "x2", "x3"], (20, 10))
+    jpgs(tmp_path / "more", ["y0", "y1"], (10, 20))
+    out = str(tmp_path / "out")
+    ss.pack(str(tmp_path / "src"), out, progress=False)
+    ss.pack(str(tmp_path / "more"), out, progress=False, append=True)
+    shaped = ss.Bucketed(
+        ss.ShardDataset(out, decode=None),
+        key=ss.aspect_ratio("jpg"),
+        boundaries=[1.0],
+        batch_size=2,
+        num_workers=0,
+    )
+    assert shaped.planned_up_front  # from the sizes the append joined: nothing read to plan
+    batches = [list(batch["__key__"]) for batch in shaped]
+    assert sorted(k for b in batches for k in b) == ["a/x0", "a/x1", "a/x2", "a/x3", "a/y0", "a/y1"]
+    assert sorted(b[0][2] for b in batches) == ["x", "x", "y"]  # wide ones apart from tall ones
+    assert all(len({k[2] for k in b}) == 1 for b in batches)
