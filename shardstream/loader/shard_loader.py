@@ -99,7 +99,8 @@ class ShardLoader(DataLoader):
     ``workers``: ``"processes"`` (torch's worker processes), ``"threads"`` (``num_workers`` reader threads
     in this process: no fork, no pickling, no ``/dev/shm``; the same order and resume state; see
     :mod:`shardstream.loader.threads`), or ``"auto"`` (default): threads where they were measured to be
-    faster, else processes. ``reader_threads`` says how many threads read (0: none).
+    faster (batches of stored bytes with no user code: ``decode=None``, no transform, the default
+    collate, local or remote), else processes. ``reader_threads`` says how many threads read (0: none).
 
     Args:
         dataset: what to read: a :class:`ShardDataset`, :class:`TokenDataset`, :class:`MixedDataset`

@@ -143,3 +143,23 @@ def test_a_dataset_that_skips_failing_samples_reads_with_processes(url):
     assert auto.reader_threads == 0 and auto.num_workers == 2
     with pytest.raises(ValueError, match="on_error='skip'"):
         make(url, on_error="skip").loader(2, 2, workers="threads")
+
+
+def test_auto_reads_stored_bytes_with_threads_and_user_code_with_processes(tmp_path):
+    """ "auto": threads for batches of stored bytes with nothing of the user's in them (local tars, and
+    compressed or remote shards, whose batches are not locations), processes as soon as user code runs."""
+    zst = _write_dataset(
+        tmp_path, [5, 4], compression="zstd", make=lambda i: {"__key__": key_of(i), "cls": i}
+    )
+    raw = ShardDataset(zst, decode=None, shuffle=False)
+    assert not raw.mapped  # its batches are bytes, not locations
+    loader = raw.loader(2, 2)
+    assert loader.reader_threads == 2 and loader.num_workers == 0
+    assert flat(loader) == flat(ShardDataset(zst, decode=None, shuffle=False).loader(2, 0))
+    for user_code in (
+        {"transform": lambda s: s},
+        {"decode": "torch"},
+    ):
+        assert ShardDataset(zst, shuffle=False, **user_code).loader(2, 2).reader_threads == 0
+    custom = ShardDataset(zst, decode=None, collate_fn=lambda b: b).loader(2, 2)
+    assert custom.reader_threads == 0 and custom.num_workers == 2
