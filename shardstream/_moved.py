@@ -23,7 +23,6 @@ MOVED: dict[str, str | tuple[str, ...]] = {
     "shardstream.fetch": "shardstream.storage.fetch",
     "shardstream.guards": "shardstream.loader.guards",
     "shardstream.index": "shardstream.manifest.index_tars",
-    "shardstream.inspect": "shardstream.manifest.lookup",
     "shardstream.packing.sources": (
         "shardstream.sources",
         "shardstream.sources.folder",

@@ -56,13 +56,13 @@ def write_dataset(
             index_sha256 += list(m.index_sha256)
         shutil.rmtree(part)
         paths.append(target)
-        samples += m.samples.tolist()
+        samples += m.stored_counts.tolist()
         nbytes += m.nbytes.tolist()
         sha256 += m.sha256
     manifest = dataclasses.replace(
         first,
         paths=paths,
-        samples=samples,
+        stored_counts=samples,
         nbytes=nbytes,
         sha256=sha256,
         index_sha256=index_sha256 or None,

@@ -219,7 +219,7 @@ def test_index_and_verify_webdataset_shards(tmp_path, suffix):
     assert result.unkeyed == []
     assert manifest.shard_format == suffix
     assert manifest.paths == names
-    assert manifest.samples.tolist() == [5, 5, 5, 5, 3]
+    assert manifest.stored_counts.tolist() == [5, 5, 5, 5, 3]
     assert manifest.num_samples == len(samples)
     assert {f["name"]: f["samples"] for f in manifest.fields} == {"bin": 23, "cls": 23, "txt": 23}
     assert manifest.nbytes.tolist() == [(tmp_path / n).stat().st_size for n in names]
@@ -239,7 +239,7 @@ def test_index_of_self_gzipped_webdataset_tars(tmp_path):
     for name in sorted(os.listdir(plain)):
         (gz / f"{name}.gz").write_bytes(gzip.compress((plain / name).read_bytes()))
     result = index([f"{gz}/part-{{000..002}}.tar.gz"])
-    assert result.manifest.samples.tolist() == [4, 4, 2]
+    assert result.manifest.stored_counts.tolist() == [4, 4, 2]
     assert verify(str(gz)).ok
 
 

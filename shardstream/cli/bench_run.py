@@ -231,7 +231,7 @@ def measure(
     point.stages = {**inner.stage_shares(), "wait": stats.data_wait_fraction}
     if consumer is not None:
         point.data_wait = [w for w, _ in stats.history]
-    per_sample = ds.manifest.total_bytes / max(ds.manifest.num_samples, 1)
+    per_sample = ds.sample_set.stored_bytes_per_sample
     point.mb_per_s = point.samples_per_s * per_sample / 1e6
     del loader, consumer, ds
     gc.collect()
@@ -293,6 +293,6 @@ def replay(url: str, settings: Settings, batches: int = 32) -> Point:
     point = Point(0, "ideal")
     source = iter(consumer) if consumer is not None else again()
     _consume(source, settings, lambda b: settings.batch_size, lambda n: None, point)
-    per_sample = ds.manifest.total_bytes / max(ds.manifest.num_samples, 1)
+    per_sample = ds.sample_set.stored_bytes_per_sample
     point.mb_per_s = point.samples_per_s * per_sample / 1e6
     return point

@@ -9,6 +9,7 @@ from typing import Any
 import click
 
 from ..errors import ShardstreamError
+from ..manifest.sample_set import SampleSet, samples_of
 from ..sizes import count, format_size
 from .common import cli, has_controls, open_dataset, safe, safe_json, storage_option
 
@@ -46,11 +47,13 @@ def info(
 ) -> None:
     """Summarise DATASET: format, counts, sizes, fields, classes."""
     store, m = open_dataset(dataset, storage_options)
+    samples = samples_of(m)
     doc = {
         "url": store.url,
         "shard_format": m.shard_format,
         "num_shards": m.num_shards,
-        "num_samples": m.num_samples,
+        "num_samples": samples.total,
+        **({"num_stored": m.num_stored} if samples.selected else {}),
         "total_bytes": m.total_bytes,
         "fields": m.fields,
         "classes": m.classes,
@@ -66,7 +69,8 @@ def info(
         click.echo(safe_json(doc, indent=2))
         return
     mean = m.total_bytes / m.num_shards if m.num_shards else 0
-    fewest, most = (int(m.samples.min()), int(m.samples.max())) if m.num_shards else (0, 0)
+    per_shard = samples.per_shard if m.tokens is None else m.stored_counts
+    fewest, most = (int(per_shard.min()), int(per_shard.max())) if m.num_shards else (0, 0)
     fields = ", ".join(
         f"{safe(f.get('name'))} ({_count(f['samples'])})"
         if "samples" in f
@@ -76,12 +80,12 @@ def info(
     lines = [
         ("dataset", safe(store.url)),
         ("format", safe(m.shard_format)),
-        ("samples", f"{m.num_samples:,}"),
+        ("samples", f"{samples.total:,}" + (" (a split part)" if samples.selected else "")),
         (
             "shards",
             f"{m.num_shards:,} (mean {format_size(mean)}, {_per_shard(fewest, most, m.num_shards)})",
         ),
-        ("size", format_size(m.total_bytes)),
+        ("size", format_size(m.total_bytes) + _shared(samples)),
         ("fields", fields or "-"),
     ]
     if m.classes is not None:
@@ -150,10 +154,11 @@ def _shuffle_quality(
         world_size=1,
         storage=storage_settings_for(storage_options, dataset),
     )
-    labels = np.fromiter(iter(ds), dtype=np.int64, count=m.num_samples)
-    per_shard = np.split(labels, np.cumsum(m.samples)[:-1])
-    window = plan.default_window(m.samples)
-    order = plan.EpochOrder.create(m.samples, seed=0, epoch=0, shuffle=True, window=window)
+    counts = ds.sample_set.per_shard
+    labels = np.fromiter(iter(ds), dtype=np.int64, count=ds.sample_set.total)
+    per_shard = np.split(labels, np.cumsum(counts)[:-1])
+    window = plan.default_window(counts)
+    order = plan.EpochOrder.create(counts, seed=0, epoch=0, shuffle=True, window=window)
     seen, iid = plan.batch_diversity(order, per_shard, batch_size)
     return {
         "batch_size": batch_size,
@@ -173,6 +178,14 @@ def _label(sample: dict[str, Any]) -> int:
         raise ShardstreamError(
             f"sample {sample.get('__key__')!r}: cls {value!r} is not an integer"
         ) from None
+
+
+def _shared(samples: SampleSet) -> str:
+    """What ``size`` leaves unsaid for a split part: its shards' bytes hold other parts' samples too."""
+    if not samples.selected:
+        return ""
+    stored = samples.manifest.num_stored
+    return f" of shards shared with its source (it reads {samples.total:,} of their {stored:,} samples)"
 
 
 def _per_shard(fewest: int, most: int, shards: int) -> str:
@@ -199,18 +212,25 @@ def ls_(dataset: str, as_json: bool, keys: bool, storage_options: tuple[str, ...
         _list_keys(dataset, as_json, storage_options)
         return
     _, m = open_dataset(dataset, storage_options)
-    rows = zip(m.paths, m.samples.tolist(), m.nbytes.tolist(), m.sha256)
+    samples = samples_of(m)
+    stored = m.stored_counts.tolist()
+    rows = list(zip(m.paths, samples.per_shard.tolist(), stored, m.nbytes.tolist(), m.sha256))
     if as_json:
-        for path, n, size, digest in rows:
-            click.echo(safe_json({"path": path, "samples": n, "bytes": size, "sha256": digest}))
+        for path, n, held, size, digest in rows:
+            doc = {"path": path, "samples": n, "bytes": size, "sha256": digest}
+            click.echo(safe_json({**doc, "stored": held} if samples.selected else doc))
         return
     paths = [safe(p) for p in m.paths]
     width = max([len(p) for p in paths] + [5])
-    click.echo(f"{'shard':<{width}}  {'samples':>10}  {'size':>10}  sha256")
-    for path, (_, n, size, digest) in zip(paths, rows):
-        click.echo(f"{path:<{width}}  {n:>10,}  {format_size(size):>10}  {safe(str(digest)[:16])}")
+    stored_head = f"  {'stored':>10}" if samples.selected else ""
+    click.echo(f"{'shard':<{width}}  {'samples':>10}{stored_head}  {'size':>10}  sha256")
+    for path, (_, n, held, size, digest) in zip(paths, rows):
+        held_text = f"  {held:>10,}" if samples.selected else ""
+        click.echo(
+            f"{path:<{width}}  {n:>10,}{held_text}  {format_size(size):>10}  {safe(str(digest)[:16])}"
+        )
     click.echo(
-        f"{count(m.num_shards, 'shard')}, {count(m.num_samples, 'sample')}, {format_size(m.total_bytes)}"
+        f"{count(m.num_shards, 'shard')}, {count(samples.total, 'sample')}, {format_size(m.total_bytes)}"
     )
 
 

@@ -30,17 +30,22 @@ log = logging.getLogger("shardstream")
 
 
 def recorded_sizes(dataset: Any, field: str) -> tuple[np.ndarray, np.ndarray] | None:
-    """Every sample's (width, height) of ``field``, manifest order, from the recorded sizes; None
-    where the plan cannot come from them (no sizes recorded for ``field``, a sample without one, a
-    split's selection, a transform that may change the image). A size file that does not match the
-    manifest is an error naming it."""
+    """Every sample's (width, height) of ``field``, in the order of the dataset's samples, from the
+    recorded sizes (one per stored sample: a split takes its selected ones); None where the plan cannot
+    come from them (no sizes recorded for ``field``, a sample without one, a transform that may change
+    the image). A size file that does not match the manifest is an error naming it."""
     if not isinstance(dataset, ShardDataset) or dataset.transform is not None:
         return None
-    m = dataset.manifest
-    if m.image_sizes is None or field not in m.image_sizes.fields or m.selection is not None:
+    m, samples = dataset.manifest, dataset.sample_set
+    if m.image_sizes is None or field not in m.image_sizes.fields:
         return None
-    sizes = read_image_sizes(m.image_sizes.reference, dataset.store.read_bytes, m.paths, m.samples)
+    sizes = read_image_sizes(
+        m.image_sizes.reference, dataset.store.read_bytes, m.paths, m.stored_counts
+    )
     widths, heights = sizes.widths[field], sizes.heights[field]
+    if samples.selected:  # the stored samples the split reads, in the dataset's order
+        picked = samples.stored_indexes()
+        widths, heights = widths[picked], heights[picked]
     if len(widths) == 0 or not (widths > 0).all():
         log.info(
             "%s: %d samples have no recorded size of %r; buckets are found as the samples are read",
@@ -90,7 +95,6 @@ class _PlannedReads(Dataset):
     ):
         self.dataset, self.samples, self.batches = dataset, samples, batches
         self.collate_fn, self.mapped = collate_fn, mapped
-        self.ends = np.cumsum(dataset.manifest.samples)
         self.bounds = chunk_bounds(len(batches))
 
     def __len__(self) -> int:
@@ -102,10 +106,10 @@ class _PlannedReads(Dataset):
     def read(self, rows: np.ndarray) -> Any:
         """One batch: the samples at ``rows`` (indices in manifest order)."""
         if self.mapped:
-            shards = np.searchsorted(self.ends, rows, side="right")
-            offsets = rows - (self.ends[shards] - self.dataset.manifest.samples[shards])
+            samples = self.dataset.sample_set
+            shards, offsets = samples.locate_many(rows)
             found = self.dataset.sample_reader.load_mapped(
-                self.dataset.open_shards(), shards, offsets
+                self.dataset.open_shards(), shards, samples.stored_rows(shards, offsets)
             )
             if found is not None:
                 return found

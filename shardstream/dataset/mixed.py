@@ -267,11 +267,6 @@ class MixedDataset(PlannedDataset):
         return self.tokens or self.collate_fn is collate
 
     @property
-    def counts(self) -> np.ndarray:
-        """Samples per source per epoch (the quotas)."""
-        return self.quota
-
-    @property
     def sizes(self) -> list[int]:
         """Samples in each source (in a pass of it)."""
         return [s.num_samples for s in self.sources]
@@ -405,7 +400,9 @@ class MixReader:
         if found is None:
             s = self.mix.sources[i]
             seed = s.seed + (self.mix.seed << 32)
-            found = plan.EpochOrder.create(s.counts, seed, passed, s.shuffle, s.window)
+            found = plan.EpochOrder.create(
+                s.sample_set.per_shard, seed, passed, s.shuffle, s.window
+            )
             stale = [key for key in self.orders if key[0] == i and key[1] <= passed - _PASSES_KEPT]
             for key in stale:
                 del self.orders[key]
@@ -415,11 +412,10 @@ class MixReader:
     def locate(
         self, positions: np.ndarray
     ) -> Iterator[tuple[int, np.ndarray, np.ndarray, np.ndarray]]:
-        """(source, rows of ``positions`` it holds, their shards, their offsets in them), per source (a split
-        source's selection maps the plan's offsets)."""
+        """(source, rows of ``positions`` it holds, their shards, their stored offsets in them), per source
+        (each source's sample set maps the plan's offsets: a split's selection)."""
         for i, rows, ids, offsets in self._planned(positions):
-            in_shard = getattr(self.mix.sources[i], "in_shard", None)
-            yield i, rows, ids, offsets if in_shard is None else in_shard(ids, offsets)
+            yield i, rows, ids, self.mix.sources[i].sample_set.stored_rows(ids, offsets)
 
     def _planned(
         self, positions: np.ndarray

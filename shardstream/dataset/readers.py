@@ -226,7 +226,7 @@ def ranged_parquet(fetcher: ShardFetcher, manifest: Manifest, shard: int) -> Par
     where, size, rows = (
         store.url_of(path),
         int(manifest.nbytes[shard]),
-        int(manifest.samples[shard]),
+        int(manifest.stored_counts[shard]),
     )
 
     def span(start: int, end: int, digest: str) -> bytes:
@@ -326,7 +326,9 @@ class OpenShards:
         """Keep open as many shards as a shuffle window of ``window`` samples reads at once, and the
         next window's (at least 16): fewer would close and re-index shards sample by sample."""
         if window != self._fitted:
-            self.capacity = max(16, 2 * window_span(np.asarray(self.manifest.samples), window) + 1)
+            self.capacity = max(
+                16, 2 * window_span(np.asarray(self.manifest.stored_counts), window) + 1
+            )
             self._fitted = window
 
     @property
@@ -431,7 +433,7 @@ class OpenShards:
                 f"{name}: {len(data)} bytes, the manifest says {m.nbytes[shard]}; the shard is truncated or "
                 "was replaced, run 'shardstream verify'"
             )
-        expected = int(m.samples[shard])
+        expected = int(m.stored_counts[shard])
         if m.shard_format == "arrow":
             return ArrowShard(data, name, expected)
         if m.shard_format == "parquet":

@@ -27,6 +27,7 @@ from torch.utils.data import get_worker_info
 from ..errors import ShardstreamError, TransformError, UsageError
 from ..manifest import Manifest
 from ..manifest.relabel import LABEL_FIELD
+from ..manifest.sample_set import SampleSet
 from ..storage import Store
 from .collate import MappedBytes
 from .counters import StageCounters
@@ -97,8 +98,8 @@ class SampleReader:
     once per pass (at most ``_LINES_PER_PASS`` shards per process).
     """
 
-    def __init__(self, store: Store, manifest: Manifest):
-        self.store, self.manifest = store, manifest
+    def __init__(self, store: Store, samples: SampleSet):
+        self.store, self.samples = store, samples
         self.decoder = Decoder(None)
         self.transform: Callable[[dict[str, Any]], Any] | None = None
         self.on_error = "raise"
@@ -113,6 +114,11 @@ class SampleReader:
         # shards this process reported (or chose not to) in this pass
         self._reported: set[int] = set()
         self._lines = 0
+
+    @property
+    def manifest(self) -> Manifest:
+        """The manifest of the samples read."""
+        return self.samples.manifest
 
     @property
     def skipped(self) -> int:
@@ -181,15 +187,14 @@ class SampleReader:
 
     def relabeled(self, stored: dict[str, Any], shard: int, offset: int) -> dict[str, Any]:
         """A stored sample with its label mapped to the dataset's class list (a merge's relabel)."""
-        relabel = self.manifest.relabel
-        if relabel is None:
+        if not self.samples.relabels:
             return stored
         where = f"sample {offset} of {self.store.url_of(self.manifest.paths[shard])}"
-        return relabel.sample(stored, shard, where)
+        return self.samples.labeled(stored, shard, where)
 
     def relabeled_rows(self, table: Any, shard: int, offset: int) -> Any:
         """Rows of shard ``shard`` (an Arrow table, the first at ``offset``) with their labels mapped."""
-        relabel = self.manifest.relabel
+        relabel = self.samples.relabel
         if relabel is None or LABEL_FIELD not in table.column_names:
             return table
         import pyarrow as pa

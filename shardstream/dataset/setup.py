@@ -28,7 +28,9 @@ SETTINGS = frozenset(
     }
 )
 # Fixed when the dataset is made (its storage, and what it read from there).
-FIXED = frozenset({"stored", "store", "manifest", "storage", "disk_cache", "prefetch", "counts"})
+FIXED = frozenset(
+    {"stored", "store", "manifest", "storage", "disk_cache", "prefetch", "sample_set", "_windows"}
+)
 
 
 @dataclass(frozen=True)

@@ -19,8 +19,6 @@ import os
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-import numpy as np
-
 from ..storage import ShardFetcher
 from ..storage.settings import DEFAULT, StorageSettings
 from .base import PassRun, PlannedDataset
@@ -141,7 +139,7 @@ class ShardDataset(StoredDataset, PlannedDataset):
         manifest = self.manifest
         self.shuffle, self.seed, self.drop_last = shuffle, int(seed), drop_last
         self.window = resolve_window(
-            shuffle_window, manifest.counts, manifest.nbytes, remote=not self.store.local
+            shuffle_window, self.sample_set.per_shard, manifest.nbytes, remote=not self.store.local
         )
         self.decoder = Decoder(decode, fields, written_types(manifest))
         self.decoder.check_fields(
@@ -153,7 +151,7 @@ class ShardDataset(StoredDataset, PlannedDataset):
         self.verify_checksums = bool(verify_checksums)
         if manifest.shard_format in ("arrow", "parquet"):
             import pyarrow.compute  # noqa: F401 - take() loads it lazily, inside the first batch otherwise
-        self.sample_reader = SampleReader(self.store, manifest)
+        self.sample_reader = SampleReader(self.store, self.sample_set)
         self._start_planning(rank, world_size, batch_size, parallel)
         # after the first reset: __init__ opened the version asked for
         self._opened_as = (url_or_urls, shuffle_window, choice)
@@ -171,9 +169,9 @@ class ShardDataset(StoredDataset, PlannedDataset):
         # set past __setattr__: a loader may read this dataset, and this is an epoch's start
         self.__dict__["stored"] = stored
         self.__dict__["window"] = resolve_window(
-            shuffle_window, m.counts, m.nbytes, remote=not stored.store.local
+            shuffle_window, stored.samples.per_shard, m.nbytes, remote=not stored.store.local
         )
-        self.sample_reader.store, self.sample_reader.manifest = stored.store, m
+        self.sample_reader.store, self.sample_reader.samples = stored.store, stored.samples
         self._local.shards = None
         self.__dict__["_order_fingerprint"] = None
 
@@ -230,8 +228,8 @@ class ShardDataset(StoredDataset, PlannedDataset):
     # -- where it reads from, and what the plan reads ----------------------------------------------
     @property
     def num_samples(self) -> int:
-        """Samples of one epoch (the manifest's)."""
-        return self.manifest.num_samples
+        """Samples of one epoch (:attr:`sample_set`'s)."""
+        return self.sample_set.total
 
     @property
     def fingerprint(self) -> str:
@@ -242,17 +240,6 @@ class ShardDataset(StoredDataset, PlannedDataset):
     def dataset_version(self) -> int | None:
         """The version of the dataset this reads (:attr:`Manifest.version`), recorded in resume states."""
         return self.manifest.version
-
-    @property
-    def counts(self) -> np.ndarray:
-        """Samples read of each shard (``manifest.counts``: all, or a split's selected ones)."""
-        return self.manifest.counts
-
-    def in_shard(self, shards: np.ndarray, offsets: np.ndarray) -> np.ndarray:
-        """The offsets in the shards of the plan's (``shards``, ``offsets``): the same, or for a split the
-        selected samples they stand for."""
-        selection = self.manifest.selection
-        return offsets if selection is None else selection.offsets(shards, offsets)
 
     # -- what a loader needs to know ------------------------------------------------------------
     @property
@@ -274,7 +261,7 @@ class ShardDataset(StoredDataset, PlannedDataset):
             self.raw
             and self.store.local
             and self.manifest.shard_format == "tar"
-            and self.manifest.relabel is None
+            and not self.sample_set.relabels
             and self.default_collate
         )
 
@@ -361,7 +348,7 @@ class ShardDataset(StoredDataset, PlannedDataset):
         shards.forget_failures()
         with ShardPass(
             run,
-            self.manifest.counts,
+            self.sample_set,
             shuffle=self.shuffle,
             window=self.window,
             shards=shards,

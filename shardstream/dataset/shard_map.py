@@ -22,6 +22,7 @@ import numpy as np
 from torch.utils.data import Dataset
 
 from ..errors import ShardstreamError, TransformError, UsageError
+from ..manifest.sample_set import SampleSet
 from ..storage import ShardFetcher
 from ..storage.settings import DEFAULT, StorageSettings
 from .decode import Decoder, DecodeSpec, FieldSpec, written_types
@@ -89,16 +90,14 @@ class ShardMap(StoredDataset, Dataset):
                 storage=storage,
                 verify_checksums=verify_checksums,
             )
-            self.stored, counts = self.tokens.stored, self.tokens.counts
+            self.stored, self.samples = self.tokens.stored, self.tokens.sample_set
         else:
             self.stored = open_map_dataset(url, storage)
-            counts = self.manifest.samples
+            self.samples = self.stored.samples
             if self.manifest.shard_format == "tokens":
                 raise UsageError(
                     f"{self.store.url} is a token dataset: give seq_len= to read its windows"
                 )
-        self.counts = np.asarray(counts, dtype=np.int64)
-        self.ends = np.cumsum(self.counts)
         self.decoder = Decoder(decode, fields, written_types(self.manifest))
         self.decoder.check_fields(
             [f["name"] for f in self.manifest.fields if "name" in f], self.store.url
@@ -107,8 +106,14 @@ class ShardMap(StoredDataset, Dataset):
         self.verify_checksums = bool(verify_checksums)
         self._opened: _Opened | None = None
 
+    @property
+    def sample_set(self) -> SampleSet:
+        """The samples ``m[i]`` reads (:func:`~shardstream.manifest.sample_set.samples_of`): a split's
+        selected ones, a token dataset's windows, each merged shard's labels relabelled."""
+        return self.samples
+
     def __len__(self) -> int:
-        return int(self.ends[-1]) if len(self.ends) else 0
+        return self.samples.total
 
     def __repr__(self) -> str:
         return f"ShardMap({self.store.url!r}, {len(self):,} samples)"
@@ -133,34 +138,36 @@ class ShardMap(StoredDataset, Dataset):
             return [{k: v[j] for k, v in rows.items()} for j in range(len(where))]
         opened = self._open()
         opened.shards.forget_failures()  # a shard that failed is tried again by the next read
-        stored = opened.sparse.read(where)
-        return [self._finish(s, shard, offset) for s, (shard, offset) in zip(stored, where)]
+        ids, offsets = (np.array(x, dtype=np.int64) for x in zip(*where))
+        rows = self.samples.stored_rows(ids, offsets).tolist()
+        located = list(zip(ids.tolist(), rows))
+        stored = opened.sparse.read(located)
+        return [self._finish(s, shard, row) for s, (shard, row) in zip(stored, located)]
 
     def locate_many(self, indexes: list[int]) -> list[tuple[int, int]]:
         """:meth:`locate` of each index (at once: a sampler's batch)."""
         try:
+            if any(isinstance(i, (bool, np.bool_)) for i in indexes):
+                raise TypeError
             found = np.asarray([operator.index(i) for i in indexes], dtype=np.int64)
         except (TypeError, OverflowError):
             return [self.locate(i) for i in indexes]  # says which index is wrong, and how
         n = len(self)
-        found = np.where(found < 0, found + n, found)
-        if len(found) and (found.min() < 0 or found.max() >= n):
-            bad = int(np.flatnonzero((found < 0) | (found >= n))[0])
-            return [self.locate(indexes[bad])]  # raises IndexError naming it
-        shards = np.searchsorted(self.ends, found, side="right")
-        offsets = found - (self.ends[shards] - self.counts[shards])
+        bad = np.flatnonzero((found < -n) | (found >= n))
+        if len(bad):
+            return [self.locate(indexes[int(bad[0])])]  # raises IndexError naming it
+        shards, offsets = self.samples.locate_many(found)
         return list(zip(shards.tolist(), offsets.tolist()))
 
     def locate(self, index: int) -> tuple[int, int]:
-        """(shard, sample within the shard) of sample ``index`` (negative counts from the end)."""
-        i = operator.index(index)
-        n = len(self)
-        if i < 0:
-            i += n
-        if not 0 <= i < n:
-            raise IndexError(f"sample {index} is out of range: {self.store.url} has {n:,} samples")
-        shard = int(np.searchsorted(self.ends, i, side="right"))
-        return shard, i - int(self.ends[shard] - self.counts[shard])
+        """(shard, sample of the dataset within the shard) of sample ``index`` (negative counts from the
+        end); ``IndexError`` outside, ``TypeError`` for what is no integer (``True`` included)."""
+        try:
+            return self.samples.locate(index)
+        except IndexError:
+            raise IndexError(
+                f"sample {index} is out of range: {self.store.url} has {len(self):,} samples"
+            ) from None
 
     def get(self, key: str) -> Any:
         """The sample whose ``__key__`` is ``key`` (the first, if several); ``KeyError`` if none."""
@@ -173,7 +180,7 @@ class ShardMap(StoredDataset, Dataset):
         found = opened.keys.get(key)
         while found is None and opened.scanned < self.manifest.num_shards:
             shard = opened.scanned
-            first = int(self.ends[shard] - self.counts[shard])
+            first = self.samples.first(shard)
             for j, k in enumerate(self.keys_of(shard)):
                 opened.keys.setdefault(k, first + j)
             opened.scanned += 1
@@ -183,7 +190,14 @@ class ShardMap(StoredDataset, Dataset):
         return found
 
     def keys_of(self, shard: int) -> list[str]:
-        """The keys of shard ``shard``'s samples, in order."""
+        """The keys of shard ``shard``'s samples in the dataset (a split's selected ones), in order."""
+        stored = self._stored_keys(shard)
+        if not self.samples.selected:
+            return list(stored)
+        return [stored[row] for row in self.samples.stored_rows_of(shard).tolist()]
+
+    def _stored_keys(self, shard: int) -> list[str]:
+        """The keys of every sample shard ``shard`` stores."""
         m = self.manifest
         if self.tokens is not None:
             raise UsageError(f"{self.store.url} is a token dataset: its windows have no keys")
@@ -217,9 +231,8 @@ class ShardMap(StoredDataset, Dataset):
 
     def _finish(self, stored: dict[str, Any], shard: int, offset: int) -> Any:
         """A stored sample decoded and transformed, as ``ShardDataset`` does; errors name the sample."""
-        relabel = self.manifest.relabel
-        if relabel is not None:  # a merge's labels, mapped to its class list
-            stored = relabel.sample(dict(stored), shard, self._where(shard, offset))
+        if self.samples.relabels:  # a merge's labels, mapped to its class list
+            stored = self.samples.labeled(dict(stored), shard, self._where(shard, offset))
         try:
             # raw bytes: the decoder would hand every field back as it is
             sample = stored if self.decoder.keeps_bytes else self.decoder(stored)

@@ -18,6 +18,7 @@ import numpy as np
 from .. import plan
 from ..errors import ManifestError
 from ..manifest import Manifest, open_dataset
+from ..manifest.sample_set import SampleSet, samples_of
 from ..storage import DiskCache, Prefetcher, Store
 from ..storage.settings import StorageSettings
 from .base import PassRun
@@ -26,13 +27,15 @@ from .readers import Chunk, OpenShards, RangedReads, looking_ahead, release_stal
 
 @dataclass(frozen=True)
 class Stored:
-    """A dataset as found in storage: the settings it is read with, its store and manifest, and the host's
-    shard cache (``None`` for local datasets, which are read in place)."""
+    """A dataset as found in storage: the settings it is read with, its store and manifest, the samples it
+    names (:func:`~shardstream.manifest.sample_set.samples_of`), and the host's shard cache (``None`` for
+    local datasets, which are read in place)."""
 
     storage: StorageSettings
     store: Store
     manifest: Manifest
     disk_cache: DiskCache | None
+    samples: SampleSet
 
 
 class StoredDataset:
@@ -50,6 +53,11 @@ class StoredDataset:
     def manifest(self) -> Manifest:
         """The dataset's manifest, as read when the dataset was made."""
         return self.stored.manifest
+
+    @property
+    def sample_set(self) -> SampleSet:
+        """Which samples of which shard the dataset reads, with which labels (the one answer)."""
+        return self.stored.samples
 
     @property
     def storage(self) -> StorageSettings:
@@ -80,22 +88,23 @@ def open_stored(
     store, manifest = open_dataset(
         url_or_urls, storage.options, storage.retry, version, cache, storage.trusted_roots
     )
-    if manifest.num_samples == 0:
+    samples = samples_of(manifest)
+    if samples.total == 0:
         raise ManifestError(f"{store.url} holds no samples")
     release_stale_maps()  # this process's maps of shard files replaced or deleted since (a re-pack)
-    return Stored(storage, store, manifest, None if store.local else cache())
+    return Stored(storage, store, manifest, None if store.local else cache(), samples)
 
 
 class ShardPass:
-    """This process's chunks of one pass: (first position, shards, offsets) per batch (or chunk of
-    batches), from the epoch's order of ``counts`` restricted to the rank's span; over remote shards a
+    """This process's chunks of one pass: (first position, shards, stored offsets) per batch (or chunk of
+    batches), from the epoch's order of the dataset's ``samples`` restricted to the rank's span; over remote shards a
     prefetcher downloads the next ones while these are read, and samples of a pass's first batches may
     come by ranged reads. Use it as a context manager: leaving it stops the downloads."""
 
     def __init__(
         self,
         run: PassRun,
-        counts: np.ndarray,
+        samples: SampleSet,
         *,
         shuffle: bool,
         window: int,
@@ -104,9 +113,9 @@ class ShardPass:
         look_ahead: bool,
     ):
         self.run, self.shards, self.window = run, shards, window
-        self.selection = stored.manifest.selection
+        self.samples = samples
         p = run.position
-        order = plan.EpochOrder.create(counts, run.seed, p.epoch, shuffle, window)
+        order = plan.EpochOrder.create(samples.per_shard, run.seed, p.epoch, shuffle, window)
         # keep only this rank's shards
         self.order = order.restrict(*plan.span_bounds(p.segment, run.span))
         self.prefetcher: Prefetcher[Any] | None = None
@@ -146,10 +155,8 @@ class ShardPass:
             yield (int(positions[0]), *self._in_shards(*self.order.samples(positions)))
 
     def _in_shards(self, shards: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """The plan's offsets as offsets in the shards (a split's selection maps them)."""
-        if self.selection is None:
-            return shards, offsets
-        return shards, self.selection.offsets(shards, offsets)
+        """The plan's offsets as stored offsets in the shards (a split's selection maps them)."""
+        return shards, self.samples.stored_rows(shards, offsets)
 
     def close(self) -> None:
         if self.prefetcher is not None:

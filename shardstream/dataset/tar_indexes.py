@@ -84,7 +84,7 @@ class SampleIndexes:
         for s, data in found.items():
             name = self.store.url_of(index_name(self.manifest.paths[s]))
             try:
-                samples, size = int(self.manifest.samples[s]), int(self.manifest.nbytes[s])
+                samples, size = int(self.manifest.stored_counts[s]), int(self.manifest.nbytes[s])
                 out[s] = parse_index(data, name, samples, size)
             except ShardstreamError:
                 out[s] = None
@@ -118,7 +118,7 @@ class SampleIndexes:
     def from_cache(self, shard: int, plain: Any, compressed: bool) -> SampleIndex | None:
         """``shard``'s index from the host's cache, built there from ``plain`` by the first reader."""
         name = self.store.url_of(self.manifest.paths[shard])
-        samples, size = int(self.manifest.samples[shard]), len(plain)
+        samples, size = int(self.manifest.stored_counts[shard]), len(plain)
 
         def build() -> bytes:
             self.built += 1

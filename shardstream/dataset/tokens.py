@@ -23,6 +23,7 @@ import torch
 from ..errors import CorruptShardError, UsageError
 from ..formats.tokens import TokenShard
 from ..manifest import Manifest
+from ..manifest.sample_set import SampleSet, samples_of
 from ..manifest.token_stats import shard_tokens
 from ..storage import ShardFetcher
 from ..storage.settings import DEFAULT, StorageSettings
@@ -60,7 +61,7 @@ class TokenShards(OpenShards):
                 f"{name}: {len(data)} bytes, the manifest says {m.nbytes[shard]}; the shard is "
                 "truncated or was replaced, run 'shardstream verify'"
             )
-        reader = TokenShard(data, name, m.tokens["dtype"], int(m.samples[shard]))
+        reader = TokenShard(data, name, m.tokens["dtype"], int(m.stored_counts[shard]))
         reader.owned = 0  # type: ignore[attr-defined]
         return reader
 
@@ -177,17 +178,17 @@ class TokenDataset(StoredDataset, PlannedDataset):
                 "ShardDataset, or pack text with format='tokens'"
             )
         self.__dict__["_seq_len"] = int(seq_len)
-        per_shard = shard_tokens(tokens)
-        windows = np.maximum(per_shard - 1, 0) // self.seq_len
-        if not windows.any():
+        windows = samples_of(tokens, self.seq_len)
+        if not windows.total:
+            per_shard = shard_tokens(tokens)
             raise UsageError(
                 f"{self.store.url}: seq_len {self.seq_len} is larger than every shard (the largest "
                 f"holds {int(per_shard.max())} tokens); use a seq_len below that, or pack larger shards"
             )
-        self.__dict__["counts"] = windows  # the plan's samples per shard: windows
+        self.__dict__["_windows"] = windows  # the plan's samples (set once: __setattr__ refuses it)
         self.shuffle, self.seed, self.drop_last = shuffle, int(seed), drop_last
         self.window = resolve_window(
-            shuffle_window, windows, tokens.nbytes, remote=not self.store.local
+            shuffle_window, windows.per_shard, tokens.nbytes, remote=not self.store.local
         )
         self.mask_across_documents = bool(mask_across_documents)
         self.verify_checksums = bool(verify_checksums)
@@ -198,9 +199,14 @@ class TokenDataset(StoredDataset, PlannedDataset):
     # -- where it reads from, and what the plan reads ----------------------------------------------
     @property
     def token_manifest(self) -> Manifest:
-        """The manifest (the name of earlier releases): samples per shard are documents, :attr:`counts`
-        are windows."""
+        """The manifest (the name of earlier releases): its stored samples are documents; the dataset's
+        samples (:attr:`sample_set`) are windows."""
         return self.manifest
+
+    @property
+    def sample_set(self) -> SampleSet:
+        """The dataset's samples: each shard's windows of ``seq_len + 1`` tokens."""
+        return self.__dict__["_windows"]
 
     @property
     def seq_len(self) -> int:
@@ -210,13 +216,13 @@ class TokenDataset(StoredDataset, PlannedDataset):
     @property
     def num_samples(self) -> int:
         """Windows in one epoch (before the split over ranks)."""
-        return int(self.counts.sum())
+        return self.sample_set.total
 
     @property
     def fingerprint(self) -> str:
         """The manifest's fingerprint with windows as each shard's samples (another seq_len differs)."""
         view = copy.copy(self.manifest)
-        view.samples = self.counts
+        view.stored_counts = self.sample_set.per_shard
         return view.fingerprint
 
     @property
@@ -295,7 +301,7 @@ class TokenDataset(StoredDataset, PlannedDataset):
             fetcher = ShardFetcher(
                 self.store, self.manifest, self.disk_cache, verify_local=self.verify_checksums
             )
-            shards = TokenShards(self.store, self.manifest, self.counts, fetcher)
+            shards = TokenShards(self.store, self.manifest, self.sample_set.per_shard, fetcher)
             self._local.shards = (self.verify_checksums, shards)
         shards.fit_window(self.window if self.shuffle else 1)
         return shards
@@ -305,7 +311,7 @@ class TokenDataset(StoredDataset, PlannedDataset):
         shards.forget_failures()
         with ShardPass(
             run,
-            self.counts,
+            self.sample_set,
             shuffle=self.shuffle,
             window=self.window,
             shards=shards,

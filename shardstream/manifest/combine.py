@@ -1,8 +1,9 @@
 """One manifest from two: an append's new shards after the dataset's, checked to be the same kind of data.
 
-Pure: no I/O. The shards keep their entries (path, samples, bytes, checksums) unchanged; what must agree
-(shard format, Arrow schema, classes, the set of fields) is checked, and a difference is a one-line error
-naming it. Field sample counts add up.
+Pure: no I/O. The shards keep their entries (path, stored samples, bytes, checksums) unchanged; what must
+agree (shard format, Arrow schema, classes, the set of fields) is checked, and a difference is a one-line
+error naming it. Field sample counts add up; a split part's selection (and a merge's relabelling) extends
+to the new shards, whose samples are all read.
 """
 
 from __future__ import annotations
@@ -14,7 +15,9 @@ import numpy as np
 from ..errors import ManifestError
 from .image_sizes import ImageSizes
 from .relabel import Relabel
+from .sample_set import samples_of
 from .schema import Manifest
+from .selection import Selection, encode_selection
 
 
 def difference(base: Manifest, new: Manifest, same_classes: bool = True) -> str | None:
@@ -75,7 +78,7 @@ def appended(
     return Manifest(
         shard_format=base.shard_format,
         paths=base.paths + new.paths,
-        samples=np.concatenate([base.samples, new.samples]),
+        stored_counts=np.concatenate([base.stored_counts, new.stored_counts]),
         nbytes=np.concatenate([base.nbytes, new.nbytes]),
         sha256=list(base.sha256) + list(new.sha256),
         fields=_add_fields(base.fields, new.fields),
@@ -85,9 +88,21 @@ def appended(
         index_sha256=index,
         version=version,
         roots=base.roots,
+        selection=_selection_appended(base, new),
         relabel=_relabel_appended(base, new),
         image_sizes=image_sizes,
     )
+
+
+def _selection_appended(base: Manifest, new: Manifest) -> Selection | None:
+    """A split part's selection with every sample of the new shards added: the part keeps reading only the
+    samples it selected of its source's shards (none of another part's)."""
+    if base.selection is None:
+        return None
+    samples = samples_of(base)
+    per_shard = [samples.stored_rows_of(i) for i in range(base.num_shards)]
+    per_shard += [np.arange(int(n), dtype=np.uint32) for n in new.stored_counts]
+    return encode_selection(per_shard)[1]
 
 
 def _relabel_appended(base: Manifest, new: Manifest) -> Relabel | None:

@@ -194,7 +194,11 @@ def manifest_files(
     if manifest.num_shards < table_threshold:
         return [*side, (MANIFEST_NAME, manifest.to_json())]
     data = encode_table(
-        manifest.paths, manifest.samples, manifest.nbytes, manifest.sha256, manifest.index_sha256
+        manifest.paths,
+        manifest.stored_counts,
+        manifest.nbytes,
+        manifest.sha256,
+        manifest.index_sha256,
     )
     reference = table_reference(data, manifest.num_shards)
     return [

@@ -166,7 +166,7 @@ def index_parquet(
     manifest = Manifest(
         shard_format="parquet",
         paths=names,
-        samples=samples,
+        stored_counts=samples,
         nbytes=nbytes,
         sha256=digests,
         fields=describe_schema(schema),

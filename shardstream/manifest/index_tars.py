@@ -135,7 +135,7 @@ def _scan(urls: list[str], root: Store, on_shard: Callable[[int], None] | None) 
         # each shard is read by its own first bytes; a folder that mixes compressions is "tar"
         shard_format=TAR_FORMAT[shards.compressions[0]] if len(kinds) == 1 else "tar",
         paths=names,
-        samples=shards.samples,
+        stored_counts=shards.samples,
         nbytes=shards.nbytes,
         sha256=shards.digests,
         fields=[

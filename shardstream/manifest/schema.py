@@ -80,7 +80,8 @@ class Manifest:
     Args:
         shard_format: ``"tar"``, ``"tar.zst"``, ``"tar.gz"``, ``"arrow"`` or ``"tokens"``.
         paths: each shard's path, relative to the dataset's folder.
-        samples: each shard's sample count.
+        stored_counts: the samples each shard file stores (a split reads some of them:
+            :func:`~shardstream.manifest.sample_set.samples_of` says which).
         nbytes: each shard's size in bytes.
         sha256: each shard's sha256 (hex; ``""``: none).
         fields: the fields and their written types.
@@ -103,7 +104,7 @@ class Manifest:
 
     shard_format: str
     paths: list[str]
-    samples: np.ndarray
+    stored_counts: np.ndarray
     nbytes: np.ndarray
     sha256: list[str]
     fields: list[dict[str, Any]] = field(default_factory=list)
@@ -136,13 +137,16 @@ class Manifest:
 
     @property
     def num_samples(self) -> int:
-        """Samples the dataset reads: its shards' (or, for a split, those it selects of them)."""
-        return int(self.counts.sum())
+        """The dataset's samples: its shards' stored samples, or those a split selects of them
+        (:func:`~shardstream.manifest.sample_set.samples_of` says which)."""
+        from .sample_set import samples_of
+
+        return samples_of(self).total
 
     @property
-    def counts(self) -> np.ndarray:
-        """Samples the dataset reads of each shard: ``samples``, or a split's selected ones."""
-        return self.samples if self.selection is None else self.selection.counts
+    def num_stored(self) -> int:
+        """The samples its shard files store (a split's dataset reads fewer: :attr:`num_samples`)."""
+        return int(self.stored_counts.sum())
 
     @property
     def total_bytes(self) -> int:
@@ -162,7 +166,7 @@ class Manifest:
                 (
                     self.shard_format,
                     self.paths,
-                    self.samples,
+                    self.stored_counts,
                     self.nbytes,
                     self.sha256,
                     self.fields,
@@ -181,7 +185,7 @@ class Manifest:
             doc = [
                 self.shard_format,
                 self.paths,
-                self.samples.tolist(),
+                self.stored_counts.tolist(),
                 self.nbytes.tolist(),
                 sha,
                 self.fields,
@@ -198,18 +202,6 @@ class Manifest:
                 hashlib.sha256(text.encode()).hexdigest(),
             )
         return cached[1]
-
-    def locate(self, index: int) -> tuple[int, int]:
-        """(shard, sample within shard) of the dataset's ``index``-th sample."""
-        if not 0 <= index < self.num_samples:
-            raise IndexError(
-                f"sample {index} is out of range: the dataset has {self.num_samples} samples"
-            )
-        import numpy as np
-
-        ends = np.cumsum(self.samples)
-        shard = int(np.searchsorted(ends, index, side="right"))
-        return shard, index - int(ends[shard] - self.samples[shard])
 
     def to_json(self, table: dict[str, Any] | None = None) -> bytes:
         """The manifest's JSON; with ``table`` (a :func:`~.table.table_reference`) only its head,
@@ -237,7 +229,7 @@ class Manifest:
             if table is not None
             else {
                 "path": self.paths,
-                "samples": self.samples.tolist(),
+                "samples": self.stored_counts.tolist(),
                 "bytes": self.nbytes.tolist(),
                 "sha256": list(self.sha256),
                 **(
@@ -512,7 +504,12 @@ class _Checker:
             )
         import numpy as np
 
-        columns = {"path": m.paths, "samples": m.samples, "bytes": m.nbytes, "sha256": m.sha256}
+        columns = {
+            "path": m.paths,
+            "samples": m.stored_counts,
+            "bytes": m.nbytes,
+            "sha256": m.sha256,
+        }
         for name, column in columns.items():
             counts = (
                 name in ("samples", "bytes") and isinstance(column, np.ndarray) and column.ndim == 1
@@ -526,7 +523,7 @@ class _Checker:
         m.paths = self.paths = self.check_paths(
             m.paths if type(m.paths) is list else list(m.paths), m.roots or []
         )
-        m.samples = self.counts(m.samples, "samples")
+        m.stored_counts = self.counts(m.stored_counts, "samples")
         m.nbytes = self.counts(m.nbytes, "bytes")
         m.sha256 = self.checksums(m.sha256)
         if m.index_sha256 is not None:
@@ -561,7 +558,7 @@ class _Checker:
         """The version number, and what a version may read of other datasets' shards (a split's selection)."""
         if type(m.version) is not int or not 1 <= m.version < MAX_COUNT:
             raise self.fail(f"version {_show(m.version)} is not a whole number of 1 or more")
-        problem = None if m.selection is None else m.selection.problem(m.samples)
+        problem = None if m.selection is None else m.selection.problem(m.stored_counts)
         if problem is None and m.relabel is not None:
             problem = m.relabel.problem(len(m.paths), None if m.classes is None else len(m.classes))
         if problem is not None:

@@ -38,12 +38,12 @@ def check_tokens(m: Any) -> str | None:
         not isinstance(t["tokenizer"], str) or "\x00" in t["tokenizer"]
     ):
         return "tokens.tokenizer must be null or text"
-    counts = token_format.tokens_in(m.nbytes, m.samples, t["dtype"])
+    counts = token_format.tokens_in(m.nbytes, m.stored_counts, t["dtype"])
     bad = (counts < 0) | (counts != np.floor(counts))
     if bad.any():
         i = int(bad.argmax())
         return (
-            f"shard {i}: {int(m.nbytes[i])} bytes cannot hold {int(m.samples[i])} documents of "
+            f"shard {i}: {int(m.nbytes[i])} bytes cannot hold {int(m.stored_counts[i])} documents of "
             f"{t['dtype']} tokens"
         )
     if type(t["total"]) is not int or int(counts.sum()) != t["total"]:
@@ -53,7 +53,7 @@ def check_tokens(m: Any) -> str | None:
 
 def shard_tokens(m: Any) -> np.ndarray:
     """Tokens per shard (int64) of a manifest of token shards."""
-    return token_format.tokens_in(m.nbytes, m.samples, m.tokens["dtype"]).astype(np.int64)
+    return token_format.tokens_in(m.nbytes, m.stored_counts, m.tokens["dtype"]).astype(np.int64)
 
 
 def windows(m: Any, seq_len: int) -> np.ndarray:
@@ -67,7 +67,7 @@ def describe(m: Any, seq_len: int | None = None) -> list[tuple[str, Any]]:
     t = m.tokens
     lines: list[tuple[str, Any]] = [
         ("tokens", f"{t['total']:,}"),
-        ("documents", f"{m.num_samples:,}"),
+        ("documents", f"{m.num_stored:,}"),
         ("vocabulary", f"{t['vocab_size']:,} ({t['dtype']})"),
         ("eos id", "none" if t["eos_id"] is None else str(t["eos_id"])),
         ("tokenizer", t["tokenizer"] or "unknown"),

@@ -92,16 +92,20 @@ def check_shard(store: Store, manifest: Manifest, i: int, decode: bool = False) 
         if manifest.shard_format == "tokens":
             return _token_problem(manifest, data, where, i)
         count = count_samples(manifest.shard_format, data, where)
-        if count == manifest.samples[i] and manifest.index_sha256 and manifest.index_sha256[i]:
+        if (
+            count == manifest.stored_counts[i]
+            and manifest.index_sha256
+            and manifest.index_sha256[i]
+        ):
             problem = _index_problem(store, manifest, data, i)
             if problem is not None:
                 return problem
-        if count == manifest.samples[i] and decode:
+        if count == manifest.stored_counts[i] and decode:
             return _undecodable(manifest, data, where)
     except ShardstreamError as exc:
         return str(exc)
-    if count != manifest.samples[i]:
-        return f"{where}: {count} samples, the manifest says {manifest.samples[i]}"
+    if count != manifest.stored_counts[i]:
+        return f"{where}: {count} samples, the manifest says {manifest.stored_counts[i]}"
     return None
 
 
@@ -116,7 +120,7 @@ def _index_problem(store: Store, manifest: Manifest, data: Any, i: int) -> str |
     raw = bytes(store.read_bytes(name))
     if hashlib.sha256(raw).hexdigest() != manifest.index_sha256[i]:
         return f"{where}: checksum mismatch with the manifest's index_sha256; re-pack the dataset"
-    index = parse_index(raw, where, int(manifest.samples[i]), len(data))
+    index = parse_index(raw, where, int(manifest.stored_counts[i]), len(data))
     if index.samples(where) != tar_format.index_samples(data, store.url_of(manifest.paths[i])):
         return f"{where}: it places samples or members other than the shard's headers do; re-pack the dataset"
     for j in range(0 if index.grouped else len(index)):  # version 2: no sample spans to check
@@ -129,7 +133,7 @@ def _token_problem(manifest: Manifest, data: Any, where: str, i: int) -> str | N
     """What is wrong inside token shard ``i`` (header, document offsets, ids past the vocabulary), or None."""
     from ..formats.tokens import TokenShard
 
-    shard = TokenShard(data, where, manifest.tokens["dtype"], int(manifest.samples[i]))
+    shard = TokenShard(data, where, manifest.tokens["dtype"], int(manifest.stored_counts[i]))
     shard.check()
     vocab = manifest.tokens["vocab_size"]
     if len(shard.tokens) and int(shard.tokens.max()) >= vocab:
@@ -179,7 +183,7 @@ def _sizes_problem(store: Store, manifest: Manifest) -> str | None:
         return None
     try:
         read_image_sizes(
-            manifest.image_sizes.reference, store.read_bytes, manifest.paths, manifest.samples
+            manifest.image_sizes.reference, store.read_bytes, manifest.paths, manifest.stored_counts
         )
     except ShardstreamError as exc:
         return f"{store.url}: {exc}"

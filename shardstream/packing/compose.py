@@ -23,6 +23,7 @@ from __future__ import annotations
 import hashlib
 import os
 import posixpath
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -35,6 +36,7 @@ from ..manifest import Manifest, creation_info, dataset_store, load_manifest
 from ..manifest.combine import difference
 from ..manifest.locate import open_stored
 from ..manifest.relabel import Relabel, unify
+from ..manifest.sample_set import samples_of
 from ..manifest.selection import encode_selection
 from ..storage import Store
 from ..storage.routed import root_url
@@ -149,12 +151,12 @@ def merge(
         roots |= set(more)
     selection = None
     if any(m.selection is not None for m in manifests):
-        per_shard = [_rows(m, i) for m in manifests for i in range(m.num_shards)]
+        per_shard = [rows for m in manifests for rows in _rows(m)]
         selection = encode_selection(per_shard)[1]
     manifest = Manifest(
         shard_format=first.shard_format,
         paths=paths,
-        samples=np.concatenate([m.samples for m in manifests]),
+        stored_counts=np.concatenate([m.stored_counts for m in manifests]),
         nbytes=np.concatenate([m.nbytes for m in manifests]),
         sha256=[d for m in manifests for d in m.sha256],
         fields=_merged_fields(manifests),
@@ -184,12 +186,10 @@ def _unified_classes(manifests: list[Manifest]) -> dict[str, Any]:
     return {"classes": classes, "relabel": Relabel.of_shards(per_shard)}
 
 
-def _rows(m: Manifest, shard: int) -> np.ndarray:
-    """The samples of ``m``'s shard ``shard`` that ``m`` reads."""
-    if m.selection is None:
-        return np.arange(int(m.samples[shard]), dtype=np.uint32)
-    starts = m.selection.starts
-    return m.selection.rows[starts[shard] : starts[shard + 1]]
+def _rows(m: Manifest) -> list[np.ndarray]:
+    """Per shard of ``m``, the stored samples ``m`` reads."""
+    samples = samples_of(m)
+    return [samples.stored_rows_of(i).astype(np.uint32) for i in range(m.num_shards)]
 
 
 def _merged_fields(manifests: list[Manifest]) -> list[dict[str, Any]]:
@@ -223,8 +223,9 @@ def part_of_keys(keys: Sequence[str], fractions: Sequence[float], seed: int) -> 
     return np.searchsorted(bounds, unit, side="right")
 
 
-def _shard_keys(store: Store, m: Manifest, shard: int) -> list[str]:
-    """The keys of every sample of ``m``'s shard ``shard`` (read once, whole)."""
+def _shard_keys(store: Store, m: Manifest, shard: int) -> tuple[list[str], list[Any] | None]:
+    """The keys of every stored sample of ``m``'s shard ``shard`` (read once, whole), and each one's
+    field names (tar shards; ``None`` for tables, whose fields are columns)."""
     name = m.paths[shard]
     data = store.read_bytes(name, int(m.nbytes[shard]))
     if m.shard_format == "arrow":
@@ -232,20 +233,20 @@ def _shard_keys(store: Store, m: Manifest, shard: int) -> list[str]:
 
         table = arrow.read_table(data, store.url_of(name))
         if "__key__" in table.column_names:
-            return [str(k) for k in table.column("__key__").to_pylist()]
-        return [f"{name}#{row}" for row in range(table.num_rows)]
+            return [str(k) for k in table.column("__key__").to_pylist()], None
+        return [f"{name}#{row}" for row in range(table.num_rows)], None
     if m.shard_format not in TAR_COMPRESSION:
         raise ShardstreamError(
             f"split reads tar and Arrow shards; {store.url} holds {m.shard_format} shards"
         )
     plain = decompress(data, TAR_COMPRESSION[m.shard_format], store.url_of(name))
-    keys = tar.index_samples(plain, store.url_of(name))[0]
-    if len(keys) != int(m.samples[shard]):
+    keys, fields = tar.index_samples(plain, store.url_of(name))
+    if len(keys) != int(m.stored_counts[shard]):
         raise ShardstreamError(
-            f"{store.url_of(name)} holds {len(keys)} samples, the manifest says {int(m.samples[shard])}; "
-            "verify the dataset"
+            f"{store.url_of(name)} holds {len(keys)} samples, the manifest says "
+            f"{int(m.stored_counts[shard])}; verify the dataset"
         )
-    return keys
+    return keys, fields
 
 
 def split(
@@ -280,17 +281,20 @@ def split(
     store, m = open_stored(os.fspath(source), storage_options, trusted_roots=trusted_roots)
     root = Store(os.fspath(dest), storage_options)
     chosen: list[list[np.ndarray]] = [[] for _ in names]
-    for shard in range(m.num_shards):
-        rows = _rows(m, shard)
-        keys = _shard_keys(store, m, shard)
+    fields: list[Counter[str]] = [Counter() for _ in names]  # each part's samples of each field
+    for shard, rows in enumerate(_rows(m)):
+        keys, members = _shard_keys(store, m, shard)
         part = part_of_keys([keys[int(r)] for r in rows], fractions, seed)
         for k in range(len(names)):
             chosen[k].append(rows[part == k])
+            if members is not None:
+                fields[k].update(f for r in chosen[k][-1].tolist() for f in members[r])
     out = {}
     for k, name in enumerate(names):
         target = Store(posixpath.join(root.url, name), storage_options)
         _check_dest(target, [store])
-        out[name] = _publish(target, _part(m, store, target, chosen[k], name, seed), overwrite)
+        part = _part(m, (store, target), chosen[k], fields[k], name, seed)
+        out[name] = _publish(target, part, overwrite)
     return out
 
 
@@ -308,20 +312,29 @@ def _check_parts(parts: Mapping[str, float]) -> tuple[list[str], list[float]]:
     return names, fractions
 
 
-def _part(
-    m: Manifest, store: Store, target: Store, rows: list[np.ndarray], name: str, seed: int
+def _part(  # noqa: PLR0913 - one part's pieces
+    m: Manifest,
+    stores: tuple[Store, Store],
+    rows: list[np.ndarray],
+    fields: Counter[str],
+    name: str,
+    seed: int,
 ) -> Manifest:
-    """The manifest of one part: the shards it selects samples of, and its selection."""
+    """The manifest of one part: the shards it selects samples of, its selection, and its fields with
+    their counts among its samples (``fields``; tables have none)."""
+    store, target = stores
     keep = [i for i, r in enumerate(rows) if len(r)]
     paths, roots = _rebased(m, _relative(store, target))
     index = m.index_sha256
     return Manifest(
         shard_format=m.shard_format,
         paths=[paths[i] for i in keep],
-        samples=m.samples[keep],
+        stored_counts=m.stored_counts[keep],
         nbytes=m.nbytes[keep],
         sha256=[m.sha256[i] for i in keep],
-        fields=[{k: v for k, v in f.items() if k != "samples"} for f in m.fields],
+        fields=[
+            {**f, "samples": fields[f["name"]]} if "samples" in f else dict(f) for f in m.fields
+        ],
         classes=m.classes,
         arrow_schema=m.arrow_schema,
         created=creation_info(operation="split", source=store.url, part=name, seed=int(seed)),

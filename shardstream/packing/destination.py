@@ -298,7 +298,7 @@ class Claim:
             base.image_sizes.reference,
             lambda name: bytes(self.store.read_bytes(name)),
             base.paths,
-            base.samples,
+            base.stored_counts,
         )
         return join_image_sizes(recorded, manifest.image_sizes)
 

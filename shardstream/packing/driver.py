@@ -162,7 +162,7 @@ def _manifest(shard_format: str, results: list[ShardResult], **kw: Any) -> Manif
     return Manifest(
         shard_format=shard_format,
         paths=[r.path for r in results],
-        samples=[r.samples for r in results],
+        stored_counts=[r.samples for r in results],
         nbytes=[r.nbytes for r in results],
         sha256=[r.sha256 for r in results],
         **(

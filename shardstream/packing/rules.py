@@ -80,7 +80,7 @@ def shard_is_full(
 def warn_small_shards(manifest: Manifest, limit: int) -> bool:
     """Warn (once, at the end of a pack) when most shards hold one sample because ``limit`` is smaller
     than a sample: a pack of one file per sample, slow to read. Returns whether it warned."""
-    counts = manifest.samples
+    counts = manifest.stored_counts
     single = sum(1 for n in counts if n == 1)
     if len(counts) < 2 or single * 2 < len(counts):
         return False

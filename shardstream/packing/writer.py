@@ -278,7 +278,7 @@ class ShardWriter:
         self.manifest = Manifest(
             shard_format=self.shard_format,
             paths=self.paths,
-            samples=self.samples,
+            stored_counts=self.samples,
             nbytes=self.nbytes,
             sha256=self.sha256,
             fields=fields,

@@ -65,7 +65,7 @@ def write_manifest_json(
         Manifest(
             shard_format=shard_format,
             paths=[f"p{i}" for i in range(len(paths))],
-            samples=samples,
+            stored_counts=samples,
             nbytes=[len(d) for d in data],
             sha256=[hashlib.sha256(d).hexdigest() for d in data],
         ).to_json()

@@ -74,7 +74,7 @@ def test_index_writes_sample_indexes_for_existing_tars_that_read_like_the_tars(t
     result = index_tars([str(tmp_path / "tars")])
     m = load_manifest(Store(str(tmp_path / "tars")))
     assert result.indexes_written and m.index_sha256 is not None
-    for path, samples_in_shard, nbytes in zip(m.paths, m.samples, m.nbytes):
+    for path, samples_in_shard, nbytes in zip(m.paths, m.stored_counts, m.nbytes):
         data = (tmp_path / "tars" / f"{path}.idx").read_bytes()
         index = parse_index(data, path, int(samples_in_shard), int(nbytes))
         keys, fields = index.samples(path)

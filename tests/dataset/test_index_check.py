@@ -123,7 +123,7 @@ def test_plain_shards_take_the_vectorised_path(tmp_path):
     for i, rel in enumerate(manifest.paths):
         data = (dest / rel).read_bytes()
         index = parse_index(
-            (dest / (rel + ".idx")).read_bytes(), rel, manifest.samples[i], len(data)
+            (dest / (rel + ".idx")).read_bytes(), rel, manifest.stored_counts[i], len(data)
         )
         assert index_check._plain_match(data, index)
 

@@ -51,7 +51,7 @@ FIXED = {
     "storage": None,
     "disk_cache": None,
     "prefetch": 0,
-    "counts": None,
+    "sample_set": None,
 }
 
 

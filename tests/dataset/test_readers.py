@@ -13,6 +13,7 @@ from shardstream.dataset.readers import ArrowShard, OpenShards, TarShard
 from shardstream.errors import CorruptShardError
 from shardstream.formats import tar as tar_format
 from shardstream.manifest import load_manifest
+from shardstream.manifest.sample_set import samples_of
 from shardstream.packing.writer import ShardWriter
 from shardstream.storage import Store
 from tests.sample_datasets import shard_path
@@ -63,10 +64,10 @@ def test_random_access_returns_the_right_sample(tmp_path, fmt, compression):
     url = write(tmp_path, fmt, compression)
     cache = open_cache(url)
     manifest = cache.manifest
-    assert manifest.samples.tolist() == [4, 4, 3]
+    assert manifest.stored_counts.tolist() == [4, 4, 3]
     order = list(range(N))[::-1] + [5, 0, 10, 5]  # backwards, then jumping between shards
     for i in order:
-        shard, offset = manifest.locate(i)
+        shard, offset = samples_of(manifest).locate(i)
         sample = cache.get(shard).sample(offset)
         if fmt == "arrow":
             s = make_sample(i)
@@ -84,7 +85,7 @@ def test_tar_zst_shards_are_read(tmp_path):
     keys = [
         cache.get(s).sample(o)["__key__"]
         for s in range(3)
-        for o in range(int(cache.manifest.samples[s]))
+        for o in range(int(cache.manifest.stored_counts[s]))
     ]
     assert keys == [f"key{i:03d}" for i in range(N)]
     assert isinstance(cache.get(0), TarShard)
@@ -165,9 +166,9 @@ def test_shard_size_differing_from_manifest_is_corrupt(tmp_path, fmt, compressio
 def test_sample_count_differing_from_manifest_is_corrupt(tmp_path, fmt, compression, delta):
     url = write(tmp_path, fmt, compression)
     manifest = load_manifest(Store(url))
-    samples = manifest.samples.copy()
+    samples = manifest.stored_counts.copy()
     samples[2] += delta
-    wrong = dataclasses.replace(manifest, samples=np.asarray(samples))
+    wrong = dataclasses.replace(manifest, stored_counts=np.asarray(samples))
     cache = open_cache(url, manifest=wrong)
     cache.get(1)  # untouched shards are fine
     with pytest.raises(CorruptShardError) as info:

@@ -101,7 +101,7 @@ def test_uniform_shards_with_a_small_final_shard(tmp_path):
     with ShardWriter(url, samples_per_shard=4) as writer:
         for i in range(10):
             writer.write(text_sample(i))
-    assert load_manifest(Store(url)).samples.tolist() == [4, 4, 2]
+    assert load_manifest(Store(url)).stored_counts.tolist() == [4, 4, 2]
     got = [keys(ShardDataset(url, rank=r, world_size=3, seed=1, decode=None)) for r in range(3)]
     assert [len(g) for g in got] == [4, 4, 4]
     flat = [k for g in got for k in g]

@@ -168,7 +168,7 @@ def test_errors_name_the_dataset_and_the_fix(dataset, tmp_path):
 def test_shards_too_short_for_a_window_give_none(tmp_path):
     url, _ = pack_positions(tmp_path, [2, 40, 1, 40, 2], shard_size="1B")  # a shard per document
     ds = TokenDataset(url, 10, seed=3)
-    assert ds.counts.tolist() == [0, 3, 0, 3, 0] and len(ds) == 6
+    assert ds.sample_set.per_shard.tolist() == [0, 3, 0, 3, 0] and len(ds) == 6
     labels = np.concatenate([b["labels"].ravel() for b in batches(ds.loader(2, 2))])
     assert sorted(labels.tolist()) == list(range(3, 33)) + list(range(44, 74))
 

@@ -138,7 +138,7 @@ def test_members_apart_make_one_sample_per_key(tmp_path, write):
     names = source(tmp_path / "src")
     result, folder = indexed(tmp_path, write, names)
     assert read(folder) == expected(tmp_path / "src", names)
-    assert list(result.manifest.samples) == [5]
+    assert list(result.manifest.stored_counts) == [5]
     # its sample index is version 2 (no sample spans), read and checked as such
     assert (folder / "a.tar.idx").read_bytes()[:8] == b"SSTARIX2"
     assert verify(str(folder), workers=1).ok
@@ -163,7 +163,7 @@ def test_a_key_in_two_shards_is_two_samples_with_a_warning(tmp_path):
     py_tar(tmp_path / "src", folder / "a.tar", [n for n in names if not n.endswith(".json")])
     py_tar(tmp_path / "src", folder / "b.tar", [n for n in names if n.endswith(".json")])
     result = index([str(folder)])
-    assert list(result.manifest.samples) == [2, 2]
+    assert list(result.manifest.stored_counts) == [2, 2]
     (note,) = [n for n in result.notes if "two shards" in n]
     assert "b.tar" in note and "a.tar" in note
 

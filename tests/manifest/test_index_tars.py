@@ -98,7 +98,7 @@ def test_index_webdataset_tars(tmp_path, form):
     assert result.url == str(folder)
     assert m.shard_format == "tar"
     assert m.paths == NAMES
-    assert m.samples.tolist() == [4, 4, 2]
+    assert m.stored_counts.tolist() == [4, 4, 2]
     assert m.nbytes.tolist() == [(folder / n).stat().st_size for n in NAMES]
     assert m.sha256 == [hashlib.sha256((folder / n).read_bytes()).hexdigest() for n in NAMES]
     assert {f["name"]: f["samples"] for f in m.fields} == {"cls": 10, "json": 10, "txt": 10}
@@ -173,7 +173,7 @@ def test_shards_in_several_folders_default_to_their_common_folder(tmp_path):
     result = index([str(tmp_path / "root" / "a"), str(tmp_path / "root" / "b")])
     assert result.url == str(tmp_path / "root")
     assert result.manifest.paths == ["a/shard-000000.tar", "b/shard-000000.tar"]
-    assert result.manifest.samples.tolist() == [4, 3]
+    assert result.manifest.stored_counts.tolist() == [4, 3]
     assert verify(str(tmp_path / "root")).ok
 
 
@@ -231,7 +231,7 @@ def test_members_without_key_and_extension_are_reported_not_counted(tmp_path):
         )
     )
     result = index([str(folder)])
-    assert result.manifest.samples.tolist() == [2]
+    assert result.manifest.stored_counts.tolist() == [2]
     assert result.unkeyed == ["README", ".hidden", "trailing."]
     assert {f["name"]: f["samples"] for f in result.manifest.fields} == {"cls": 1, "txt": 2}
 
@@ -330,7 +330,7 @@ def test_compressed_tars(tmp_path):
     for folder, fmt in ((gz, "tar.gz"), (zst, "tar.zst")):
         result = index([str(folder)])
         assert result.manifest.shard_format == fmt
-        assert result.manifest.samples.tolist() == [4, 4, 2]
+        assert result.manifest.stored_counts.tolist() == [4, 4, 2]
         assert verify(str(folder)).ok
         assert invoke("cat", folder, "9", "--field", "txt").stdout_bytes == b"hello 9"
 
@@ -378,7 +378,7 @@ def test_indexing_a_packed_dataset_copy(tmp_path):
     (copy / "_manifest.json").unlink()
     m = index([str(copy)]).manifest
     assert m.paths == packed.paths
-    assert m.samples.tolist() == packed.samples.tolist() == [3, 3, 1]
+    assert m.stored_counts.tolist() == packed.stored_counts.tolist() == [3, 3, 1]
     assert m.sha256 == packed.sha256
 
 

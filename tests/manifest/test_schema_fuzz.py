@@ -53,8 +53,8 @@ def outcome(data: bytes | str) -> Manifest | None:
     assert all(path_problem(p) is None for p in m.paths)
     assert len(set(m.paths)) == len(m.paths)
     assert all(isinstance(s, str) and SHA.fullmatch(s) for s in m.sha256)
-    assert m.samples.dtype == "int64" and m.nbytes.dtype == "int64"
-    assert ((m.samples >= 0) & (m.samples < 2**53)).all() and (
+    assert m.stored_counts.dtype == "int64" and m.nbytes.dtype == "int64"
+    assert ((m.stored_counts >= 0) & (m.stored_counts < 2**53)).all() and (
         (m.nbytes >= 0) & (m.nbytes < 2**53)
     ).all()
     again = Manifest.from_json(m.to_json(), "again")  # what it holds can be written and read back

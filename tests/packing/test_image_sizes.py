@@ -42,7 +42,9 @@ def recorded(url: str) -> tuple[ss.ShardDataset, dict]:
     """Every sample's recorded (field, width, height), by key; read through the manifest's side file."""
     ds = ss.ShardDataset(url, decode=None, shuffle=False)
     m = ds.manifest
-    sizes = read_image_sizes(m.image_sizes.reference, Store(url).read_bytes, m.paths, m.samples)
+    sizes = read_image_sizes(
+        m.image_sizes.reference, Store(url).read_bytes, m.paths, m.stored_counts
+    )
     out = {}
     for i, sample in enumerate(ds):
         for field in sizes.fields:
@@ -181,7 +183,9 @@ def test_an_append_records_every_size_and_gc_keeps_the_files_of_kept_versions(tm
     assert (tmp_path / "out" / first).exists()  # version 1 still names it
     ds = ss.ShardDataset(out, version=1, decode=None, shuffle=False)
     m = ds.manifest
-    read = read_image_sizes(m.image_sizes.reference, Store(out).read_bytes, m.paths, m.samples)
+    read = read_image_sizes(
+        m.image_sizes.reference, Store(out).read_bytes, m.paths, m.stored_counts
+    )
     jpgs = [(w, h) if ext == "jpg" else (0, 0) for ext, w, h in sizes.values()]  # 0: not a jpg
     assert sorted(zip(read.widths["jpg"].tolist(), read.heights["jpg"].tolist())) == sorted(jpgs)
     store = dataset_store(out)

@@ -281,7 +281,7 @@ def test_shard_size_string_is_parsed(tmp_path):
     src = make_files(tmp_path / "src", {f"{i:02d}.bin": b"x" * 1000 for i in range(10)})
     result = pack(src, tmp_path / "out", shard_size="3KB", workers=1, progress=False)
     # a sample takes 512 + 1024 bytes and the end of a tar 1024: one sample per 3000-byte shard
-    assert result.manifest.samples.tolist() == [1] * 10
+    assert result.manifest.stored_counts.tolist() == [1] * 10
 
 
 def test_samples_per_shard_is_respected(tmp_path):
@@ -289,7 +289,7 @@ def test_samples_per_shard_is_respected(tmp_path):
     result = pack(
         src, tmp_path / "out", samples_per_shard=3, workers=3, progress=False, shuffle=False
     )
-    assert result.manifest.samples.tolist() == [3, 3, 3, 1]
+    assert result.manifest.stored_counts.tolist() == [3, 3, 3, 1]
     assert [s["__key__"] for s in read_samples(tmp_path / "out")] == [f"{i:02d}" for i in range(10)]
 
 
@@ -357,7 +357,7 @@ def test_imagefolder_to_arrow_has_integer_cls(tmp_path):
     assert table.column("cls").to_pylist() == [0, 0, 1]
     assert pa.types.is_integer(table.schema.field("cls").type)
     assert result.manifest.classes == ["a", "b"]
-    assert result.manifest.samples.tolist() == [2, 1]
+    assert result.manifest.stored_counts.tolist() == [2, 1]
 
 
 def test_folder_to_arrow_with_fields_that_vary_between_shards(tmp_path):
@@ -423,7 +423,7 @@ def test_table_to_arrow_keeps_every_row(tmp_path, kind):
     dest = tmp_path / "out"
     result = pack(source, dest, samples_per_shard=300, workers=2, progress=False, shuffle=False)
     assert result.manifest.shard_format == "arrow"
-    assert result.manifest.samples.tolist() == [300, 300, 300, 100]
+    assert result.manifest.stored_counts.tolist() == [300, 300, 300, 100]
     got = read_arrow(dest)
     assert got.equals(table), got.schema
     assert [f["name"] for f in load_doc(dest)["fields"]] == ["id", "text", "score"]
@@ -465,7 +465,7 @@ def test_table_to_tar_without_key_column(tmp_path):
     dest = tmp_path / "out"
     result = pack(source, dest, format="tar", samples_per_shard=10, progress=False, shuffle=False)
     assert result.manifest.shard_format == "tar"
-    assert result.manifest.samples.tolist() == [10, 10, 5]
+    assert result.manifest.stored_counts.tolist() == [10, 10, 5]
     samples = read_samples(dest)
     assert [s["__key__"] for s in samples] == [f"{i:09d}" for i in range(25)]
     for s, row in zip(samples, table.to_pylist()):
@@ -703,7 +703,7 @@ def test_existing_dataset_is_refused_unless_overwrite(tmp_path):
     assert (dest / "_manifest.json").read_bytes() == before
     assert len(shard_files(dest)) == 6
     result = pack(src, dest, samples_per_shard=3, workers=1, progress=False, overwrite=True)
-    assert result.manifest.samples.tolist() == [3, 3]
+    assert result.manifest.stored_counts.tolist() == [3, 3]
     assert sorted(shard_files(dest)) == [
         "shard-000000.tar",
         "shard-000001.tar",
@@ -841,7 +841,7 @@ def test_a_shard_size_smaller_than_a_sample_warns_once(tmp_path, caplog):
     src = make_files(tmp_path / "src", {f"{i:03d}.bin": os.urandom(3000) for i in range(6)})
     with caplog.at_level("WARNING", logger="shardstream"):
         result = pack(src, tmp_path / "small", shard_size="1KB", workers=1)
-    assert list(result.manifest.samples) == [1] * 6
+    assert list(result.manifest.stored_counts) == [1] * 6
     warned = [
         r.getMessage() for r in caplog.records if "smaller than a typical sample" in r.getMessage()
     ]

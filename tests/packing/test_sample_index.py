@@ -30,7 +30,7 @@ def _check(url: str) -> None:
     for i, path in enumerate(manifest.paths):
         raw = bytes(store.read_bytes(path + ".idx"))
         assert hashlib.sha256(raw).hexdigest() == manifest.index_sha256[i]
-        parse_index(raw, path, int(manifest.samples[i]), int(manifest.nbytes[i]))
+        parse_index(raw, path, int(manifest.stored_counts[i]), int(manifest.nbytes[i]))
 
 
 @pytest.mark.parametrize("workers", [1, 2])

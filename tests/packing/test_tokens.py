@@ -28,7 +28,7 @@ def shards(url: str) -> list[TokenShard]:
     m = load(url)
     return [
         TokenShard(Path(url, p).read_bytes(), p, m.tokens["dtype"], int(n))
-        for p, n in zip(m.paths, m.samples)
+        for p, n in zip(m.paths, m.stored_counts)
     ]
 
 

@@ -101,7 +101,7 @@ def test_shard_names_are_deterministic(tmp_path):
         f"shard-00000{i}-{w.token}.tar" for i in range(4)
     ]  # the run's token: no run writes another's
     assert sorted(os.listdir(tmp_path / "ds")) == sorted([*indexed(*m.paths), MANIFEST_NAME])
-    assert m.samples.tolist() == [3, 3, 3, 1]
+    assert m.stored_counts.tolist() == [3, 3, 3, 1]
     assert m.shard_format == "tar"
 
 
@@ -129,9 +129,9 @@ def test_shard_size_limit_is_respected(tmp_path):
             w.write(s)
     m = w.manifest
     sizes = [tar_sample_size(s) for s in samples]
-    assert m.samples.tolist() == expected_partition(sizes, limit, None)
+    assert m.stored_counts.tolist() == expected_partition(sizes, limit, None)
     start = 0
-    for i, (path, count) in enumerate(zip(m.paths, m.samples.tolist())):
+    for i, (path, count) in enumerate(zip(m.paths, m.stored_counts.tolist())):
         nbytes = (tmp_path / path).stat().st_size
         assert nbytes == sum(sizes[start : start + count]) + 1024
         assert nbytes <= limit or count == 1
@@ -141,14 +141,14 @@ def test_shard_size_limit_is_respected(tmp_path):
         start += count
     assert start == len(samples)
     huge_shard = next(i for i, p in enumerate(m.paths) if (tmp_path / p).stat().st_size > limit)
-    assert m.samples[huge_shard] == 1
+    assert m.stored_counts[huge_shard] == 1
 
 
 def test_samples_per_shard_limit(tmp_path):
     with ShardWriter(str(tmp_path), samples_per_shard=4, shard_size="1GB") as w:
         for i in range(18):
             w.write({"txt": "x" * i})
-    assert w.manifest.samples.tolist() == [4, 4, 4, 4, 2]
+    assert w.manifest.stored_counts.tolist() == [4, 4, 4, 4, 2]
 
 
 def test_both_limits(tmp_path):
@@ -157,11 +157,11 @@ def test_both_limits(tmp_path):
     with ShardWriter(str(tmp_path), shard_size=limit, samples_per_shard=2) as w:
         for s in samples:
             w.write(s)
-    assert w.manifest.samples.tolist() == [2] * 6
+    assert w.manifest.stored_counts.tolist() == [2] * 6
     with ShardWriter(str(tmp_path), shard_size=limit, samples_per_shard=5, overwrite=True) as w:
         for s in samples:
             w.write(s)
-    assert w.manifest.samples.tolist() == [3, 3, 3, 3]
+    assert w.manifest.stored_counts.tolist() == [3, 3, 3, 3]
 
 
 def test_shard_size_accepts_strings(tmp_path):
@@ -530,7 +530,7 @@ def test_arrow_shards(tmp_path):
     m = w.manifest
     assert m.shard_format == "arrow"
     assert m.paths == [f"shard-00000{i}-{w.token}.arrow" for i in range(3)]
-    assert m.samples.tolist() == [4, 4, 2]
+    assert m.stored_counts.tolist() == [4, 4, 2]
     assert m.arrow_schema is not None
     assert [f["name"] for f in m.fields] == ["__key__", "label", "caption", "jpg"]
     tables = [pyarrow.feather.read_table(str(tmp_path / p)) for p in m.paths]
@@ -674,8 +674,8 @@ def _round_trip(samples, fmt, compression, shard_size, per_shard):
         got, per_shard_samples = read_all(url)
         assert got == samples
         assert manifest.num_samples == len(samples)
-        assert manifest.samples.tolist() == [len(s) for s in per_shard_samples]
-        assert all(n > 0 for n in manifest.samples.tolist())
+        assert manifest.stored_counts.tolist() == [len(s) for s in per_shard_samples]
+        assert all(n > 0 for n in manifest.stored_counts.tolist())
         assert sorted(os.listdir(url)) == sorted([*indexed(*manifest.paths), MANIFEST_NAME])
         for i, path in enumerate(manifest.paths):
             data = open(os.path.join(url, path), "rb").read()  # noqa: SIM115
@@ -685,10 +685,12 @@ def _round_trip(samples, fmt, compression, shard_size, per_shard):
             assert manifest.nbytes[i] == len(data)
             assert manifest.sha256[i] == hashlib.sha256(data).hexdigest()
         if per_shard is not None:
-            assert all(n <= per_shard for n in manifest.samples.tolist())
+            assert all(n <= per_shard for n in manifest.stored_counts.tolist())
         if fmt == "tar":
             sizes = [tar_sample_size(s) for s in samples]
-            assert manifest.samples.tolist() == expected_partition(sizes, shard_size, per_shard)
+            assert manifest.stored_counts.tolist() == expected_partition(
+                sizes, shard_size, per_shard
+            )
 
 
 @pytest.mark.parametrize(("fmt", "compression"), [("tar", None), ("tar", "zstd"), ("arrow", None)])

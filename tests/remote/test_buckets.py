@@ -74,7 +74,7 @@ def test_pack_publishes_shards_and_manifest_and_nothing_else(bucket, tmp_path):
     assert [without_run(k) for k in keys] == published(bucket, "ds")
     m = shardstream.load_manifest(dataset_store(bucket.url("ds"), bucket.storage_options))
     assert m.image_sizes is not None  # the images' recorded sizes, in the side file it names
-    assert [without_run(p) for p in m.paths] == SHARDS and m.samples.tolist() == COUNTS
+    assert [without_run(p) for p in m.paths] == SHARDS and m.stored_counts.tolist() == COUNTS
     assert m.classes == list(CLASSES) and all(f"ds/{p}" in keys for p in m.paths)
     keys = []
     for i, name in enumerate(m.paths):

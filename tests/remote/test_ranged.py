@@ -44,7 +44,7 @@ def test_a_pack_to_a_bucket_writes_a_checked_index_per_shard(s3_bucket, tmp_path
         raw = s3_bucket.read(f"ds/{path}.idx")
         assert hashlib.sha256(raw).hexdigest() == manifest.index_sha256[i]
         shard = s3_bucket.read(f"ds/{path}")
-        index = parse_index(raw, path, int(manifest.samples[i]), len(shard))
+        index = parse_index(raw, path, int(manifest.stored_counts[i]), len(shard))
         for j in range(len(index)):
             start, end = index.span(j)
             index.check(j, shard[start:end], path)
