@@ -14,6 +14,7 @@ from ..sizes import parse_size
 from . import bench_run
 from .common import (
     cli,
+    dataset_version_option,
     open_dataset,
     safe,
     safe_json,
@@ -86,6 +87,7 @@ def _workers(ctx: click.Context, param: click.Parameter, value: str | None) -> l
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bars.")
+@dataset_version_option
 @storage_option
 def bench(  # noqa: PLR0913 - one per option
     dataset: str,
@@ -116,6 +118,7 @@ def bench(  # noqa: PLR0913 - one per option
     store, manifest = open_dataset(dataset, storage_options)
     options = storage_options_for(storage_options, dataset)
     settings = bench_run.Settings(
+        version=manifest.version,
         batch_size=batch_size,
         decode=decode,
         samples=samples,
@@ -137,6 +140,7 @@ def bench(  # noqa: PLR0913 - one per option
         else None
     )
     result = summary(dataset, settings, points, baseline, interrupted, no_ideal)
+    result["dataset_samples"] = manifest.num_samples
     if plot_path is not None and any(p["samples"] for p in result["points"]):
         from .plots import bench_figure
 

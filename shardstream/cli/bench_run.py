@@ -64,11 +64,17 @@ class Settings:
     trusted_roots: dict[str, dict[str, Any]] | None = None  # where a merge names shards by full URL
     device: str | None = None  # a DeviceLoader on it consumes the batches
     step_ms: float = 0.0  # a simulated training step per batch
+    version: int | None = None  # the dataset's version read (None: the latest)
 
     def dataset(self, url: str, cache_dir: str | None = None) -> ShardDataset:
         from ..dataset import ShardDataset
 
-        kwargs: dict[str, Any] = {"decode": DECODE[self.decode], "shuffle": True, "seed": 0}
+        kwargs: dict[str, Any] = {
+            "decode": DECODE[self.decode],
+            "shuffle": True,
+            "seed": 0,
+            "version": self.version,
+        }
         if self.storage_options is not None:
             kwargs["storage_options"] = self.storage_options
         if self.trusted_roots:

@@ -8,7 +8,15 @@ from tqdm import tqdm
 from ..errors import ShardstreamError
 from ..manifest.locate import open_stored
 from ..sizes import count, format_size
-from .common import cli, safe, storage_option, storage_options_for, trusted_roots_for
+from .common import (
+    cli,
+    dataset_version,
+    dataset_version_option,
+    safe,
+    storage_option,
+    storage_options_for,
+    trusted_roots_for,
+)
 
 
 @cli.command()
@@ -20,6 +28,7 @@ from .common import cli, safe, storage_option, storage_options_for, trusted_root
     is_flag=True,
     help="Also decode every image, label, text, JSON and numpy field (slower; finds a non-image .jpg).",
 )
+@dataset_version_option
 @storage_option
 def verify(
     dataset: str, workers: int, quiet: bool, decode: bool, storage_options: tuple[str, ...]
@@ -31,7 +40,7 @@ def verify(
         storage_options_for(storage_options, dataset),
         trusted_roots_for(storage_options),
     )
-    store, m = open_stored(dataset, options, trusted_roots=trusted)
+    store, m = open_stored(dataset, options, version=dataset_version(), trusted_roots=trusted)
     with tqdm(
         total=m.total_bytes,
         unit="B",
@@ -41,7 +50,13 @@ def verify(
         disable=True if quiet else None,
     ) as bar:
         report = run_verify(
-            dataset, options, workers, on_shard=bar.update, decode=decode, trusted_roots=trusted
+            dataset,
+            options,
+            workers,
+            on_shard=bar.update,
+            decode=decode,
+            trusted_roots=trusted,
+            version=m.version,
         )
     if report.ok:
         summary = f"{count(m.num_shards, 'shard')}, {count(m.num_samples, 'sample')}, {format_size(m.total_bytes)}"

@@ -294,10 +294,36 @@ def _quiet_logging() -> None:
         logging.getLogger(name).setLevel(logging.CRITICAL)
 
 
+def _pin(ctx: click.Context, param: click.Parameter, value: int | None) -> int | None:
+    if value is not None:
+        ctx.meta["shardstream.dataset_version"] = value
+    return value
+
+
+def dataset_version_option(command: Callable[..., Any]) -> Callable[..., Any]:
+    """``--dataset-version N``: the commands that read a dataset read that version of it."""
+    return click.option(
+        "--dataset-version",
+        type=click.IntRange(min=1),
+        default=None,
+        expose_value=False,
+        callback=_pin,
+        metavar="N",
+        help="Read version N of the dataset (default: the latest; 'shardstream log' lists them).",
+    )(command)
+
+
+def dataset_version() -> int | None:
+    """The version ``--dataset-version`` asks for (``None``: the latest)."""
+    return click.get_current_context().meta.get("shardstream.dataset_version")
+
+
 def open_dataset(dataset: str, storage_options: tuple[str, ...]) -> tuple[Store, Manifest]:
-    """The store and manifest of DATASET, with the command's storage flags (and --trust-root)."""
+    """The store and manifest of DATASET, with the command's storage flags (and --trust-root), at the
+    version --dataset-version names (default: the latest)."""
     return open_stored(
         dataset,
         storage_options_for(storage_options, dataset),
+        version=dataset_version(),
         trusted_roots=trusted_roots_for(storage_options),
     )

@@ -11,7 +11,16 @@ import click
 from ..errors import ShardstreamError
 from ..manifest.sample_set import SampleSet, samples_of
 from ..sizes import count, format_size
-from .common import cli, has_controls, open_dataset, safe, safe_json, storage_option
+from .common import (
+    cli,
+    dataset_version,
+    dataset_version_option,
+    has_controls,
+    open_dataset,
+    safe,
+    safe_json,
+    storage_option,
+)
 
 
 @cli.command()
@@ -36,6 +45,7 @@ from .common import cli, has_controls, open_dataset, safe, safe_json, storage_op
     default=None,
     help="Token datasets: the windows of this length, and the tokens they leave out.",
 )
+@dataset_version_option
 @storage_option
 def info(
     dataset: str,
@@ -153,6 +163,7 @@ def _shuffle_quality(
         rank=0,
         world_size=1,
         storage=storage_settings_for(storage_options, dataset),
+        version=dataset_version(),
     )
     counts = ds.sample_set.per_shard
     labels = np.fromiter(iter(ds), dtype=np.int64, count=ds.sample_set.total)
@@ -205,6 +216,7 @@ def _count(value: Any) -> str:
 @click.option(
     "--keys", is_flag=True, help="List every sample's index, key and shard instead of the shards."
 )
+@dataset_version_option
 @storage_option
 def ls_(dataset: str, as_json: bool, keys: bool, storage_options: tuple[str, ...]) -> None:
     """List DATASET's shards with sample counts and sizes (--keys: its samples' keys)."""
@@ -239,7 +251,12 @@ def _sample_map(dataset: str, storage_options: tuple[str, ...]) -> Any:
     from ..dataset import ShardMap
     from .common import storage_settings_for
 
-    return ShardMap(dataset, decode=None, storage=storage_settings_for(storage_options, dataset))
+    return ShardMap(
+        dataset,
+        decode=None,
+        storage=storage_settings_for(storage_options, dataset),
+        version=dataset_version(),
+    )
 
 
 def _list_keys(dataset: str, as_json: bool, storage_options: tuple[str, ...]) -> None:
@@ -289,6 +306,7 @@ def _shorten(value: Any) -> str:
     is_flag=True,
     help="With --field: write the bytes to a terminal even if they are binary or hold control characters.",
 )
+@dataset_version_option
 @storage_option
 def cat(
     dataset: str,

@@ -137,7 +137,12 @@ class PlannedBuckets:
         self.num_workers = default_workers(dataset) if num_workers is None else int(num_workers)
         # a DataLoader's own arguments (pin_memory, prefetch_factor, ...); the ShardLoader's are its own
         self.loader_kwargs = {k: v for k, v in loader_kwargs.items() if k not in _SHARD_LOADER_ONLY}
-        self.map = ShardMap(dataset.store.url, decode=None, storage=dataset.storage)
+        self.map = ShardMap(  # the version the dataset reads, not the latest
+            dataset.store.url,
+            decode=None,
+            storage=dataset.storage,
+            version=dataset.manifest.version,
+        )
         self.map.decoder = dataset.decoder  # decoded as the dataset decodes
         self.epoch = dataset.epoch
         self.consumed: list[tuple[int, int]] = []  # (batches per rank, world size) read before

@@ -195,8 +195,8 @@ class Bucketed(WindowedBatches):
     (a rank that needs fewer halves its largest batches); batch sizes vary up to ``batch_size``.
 
     With an :func:`aspect_ratio` or :func:`image_area` key over a :class:`ShardDataset` whose manifest records the image
-    sizes of its field (``pack`` and ``shardstream index`` record them; no ``transform``, no split's
-    selection), the whole epoch is planned from them before anything is read
+    sizes of its field (``pack`` and ``shardstream index`` record them; no ``transform``; a split part
+    plans from its selected samples' sizes), the whole epoch is planned from them before anything is read
     (:mod:`shardstream.dataset.bucket_plan`; ``window`` is then unused) and resumes exactly on any
     world size; :attr:`planned_up_front` says so. Otherwise buckets are found per window as read.
     """

@@ -43,9 +43,11 @@ class _Opened:
     scanned: int = 0  # shards whose keys are in ``keys``
 
 
-def open_map_dataset(url: str | os.PathLike[str], storage: StorageSettings) -> Stored:
-    """The stored dataset a map reads (one call, so that a version or other choice is made in one place)."""
-    return open_stored(url, storage)
+def open_map_dataset(
+    url: str | os.PathLike[str], storage: StorageSettings, version: int | None = None
+) -> Stored:
+    """The stored dataset a map reads: its latest version, or ``version``."""
+    return open_stored(url, storage, version)
 
 
 class ShardMap(StoredDataset, Dataset):
@@ -63,6 +65,7 @@ class ShardMap(StoredDataset, Dataset):
         storage: remote-storage settings as one ``StorageSettings``.
         storage_options: fsspec options (``StorageSettings.options``).
         cache_dir: the host's shard cache (``StorageSettings.cache_dir``).
+        version: the dataset's version to read (default: the latest), as for ``ShardDataset``.
     """
 
     def __init__(  # noqa: PLR0913 - keyword settings with defaults, as ShardDataset's
@@ -77,6 +80,7 @@ class ShardMap(StoredDataset, Dataset):
         storage_options: dict[str, Any] | None = DEFAULT,
         cache_dir: str | os.PathLike[str] | None = DEFAULT,
         verify_checksums: bool = False,
+        version: int | None = None,
     ):
         storage = StorageSettings.combine(storage, options=storage_options, cache_dir=cache_dir)
         self.tokens: TokenDataset | None = None
@@ -89,10 +93,11 @@ class ShardMap(StoredDataset, Dataset):
                 world_size=1,
                 storage=storage,
                 verify_checksums=verify_checksums,
+                version=version,
             )
             self.stored, self.samples = self.tokens.stored, self.tokens.sample_set
         else:
-            self.stored = open_map_dataset(url, storage)
+            self.stored = open_map_dataset(url, storage, version)
             self.samples = self.stored.samples
             if self.manifest.shard_format == "tokens":
                 raise UsageError(

@@ -135,6 +135,7 @@ class TokenDataset(StoredDataset, PlannedDataset):
         prefetch: as for :class:`ShardDataset`.
         retries: as for :class:`ShardDataset`.
         timeout: as for :class:`ShardDataset`.
+        version: as for :class:`ShardDataset`: the dataset's version to read (default: the latest).
     """
 
     def __init__(  # noqa: PLR0913 - keyword settings with defaults, as ShardDataset's
@@ -158,6 +159,7 @@ class TokenDataset(StoredDataset, PlannedDataset):
         prefetch: int | str = DEFAULT,
         retries: int = DEFAULT,
         timeout: float | None = DEFAULT,
+        version: int | None = None,
     ):
         if isinstance(seq_len, bool) or not isinstance(seq_len, (int, np.integer)) or seq_len < 1:
             raise ValueError(f"seq_len must be a number of tokens (1 or more), not {seq_len!r}")
@@ -170,7 +172,9 @@ class TokenDataset(StoredDataset, PlannedDataset):
             retries=retries,
             timeout=timeout,
         )
-        self.__dict__["stored"] = open_stored(url, storage)  # set once: __setattr__ refuses it
+        self.__dict__["stored"] = open_stored(
+            url, storage, version
+        )  # set once: __setattr__ refuses it
         tokens = self.manifest
         if tokens.shard_format != "tokens":
             raise UsageError(

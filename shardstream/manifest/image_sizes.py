@@ -137,6 +137,19 @@ def join_image_sizes(base: ImageSizes, added: ImageSizes) -> ImageSizes:
     return _encoded(counts, fields, np.concatenate(parts, axis=2))
 
 
+def select_shards(sizes: ImageSizes, keep: Sequence[int]) -> ImageSizes:
+    """The sizes of shards ``keep`` of ``sizes``, in that order, as a new side file (a split part lists
+    only the shards it selects samples of; its readers index the sizes by their stored samples)."""
+    counts = np.asarray(sizes.counts, dtype=np.int64)
+    starts = np.concatenate([[0], np.cumsum(counts)])
+    rows = [np.arange(starts[i], starts[i + 1]) for i in keep]
+    picked = np.concatenate(rows) if rows else np.zeros(0, dtype=np.int64)
+    table = np.zeros((len(sizes.fields), 2, len(picked)), dtype=np.uint32)
+    for f, name in enumerate(sizes.fields):
+        table[f, 0], table[f, 1] = sizes.widths[name][picked], sizes.heights[name][picked]
+    return _encoded(counts[list(keep)], list(sizes.fields), table)
+
+
 def _encoded(counts: np.ndarray, fields: list[str], table: np.ndarray) -> ImageSizes:
     """The side file of ``table`` (fields, 2, samples) for shards of ``counts`` samples."""
     array = np.concatenate(
@@ -237,4 +250,5 @@ __all__ = [
     "join_image_sizes",
     "read_image_sizes",
     "reference_problem",
+    "select_shards",
 ]

@@ -152,14 +152,18 @@ def verify(
     on_shard: Callable[[int], None] | None = None,
     decode: bool = False,
     trusted_roots: dict[str, dict[str, Any]] | None = None,
+    version: int | None = None,
 ) -> VerifyReport:
     """Check every shard of the dataset at ``url`` against its manifest; with ``decode``, also decode
     every image, label, text, JSON and numpy field (a non-image ``.jpg`` is reported by sample).
 
     ``on_shard(nbytes)`` is called as each shard is done (for progress). ``trusted_roots``: where a
-    merged dataset may name shards by full URL (as ``StorageSettings.trusted_roots``).
+    merged dataset may name shards by full URL (as ``StorageSettings.trusted_roots``); ``version``:
+    the dataset's version to check (default: the latest).
     """
-    store, manifest = open_stored(url, storage_options, trusted_roots=trusted_roots)
+    store, manifest = open_stored(
+        url, storage_options, version=version, trusted_roots=trusted_roots
+    )
     report = VerifyReport(store.url, manifest)
     with ThreadPoolExecutor(max(1, workers)) as pool:
         results = pool.map(

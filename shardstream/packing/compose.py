@@ -34,6 +34,7 @@ from ..formats import TAR_COMPRESSION, tar
 from ..formats.compression import decompress
 from ..manifest import Manifest, creation_info, dataset_store, load_manifest
 from ..manifest.combine import difference
+from ..manifest.image_sizes import ImageSizes, join_image_sizes, read_image_sizes, select_shards
 from ..manifest.locate import open_stored
 from ..manifest.relabel import Relabel, unify
 from ..manifest.sample_set import samples_of
@@ -165,9 +166,30 @@ def merge(
         index_sha256=_index_column(manifests),
         roots=sorted(roots),
         selection=selection,
+        image_sizes=_joined_sizes(stores, manifests),
         **_unified_classes(manifests),
     )
     return _publish(target, manifest, overwrite)
+
+
+def _recorded_sizes(store: Store, m: Manifest) -> ImageSizes | None:
+    """The image sizes ``m`` (in ``store``) recorded at pack time, or None."""
+    if m.image_sizes is None:
+        return None
+    read = lambda name: bytes(store.read_bytes(name))  # noqa: E731
+    return read_image_sizes(m.image_sizes.reference, read, m.paths, m.stored_counts)
+
+
+def _joined_sizes(stores: Sequence[Store], manifests: Sequence[Manifest]) -> ImageSizes | None:
+    """A merge's recorded image sizes: every source's, in order (None unless every source has them), so
+    that a ``Bucketed`` plans a merge's epoch up front as it does its sources'."""
+    found = [_recorded_sizes(store, m) for store, m in zip(stores, manifests)]
+    if not found or any(sizes is None for sizes in found):
+        return None
+    joined = select_shards(found[0], range(len(found[0].counts)))  # a side file of the merge's own
+    for sizes in found[1:]:
+        joined = join_image_sizes(joined, sizes)  # type: ignore[arg-type]
+    return joined
 
 
 def _unified_classes(manifests: list[Manifest]) -> dict[str, Any]:
@@ -282,6 +304,7 @@ def split(
     root = Store(os.fspath(dest), storage_options)
     chosen: list[list[np.ndarray]] = [[] for _ in names]
     fields: list[Counter[str]] = [Counter() for _ in names]  # each part's samples of each field
+    sizes = _recorded_sizes(store, m)
     for shard, rows in enumerate(_rows(m)):
         keys, members = _shard_keys(store, m, shard)
         part = part_of_keys([keys[int(r)] for r in rows], fractions, seed)
@@ -293,7 +316,7 @@ def split(
     for k, name in enumerate(names):
         target = Store(posixpath.join(root.url, name), storage_options)
         _check_dest(target, [store])
-        part = _part(m, (store, target), chosen[k], fields[k], name, seed)
+        part = _part((m, store, sizes), target, chosen[k], fields[k], name, seed)
         out[name] = _publish(target, part, overwrite)
     return out
 
@@ -313,16 +336,17 @@ def _check_parts(parts: Mapping[str, float]) -> tuple[list[str], list[float]]:
 
 
 def _part(  # noqa: PLR0913 - one part's pieces
-    m: Manifest,
-    stores: tuple[Store, Store],
+    source: tuple[Manifest, Store, ImageSizes | None],
+    target: Store,
     rows: list[np.ndarray],
     fields: Counter[str],
     name: str,
     seed: int,
 ) -> Manifest:
-    """The manifest of one part: the shards it selects samples of, its selection, and its fields with
-    their counts among its samples (``fields``; tables have none)."""
-    store, target = stores
+    """The manifest of one part of ``source`` (its manifest, store and recorded image sizes): the shards
+    it selects samples of, its selection, its fields with their counts among its samples (``fields``;
+    tables have none) and the recorded image sizes of its shards."""
+    m, store, sizes = source
     keep = [i for i, r in enumerate(rows) if len(r)]
     paths, roots = _rebased(m, _relative(store, target))
     index = m.index_sha256
@@ -344,4 +368,5 @@ def _part(  # noqa: PLR0913 - one part's pieces
         relabel=None
         if m.relabel is None
         else Relabel.of_shards([m.relabel.shard_maps()[i] for i in keep]),
+        image_sizes=None if sizes is None else select_shards(sizes, keep),
     )

@@ -26,8 +26,9 @@ _SCHEMES = ("file://",)
 
 
 def root_url(store: Store) -> str:
-    """The full URL of ``store``'s folder, as a manifest names it (``file:///abs/path`` for local ones)."""
-    return f"file://{store.root}" if store.local else f"{store.protocol}://{store.root}"
+    """The full URL of ``store``'s folder, as a manifest names it (``file:///abs/path`` for local ones;
+    ``memory://a/b`` for a memory store, whose root fsspec keeps as ``/a/b``)."""
+    return f"file://{store.root}" if store.local else f"{store.protocol}://{store.root.lstrip('/')}"
 
 
 def url_root_problem(root: object) -> str | None:
