@@ -120,3 +120,27 @@ def test_nothing_writes_into_another_objects_dict():
             if owner is not None and not (isinstance(owner, ast.Name) and owner.id == "self"):
                 bad.append(f"{module}:{node.lineno} {ast.unparse(node)[:80]}")
     assert not bad
+
+
+# The one owner of "which samples of which shard, with which labels": a manifest's selection and
+# relabelling are read through manifest.sample_set (samples_of) on the read path; only the modules that
+# make or keep those files (the manifest, packing's merge/split/append/gc, the resharding source that
+# refuses them) touch them directly.
+OWNERS_OF_SELECTION = ("shardstream/manifest/", "shardstream/packing/", "shardstream/sources/")
+
+
+def test_the_read_path_counts_samples_only_through_the_sample_set():
+    bad = []
+    for module, tree in trees().items():
+        if module.startswith(OWNERS_OF_SELECTION) or module == "shardstream/cli/living.py":
+            continue
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Attribute):
+                continue
+            base = ast.unparse(node.value)
+            sample_set = base.endswith(("samples", "sample_set"))
+            if node.attr == "selection" or (node.attr == "relabel" and not sample_set):
+                bad.append(f"{module}:{node.lineno} {ast.unparse(node)}")
+    assert not bad, "read a split's selection or a merge's relabelling through samples_of: " + str(
+        bad
+    )

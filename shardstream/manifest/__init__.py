@@ -4,7 +4,7 @@
 ``locate`` (a dataset's store and manifest from a URL, or a manifest made on the fly for bare
 WebDataset tars), ``index_tars`` (publish a manifest for existing tars), ``index_parquet`` (one
 for Parquet files read in place), ``verify`` (every
-shard against its manifest entry) and ``lookup`` (one sample by index or key).
+shard against its manifest entry) and ``sample_set`` (which samples of which shard a dataset names).
 """
 
 from .files import dataset_store, write_manifest

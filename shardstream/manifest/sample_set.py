@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .relabel import LABEL_FIELD
+from .selection import selected_counts
 
 if TYPE_CHECKING:
     from .relabel import Relabel
@@ -147,8 +148,7 @@ def samples_of(manifest: Manifest, seq_len: int | None = None) -> SampleSet:
         from .token_stats import windows
 
         return SampleSet(manifest, windows(manifest, seq_len).astype(np.int64), int(seq_len))
-    selection = manifest.selection
-    per_shard = manifest.stored_counts if selection is None else selection.counts
+    per_shard = selected_counts(manifest.stored_counts, manifest.selection)
     return SampleSet(manifest, np.asarray(per_shard, dtype=np.int64))
 
 

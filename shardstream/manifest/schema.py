@@ -139,9 +139,9 @@ class Manifest:
     def num_samples(self) -> int:
         """The dataset's samples: its shards' stored samples, or those a split selects of them
         (:func:`~shardstream.manifest.sample_set.samples_of` says which)."""
-        from .sample_set import samples_of
+        from .selection import selected_counts
 
-        return samples_of(self).total
+        return int(selected_counts(self.stored_counts, self.selection).sum())
 
     @property
     def num_stored(self) -> int:

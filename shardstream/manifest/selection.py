@@ -73,6 +73,12 @@ class Selection:
         return None
 
 
+def selected_counts(stored_counts: np.ndarray, selection: Selection | None) -> np.ndarray:
+    """Per shard, the samples a dataset reads of it: a split's selected ones, else every stored one
+    (the rule :func:`~shardstream.manifest.sample_set.samples_of` and ``Manifest.num_samples`` share)."""
+    return stored_counts if selection is None else selection.counts
+
+
 def encode_selection(per_shard: Sequence[np.ndarray]) -> tuple[bytes, Selection]:
     """The side file of a selection (each shard's selected sample numbers, increasing), and the selection."""
     counts = np.array([len(rows) for rows in per_shard], dtype=np.int64)
@@ -119,4 +125,10 @@ def read_selection(
     return None, Selection(counts, rows, dict(ref))
 
 
-__all__ = ["SELECTION_PREFIX", "Selection", "encode_selection", "read_selection"]
+__all__ = [
+    "SELECTION_PREFIX",
+    "Selection",
+    "encode_selection",
+    "read_selection",
+    "selected_counts",
+]
