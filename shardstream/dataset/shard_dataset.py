@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from ..errors import sample_name
 from ..storage import ShardFetcher
 from ..storage.settings import DEFAULT, StorageSettings
 from .base import PassRun, PlannedDataset
@@ -315,7 +316,7 @@ class ShardDataset(StoredDataset, PlannedDataset):
         return self.storage.prefetch_bytes
 
     def describe(self, shard: int, sample: int) -> str:
-        return f"{self.store.url_of(self.manifest.paths[shard])} sample {sample}"
+        return f"{self.store.url_of(self.manifest.paths[shard])}: {sample_name(sample)}"
 
     def worker_parts(self) -> dict[str, Any]:
         """The user's code that DataLoader workers run, by a label for messages ("the transform")."""

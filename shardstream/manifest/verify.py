@@ -11,7 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import ShardstreamError
+from ..errors import ShardstreamError, sample_name
 from ..formats import count_samples, iter_shard_samples
 from ..sizes import count as counted
 from ..storage import Store
@@ -68,9 +68,8 @@ def _undecodable(manifest: Manifest, data: bytes, where: str) -> str | None:
             try:
                 decode_field(name, bytes(value))
             except Exception as exc:  # decoders raise many types
-                key = sample.get("__key__")
                 return (
-                    f"{where}: sample {offset}{f' ({key!r})' if key else ''}: field {name!r} does not decode "
+                    f"{where}: {sample_name(offset, sample.get('__key__'))}: field {name!r} does not decode "
                     f"({type(exc).__name__}: {exc}); replace or drop the file and pack again"
                 )
     return None
@@ -120,11 +119,12 @@ def _index_problem(store: Store, manifest: Manifest, data: Any, i: int) -> str |
     if hashlib.sha256(raw).hexdigest() != manifest.index_sha256[i]:
         return f"{where}: checksum mismatch with the manifest's index_sha256; re-pack the dataset"
     index = parse_index(raw, where, int(manifest.samples[i]), len(data))
-    if index.samples(where) != tar_format.index_samples(data, store.url_of(manifest.paths[i])):
+    found = index.samples(where)
+    if found != tar_format.index_samples(data, store.url_of(manifest.paths[i])):
         return f"{where}: it places samples or members other than the shard's headers do; re-pack the dataset"
     for j in range(0 if index.grouped else len(index)):  # version 2: no sample spans to check
         start, end = index.span(j)
-        index.check(j, memoryview(data)[start:end], where)
+        index.check(j, memoryview(data)[start:end], where, found[0][j])
     return None
 
 

@@ -98,7 +98,7 @@ def test_fields_and_transform_apply_as_in_the_streaming_dataset(dataset):
     def broken(sample):
         raise ValueError("boom")
 
-    with pytest.raises(TransformError, match="sample 0"):
+    with pytest.raises(TransformError, match=r"sample 's0000' \(position 0 in the shard\)"):
         ShardMap(dataset, decode=None, transform=broken)[0]
 
 

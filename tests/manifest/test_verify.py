@@ -316,9 +316,16 @@ def test_decode_reports_a_non_image_jpeg_naming_the_sample(tmp_path):
     assert verify(str(dest)).ok  # sizes, checksums and tar structure are all fine
     report = verify(str(dest), decode=True)
     assert len(report.problems) == 1
-    assert "sample 1 ('b')" in report.problems[0] and "does not decode" in report.problems[0]
+    assert (
+        "sample 'b' (position 1 in the shard)" in report.problems[0]
+        and "does not decode" in report.problems[0]
+    )
     result = invoke("verify", "--decode", "-q", dest)
-    assert result.exit_code != 0 and "('b')" in result.output and "does not decode" in result.output
+    assert (
+        result.exit_code != 0
+        and "sample 'b' (position 1 in the shard)" in result.output
+        and "does not decode" in result.output
+    )
     assert invoke("verify", "-q", dest).exit_code == 0
 
 
