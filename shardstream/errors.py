@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class ShardstreamError(Exception):
     """Base class: a problem with the user's input, data or storage (not a bug)."""
@@ -37,3 +39,13 @@ class UsageError(ShardstreamError):
 
 class TransformError(UsageError):
     """The user's transform raised: an error in code, never skipped by ``on_error="skip"``."""
+
+
+def sample_name(offset: int, key: Any = None) -> str:
+    """A shard's sample named for a person: by its key where it has one, and by its position in the shard
+    (never a position in an epoch's order): ``sample 'cat/001' (position 4 in the shard)``."""
+    return (
+        f"sample {key!r} (position {offset} in the shard)"
+        if key is not None and key != ""
+        else f"sample at position {offset} in the shard"
+    )

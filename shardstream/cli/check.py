@@ -103,6 +103,11 @@ def index_(
     ) as bar:
         options = storage_options_for(storage_options, output or shards[0])
         if is_parquet(shards, options):
+            if force:
+                raise click.UsageError(
+                    "--force indexes the tars of an unfinished pack; Parquet files are indexed as "
+                    "they are: leave it out"
+                )
             result = index_parquet(list(shards), output, options, overwrite, on_shard=bar.update)
         else:
             result = run_index(

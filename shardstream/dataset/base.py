@@ -233,7 +233,8 @@ class PlannedDataset(IterableDataset):
         raise NotImplementedError
 
     def describe(self, shard: int, sample: int) -> str:
-        """Sample ``sample`` of shard ``shard``, named for a person ("<url> sample 3")."""
+        """Sample ``sample`` of shard ``shard``, named for a person ("<url>: sample at position 3 in
+        the shard")."""
         raise NotImplementedError
 
     # -- settings, and the loader's one configuring call ------------------------------------------

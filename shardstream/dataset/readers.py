@@ -118,6 +118,12 @@ class ArrowShard:
     def take(self, rows):
         return self.table.take(rows)
 
+    def key(self, i: int) -> Any:
+        """Row ``i``'s ``__key__``, or None without that column."""
+        if "__key__" not in self.table.column_names:
+            return None
+        return self.table.column("__key__")[i].as_py()
+
 
 class ParquetShard:
     """Random access to the rows of one Parquet file, read row group by row group (each read once and
@@ -173,6 +179,13 @@ class ParquetShard:
         """Row ``i`` alone (a random read: its row group is read, not converted whole)."""
         g, at = self.where(i)
         return self.group(g).slice(at, 1).to_pylist()[0]
+
+    def key(self, i: int) -> Any:
+        """Row ``i``'s ``__key__``, or None without that column (its row group is read)."""
+        if "__key__" not in self.file.schema_arrow.names:
+            return None
+        g, at = self.where(i)
+        return self.group(g).column("__key__")[at].as_py()
 
     @property
     def table(self) -> Any:
@@ -385,10 +398,16 @@ class OpenShards:
         return shard in self._open
 
     def key_of(self, shard: int, offset: int) -> str | None:
-        """The key of sample ``offset`` of ``shard`` if that shard is open and has keys (for messages)."""
+        """The key of sample ``offset`` of ``shard`` if that shard is open and has keys (tar names, an Arrow or
+        Parquet ``__key__`` column), for messages."""
         reader = self._open.get(shard)
-        if isinstance(reader, TarShard) and 0 <= offset < len(reader.keys):
-            return reader.keys[offset]
+        try:
+            if isinstance(reader, TarShard) and 0 <= offset < len(reader.keys):
+                return reader.keys[offset]
+            if isinstance(reader, (ArrowShard, ParquetShard)) and offset >= 0:
+                return reader.key(offset)
+        except Exception:  # noqa: BLE001 - a key that does not read is left out of the message
+            return None
         return None
 
     def forget_failures(self) -> None:

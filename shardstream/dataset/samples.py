@@ -24,7 +24,7 @@ import numpy as np
 import torch
 from torch.utils.data import get_worker_info
 
-from ..errors import ShardstreamError, TransformError, UsageError
+from ..errors import ShardstreamError, TransformError, UsageError, sample_name
 from ..manifest import Manifest
 from ..manifest.relabel import LABEL_FIELD
 from ..manifest.sample_set import SampleSet
@@ -166,7 +166,7 @@ class SampleReader:
             for name, value in sample.items():
                 if type(value) is PendingJpeg:
                     value.where = (
-                        f"field {name!r} of sample {offset} ({stored.get('__key__')!r}) of "
+                        f"field {name!r} of {sample_name(offset, stored.get('__key__'))} of "
                         f"{self.store.url_of(self.manifest.paths[shard])}"
                     )
         self._decode_ns += decoded - started
@@ -178,7 +178,7 @@ class SampleReader:
             key = sample.get("__key__") if isinstance(sample, dict) else None
             where = self.store.url_of(self.manifest.paths[shard])
             raise TransformError(
-                f"the transform raised {type(exc).__name__} on sample {offset}{f' ({key!r})' if key else ''} "
+                f"the transform raised {type(exc).__name__} on {sample_name(offset, key)} "
                 f"of {where}: {exc}; an error in the transform's code is not skipped by on_error='skip': "
                 "fix the transform (or catch the error in it)"
             ) from exc
@@ -189,7 +189,8 @@ class SampleReader:
         """A stored sample with its label mapped to the dataset's class list (a merge's relabel)."""
         if not self.samples.relabels:
             return stored
-        where = f"sample {offset} of {self.store.url_of(self.manifest.paths[shard])}"
+        named = sample_name(offset, stored.get("__key__"))
+        where = f"{named} of {self.store.url_of(self.manifest.paths[shard])}"
         return self.samples.labeled(stored, shard, where)
 
     def relabeled_rows(self, table: Any, shard: int, offset: int) -> Any:
@@ -353,12 +354,13 @@ class SampleReader:
         failed: Failures,
         count: int = 1,
     ) -> None:
-        """Raise ``exc`` again naming the shard and sample (``on_error="raise"``), or note it in ``failed``."""
+        """Raise ``exc`` again naming the shard and the sample, by key and position (the shard alone when it
+        does not load) (``on_error="raise"``), or note it in ``failed``."""
         where = self.store.url_of(self.manifest.paths[shard])
-        key = shards.key_of(shard, offset)
+        whole = _fails(shards, shard)
         text = str(exc) if isinstance(exc, ShardstreamError) else f"{type(exc).__name__}: {exc}"
         text = text.removeprefix(f"{where}: ")  # the shard's own errors name it already
-        detail = f"sample {offset}{f' ({key!r})' if key else ''}: {text}"
+        detail = text if whole else f"{sample_name(offset, shards.key_of(shard, offset))}: {text}"
         if self.on_error == "raise":
             if isinstance(exc, ShardstreamError):
                 raise type(exc)(f"{where}: {detail}") from exc
@@ -367,9 +369,7 @@ class SampleReader:
         if shard not in failed:
             failed[shard] = [
                 0,
-                f"the shard does not load: {text}"
-                if _fails(shards, shard)
-                else f"the first, {detail}",
+                f"the shard does not load: {text}" if whole else f"the first, {detail}",
             ]
         failed[shard][0] += count
 

@@ -19,6 +19,7 @@ import os
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
+from ..errors import sample_name
 from ..storage import ShardFetcher
 from ..storage.settings import DEFAULT, StorageSettings
 from .base import PassRun, PlannedDataset
@@ -302,7 +303,7 @@ class ShardDataset(StoredDataset, PlannedDataset):
         return self.storage.prefetch_bytes
 
     def describe(self, shard: int, sample: int) -> str:
-        return f"{self.store.url_of(self.manifest.paths[shard])} sample {sample}"
+        return f"{self.store.url_of(self.manifest.paths[shard])}: {sample_name(sample)}"
 
     def worker_parts(self) -> dict[str, Any]:
         """The user's code that DataLoader workers run, by a label for messages ("the transform")."""

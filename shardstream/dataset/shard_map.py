@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 from torch.utils.data import Dataset
 
-from ..errors import ShardstreamError, TransformError, UsageError
+from ..errors import ShardstreamError, TransformError, UsageError, sample_name
 from ..manifest.sample_set import SampleSet
 from ..storage import ShardFetcher
 from ..storage.settings import DEFAULT, StorageSettings
@@ -236,27 +236,26 @@ class ShardMap(StoredDataset, Dataset):
 
     def _finish(self, stored: dict[str, Any], shard: int, offset: int) -> Any:
         """A stored sample decoded and transformed, as ``ShardDataset`` does; errors name the sample."""
+        named = sample_name(offset, stored.get("__key__"))
+        url = self.store.url_of(self.manifest.paths[shard])
         if self.samples.relabels:  # a merge's labels, mapped to its class list
-            stored = self.samples.labeled(dict(stored), shard, self._where(shard, offset))
+            stored = self.samples.labeled(dict(stored), shard, f"{named} of {url}")
         try:
             # raw bytes: the decoder would hand every field back as it is
             sample = stored if self.decoder.keeps_bytes else self.decoder(stored)
         except UsageError:
             raise
         except ShardstreamError as exc:
-            raise type(exc)(f"{self._where(shard, offset)}: {exc}") from exc
+            raise type(exc)(f"{url}: {named}: {exc}") from exc
         if self.transform is None:
             return sample
         try:
             return self.transform(sample)
         except Exception as exc:
             raise TransformError(
-                f"the transform raised {type(exc).__name__} on {self._where(shard, offset)}: {exc}; "
+                f"the transform raised {type(exc).__name__} on {named} of {url}: {exc}; "
                 "fix the transform (or catch the error in it)"
             ) from exc
-
-    def _where(self, shard: int, offset: int) -> str:
-        return f"{self.store.url_of(self.manifest.paths[shard])} sample {offset}"
 
 
 __all__ = ["ShardMap"]

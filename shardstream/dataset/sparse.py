@@ -81,6 +81,7 @@ class SparseReads:
                 [a for a, _ in spans],
                 [b for _, b in spans],
                 [index.digests[32 * o : 32 * o + 32] for _, _, o, index in wanted],
+                lambda i: wanted[i][3].sample_name(wanted[i][2]),
             )
             for (k, s, o, _), data in zip(wanted, parts):
                 where = self.fetcher.store.url_of(self.manifest.paths[s])

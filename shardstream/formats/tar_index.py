@@ -31,7 +31,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ..errors import CorruptShardError
+from ..errors import CorruptShardError, sample_name
 
 MAGIC = b"SSTARIX1"
 MAGIC_GROUPED = b"SSTARIX2"  # version 2: samples without spans (see the module)
@@ -125,13 +125,22 @@ class SampleIndex:
             raise ValueError("a version 2 index gives no sample spans")
         return int(self.offsets[i]), int(self.offsets[i + 1])
 
-    def check(self, i: int, data: bytes | memoryview, name: str) -> None:
-        """Raise unless ``data`` are sample ``i``'s bytes as packed."""
+    def sample_name(self, i: int) -> str:
+        """Sample ``i`` named for a message: its key from its members' names (where they form one) and
+        its position in the shard."""
+        try:
+            key = IndexedSamples(self, "").sample(i)[0]
+        except (CorruptShardError, IndexError):
+            key = None
+        return sample_name(i, key)
+
+    def check(self, i: int, data: bytes | memoryview, name: str, key: str | None = None) -> None:
+        """Raise unless ``data`` are sample ``i``'s bytes as packed (``key``: its key, for the message)."""
         if self.grouped:
             raise ValueError("a version 2 index holds no per-sample digests")
         if hashlib.sha256(data).digest() != self.digests[32 * i : 32 * i + 32]:
             raise CorruptShardError(
-                f"{name}: sample {i}'s bytes differ from its sha256 in the shard's index; the "
+                f"{name}: {sample_name(i, key)}: its bytes differ from its sha256 in the shard's index; the "
                 f"shard or its index was replaced or damaged: {_FIX}"
             )
 

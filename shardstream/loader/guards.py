@@ -13,6 +13,9 @@
   the object.
 - **Tensors that are not on the CPU from a worker.** :func:`check_worker_batch` refuses
   them: move batches to the GPU in the main process (``DeviceLoader``).
+- **Images of different sizes.** The default collate stacks a field only when all its tensors have one
+  shape; images of different sizes become a list of tensors, which a model expecting ``N×C×H×W`` fails
+  on far from the cause. :func:`ragged_images` says which field, and the fix, for a warning.
 """
 
 from __future__ import annotations
@@ -361,3 +364,27 @@ def check_first_batch(
         free=free,
         basis="measured on the first batch",
     )
+
+
+def ragged_images(batch: Any) -> str | None:
+    """A warning for a batch of the default collate whose field holds images of different sizes (a
+    list of C×H×W tensors instead of one N×C×H×W tensor), naming the field and the fix; None if none does."""
+    if not isinstance(batch, Mapping):
+        return None
+    for name, value in batch.items():
+        if (
+            type(value) is list
+            and len(value) > 1
+            and all(isinstance(v, torch.Tensor) and v.dim() == 3 for v in value)
+        ):
+            shapes = list(dict.fromkeys(tuple(v.shape) for v in value))
+            if len(shapes) > 1:
+                return (
+                    f"batch[{name!r}] is a list of {len(value)} tensors, not one N×C×H×W tensor: its "
+                    f"images have different sizes (C×H×W {shapes[0]}, {shapes[1]}"
+                    f"{', ...' if len(shapes) > 2 else ''}), which cannot be stacked; resize or crop "
+                    "them to one size in transform= (e.g. torchvision's RandomResizedCrop), or batch "
+                    f"images of one shape together with ss.Bucketed(ds, key=ss.aspect_ratio({name!r}), "
+                    "...) (this warning comes once per loader)"
+                )
+    return None

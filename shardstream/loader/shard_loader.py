@@ -23,6 +23,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import logging
+import warnings
 from collections.abc import Iterator
 from typing import Any
 
@@ -114,6 +115,8 @@ class ShardLoader(DataLoader):
         **kwargs: other ``torch.utils.data.DataLoader`` arguments (``pin_memory``,
             ``prefetch_factor``, ``collate_fn``, ...), which replace the defaults above.
     """
+
+    _ragged_warned = False  # a field of images of different sizes was warned of (once per loader)
 
     def __init__(
         self,
@@ -319,6 +322,7 @@ class ShardLoader(DataLoader):
         skipped = self.dataset.skipped
         per_chunk = self._setup.batches_per_chunk
         receiver = self._receiver
+        check_ragged = ds.default_collate  # images of different sizes in a field: warned of once
         if receiver is not None and not (self.persistent_workers and self._iterator is not None):
             # new worker processes start their rings afresh, with a table of their own
             receiver.reset(self._new_table(self.num_workers, self.ring_slots))
@@ -339,6 +343,8 @@ class ShardLoader(DataLoader):
             for batch in (
                 ds.split_chunk(chunk, self.samples_per_batch) if per_chunk > 1 else (chunk,)
             ):
+                if check_ragged and not self._ragged_warned:
+                    self._check_ragged(batch)
                 self._batches += 1
                 last = self._batches >= expected
                 if last:  # before handing out the last batch: a consumer that knows len() (Lightning) stops here
@@ -352,6 +358,14 @@ class ShardLoader(DataLoader):
                 if last:
                     return
         self._finish(start, generation, skipped)
+
+    def _check_ragged(self, batch: Any) -> None:
+        """Warn once (then never check again) when a field of the batch is a list of images of
+        different sizes: a model expecting one N×C×H×W tensor would fail far from the cause."""
+        problem = guards.ragged_images(batch)
+        if problem is not None:
+            self._ragged_warned = True
+            warnings.warn(problem, UserWarning, stacklevel=3)
 
     def _own_chunks(self) -> Iterator[Any]:
         """torch's iterator, advanced with this loader marked as the reader (main-process reads check it)."""

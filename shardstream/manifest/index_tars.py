@@ -32,6 +32,9 @@ log = logging.getLogger("shardstream")
 
 @dataclass
 class IndexResult:
+    """What an index published: the manifest, the dataset's URL, and what to warn of (tar members of
+    no sample, notes); for tars, each uncompressed tar's sample index and whether it was written."""
+
     manifest: Manifest
     url: str
     unkeyed: list[str] = field(default_factory=list)  # members without a KEY.EXT name

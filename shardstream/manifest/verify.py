@@ -11,8 +11,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import ShardstreamError
+from ..errors import ShardstreamError, sample_name
 from ..formats import count_samples, iter_shard_samples
+from ..sizes import count as counted
 from ..storage import Store
 from .image_sizes import read_image_sizes
 from .locate import open_stored
@@ -67,9 +68,8 @@ def _undecodable(manifest: Manifest, data: bytes, where: str) -> str | None:
             try:
                 decode_field(name, bytes(value))
             except Exception as exc:  # decoders raise many types
-                key = sample.get("__key__")
                 return (
-                    f"{where}: sample {offset}{f' ({key!r})' if key else ''}: field {name!r} does not decode "
+                    f"{where}: {sample_name(offset, sample.get('__key__'))}: field {name!r} does not decode "
                     f"({type(exc).__name__}: {exc}); replace or drop the file and pack again"
                 )
     return None
@@ -91,6 +91,8 @@ def check_shard(store: Store, manifest: Manifest, i: int, decode: bool = False) 
             return f"{where}: checksum mismatch (sha256 {digest[:16]}..., the manifest says {expected[:16]}...)"
         if manifest.shard_format == "tokens":
             return _token_problem(manifest, data, where, i)
+        if manifest.shard_format == "parquet":
+            return _parquet_problem(store, manifest, data, i, decode)
         count = count_samples(manifest.shard_format, data, where)
         if (
             count == manifest.stored_counts[i]
@@ -121,12 +123,47 @@ def _index_problem(store: Store, manifest: Manifest, data: Any, i: int) -> str |
     if hashlib.sha256(raw).hexdigest() != manifest.index_sha256[i]:
         return f"{where}: checksum mismatch with the manifest's index_sha256; re-pack the dataset"
     index = parse_index(raw, where, int(manifest.stored_counts[i]), len(data))
-    if index.samples(where) != tar_format.index_samples(data, store.url_of(manifest.paths[i])):
+    found = index.samples(where)
+    if found != tar_format.index_samples(data, store.url_of(manifest.paths[i])):
         return f"{where}: it places samples or members other than the shard's headers do; re-pack the dataset"
     for j in range(0 if index.grouped else len(index)):  # version 2: no sample spans to check
         start, end = index.span(j)
-        index.check(j, memoryview(data)[start:end], where)
+        index.check(j, memoryview(data)[start:end], where, found[0][j])
     return None
+
+
+def _parquet_problem(
+    store: Store, manifest: Manifest, data: Any, i: int, decode: bool
+) -> str | None:
+    """What is wrong with Parquet shard ``i`` (a file read in place): its footer's row count, its
+    row-group index (checksum, parsed as a row-group index, agreeing with the footer), a row group
+    that does not read; with ``decode``, a field that does not decode. None if it is sound."""
+    from ..formats import parquet as parquet_format
+    from ..formats.tar_index import index_name
+
+    where = store.url_of(manifest.paths[i])
+    built, metadata = parquet_format.build_row_index(data, where)
+    rows = int(manifest.stored_counts[i])
+    if metadata.num_rows != rows:
+        return f"{where}: {counted(metadata.num_rows, 'row')}, the manifest says {rows}"
+    if manifest.index_sha256 and manifest.index_sha256[i]:
+        name = index_name(manifest.paths[i])
+        at = store.url_of(name)
+        raw = bytes(store.read_bytes(name))
+        if hashlib.sha256(raw).hexdigest() != manifest.index_sha256[i]:
+            return (
+                f"{at}: checksum mismatch with the manifest's index_sha256; re-create it with "
+                "'shardstream index'"
+            )
+        if parquet_format.parse_row_index(raw, at, rows, len(data)) != built:
+            return (
+                f"{at}: its footer or row groups differ from the file's; re-create it with "
+                "'shardstream index'"
+            )
+    file = parquet_format.open_file(data, where, metadata)
+    for group in range(metadata.num_row_groups):
+        parquet_format.read_group(file, group, where)
+    return _undecodable(manifest, data, where) if decode else None
 
 
 def _token_problem(manifest: Manifest, data: Any, where: str, i: int) -> str | None:

@@ -10,13 +10,15 @@ table picks the writer by the source's kind and the shard format).
 
 from __future__ import annotations
 
+import difflib
 import importlib
+import inspect
 import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from .driver import PackResult
-from .options import PackOptions
+from .options import TOKEN_OPTIONS, PackOptions
 from .rules import DEFAULT_SHARD_SIZE
 
 # what a pack is asked to do -> the function that does it, (source, dest, options) -> result
@@ -128,7 +130,12 @@ def pack(  # noqa: PLR0913 - the public pack: one keyword per setting, as the co
 
     Returns:
         What was written: counts, sizes, time and the manifest (``result.summary()`` is one line).
+
+    Raises:
+        TypeError: a keyword that is neither a setting nor a token option (naming the likely one).
+        UsageError: a setting this pack would ignore (e.g. ``compression`` with ``format="tokens"``).
     """
+    check_keywords(token_options)
     options = PackOptions(
         format=format,
         shard_size=shard_size,
@@ -158,9 +165,25 @@ def pack(  # noqa: PLR0913 - the public pack: one keyword per setting, as the co
     return pack_with(source, dest, options)
 
 
+def check_keywords(extra: dict[str, Any]) -> None:
+    """Raise :class:`TypeError` for a keyword of :func:`pack` that is neither a setting nor a token option,
+    naming the closest real one, as Python does for an unknown keyword."""
+    unknown = [name for name in extra if name not in TOKEN_OPTIONS]
+    if not unknown:
+        return
+    known = [p for p in inspect.signature(pack).parameters if p not in ("source", "dest")]
+    known = [p for p in known if p != "token_options"] + list(TOKEN_OPTIONS)
+    close = difflib.get_close_matches(unknown[0], known, n=1)
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    raise TypeError(f"pack() got an unexpected keyword argument {unknown[0]!r}{hint}")
+
+
 def pack_with(source: Any, dest: str | os.PathLike[str], options: PackOptions) -> PackResult:
-    """Pack ``source`` into ``dest`` with ``options``: by the function :data:`REQUESTS` names for its request."""
-    module, _, name = REQUESTS[options.request].partition(":")
+    """Pack ``source`` into ``dest`` with ``options``: by the function :data:`REQUESTS` names for its request,
+    once no setting it would ignore is given."""
+    request = options.request
+    options.check_request(request)
+    module, _, name = REQUESTS[request].partition(":")
     return getattr(importlib.import_module(module), name)(source, dest, options)
 
 

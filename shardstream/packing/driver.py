@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from ..errors import ShardstreamError
+from ..errors import ShardstreamError, UsageError
 from ..manifest import Manifest, creation_info
 from ..manifest.image_sizes import encode_image_sizes
 from ..sources import FolderSource, TableSource, open_source, sample_permutation
@@ -73,7 +73,7 @@ def pack_source(
     limit, per_shard = check_shard_limits(options.shard_size, options.samples_per_shard)
     run = options.execution()
     if src is None:
-        src = _open(source, options)
+        src = open_listed(source, options)
     kind = source_kind(src)
     # HDF5, LMDB, NumPy, tar shards: samples read in workers (packing.function)
     if kind == "samples":
@@ -135,12 +135,17 @@ def pack_source(
     )
 
 
-def _open(source: str, options: PackOptions) -> Any:
+def open_listed(source: str, options: PackOptions) -> Any:
     """The source listed: a folder tree or tables (local or in a bucket), or files of samples."""
     settings = options.source_settings()
     if is_remote(source):  # a folder tree in a bucket: listed here, read by the workers
         given = options.source_options
         settings["storage_options"] = options.storage_options if given is None else given
+    elif options.source_options is not None:
+        raise UsageError(
+            f"source_options reach a source in object storage, and {source} is a local path: "
+            "leave them out"
+        )
     with _no_gc():
         return open_source(source, options.layout, **settings)
 

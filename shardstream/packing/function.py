@@ -218,6 +218,8 @@ def write_samples(  # noqa: PLR0913 - pack's settings, passed on by keyword
     classes: list[str] | None = None,
     engine: str = "local",
     ray_address: str | None = None,
+    index: bool = True,
+    image_sizes: bool = True,
 ) -> tuple[str, Manifest]:
     """Map ``fn`` over ``items`` in parallel and write the samples in order; publish the manifest last.
     ``what(i)`` names input ``i`` in an error. Returns (the dataset's URL, its manifest)."""
@@ -235,6 +237,8 @@ def write_samples(  # noqa: PLR0913 - pack's settings, passed on by keyword
         append=append,
         classes=classes,
         fsync=fsync,
+        index=index,
+        image_sizes=image_sizes,
     )
     encode = writer.shard_format != "arrow"
     try:

@@ -17,6 +17,61 @@ from ..errors import ShardstreamError, UsageError
 from .engine import Execution, default_workers
 from .rules import DEFAULT_SHARD_SIZE
 
+# the keywords of pack(format="tokens") besides the settings every pack takes (packing.tokens.pack_tokens)
+TOKEN_OPTIONS = ("tokenizer", "text_field", "eos", "eos_id", "vocab_size", "dtype", "per_file")
+
+_EVERY = frozenset(
+    {
+        "format",
+        "shard_size",
+        "workers",
+        "overwrite",
+        "append",
+        "storage_options",
+        "progress",
+        "fsync",
+    }
+)
+_SOURCE = _EVERY | {
+    "samples_per_shard",
+    "compression",
+    "layout",
+    "shuffle",
+    "seed",
+    "engine",
+    "ray_address",
+    "source_options",
+    "index",
+    "image_sizes",
+    "fields",
+    "field_name",
+    "decode_value",
+}
+# request -> the settings it takes; one given (other than its default) that its request does not
+# take is refused, never ignored
+TAKES: dict[str, frozenset[str]] = {
+    "inputs": _EVERY
+    | {"fn", "samples_per_shard", "compression", "engine", "ray_address", "index", "image_sizes"},
+    "split": _SOURCE | {"split_by"},
+    "text": _EVERY | set(TOKEN_OPTIONS),
+    "source": _SOURCE,
+}
+# request -> settings given a value that asks for what it does anyway
+SAME: dict[str, dict[str, Any]] = {
+    "inputs": {"shuffle": False},  # inputs are written in the order given
+    "text": {"shuffle": False, "index": False, "image_sizes": False, "compression": "none"},
+}
+# request -> what a refusal calls it
+_WHAT = {
+    "inputs": "a pack from fn= (its samples are written in input order)",
+    "split": "a split pack",
+    "text": (
+        "format='tokens' (token shards, uncompressed, cut at documents by shard_size, tokenized in "
+        "the corpus's order by this process's threads)"
+    ),
+    "source": "this pack",
+}
+
 
 @dataclass(frozen=True)
 class PackOptions:
@@ -70,11 +125,49 @@ class PackOptions:
             return "split"
         if self.format == "tokens" or self.token_options:
             if self.format != "tokens":
+                names = sorted(self.token_options)
                 raise ShardstreamError(
-                    f"{', '.join(sorted(self.token_options))} apply to format='tokens' only"
+                    f"{', '.join(names)} {'applies' if len(names) == 1 else 'apply'} to "
+                    "format='tokens' only: pass format='tokens', or leave "
+                    f"{'it' if len(names) == 1 else 'them'} out"
                 )
             return "text"
         return "source"
+
+    def given(self) -> list[str]:
+        """The settings given a value other than their default (token options by name), sorted."""
+        names = [
+            f.name
+            for f in dataclasses.fields(self)
+            if f.name != "token_options" and getattr(self, f.name) != _default(f)
+        ]
+        return sorted(names + list(self.token_options))
+
+    def check_request(self, request: str) -> None:
+        """Refuse (:class:`UsageError`, one line naming them) settings that ``request`` would ignore."""
+        same = SAME.get(request, {})
+        ignored = [
+            name
+            for name in self.given()
+            if name not in TAKES[request]
+            and (name not in same or getattr(self, name) != same[name])
+        ]
+        if ignored:
+            one = len(ignored) == 1
+            raise UsageError(
+                f"{', '.join(ignored)} {'does' if one else 'do'} not apply to {_WHAT[request]}; "
+                f"leave {'it' if one else 'them'} out"
+            )
+        if self.seed != 0 and not self.shuffle:
+            raise UsageError(
+                "seed draws the order of a shuffled pack, and shuffle=False asks for none: leave "
+                "seed out, or shuffle"
+            )
+        if self.ray_address is not None and self.engine != "ray":
+            raise UsageError(
+                f"ray_address is the cluster of engine='ray', and this pack runs on engine="
+                f"{self.engine!r}: pass engine='ray' or leave ray_address out"
+            )
 
     def execution(self) -> Execution:
         """How the shard jobs run: the workers checked (at least 1; default: every usable core)."""
@@ -102,6 +195,8 @@ class PackOptions:
             "fsync": self.fsync,
             "engine": self.engine,
             "ray_address": self.ray_address,
+            "index": self.index,
+            "image_sizes": self.image_sizes,
         }
 
     def source_settings(self) -> dict[str, Any]:
@@ -117,4 +212,8 @@ class PackOptions:
         return dataclasses.replace(self, **changes)
 
 
-__all__ = ["PackOptions"]
+def _default(f: dataclasses.Field[Any]) -> Any:
+    return f.default_factory() if f.default is dataclasses.MISSING else f.default  # type: ignore[misc]
+
+
+__all__ = ["TAKES", "TOKEN_OPTIONS", "PackOptions"]

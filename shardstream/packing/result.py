@@ -47,16 +47,29 @@ class PackResult:
     def summary(self) -> str:
         if self.manifest.shard_format == "tokens":  # documents and tokens, not samples
             return token_summary(self.url, self.manifest, self.seconds)
-        rate = self.nbytes / self.seconds / 1e6 if self.seconds > 0 else float("inf")
+        created = self.manifest.created or {}
+        shard = self.manifest.shard_format + " shard"
         files = (
             ""
             if self.source_bytes is None
             else f" (from {format_size(self.source_bytes)} of files)"
         )
-        line = (
-            f"packed {count(self.samples, 'sample')} into {count(self.shards, self.manifest.shard_format + ' shard')}, "
-            f"{format_size(self.nbytes)}{files} in {self.seconds:.2f} s ({rate:.1f} MB/s) -> {self.url}"
-        )
+        if created.get("operation") == "append" and "appended_shards" in created:
+            # what this run wrote, then the version it made: the dataset's shards and this run's
+            nbytes = int(created["appended_bytes"])
+            line = (
+                f"appended {count(int(created['appended_samples']), 'sample')} in "
+                f"{count(int(created['appended_shards']), shard)}, {format_size(nbytes)}{files} in "
+                f"{self.seconds:.2f} s ({_rate(nbytes, self.seconds)}) -> {self.url} (version "
+                f"{self.manifest.version}: {count(self.samples, 'sample')} in "
+                f"{count(self.shards, 'shard')}, {format_size(self.nbytes)})"
+            )
+        else:
+            line = (
+                f"packed {count(self.samples, 'sample')} into {count(self.shards, shard)}, "
+                f"{format_size(self.nbytes)}{files} in {self.seconds:.2f} s "
+                f"({_rate(self.nbytes, self.seconds)}) -> {self.url}"
+            )
         layout = (self.manifest.created or {}).get("layout")
         classes = self.manifest.classes
         if layout:
@@ -66,6 +79,10 @@ class PackResult:
         if self.skipped_hidden:
             line += f" (skipped {self.skipped_hidden} hidden files and folders)"
         return line
+
+
+def _rate(nbytes: int, seconds: float) -> str:
+    return f"{nbytes / seconds / 1e6 if seconds > 0 else float('inf'):.1f} MB/s"
 
 
 def token_summary(url: str, manifest: Manifest, seconds: float) -> str:

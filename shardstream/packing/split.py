@@ -17,10 +17,9 @@ from typing import Any
 from ..errors import DatasetExistsError, SourceError
 from ..manifest.labels import LABELS_NAME, LabelEntry, LabelIndex, write_labels
 from ..sizes import count, format_size
-from ..sources import FolderSource, open_source
-from ..sources.remote import is_remote
+from ..sources import FolderSource
 from ..storage import Store
-from .driver import pack_source
+from .driver import open_listed, pack_source
 from .options import PackOptions
 
 SPLIT_FIELDS = ("cls",)
@@ -75,7 +74,7 @@ def pack_split(
     ``options``), then the index."""
     started = time.perf_counter()
     source, dest = os.fspath(source), os.fspath(dest)
-    split_by, layout, overwrite = options.split_by, options.layout, options.overwrite
+    split_by, overwrite = options.split_by, options.overwrite
     storage_options = options.storage_options
     if split_by not in SPLIT_FIELDS:
         raise SourceError(
@@ -83,9 +82,7 @@ def pack_split(
             "ImageFolder tree); for other labels pack one dataset per label and give "
             "MixedDataset.by_label a {label: url} mapping"
         )
-    src = open_source(
-        source, layout, **({"storage_options": storage_options} if is_remote(source) else {})
-    )
+    src = open_listed(source, options)
     if not isinstance(src, FolderSource) or src.classes is None:
         raise SourceError(
             f"{source} is no ImageFolder tree (root/<class>/<image>): --split-by cls needs classes"

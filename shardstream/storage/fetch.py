@@ -145,18 +145,25 @@ class ShardFetcher:
         return self.store.read_many(names, check, _ADVICE)
 
     def read_spans(
-        self, shards: list[int], starts: list[int], ends: list[int], digests: list[bytes]
+        self,
+        shards: list[int],
+        starts: list[int],
+        ends: list[int],
+        digests: list[bytes],
+        name: Callable[[int], str] | None = None,
     ) -> list[bytes]:
         """Byte ranges ``starts[i]:ends[i]`` of shard ``shards[i]``, all at once (concurrent ranged GETs),
-        each checked against its sha256 ``digests[i]`` (raw bytes, from the shard's verified index)."""
+        each checked against its sha256 ``digests[i]`` (raw bytes, from the shard's verified index);
+        ``name(i)`` names span ``i``'s sample in a message (its key and position)."""
 
         def check(i: int, data: bytes) -> str | None:
+            what = name(i) if name is not None else "a sample"
             if len(data) != ends[i] - starts[i]:
-                return f"{len(data)} bytes of a {ends[i] - starts[i]}-byte sample arrived"
+                return f"{len(data)} of the {ends[i] - starts[i]} bytes of {what} arrived"
             return (
                 None
                 if hashlib.sha256(data).digest() == digests[i]
-                else "a sample differs from its sha256"
+                else f"{what} differs from its sha256"
             )
 
         names = [self.manifest.paths[shard] for shard in shards]

@@ -93,7 +93,7 @@ def test_a_damaged_jpeg_is_named_in_one_line(tmp_path):
     url = _dataset(tmp_path, {"a": good, "b": damaged})
     with pytest.raises(
         DecodeError,
-        match=r"field 'jpg' of sample \d \('b'\) of .*shard-000000-\w+\.tar does not "
+        match=r"field 'jpg' of sample 'b' \(position \d in the shard\) of .*shard-000000-\w+\.tar does not "
         "decode",
     ):
         list(ShardDataset(url, shuffle=False).loader(2, 0))

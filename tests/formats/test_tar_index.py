@@ -50,10 +50,15 @@ def test_a_changed_sample_fails_its_check():
     start, end = index.span(2)
     damaged = bytearray(tar[start:end])
     damaged[-600] ^= 1
-    with pytest.raises(CorruptShardError, match=r"s\.tar: sample 2's bytes differ"):
+    with pytest.raises(
+        CorruptShardError, match=r"s\.tar: sample at position 2 in the shard: its bytes differ"
+    ):
         index.check(2, bytes(damaged), "s.tar")
-    with pytest.raises(CorruptShardError, match="sample 3"):
-        index.check(3, tar[start:end], "s.tar")  # another sample's bytes
+    with pytest.raises(CorruptShardError, match=r"sample 'k3' \(position 3 in the shard\)"):
+        index.check(3, tar[start:end], "s.tar", "k3")  # another sample's bytes
+    assert (
+        index.sample_name(2) == f"sample {index.samples('s.tar')[0][2]!r} (position 2 in the shard)"
+    )
 
 
 def _encode(offsets, digests, first, data_offsets, sizes, names) -> bytes:

@@ -20,7 +20,7 @@ import pytest
 import torch
 from PIL import Image
 
-from shardstream import ShardDataset
+from shardstream import ShardDataset, ShardWriter
 from shardstream.dataset.collate import collate, ragged_fields
 from shardstream.loader import guards
 from shardstream.loader.guards import SharedMemoryError, WorkerDeviceError, WorkerPickleError
@@ -139,7 +139,7 @@ def test_a_small_shm_is_refused_at_the_first_batch_when_decoding_grows_it(png_ur
 
 SUBPROCESS = """
 import sys
-from shardstream import ShardDataset
+from shardstream import ShardDataset, ShardWriter
 from shardstream.loader.guards import SharedMemoryError
 ds = ShardDataset(sys.argv[1])
 try:
@@ -372,3 +372,52 @@ def test_a_batch_that_cannot_be_pickled_fails_in_its_worker_instead_of_hanging(s
         list(loader)
     assert list(guards._unpicklable({"a": [b"x", 1], "b": np.zeros(3), "c": torch.zeros(2)})) == []
     assert [p for p, _ in guards._unpicklable({"v": [memoryview(b"x")]})] == ["batch['v'][0]"]
+
+
+# -- images of different sizes -----------------------------------------------------------------------
+
+
+def _jpeg(w: int, h: int) -> bytes:
+    out = io.BytesIO()
+    Image.new("RGB", (w, h), (9, 8, 7)).save(out, format="JPEG")
+    return out.getvalue()
+
+
+@pytest.fixture(scope="module")
+def mixed_sizes(tmp_path_factory) -> str:
+    """12 JPEGs of three sizes, one after another, in 3 shards."""
+    url = str(tmp_path_factory.mktemp("sizes") / "ds")
+    sizes = [(8, 6), (6, 8), (8, 8)]
+    with ShardWriter(url, samples_per_shard=4) as writer:
+        for i in range(12):
+            writer.write({"__key__": key_of(i), "jpg": _jpeg(*sizes[i % 3]), "cls": i})
+    return url
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_images_of_different_sizes_are_warned_of_once_per_loader(mixed_sizes, num_workers):
+    ds = ShardDataset(mixed_sizes, shuffle=False, decode="torch", rank=0, world_size=1)
+    loader = ds.loader(batch_size=4, num_workers=num_workers)
+    with pytest.warns(UserWarning, match=r"batch\['jpg'\] is a list of 4 tensors") as caught:
+        for _ in range(2):  # two epochs, three batches each: one warning
+            batches = list(loader)
+    ragged = [w for w in caught if "is a list of" in str(w.message)]
+    assert len(ragged) == 1
+    message = str(ragged[0].message)
+    assert "different sizes (C×H×W (3, 6, 8), (3, 8, 6), ...)" in message
+    assert "transform=" in message and "ss.Bucketed(ds, key=ss.aspect_ratio('jpg')" in message
+    assert isinstance(batches[0]["jpg"], list) and len(batches) == 3
+
+
+def test_images_of_one_size_or_kept_as_lists_on_purpose_are_not_warned_of(mixed_sizes, recwarn):
+    from shardstream import FieldCollate
+
+    resized = ShardDataset(
+        mixed_sizes, decode="torch", transform=lambda s: {**s, "jpg": s["jpg"][:, :6, :6]}
+    )
+    assert list(resized.loader(batch_size=4, num_workers=0))[0]["jpg"].shape == (4, 3, 6, 6)
+    listed = ShardDataset(mixed_sizes, decode="torch", collate_fn=FieldCollate(lists=["jpg"]))
+    assert isinstance(list(listed.loader(batch_size=4, num_workers=0))[0]["jpg"], list)
+    assert not [w for w in recwarn if "is a list of" in str(w.message)]
+    assert guards.ragged_images({"jpg": [torch.zeros(3, 2, 2), torch.zeros(3, 2, 2)]}) is None
+    assert guards.ragged_images({"txt": [torch.zeros(3), torch.zeros(4)]}) is None  # no images

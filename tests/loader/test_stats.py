@@ -95,8 +95,8 @@ def test_skips_are_counted_and_the_last_one_named(url):
     assert s.skipped == 2 and s.samples == N
     # sample 13 is the 4th of shard 2 (6 + 4 before it); with two workers either may report last, by time
     assert s.last_skip in (
-        f"{Store(url).url_of(load_manifest(Store(url)).paths[0])} sample 3",
-        f"{Store(url).url_of(load_manifest(Store(url)).paths[2])} sample 3",
+        f"{Store(url).url_of(load_manifest(Store(url)).paths[0])}: sample at position 3 in the shard",
+        f"{Store(url).url_of(load_manifest(Store(url)).paths[2])}: sample at position 3 in the shard",
     )
 
 

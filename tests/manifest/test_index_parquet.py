@@ -59,6 +59,24 @@ def files(tmp_path_factory):
     return url, paths
 
 
+def test_the_public_index_reads_parquet_in_place_as_the_command_does(tmp_path):
+    import shardstream as ss
+
+    paths = write_files(tmp_path / "data")
+    result = ss.index(str(tmp_path / "data" / "*.parquet"))
+    assert result.url == str(tmp_path / "data") and result.manifest.shard_format == "parquet"
+    assert result.manifest.paths == [p.name for p in paths]
+    assert ss.ShardMap(result.url, decode=None)[8]["label"] == 8
+    again = ss.index(paths, output=tmp_path / "data", overwrite=True)  # paths, as a list
+    assert again.manifest.fingerprint == result.manifest.fingerprint
+    with pytest.raises(ss.UsageError, match="force indexes the tars of an unfinished pack"):
+        ss.index(paths, overwrite=True, force=True)
+    from click.testing import CliRunner
+
+    done = CliRunner().invoke(cli, ["index", "--force", "--overwrite", *map(str, paths)])
+    assert done.exit_code == 2 and "--force indexes the tars of an unfinished pack" in done.output
+
+
 def test_the_manifest_lists_the_files_themselves(files):
     url, paths = files
     doc = json.loads((paths[0].parent / "_manifest.json").read_bytes())

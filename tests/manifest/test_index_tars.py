@@ -20,7 +20,7 @@ from click.testing import CliRunner
 from shardstream import ShardDataset
 from shardstream.cli import cli
 from shardstream.errors import CorruptShardError, DatasetExistsError, ShardstreamError
-from shardstream.manifest.index_tars import index
+from shardstream.manifest.index_tars import IndexResult, index
 from shardstream.manifest.verify import verify
 
 NAMES = [f"shard-{i:06d}.tar" for i in range(3)]
@@ -106,6 +106,26 @@ def test_index_webdataset_tars(tmp_path, form):
     doc = json.loads((folder / "_manifest.json").read_text())
     assert doc["num_samples"] == 10
     assert doc["shards"]["path"] == NAMES
+
+
+@pytest.mark.parametrize("form", ["brace", "list", "folder"])
+def test_the_public_index_reads_tars_as_the_command_does(tmp_path, form):
+    import shardstream as ss
+
+    folder = tmp_path / "tars"
+    write_wds(folder)
+    sources = sources_for(form, folder)
+    seen: list[int] = []
+    result = ss.index(sources[0] if len(sources) == 1 else sources, on_shard=seen.append)
+    assert isinstance(result, IndexResult) and result.url == str(folder)
+    assert result.manifest.shard_format == "tar" and result.manifest.paths == NAMES
+    assert result.indexes_written and sorted(seen) == sorted(result.manifest.nbytes.tolist())
+    assert len(list(ShardDataset(str(folder), decode=None))) == 10
+    with pytest.raises(DatasetExistsError):
+        ss.index(folder)  # a path, as well as a string
+    assert ss.index([folder], overwrite=True).manifest.fingerprint == result.manifest.fingerprint
+    with pytest.raises(ss.UsageError, match="index was given no files"):
+        ss.index([])
 
 
 @pytest.mark.parametrize("form", ["brace", "list", "folder"])

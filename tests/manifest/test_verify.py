@@ -316,9 +316,16 @@ def test_decode_reports_a_non_image_jpeg_naming_the_sample(tmp_path):
     assert verify(str(dest)).ok  # sizes, checksums and tar structure are all fine
     report = verify(str(dest), decode=True)
     assert len(report.problems) == 1
-    assert "sample 1 ('b')" in report.problems[0] and "does not decode" in report.problems[0]
+    assert (
+        "sample 'b' (position 1 in the shard)" in report.problems[0]
+        and "does not decode" in report.problems[0]
+    )
     result = invoke("verify", "--decode", "-q", dest)
-    assert result.exit_code != 0 and "('b')" in result.output and "does not decode" in result.output
+    assert (
+        result.exit_code != 0
+        and "sample 'b' (position 1 in the shard)" in result.output
+        and "does not decode" in result.output
+    )
     assert invoke("verify", "-q", dest).exit_code == 0
 
 
@@ -387,3 +394,69 @@ def test_an_index_that_disagrees_with_the_tar_is_reported(tmp_path):
         f"{_shard(ds, 0).name}.idx: it places samples or members other than the shard's headers do"
         in problem
     )
+
+
+# -- Parquet files indexed in place -------------------------------------------------------------
+
+
+def _parquet_in_place(tmp_path: Path) -> Path:
+    """Two Parquet files of three row groups each, indexed where they are by ``shardstream index``."""
+    data = tmp_path / "data"
+    data.mkdir()
+    for f in range(2):
+        ids = list(range(10 * f, 10 * f + 10))
+        table = pa.table({"__key__": [f"k{i:02d}" for i in ids], "id": ids, "b": [b"xy"] * 10})
+        pq.write_table(table, data / f"train-{f}.parquet", row_group_size=4)
+    result = invoke("index", str(data / "*.parquet"))
+    assert result.exit_code == 0, result.output
+    return data
+
+
+def test_parquet_indexed_in_place_verifies(tmp_path):
+    data = _parquet_in_place(tmp_path)
+    for flags in ([], ["--decode"]):
+        result = invoke("verify", *flags, "-q", data)
+        assert result.exit_code == 0, result.output
+        assert result.stdout.startswith("ok: 2 shards, 20 samples, ")
+    assert verify(str(data), decode=True).ok
+
+
+def test_a_damaged_parquet_file_is_reported(tmp_path):
+    data = _parquet_in_place(tmp_path)
+    victim = data / "train-1.parquet"
+    raw = bytearray(victim.read_bytes())
+    raw[len(raw) // 3] ^= 0x01
+    victim.write_bytes(bytes(raw))
+    (problem,) = verify(str(data)).problems
+    assert f"{victim}: checksum mismatch" in problem
+    result = invoke("verify", data)
+    assert result.exit_code == 1 and "train-1.parquet: checksum mismatch" in result.stderr
+
+
+def test_a_damaged_parquet_row_group_index_is_reported(tmp_path):
+    data = _parquet_in_place(tmp_path)
+    idx = data / "train-0.parquet.idx"
+    idx.write_bytes(idx.read_bytes().replace(b'"rows":[4,4,2]', b'"rows":[4,3,3]'))
+    (problem,) = verify(str(data)).problems
+    assert f"{idx}: checksum mismatch with the manifest's index_sha256" in problem
+    _republish_parquet_index(data, 0, idx.read_bytes())  # a consistent lie: rows in other groups
+    (problem,) = verify(str(data)).problems
+    assert f"{idx}: its footer or row groups differ from the file's" in problem
+    _republish_parquet_index(data, 0, b"PAR1 not an index")
+    (problem,) = verify(str(data)).problems
+    assert f"{idx}: not a shardstream row-group index" in problem
+
+
+def _republish_parquet_index(data: Path, shard: int, raw: bytes) -> None:
+    (data / f"train-{shard}.parquet.idx").write_bytes(raw)
+    doc = manifest(data)
+    doc["shards"]["index_sha256"][shard] = hashlib.sha256(raw).hexdigest()
+    (data / "_manifest.json").write_text(json.dumps(doc))
+
+
+def test_a_parquet_file_with_other_rows_than_the_manifest_is_reported(tmp_path):
+    data = _parquet_in_place(tmp_path)
+    pq.write_table(pa.table({"__key__": ["z"], "id": [0], "b": [b"z"]}), data / "x.parquet")
+    rewrite_shard(data, 1, (data / "x.parquet").read_bytes())
+    (problem,) = verify(str(data)).problems
+    assert "train-1.parquet: 1 row, the manifest says 10" in problem

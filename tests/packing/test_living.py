@@ -77,6 +77,29 @@ def test_append_adds_a_version_and_every_earlier_version_reads_as_before(sources
     assert [e.version for e in history(dataset_store(str(dest)))] == [1, 2]
 
 
+def test_an_append_s_summary_says_what_it_added_then_the_version_it_made(sources):
+    root, _ = sources
+    dest = root / "ds"
+    first = pack_quiet(root / "one", dest)  # 12 samples in 4 shards
+    assert first.summary().startswith("packed 12 samples into 4 tar shards, ")
+    second = pack_quiet(root / "two", dest, append=True)  # 4 more, in 2 shards
+    added = sum(int(n) for n in second.manifest.nbytes[4:])
+    summary = second.summary()
+    assert summary.startswith(
+        f"appended 4 samples in 2 tar shards, {ss.sizes.format_size(added)} (from "
+    ), summary
+    assert summary.endswith(
+        f" -> {second.url} (version 2: 16 samples in 6 shards, "
+        f"{ss.sizes.format_size(second.nbytes)}); layout files"
+    ), summary
+    third = ss.pack(
+        [0, 1, 2], str(dest), fn=lambda i: {"__key__": f"fn/{i}", "txt": "x"}, append=True,
+        progress=False, workers=1,
+    )  # fmt: skip
+    assert third.summary().startswith("appended 3 samples in 1 tar shard, ")
+    assert "(version 3: 19 samples in 7 shards, " in third.summary()
+
+
 def test_append_of_other_data_is_a_one_line_error_and_leaves_the_dataset_as_it_was(sources):
     root, _ = sources
     dest = root / "ds"

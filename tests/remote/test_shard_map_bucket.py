@@ -4,6 +4,8 @@ reads fetch the shard whole into the cache, and Parquet files indexed in the buc
 
 from __future__ import annotations
 
+import re
+
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -105,7 +107,10 @@ def test_a_changed_sample_under_a_ranged_read_raises(s3_bucket, tmp_path, monkey
     m = opened(
         s3_bucket, s3_bucket.url("ds"), tmp_path, decode=None, storage=StorageSettings(retries=1)
     )
-    with pytest.raises(CorruptShardError, match="differs from its sha256"):
+    key = opened(s3_bucket, s3_bucket.url("ds"), tmp_path / "keys").keys_of(1)[0]
+    # the sample named by its key and its place in the shard
+    named = re.escape(f"sample {key!r} (position 0 in the shard) differs from its sha256")
+    with pytest.raises(CorruptShardError, match=named):
         m[4]
     assert m[0]["__key__"]  # other shards read on
 
