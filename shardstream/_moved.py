@@ -22,7 +22,6 @@ MOVED: dict[str, str | tuple[str, ...]] = {
     "shardstream.decode": "shardstream.dataset.decode",
     "shardstream.fetch": "shardstream.storage.fetch",
     "shardstream.guards": "shardstream.loader.guards",
-    "shardstream.index": "shardstream.manifest.index_tars",
     "shardstream.packing.sources": (
         "shardstream.sources",
         "shardstream.sources.folder",
