@@ -139,8 +139,10 @@ def bench(  # noqa: PLR0913 - one per option
         if ideal and no_ideal is None and not interrupted
         else None
     )
-    result = summary(dataset, settings, points, baseline, interrupted, no_ideal)
-    result["dataset_samples"] = manifest.num_samples
+    result = {
+        "dataset_samples": manifest.num_samples,  # one epoch's samples (a split part's own)
+        **summary(dataset, settings, points, baseline, interrupted, no_ideal),
+    }
     if plot_path is not None and any(p["samples"] for p in result["points"]):
         from .plots import bench_figure
 

@@ -38,6 +38,7 @@ POINT_KEYS = {
 }
 RESULT_KEYS = {
     "dataset",
+    "dataset_samples",
     "batch_size",
     "decode",
     "samples_per_point",
