@@ -4,7 +4,10 @@ A map-style read (:class:`~shardstream.dataset.shard_map.ShardMap`) wants one sa
 around it. A remote tar with a sample index (``<shard>.idx``, its sha256 in the manifest) gives each
 sample's span and sha256: one ranged GET fetches the sample and its sha256 checks it, as the
 manifest's sha256 checks a whole shard, so a changed byte is a :class:`CorruptShardError`, never a
-wrong sample. The samples of one call (a batch of a sampler's indexes) are fetched concurrently.
+wrong sample. The samples of one call (a batch of a sampler's indexes) are fetched concurrently, and a
+request among them that fails (a reset, a 503, a body cut short or damaged) is made again alone, with the
+whole retry budget of the storage's :class:`~shardstream.storage.RetryPolicy` (see
+:meth:`~shardstream.storage.Store.read_ranges`): one bad answer among 64 never costs the batch.
 
 Once the bytes read by ranged GETs from one shard reach :data:`DENSE_FRACTION` of its size, the
 whole shard is fetched into the host's cache (one GET, checked) and every later read of it is a
