@@ -12,6 +12,7 @@ or a checked download).
 
 from __future__ import annotations
 
+import threading
 from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
@@ -142,17 +143,22 @@ class ParquetShard:
         self.first = np.concatenate([[0], np.cumsum(rows, dtype=np.int64)])
         self.owned = 0  # decoded row groups held
         self._groups: dict[int, Any] = {}
+        self._reading = threading.Lock()  # one row group read at a time (threads sharing a map)
         self._columns: tuple[int, dict[str, list[Any]]] | None = None
         self._whole: Any = None  # every row group, as one table (see table)
 
     def group(self, g: int) -> Any:
-        """Row group ``g`` as a table (read once)."""
+        """Row group ``g`` as a table (read once, by one thread: the others wait for it)."""
         found = self._groups.get(g)
         if found is None:
-            if self.fill is not None:
-                self.fill(g)
-            found = self._groups[g] = parquet_format.read_group(self.file, g, self.name)
-            self.owned += found.nbytes
+            with self._reading:
+                found = self._groups.get(g)
+                if found is None:
+                    if self.fill is not None:
+                        self.fill(g)
+                    found = parquet_format.read_group(self.file, g, self.name)
+                    self._groups[g] = found
+                    self.owned += found.nbytes
         return found
 
     def where(self, i: int) -> tuple[int, int]:
@@ -162,10 +168,11 @@ class ParquetShard:
 
     def sample(self, i: int) -> dict[str, Any]:
         g, at = self.where(i)
-        # one conversion per row group, not per row
-        if self._columns is None or self._columns[0] != g:
-            self._columns = (g, self.group(g).to_pydict())
-        return {name: values[at] for name, values in self._columns[1].items()}
+        # one conversion per row group, not per row (read once here: another thread may replace it)
+        columns = self._columns
+        if columns is None or columns[0] != g:
+            columns = self._columns = (g, self.group(g).to_pydict())
+        return {name: values[at] for name, values in columns[1].items()}
 
     views = sample
 
@@ -280,7 +287,9 @@ class OpenShards:
     ``capacity`` shards stay open (see :meth:`fit_window`), and of the shards held in memory
     (decompressed) at most ``max_owned`` bytes beyond those :meth:`retain` says the plan needs
     next; shards the plan needs are never dropped to make room (that would decompress them again
-    per sample).
+    per sample). Threads may share one (a :class:`~shardstream.dataset.shard_map.ShardMap` used by
+    several): what is open changes under a lock, never while another thread goes through it; a shard
+    two threads open at once is kept once.
     """
 
     def __init__(
@@ -305,6 +314,7 @@ class OpenShards:
             int, BaseException
         ] = {}  # this pass's shards that failed: not fetched again per sample
         self._fitted: int | None = None
+        self._lock = threading.RLock()  # over _open, _needed and _failed
         self.ranged: RangedReads | None = None  # a remote dataset's first samples by ranged reads
         self.partial: dict[int, PartialShard] = {}  # this batch's samples fetched so
 
@@ -332,7 +342,8 @@ class OpenShards:
     @property
     def owned(self) -> int:
         """Bytes the open shards hold in memory (decompressed), not in maps of files."""
-        return sum(reader.owned for reader in self._open.values())
+        with self._lock:
+            return sum(reader.owned for reader in self._open.values())
 
     def prepare(self, ids: np.ndarray, offsets: np.ndarray) -> None:
         """Before a batch: fetch its samples whose shards have not arrived by ranged reads, when
@@ -344,31 +355,36 @@ class OpenShards:
         )
 
     def get(self, shard: int) -> Shard | PartialShard:
-        found = self._open.get(shard)
-        if found is not None:
-            self._open.move_to_end(shard)
-            return found
+        with self._lock:
+            found = self._open.get(shard)
+            if found is not None:
+                self._open.move_to_end(shard)
+                return found
         return self.partial.get(shard) or self.get_whole(shard)
 
     def get_whole(self, shard: int) -> Shard:
         """Shard ``shard`` opened whole (loaded, or taken from the prefetcher)."""
-        found = self._open.get(shard)
-        if found is not None:
-            return found
-        failure = self._failed.get(shard)
+        with self._lock:
+            found = self._open.get(shard)
+            if found is not None:
+                return found
+            failure = self._failed.get(shard)
         if failure is not None:
             raise failure.with_traceback(None)
-        try:
+        try:  # not under the lock: other threads read the shards that are open meanwhile
             opened = self.take(shard) if self.take is not None else self._load(shard)
         except Exception as exc:
-            self._failed[shard] = exc
+            with self._lock:
+                self._failed[shard] = exc
             raise
-        self._open[shard] = opened
-        self._make_room(shard)
+        with self._lock:
+            opened = self._open.setdefault(shard, opened)  # (another thread's, if it was first)
+            self._make_room(shard)
         return opened
 
     def _make_room(self, keep: int) -> None:
-        """Drop the least recently used shards (not ``keep``, none the plan needs) while over the limits."""
+        """Drop the least recently used shards (not ``keep``, none the plan needs) while over the limits
+        (under the lock)."""
         extra, owned = len(self._open) - self.capacity, self.owned - self.max_owned
         for shard in list(self._open):
             if extra <= 0 and owned <= 0:
@@ -391,14 +407,16 @@ class OpenShards:
 
     def forget_failures(self) -> None:
         """Try the shards that failed again (at the start of a pass)."""
-        self._failed.clear()
-        self._needed = set()
+        with self._lock:
+            self._failed.clear()
+            self._needed = set()
 
     def retain(self, shards: set[int]) -> None:
         """Close the open shards not in ``shards``, which are what the plan reads next."""
-        self._needed = set(shards)
-        for shard in [s for s in self._open if s not in shards]:
-            del self._open[shard]
+        with self._lock:
+            self._needed = set(shards)
+            for shard in [s for s in self._open if s not in shards]:
+                del self._open[shard]
 
     def load(self, shard: int) -> Shard:
         """Fetch, check, decompress and index shard ``shard`` (safe to call from any thread)."""

@@ -7,13 +7,15 @@ balance, ``DistributedSampler``, curricula). Local shards are read in place thro
 remote ones one sample at a time by ranged reads checked against the sample index's sha256, or
 whole into the host's cache once reads of a shard are dense (see :mod:`.sparse`); Parquet files by
 row group. What a process opens stays in it: the map pickles without it, and a process that finds
-itself forked opens its own.
+itself forked opens its own. Threads may share a map (a thread pool fetching samples, a thread-based
+loader): what a process has open is made once, and changes under locks.
 """
 
 from __future__ import annotations
 
 import operator
 import os
+import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -40,6 +42,18 @@ class _Opened:
     sparse: SparseReads
     keys: dict[str, int] = field(default_factory=dict)  # key -> index, shard by shard in order
     scanned: int = 0  # shards whose keys are in ``keys``
+    scanning: threading.Lock = field(default_factory=threading.Lock)  # over keys and scanned
+
+
+_OPENING = threading.Lock()  # one _Opened per process, however many threads read a map at once
+
+
+def _new_lock_after_fork() -> None:
+    global _OPENING
+    _OPENING = threading.Lock()  # a thread of the parent may have held it at the fork
+
+
+os.register_at_fork(after_in_child=_new_lock_after_fork)
 
 
 def open_map_dataset(url: str | os.PathLike[str], storage: StorageSettings) -> Stored:
@@ -170,14 +184,16 @@ class ShardMap(StoredDataset, Dataset):
         """The index of the sample whose ``__key__`` is ``key``; shards are scanned in order, once per
         process, only as far as the key (their keys come from sample indexes or headers, not samples)."""
         opened = self._open()
-        found = opened.keys.get(key)
-        while found is None and opened.scanned < self.manifest.num_shards:
-            shard = opened.scanned
-            first = int(self.ends[shard] - self.counts[shard])
-            for j, k in enumerate(self.keys_of(shard)):
-                opened.keys.setdefault(k, first + j)
-            opened.scanned += 1
+        # one thread at a time: a shard counts as scanned once its keys are all in
+        with opened.scanning:
             found = opened.keys.get(key)
+            while found is None and opened.scanned < self.manifest.num_shards:
+                shard = opened.scanned
+                first = int(self.ends[shard] - self.counts[shard])
+                for j, k in enumerate(self.keys_of(shard)):
+                    opened.keys.setdefault(k, first + j)
+                opened.scanned += 1
+                found = opened.keys.get(key)
         if found is None:
             raise KeyError(f"no sample with key {key!r} in {self.store.url}")
         return found
@@ -208,11 +224,17 @@ class ShardMap(StoredDataset, Dataset):
         """This process's open shards (made again in a process forked from the one that made them)."""
         opened = self._opened
         if opened is None or opened.pid != os.getpid():
-            fetcher = ShardFetcher(
-                self.store, self.manifest, self.disk_cache, verify_local=self.verify_checksums
-            )
-            shards = OpenShards(self.store, self.manifest, fetcher=fetcher)
-            opened = self._opened = _Opened(os.getpid(), shards, SparseReads(shards))
+            with _OPENING:  # threads that find none at once share the one made first
+                opened = self._opened
+                if opened is None or opened.pid != os.getpid():
+                    fetcher = ShardFetcher(
+                        self.store,
+                        self.manifest,
+                        self.disk_cache,
+                        verify_local=self.verify_checksums,
+                    )
+                    shards = OpenShards(self.store, self.manifest, fetcher=fetcher)
+                    opened = self._opened = _Opened(os.getpid(), shards, SparseReads(shards))
         return opened
 
     def _finish(self, stored: dict[str, Any], shard: int, offset: int) -> Any:
