@@ -76,6 +76,8 @@ class ShardMap(StoredDataset, Dataset):
         storage: remote-storage settings as one ``StorageSettings``.
         storage_options: fsspec options (``StorageSettings.options``).
         cache_dir: the host's shard cache (``StorageSettings.cache_dir``).
+        cache_limit, retries, timeout: as for ``ShardDataset`` (``StorageSettings``' fields; a map
+            prefetches nothing).
     """
 
     def __init__(  # noqa: PLR0913 - keyword settings with defaults, as ShardDataset's
@@ -89,9 +91,19 @@ class ShardMap(StoredDataset, Dataset):
         storage: StorageSettings | None = None,
         storage_options: dict[str, Any] | None = DEFAULT,
         cache_dir: str | os.PathLike[str] | None = DEFAULT,
+        cache_limit: int | str | None = DEFAULT,
+        retries: int = DEFAULT,
+        timeout: float | None = DEFAULT,
         verify_checksums: bool = False,
     ):
-        storage = StorageSettings.combine(storage, options=storage_options, cache_dir=cache_dir)
+        storage = StorageSettings.combine(
+            storage,
+            options=storage_options,
+            cache_dir=cache_dir,
+            cache_limit=cache_limit,
+            retries=retries,
+            timeout=timeout,
+        )
         self.tokens: TokenDataset | None = None
         if seq_len is not None:
             self.tokens = TokenDataset(
@@ -153,7 +165,7 @@ class ShardMap(StoredDataset, Dataset):
     def locate_many(self, indexes: list[int]) -> list[tuple[int, int]]:
         """:meth:`locate` of each index (at once: a sampler's batch)."""
         try:
-            found = np.asarray([operator.index(i) for i in indexes], dtype=np.int64)
+            found = np.asarray([_index(i) for i in indexes], dtype=np.int64)
         except (TypeError, OverflowError):
             return [self.locate(i) for i in indexes]  # says which index is wrong, and how
         n = len(self)
@@ -167,7 +179,7 @@ class ShardMap(StoredDataset, Dataset):
 
     def locate(self, index: int) -> tuple[int, int]:
         """(shard, sample within the shard) of sample ``index`` (negative counts from the end)."""
-        i = operator.index(index)
+        i = _index(index)
         n = len(self)
         if i < 0:
             i += n
@@ -261,6 +273,16 @@ class ShardMap(StoredDataset, Dataset):
 
     def _where(self, shard: int, offset: int) -> str:
         return f"{self.store.url_of(self.manifest.paths[shard])} sample {offset}"
+
+
+def _index(index: Any) -> int:
+    """``index`` as a sample index: an integer, never a bool (``m[True]`` would read sample 1)."""
+    if isinstance(index, (bool, np.bool_)):
+        raise TypeError(
+            f"sample indexes are integers, not {type(index).__name__} ({index!r}); "
+            "give m[int], or select samples with a sampler"
+        )
+    return operator.index(index)
 
 
 __all__ = ["ShardMap"]
