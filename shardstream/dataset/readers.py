@@ -12,6 +12,7 @@ or a checked download).
 
 from __future__ import annotations
 
+import hashlib
 import threading
 from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable, Iterator
@@ -223,26 +224,80 @@ def load_sample_index(fetcher: ShardFetcher, manifest: Manifest, shard: int) -> 
     return SampleIndexes(fetcher.store, manifest, fetcher).stored([shard])[shard]
 
 
-def ranged_parquet(fetcher: ShardFetcher, manifest: Manifest, shard: int) -> ParquetShard | None:
-    """A remote Parquet shard read by row group: its checked row-group index and footer now, each row
-    group by one ranged GET when first read, checked against its sha256; None without an index."""
+def parquet_row_index(
+    fetcher: ShardFetcher, manifest: Manifest, shard: int
+) -> parquet_format.RowIndex | None:
+    """Parquet shard ``shard``'s row-group index (``<file>.idx``), checked against the manifest's sha256
+    and parsed; None when the manifest names none (or it raises: see :func:`ranged_parquet`)."""
     digests = getattr(manifest, "index_sha256", None)
     if not digests or not digests[shard]:
         return None
-    path, store = manifest.paths[shard], fetcher.store
-    where, size, rows = (
-        store.url_of(path),
-        int(manifest.nbytes[shard]),
-        int(manifest.samples[shard]),
+    name = index_name(manifest.paths[shard])
+    (data,) = fetcher.read_checked_many([name], [digests[shard]])
+    rows, size = int(manifest.samples[shard]), int(manifest.nbytes[shard])
+    return parquet_format.parse_row_index(data, fetcher.store.url_of(name), rows, size)
+
+
+def local_parquet(fetcher: ShardFetcher, manifest: Manifest, shard: int, data: Any) -> ParquetShard:
+    """A local Parquet shard (``data``: its memory map) whose bytes are checked as they are read, as a
+    remote file's ranged reads are: its footer against the row-group index's sha256 now, each row group
+    against its sha256 when first read. Without a row-group index that checks (none was written, or it
+    changed), the whole file against the manifest's sha256, once per host for each version of it."""
+    where, rows = fetcher.store.url_of(manifest.paths[shard]), int(manifest.samples[shard])
+    try:
+        index = parquet_row_index(fetcher, manifest, shard)
+    except Exception:  # noqa: BLE001 - the whole file is checked instead
+        index = None
+    if index is None:
+        data = fetcher.checked_local(shard)
+        return ParquetShard(parquet_format.open_file(data, where), where, rows)
+    start, end = index.footer
+    with memoryview(data) as whole, whole[start:end] as footer:
+        same = (
+            parquet_format.footer_span(whole, where) == index.footer
+            and hashlib.sha256(footer).hexdigest() == index.footer_sha256
+        )
+    if not same:
+        raise CorruptShardError(
+            f"{where}: its Parquet footer (schema, row groups, statistics) differs from the one "
+            "'shardstream index' recorded: the file was changed after indexing; run 'shardstream "
+            "index' again"
+        )
+
+    def fill(g: int) -> None:
+        first, last = index.spans[g]
+        with memoryview(data) as whole, whole[first:last] as group:
+            parquet_format.check_span(group, index.sha256[g], where, f"row group {g}")
+
+    return _with_index_rows(
+        ParquetShard(parquet_format.open_file(data, where), where, rows, fill), index, where
     )
+
+
+def _with_index_rows(
+    reader: ParquetShard, index: parquet_format.RowIndex, where: str
+) -> ParquetShard:
+    if [int(n) for n in np.diff(reader.first)] != index.rows:
+        raise CorruptShardError(
+            f"{where}: its row groups differ from its row-group index; run 'shardstream index' again"
+        )
+    return reader
+
+
+def ranged_parquet(fetcher: ShardFetcher, manifest: Manifest, shard: int) -> ParquetShard | None:
+    """A remote Parquet shard read by row group: its checked row-group index and footer now, each row
+    group by one ranged GET when first read, checked against its sha256; None without an index."""
+    where, size = fetcher.store.url_of(manifest.paths[shard]), int(manifest.nbytes[shard])
+    rows = int(manifest.samples[shard])
 
     def span(start: int, end: int, digest: str) -> bytes:
         (found,) = fetcher.read_spans([shard], [start], [end], [bytes.fromhex(digest)])
         return found
 
     try:
-        (data,) = fetcher.read_checked_many([index_name(path)], [digests[shard]])
-        index = parquet_format.parse_row_index(data, store.url_of(index_name(path)), rows, size)
+        index = parquet_row_index(fetcher, manifest, shard)
+        if index is None:
+            return None
         footer = span(*index.footer, index.footer_sha256)
         metadata = parquet_format.metadata_of(footer, where)
     except Exception:  # noqa: BLE001 - the whole file is read instead, checked against the manifest
@@ -256,11 +311,7 @@ def ranged_parquet(fetcher: ShardFetcher, manifest: Manifest, shard: int) -> Par
 
     source = parquet_format.SpansFile(size, pieces, where)
     reader = ParquetShard(parquet_format.open_file(source, where, metadata), where, rows, fill)
-    if [int(n) for n in np.diff(reader.first)] != index.rows:
-        raise CorruptShardError(
-            f"{where}: its row groups differ from its row-group index; run 'shardstream index' again"
-        )
-    return reader
+    return _with_index_rows(reader, index, where)
 
 
 Shard = TarShard | ArrowShard | ParquetShard  # an open shard of any format
@@ -453,6 +504,8 @@ class OpenShards:
         if m.shard_format == "arrow":
             return ArrowShard(data, name, expected)
         if m.shard_format == "parquet":
+            if path is not None and not self.fetcher.verify_local:  # (checked whole if it is)
+                return local_parquet(self.fetcher, m, shard, data)
             return ParquetShard(parquet_format.open_file(data, name), name, expected)
         plain = decompress(data, TAR_COMPRESSION[m.shard_format], name)
         compressed = plain is not data
