@@ -76,8 +76,10 @@ class ShardMap(StoredDataset, Dataset):
         storage: remote-storage settings as one ``StorageSettings``.
         storage_options: fsspec options (``StorageSettings.options``).
         cache_dir: the host's shard cache (``StorageSettings.cache_dir``).
-        cache_limit, retries, timeout: as for ``ShardDataset`` (``StorageSettings``' fields; a map
-            prefetches nothing).
+        cache_limit: bytes the host's shard cache may hold (``StorageSettings.cache_limit``).
+        retries: attempts after a transient error, for each request (``StorageSettings.retries``).
+        timeout: seconds one request may take (``StorageSettings.timeout``). These are
+            ``ShardDataset``'s storage keywords but ``prefetch``: a map reads nothing ahead.
     """
 
     def __init__(  # noqa: PLR0913 - keyword settings with defaults, as ShardDataset's
