@@ -297,10 +297,8 @@ class DiskCache:
             try:
                 self._write(fd, data)
                 os.replace(part, self.path(key))
-            except (
-                FileNotFoundError
-            ):  # the folder was removed meanwhile: the next download makes it again
-                return data
+            except FileNotFoundError:
+                return data  # the folder was removed meanwhile: the next download makes it again
             except (
                 OSError
             ) as exc:  # no space, quota, I/O error: the checked bytes are here all the same
