@@ -12,6 +12,8 @@ or a checked download).
 
 from __future__ import annotations
 
+import hashlib
+import threading
 from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
@@ -148,17 +150,22 @@ class ParquetShard:
         self.first = np.concatenate([[0], np.cumsum(rows, dtype=np.int64)])
         self.owned = 0  # decoded row groups held
         self._groups: dict[int, Any] = {}
+        self._reading = threading.Lock()  # one row group read at a time (threads sharing a map)
         self._columns: tuple[int, dict[str, list[Any]]] | None = None
         self._whole: Any = None  # every row group, as one table (see table)
 
     def group(self, g: int) -> Any:
-        """Row group ``g`` as a table (read once)."""
+        """Row group ``g`` as a table (read once, by one thread: the others wait for it)."""
         found = self._groups.get(g)
         if found is None:
-            if self.fill is not None:
-                self.fill(g)
-            found = self._groups[g] = parquet_format.read_group(self.file, g, self.name)
-            self.owned += found.nbytes
+            with self._reading:
+                found = self._groups.get(g)
+                if found is None:
+                    if self.fill is not None:
+                        self.fill(g)
+                    found = parquet_format.read_group(self.file, g, self.name)
+                    self._groups[g] = found
+                    self.owned += found.nbytes
         return found
 
     def where(self, i: int) -> tuple[int, int]:
@@ -168,10 +175,11 @@ class ParquetShard:
 
     def sample(self, i: int) -> dict[str, Any]:
         g, at = self.where(i)
-        # one conversion per row group, not per row
-        if self._columns is None or self._columns[0] != g:
-            self._columns = (g, self.group(g).to_pydict())
-        return {name: values[at] for name, values in self._columns[1].items()}
+        # one conversion per row group, not per row (read once here: another thread may replace it)
+        columns = self._columns
+        if columns is None or columns[0] != g:
+            columns = self._columns = (g, self.group(g).to_pydict())
+        return {name: values[at] for name, values in columns[1].items()}
 
     views = sample
 
@@ -229,26 +237,80 @@ def load_sample_index(fetcher: ShardFetcher, manifest: Manifest, shard: int) -> 
     return SampleIndexes(fetcher.store, manifest, fetcher).stored([shard])[shard]
 
 
-def ranged_parquet(fetcher: ShardFetcher, manifest: Manifest, shard: int) -> ParquetShard | None:
-    """A remote Parquet shard read by row group: its checked row-group index and footer now, each row
-    group by one ranged GET when first read, checked against its sha256; None without an index."""
+def parquet_row_index(
+    fetcher: ShardFetcher, manifest: Manifest, shard: int
+) -> parquet_format.RowIndex | None:
+    """Parquet shard ``shard``'s row-group index (``<file>.idx``), checked against the manifest's sha256
+    and parsed; None when the manifest names none (or it raises: see :func:`ranged_parquet`)."""
     digests = getattr(manifest, "index_sha256", None)
     if not digests or not digests[shard]:
         return None
-    path, store = manifest.paths[shard], fetcher.store
-    where, size, rows = (
-        store.url_of(path),
-        int(manifest.nbytes[shard]),
-        int(manifest.stored_counts[shard]),
+    name = index_name(manifest.paths[shard])
+    (data,) = fetcher.read_checked_many([name], [digests[shard]])
+    rows, size = int(manifest.stored_counts[shard]), int(manifest.nbytes[shard])
+    return parquet_format.parse_row_index(data, fetcher.store.url_of(name), rows, size)
+
+
+def local_parquet(fetcher: ShardFetcher, manifest: Manifest, shard: int, data: Any) -> ParquetShard:
+    """A local Parquet shard (``data``: its memory map) whose bytes are checked as they are read, as a
+    remote file's ranged reads are: its footer against the row-group index's sha256 now, each row group
+    against its sha256 when first read. Without a row-group index that checks (none was written, or it
+    changed), the whole file against the manifest's sha256, once per host for each version of it."""
+    where, rows = fetcher.store.url_of(manifest.paths[shard]), int(manifest.stored_counts[shard])
+    try:
+        index = parquet_row_index(fetcher, manifest, shard)
+    except Exception:  # noqa: BLE001 - the whole file is checked instead
+        index = None
+    if index is None:
+        data = fetcher.checked_local(shard)
+        return ParquetShard(parquet_format.open_file(data, where), where, rows)
+    start, end = index.footer
+    with memoryview(data) as whole, whole[start:end] as footer:
+        same = (
+            parquet_format.footer_span(whole, where) == index.footer
+            and hashlib.sha256(footer).hexdigest() == index.footer_sha256
+        )
+    if not same:
+        raise CorruptShardError(
+            f"{where}: its Parquet footer (schema, row groups, statistics) differs from the one "
+            "'shardstream index' recorded: the file was changed after indexing; run 'shardstream "
+            "index' again"
+        )
+
+    def fill(g: int) -> None:
+        first, last = index.spans[g]
+        with memoryview(data) as whole, whole[first:last] as group:
+            parquet_format.check_span(group, index.sha256[g], where, f"row group {g}")
+
+    return _with_index_rows(
+        ParquetShard(parquet_format.open_file(data, where), where, rows, fill), index, where
     )
+
+
+def _with_index_rows(
+    reader: ParquetShard, index: parquet_format.RowIndex, where: str
+) -> ParquetShard:
+    if [int(n) for n in np.diff(reader.first)] != index.rows:
+        raise CorruptShardError(
+            f"{where}: its row groups differ from its row-group index; run 'shardstream index' again"
+        )
+    return reader
+
+
+def ranged_parquet(fetcher: ShardFetcher, manifest: Manifest, shard: int) -> ParquetShard | None:
+    """A remote Parquet shard read by row group: its checked row-group index and footer now, each row
+    group by one ranged GET when first read, checked against its sha256; None without an index."""
+    where, size = fetcher.store.url_of(manifest.paths[shard]), int(manifest.nbytes[shard])
+    rows = int(manifest.stored_counts[shard])
 
     def span(start: int, end: int, digest: str) -> bytes:
         (found,) = fetcher.read_spans([shard], [start], [end], [bytes.fromhex(digest)])
         return found
 
     try:
-        (data,) = fetcher.read_checked_many([index_name(path)], [digests[shard]])
-        index = parquet_format.parse_row_index(data, store.url_of(index_name(path)), rows, size)
+        index = parquet_row_index(fetcher, manifest, shard)
+        if index is None:
+            return None
         footer = span(*index.footer, index.footer_sha256)
         metadata = parquet_format.metadata_of(footer, where)
     except Exception:  # noqa: BLE001 - the whole file is read instead, checked against the manifest
@@ -262,11 +324,7 @@ def ranged_parquet(fetcher: ShardFetcher, manifest: Manifest, shard: int) -> Par
 
     source = parquet_format.SpansFile(size, pieces, where)
     reader = ParquetShard(parquet_format.open_file(source, where, metadata), where, rows, fill)
-    if [int(n) for n in np.diff(reader.first)] != index.rows:
-        raise CorruptShardError(
-            f"{where}: its row groups differ from its row-group index; run 'shardstream index' again"
-        )
-    return reader
+    return _with_index_rows(reader, index, where)
 
 
 Shard = TarShard | ArrowShard | ParquetShard  # an open shard of any format
@@ -293,7 +351,9 @@ class OpenShards:
     ``capacity`` shards stay open (see :meth:`fit_window`), and of the shards held in memory
     (decompressed) at most ``max_owned`` bytes beyond those :meth:`retain` says the plan needs
     next; shards the plan needs are never dropped to make room (that would decompress them again
-    per sample).
+    per sample). Threads may share one (a :class:`~shardstream.dataset.shard_map.ShardMap` used by
+    several): what is open changes under a lock, never while another thread goes through it; a shard
+    two threads open at once is kept once.
     """
 
     def __init__(
@@ -318,6 +378,7 @@ class OpenShards:
             int, BaseException
         ] = {}  # this pass's shards that failed: not fetched again per sample
         self._fitted: int | None = None
+        self._lock = threading.RLock()  # over _open, _needed and _failed
         self.ranged: RangedReads | None = None  # a remote dataset's first samples by ranged reads
         self.partial: dict[int, PartialShard] = {}  # this batch's samples fetched so
 
@@ -347,7 +408,8 @@ class OpenShards:
     @property
     def owned(self) -> int:
         """Bytes the open shards hold in memory (decompressed), not in maps of files."""
-        return sum(reader.owned for reader in self._open.values())
+        with self._lock:
+            return sum(reader.owned for reader in self._open.values())
 
     def prepare(self, ids: np.ndarray, offsets: np.ndarray) -> None:
         """Before a batch: fetch its samples whose shards have not arrived by ranged reads, when
@@ -359,31 +421,36 @@ class OpenShards:
         )
 
     def get(self, shard: int) -> Shard | PartialShard:
-        found = self._open.get(shard)
-        if found is not None:
-            self._open.move_to_end(shard)
-            return found
+        with self._lock:
+            found = self._open.get(shard)
+            if found is not None:
+                self._open.move_to_end(shard)
+                return found
         return self.partial.get(shard) or self.get_whole(shard)
 
     def get_whole(self, shard: int) -> Shard:
         """Shard ``shard`` opened whole (loaded, or taken from the prefetcher)."""
-        found = self._open.get(shard)
-        if found is not None:
-            return found
-        failure = self._failed.get(shard)
+        with self._lock:
+            found = self._open.get(shard)
+            if found is not None:
+                return found
+            failure = self._failed.get(shard)
         if failure is not None:
             raise failure.with_traceback(None)
-        try:
+        try:  # not under the lock: other threads read the shards that are open meanwhile
             opened = self.take(shard) if self.take is not None else self._load(shard)
         except Exception as exc:
-            self._failed[shard] = exc
+            with self._lock:
+                self._failed[shard] = exc
             raise
-        self._open[shard] = opened
-        self._make_room(shard)
+        with self._lock:
+            opened = self._open.setdefault(shard, opened)  # (another thread's, if it was first)
+            self._make_room(shard)
         return opened
 
     def _make_room(self, keep: int) -> None:
-        """Drop the least recently used shards (not ``keep``, none the plan needs) while over the limits."""
+        """Drop the least recently used shards (not ``keep``, none the plan needs) while over the limits
+        (under the lock)."""
         extra, owned = len(self._open) - self.capacity, self.owned - self.max_owned
         for shard in list(self._open):
             if extra <= 0 and owned <= 0:
@@ -412,14 +479,16 @@ class OpenShards:
 
     def forget_failures(self) -> None:
         """Try the shards that failed again (at the start of a pass)."""
-        self._failed.clear()
-        self._needed = set()
+        with self._lock:
+            self._failed.clear()
+            self._needed = set()
 
     def retain(self, shards: set[int]) -> None:
         """Close the open shards not in ``shards``, which are what the plan reads next."""
-        self._needed = set(shards)
-        for shard in [s for s in self._open if s not in shards]:
-            del self._open[shard]
+        with self._lock:
+            self._needed = set(shards)
+            for shard in [s for s in self._open if s not in shards]:
+                del self._open[shard]
 
     def load(self, shard: int) -> Shard:
         """Fetch, check, decompress and index shard ``shard`` (safe to call from any thread)."""
@@ -456,6 +525,8 @@ class OpenShards:
         if m.shard_format == "arrow":
             return ArrowShard(data, name, expected)
         if m.shard_format == "parquet":
+            if path is not None and not self.fetcher.verify_local:  # (checked whole if it is)
+                return local_parquet(self.fetcher, m, shard, data)
             return ParquetShard(parquet_format.open_file(data, name), name, expected)
         plain = decompress(data, TAR_COMPRESSION[m.shard_format], name)
         compressed = plain is not data

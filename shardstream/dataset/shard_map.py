@@ -7,13 +7,15 @@ balance, ``DistributedSampler``, curricula). Local shards are read in place thro
 remote ones one sample at a time by ranged reads checked against the sample index's sha256, or
 whole into the host's cache once reads of a shard are dense (see :mod:`.sparse`); Parquet files by
 row group. What a process opens stays in it: the map pickles without it, and a process that finds
-itself forked opens its own.
+itself forked opens its own. Threads may share a map (a thread pool fetching samples, a thread-based
+loader): what a process has open is made once, and changes under locks.
 """
 
 from __future__ import annotations
 
 import operator
 import os
+import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -41,6 +43,18 @@ class _Opened:
     sparse: SparseReads
     keys: dict[str, int] = field(default_factory=dict)  # key -> index, shard by shard in order
     scanned: int = 0  # shards whose keys are in ``keys``
+    scanning: threading.Lock = field(default_factory=threading.Lock)  # over keys and scanned
+
+
+_OPENING = threading.Lock()  # one _Opened per process, however many threads read a map at once
+
+
+def _new_lock_after_fork() -> None:
+    global _OPENING
+    _OPENING = threading.Lock()  # a thread of the parent may have held it at the fork
+
+
+os.register_at_fork(after_in_child=_new_lock_after_fork)
 
 
 def open_map_dataset(
@@ -65,6 +79,10 @@ class ShardMap(StoredDataset, Dataset):
         storage: remote-storage settings as one ``StorageSettings``.
         storage_options: fsspec options (``StorageSettings.options``).
         cache_dir: the host's shard cache (``StorageSettings.cache_dir``).
+        cache_limit: bytes the host's shard cache may hold (``StorageSettings.cache_limit``).
+        retries: attempts after a transient error, for each request (``StorageSettings.retries``).
+        timeout: seconds one request may take (``StorageSettings.timeout``). These are
+            ``ShardDataset``'s storage keywords but ``prefetch``: a map reads nothing ahead.
         version: the dataset's version to read (default: the latest), as for ``ShardDataset``.
     """
 
@@ -79,10 +97,20 @@ class ShardMap(StoredDataset, Dataset):
         storage: StorageSettings | None = None,
         storage_options: dict[str, Any] | None = DEFAULT,
         cache_dir: str | os.PathLike[str] | None = DEFAULT,
+        cache_limit: int | str | None = DEFAULT,
+        retries: int = DEFAULT,
+        timeout: float | None = DEFAULT,
         verify_checksums: bool = False,
         version: int | None = None,
     ):
-        storage = StorageSettings.combine(storage, options=storage_options, cache_dir=cache_dir)
+        storage = StorageSettings.combine(
+            storage,
+            options=storage_options,
+            cache_dir=cache_dir,
+            cache_limit=cache_limit,
+            retries=retries,
+            timeout=timeout,
+        )
         self.tokens: TokenDataset | None = None
         if seq_len is not None:
             self.tokens = TokenDataset(
@@ -152,9 +180,7 @@ class ShardMap(StoredDataset, Dataset):
     def locate_many(self, indexes: list[int]) -> list[tuple[int, int]]:
         """:meth:`locate` of each index (at once: a sampler's batch)."""
         try:
-            if any(isinstance(i, (bool, np.bool_)) for i in indexes):
-                raise TypeError
-            found = np.asarray([operator.index(i) for i in indexes], dtype=np.int64)
+            found = np.asarray([_index(i) for i in indexes], dtype=np.int64)
         except (TypeError, OverflowError):
             return [self.locate(i) for i in indexes]  # says which index is wrong, and how
         n = len(self)
@@ -168,7 +194,7 @@ class ShardMap(StoredDataset, Dataset):
         """(shard, sample of the dataset within the shard) of sample ``index`` (negative counts from the
         end); ``IndexError`` outside, ``TypeError`` for what is no integer (``True`` included)."""
         try:
-            return self.samples.locate(index)
+            return self.samples.locate(_index(index))
         except IndexError:
             raise IndexError(
                 f"sample {index} is out of range: {self.store.url} has {len(self):,} samples"
@@ -182,14 +208,16 @@ class ShardMap(StoredDataset, Dataset):
         """The index of the sample whose ``__key__`` is ``key``; shards are scanned in order, once per
         process, only as far as the key (their keys come from sample indexes or headers, not samples)."""
         opened = self._open()
-        found = opened.keys.get(key)
-        while found is None and opened.scanned < self.manifest.num_shards:
-            shard = opened.scanned
-            first = self.samples.first(shard)
-            for j, k in enumerate(self.keys_of(shard)):
-                opened.keys.setdefault(k, first + j)
-            opened.scanned += 1
+        # one thread at a time: a shard counts as scanned once its keys are all in
+        with opened.scanning:
             found = opened.keys.get(key)
+            while found is None and opened.scanned < self.manifest.num_shards:
+                shard = opened.scanned
+                first = self.samples.first(shard)
+                for j, k in enumerate(self.keys_of(shard)):
+                    opened.keys.setdefault(k, first + j)
+                opened.scanned += 1
+                found = opened.keys.get(key)
         if found is None:
             raise KeyError(f"no sample with key {key!r} in {self.store.url}")
         return found
@@ -227,11 +255,17 @@ class ShardMap(StoredDataset, Dataset):
         """This process's open shards (made again in a process forked from the one that made them)."""
         opened = self._opened
         if opened is None or opened.pid != os.getpid():
-            fetcher = ShardFetcher(
-                self.store, self.manifest, self.disk_cache, verify_local=self.verify_checksums
-            )
-            shards = OpenShards(self.store, self.manifest, fetcher=fetcher)
-            opened = self._opened = _Opened(os.getpid(), shards, SparseReads(shards))
+            with _OPENING:  # threads that find none at once share the one made first
+                opened = self._opened
+                if opened is None or opened.pid != os.getpid():
+                    fetcher = ShardFetcher(
+                        self.store,
+                        self.manifest,
+                        self.disk_cache,
+                        verify_local=self.verify_checksums,
+                    )
+                    shards = OpenShards(self.store, self.manifest, fetcher=fetcher)
+                    opened = self._opened = _Opened(os.getpid(), shards, SparseReads(shards))
         return opened
 
     def _finish(self, stored: dict[str, Any], shard: int, offset: int) -> Any:
@@ -256,6 +290,16 @@ class ShardMap(StoredDataset, Dataset):
                 f"the transform raised {type(exc).__name__} on {named} of {url}: {exc}; "
                 "fix the transform (or catch the error in it)"
             ) from exc
+
+
+def _index(index: Any) -> int:
+    """``index`` as a sample index: an integer, never a bool (``m[True]`` would read sample 1)."""
+    if isinstance(index, (bool, np.bool_)):
+        raise TypeError(
+            f"sample indexes are integers, not {type(index).__name__} ({index!r}); "
+            "give m[int], or select samples with a sampler"
+        )
+    return operator.index(index)
 
 
 __all__ = ["ShardMap"]

@@ -4,7 +4,10 @@ A map-style read (:class:`~shardstream.dataset.shard_map.ShardMap`) wants one sa
 around it. A remote tar with a sample index (``<shard>.idx``, its sha256 in the manifest) gives each
 sample's span and sha256: one ranged GET fetches the sample and its sha256 checks it, as the
 manifest's sha256 checks a whole shard, so a changed byte is a :class:`CorruptShardError`, never a
-wrong sample. The samples of one call (a batch of a sampler's indexes) are fetched concurrently.
+wrong sample. The samples of one call (a batch of a sampler's indexes) are fetched concurrently, and a
+request among them that fails (a reset, a 503, a body cut short or damaged) is made again alone, with the
+whole retry budget of the storage's :class:`~shardstream.storage.RetryPolicy` (see
+:meth:`~shardstream.storage.Store.read_ranges`): one bad answer among 64 never costs the batch.
 
 Once the bytes read by ranged GETs from one shard reach :data:`DENSE_FRACTION` of its size, the
 whole shard is fetched into the host's cache (one GET, checked) and every later read of it is a
@@ -18,6 +21,7 @@ without a sample index, Arrow and token shards; Parquet files are read by row gr
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 from ..formats.tar_index import SampleIndex
@@ -29,17 +33,22 @@ SMALL_SHARD = 1 << 20
 
 
 class SparseReads:
-    """Stored samples (undecoded) by (shard, offset), from ``shards`` or by checked ranged reads."""
+    """Stored samples (undecoded) by (shard, offset), from ``shards`` or by checked ranged reads. Threads
+    may share one (as they share a map): its counts change under a lock."""
 
     def __init__(self, shards: OpenShards):
         self.shards, self.fetcher, self.manifest = shards, shards.fetcher, shards.manifest
         self.ranged_bytes: dict[int, int] = {}  # per shard: bytes fetched by ranged reads
         self._indexes: dict[int, SampleIndex | None] = {}
+        self._lock = threading.Lock()
 
     def index(self, shard: int) -> SampleIndex | None:
-        """Shard ``shard``'s verified sample index (fetched once per process), or None."""
+        """Shard ``shard``'s verified sample index (fetched once per process, but for threads that ask at
+        once), or None."""
         if shard not in self._indexes:
-            self._indexes[shard] = load_sample_index(self.fetcher, self.manifest, shard)
+            found = load_sample_index(self.fetcher, self.manifest, shard)
+            with self._lock:
+                self._indexes.setdefault(shard, found)
         return self._indexes[shard]
 
     def sparse(self, shard: int) -> bool:
@@ -72,7 +81,8 @@ class SparseReads:
                 index = self._indexes[s]
                 assert index is not None
                 start, end = index.span(o)
-                self.ranged_bytes[s] = self.ranged_bytes.get(s, 0) + end - start
+                with self._lock:
+                    self.ranged_bytes[s] = self.ranged_bytes.get(s, 0) + end - start
                 wanted.append((k, s, o, index))
         if wanted:
             spans = [index.span(o) for _, _, o, index in wanted]

@@ -99,7 +99,7 @@ def _joined(base: str, name: str) -> str:
 
 
 def _publish(dest: Store, manifest: Manifest, overwrite: bool) -> Manifest:
-    claim = prepare_destination(dest, overwrite, fsync=True)
+    claim = prepare_destination(dest, overwrite, fsync=True, appendable=False)
     with claim.guard():
         return claim.publish(manifest)
 

@@ -347,7 +347,7 @@ class Claim:
 
 
 def prepare_destination(
-    store: Store, overwrite: bool, fsync: bool = True, append: bool = False
+    store: Store, overwrite: bool, fsync: bool = True, append: bool = False, appendable: bool = True
 ) -> Claim:
     """Claim ``store`` for a new run: refuse a destination that holds a dataset unless ``overwrite`` (which
     replaces it) or ``append`` (which adds a version to it), note the version this run replaces or builds
@@ -359,7 +359,7 @@ def prepare_destination(
     storage, after this run's publish (see the module's documentation).
 
     Shard-named files that no shardstream run left behind (WebDataset tars, say) are only replaced with
-    ``overwrite``.
+    ``overwrite``. ``appendable``: the caller can append (the refusal suggests it only then).
     """
     if store.local and os.path.exists(store.root) and not os.path.isdir(store.root):
         raise StorageError(f"{store.url} is a file; the destination must be a folder")
@@ -367,10 +367,10 @@ def prepare_destination(
     with store.locked():
         current = store.read_tagged(MANIFEST_NAME)
         if current is not None and not (overwrite or append):
+            add = ", --append (append=True) to add to it" if appendable else ""
             raise DatasetExistsError(
                 f"{store.url} already holds a dataset ({MANIFEST_NAME}); pass --overwrite "
-                "(overwrite=True) to replace it, --append (append=True) to add to it, or choose "
-                "another destination"
+                f"(overwrite=True) to replace it{add}, or choose another destination"
             )
         names = store.list_files()
         plain = [n for n in names if _PLAIN_SHARD.match(n)]

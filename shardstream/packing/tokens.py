@@ -229,7 +229,7 @@ def pack_tokens(  # noqa: PLR0913 - pack(format="tokens"): one keyword per setti
                 "or --no-eos (eos=False)"
             )
     out_dtype = token_format.dtype_for(vocab)
-    claim = prepare_destination(store, overwrite, fsync)
+    claim = prepare_destination(store, overwrite, fsync, appendable=False)
     cutter = _ShardCutter(store, out_dtype, limit, claim.token)
     with progress_bar(progress, None, unit=" docs") as bar:
         if src.tokenized:

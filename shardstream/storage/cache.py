@@ -56,6 +56,7 @@ _FAILED = re.compile(r"^\.[0-9a-f]{64}\.failed$")
 _STALE_PART = 2.0
 _FAILED_FOR = 10.0  # seconds a failed download is reported to newcomers instead of tried again
 _CHUNK = 16 << 20  # bytes per write call
+_REMAKE = 3  # times one download makes the removed folder again before it reads into memory
 Download = Callable[[], "bytes | bytearray | memoryview"]
 
 
@@ -201,6 +202,7 @@ class DiskCache:
         cached file is checked against it (once per version of the file) before it is served.
         """
         since = None  # when this call began waiting for another process's download
+        remade = 0  # times the folder was made again in this call (a cleaner removed it)
         while True:
             found = self.open(key, size, content)
             if found is not None:
@@ -231,6 +233,15 @@ class DiskCache:
                 since = since or time.time()
                 self._wait_for(part)  # another process downloads it
                 continue
+            except FileNotFoundError:  # the folder was removed (a cleaner): made again
+                remade += 1
+                if remade <= _REMAKE and self._make_folder():
+                    continue
+                self._warn_no_space("its folder keeps disappearing")
+                return self._checked(download, size)
+            except OSError as exc:  # no room for a file, no permission: from memory
+                self._warn_no_space(describe_os_error(exc))
+                return self._checked(download, size)
             # finished by another process just before we claimed it
             found = self.open(key, size, content)
             if found is not None:
@@ -286,6 +297,8 @@ class DiskCache:
             try:
                 self._write(fd, data)
                 os.replace(part, self.path(key))
+            except FileNotFoundError:
+                return data  # the folder was removed meanwhile: the next download makes it again
             except (
                 OSError
             ) as exc:  # no space, quota, I/O error: the checked bytes are here all the same
@@ -425,14 +438,21 @@ class DiskCache:
                 return
             if self._evict(path):
                 total -= size
-        if total + nbytes > self.limit and not self._warned and (total or self._limit_given):
+        # a limit of its own (half the free space) says nothing when nothing is in use or the disk is
+        # full: the disk-full warning says it
+        if self._warned or total + nbytes <= self.limit:
+            return
+        if self._limit_given or (total and not self.full):
             self._warned = True
+            coming = f" and {nbytes:,} for the shard arriving" if nbytes else ""
             log.warning(
-                "the shard cache %s holds %d bytes in use, more than cache_limit=%d allows; "
-                "raise cache_limit (it must hold the shards being read at once)",
+                "the shard cache %s needs %s bytes (%s in shards being read%s), more than "
+                "cache_limit=%s allows; raise cache_limit (it must hold the shards being read at once)",
                 self.root,
-                total,
-                self.limit,
+                f"{total + nbytes:,}",
+                f"{total:,}",
+                coming,
+                f"{self.limit:,}",
             )
 
     def discard(self, key: str) -> bool:

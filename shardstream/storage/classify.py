@@ -60,14 +60,25 @@ def storage_errors(action: str, url: str) -> Iterator[None]:
     """Turn OS and fsspec errors raised inside into one-line :class:`StorageError` naming ``url``."""
     try:
         yield
-    except StorageError:
-        raise
-    except (OSError, ValueError) as exc:
-        raise StorageError(f"{action} {url}: {describe_os_error(exc)}") from exc
     except Exception as exc:
-        if type(exc).__module__.split(".")[0] not in _NETWORK_MODULES:
-            raise  # a bug, not a storage problem: keep its traceback
-        raise StorageError(f"{action} {url}: {describe_os_error(exc)}") from exc
+        error = as_storage_error(action, url, exc)
+        if error is exc:
+            raise
+        raise error from exc
+
+
+def as_storage_error(action: str, url: str, exc: BaseException) -> BaseException:
+    """What :func:`storage_errors` raises for ``exc``: a one-line :class:`StorageError` naming ``url`` (its
+    cause ``exc``), or ``exc`` itself (one already, or a bug rather than a storage problem)."""
+    if isinstance(exc, StorageError) or not isinstance(exc, Exception):
+        return exc
+    if not isinstance(exc, (OSError, ValueError)) and (
+        type(exc).__module__.split(".")[0] not in _NETWORK_MODULES
+    ):
+        return exc  # a bug, not a storage problem: keep its traceback
+    error = StorageError(f"{action} {url}: {describe_os_error(exc)}")
+    error.__cause__ = exc
+    return error
 
 
 # Errors that retrying cannot fix; anything else from the network stack is retried.

@@ -93,7 +93,7 @@ class ShardFetcher:
         if self.store.is_local(path):
             if not self.verify_local:
                 return self.store.read_bytes(path)
-            return self._checked_local(shard)
+            return self.checked_local(shard)
         key = self.key(shard)
         return self.cache.get(
             key,
@@ -169,8 +169,9 @@ class ShardFetcher:
         names = [self.manifest.paths[shard] for shard in shards]
         return self.store.read_ranges(names, starts, ends, check, _ADVICE)
 
-    def _checked_local(self, shard: int) -> Any:
-        """A local shard, mapped, whose sha256 matched the manifest's on this host since it last changed."""
+    def checked_local(self, shard: int) -> Any:
+        """A local shard, mapped, whose sha256 matched the manifest's on this host since it last changed
+        (whatever ``verify_local`` says: a reader with nothing else to check a file against asks it)."""
         name = self.manifest.paths[shard]
         data, st = self.store.map_local(name)
         digest = self.digest(shard)

@@ -1,7 +1,9 @@
 """``FsspecStore``: a folder (a prefix) on object storage or any other fsspec filesystem.
 
 Every call goes through :meth:`FsspecStore._call` under the store's :class:`RetryPolicy`
-(transient errors retried with backoff, permanent ones reported at once, errors naming the URL).
+(transient errors retried with backoff, permanent ones reported at once, errors naming the URL);
+several reads in one call (:meth:`FsspecStore.read_ranges`, :meth:`FsspecStore.read_many`) through
+:meth:`FsspecStore._each`, which retries each request alone, each with its own timeout.
 Large objects come in concurrent ranged GETs; writes are spooled to an unnamed local temporary
 file and uploaded in one put, which object stores make visible atomically.
 """
@@ -18,8 +20,9 @@ from collections.abc import Callable, Iterator
 from typing import IO, Any
 
 from ..errors import StorageError
-from .classify import storage_errors
+from .classify import as_storage_error, is_transient, storage_errors
 from .inherited import track
+from .retry import DamagedRead
 from .store import Check, PartCheck, Store, WholeFile, sink_errors
 from .urls import BUCKETS
 
@@ -187,13 +190,18 @@ class FsspecStore(Store):
         if not names:
             return []
         paths = [self.path(n) for n in names]
-        return self._call(
-            "cannot read",
-            names[0],
-            lambda fs, kw: fs.cat(paths, on_error="raise", **self.WHOLE, **kw),
-            finish=lambda found: self._checked_parts(
-                names, [found[p] for p in paths], check, advice
-            ),
+
+        def many(fs: Any, todo: list[int]) -> list[Any]:
+            found = fs.cat([paths[i] for i in todo], on_error="return", **self.WHOLE)
+            return [found[paths[i]] for i in todo]
+
+        return self._each(
+            names,
+            [0] * len(names),
+            lambda fs, i: fs._cat_file(paths[i], **self.WHOLE),
+            many,
+            check,
+            advice,
         )
 
     def read_ranges(
@@ -207,13 +215,85 @@ class FsspecStore(Store):
         if not names:
             return []
         paths = [self.path(n) for n in names]
-        return self._call(
-            "cannot read",
-            names[0],
-            lambda fs, kw: fs.cat_ranges(paths, starts, ends, on_error="raise", **kw),
-            nbytes=sum(ends) - sum(starts),
-            finish=lambda parts: self._checked_parts(names, parts, check, advice),
+
+        def many(fs: Any, todo: list[int]) -> list[Any]:
+            return fs.cat_ranges(
+                [paths[i] for i in todo],
+                [starts[i] for i in todo],
+                [ends[i] for i in todo],
+                on_error="return",
+            )
+
+        return self._each(
+            names,
+            [end - start for start, end in zip(starts, ends)],
+            lambda fs, i: fs._cat_file(paths[i], start=starts[i], end=ends[i]),
+            many,
+            check,
+            advice,
         )
+
+    def _each(  # noqa: PLR0913 - the requests, and how to make one or several
+        self,
+        names: list[str],
+        sizes: list[int],
+        one: Callable[[Any, int], Any],
+        many: Callable[[Any, list[int]], list[Any]],
+        check: PartCheck | None,
+        advice: str,
+    ) -> list[bytes]:
+        """Request ``i`` for each of ``names``, all at once, each retried alone under the retry policy (see
+        :meth:`RetryPolicy.call_each`): a batch of ranged reads in which a few fail makes those few again,
+        not the whole batch. On an async filesystem ``one(fs, i)`` is request ``i``'s coroutine, with its
+        own timeout (a stalled request fails alone); elsewhere ``many(fs, todo)`` makes several, each
+        result the bytes or the exception it ended in. ``sizes[i]``: bytes request ``i`` moves."""
+        from fsspec.asyn import AsyncFileSystem, sync
+
+        def attempt(todo: list[int]) -> list[Any]:
+            fs = self.fs
+            if isinstance(fs, AsyncFileSystem):
+                found = sync(fs.loop, self._gather, fs, todo, one, sizes)
+            else:
+                found = many(fs, todo)
+            return [self._outcome(names[i], i, part, check, advice) for i, part in zip(todo, found)]
+
+        with storage_errors("cannot read", self.url_of(names[0])):
+            try:
+                return self.retry.call_each(
+                    len(names), attempt, lambda i: f"cannot read {self.url_of(names[i])}"
+                )
+            except TypeError as exc:  # fsspec hands storage options on to the client lazily
+                raise StorageError(
+                    f"cannot read {self.url_of(names[0])}: {exc}; check the storage options"
+                ) from exc
+
+    async def _gather(
+        self, fs: Any, todo: list[int], one: Callable[[Any, int], Any], sizes: list[int]
+    ) -> list[Any]:
+        """Requests ``todo`` concurrently (at most the filesystem's batch size at a time), each within its
+        own time limit; per request its result or the exception it ended in."""
+        import asyncio
+
+        slots = asyncio.Semaphore(max(1, int(getattr(fs, "batch_size", None) or 128)))
+
+        async def request(i: int) -> Any:
+            async with slots:
+                return await asyncio.wait_for(one(fs, i), self.retry.time_limit(sizes[i]))
+
+        return await asyncio.gather(*(request(i) for i in todo), return_exceptions=True)
+
+    def _outcome(self, name: str, i: int, part: Any, check: PartCheck | None, advice: str) -> Any:
+        """Request ``i``'s result as :meth:`RetryPolicy.call_each` takes it: the bytes, a
+        :class:`DamagedRead` if they fail ``check``, a transient error as it is (retried), any other as
+        the one-line error naming ``name`` it ends in."""
+        if isinstance(part, BaseException):
+            return (
+                part
+                if is_transient(part)
+                else as_storage_error("cannot read", self.url_of(name), part)
+            )
+        problem = None if check is None else check(i, part)
+        return part if problem is None else DamagedRead(self.url_of(name), problem, advice)
 
     @contextlib.contextmanager
     def open_write(self, name: str) -> Iterator[IO[bytes]]:

@@ -9,7 +9,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from ..errors import CorruptShardError, StorageError
 from .classify import describe_os_error, is_transient
@@ -110,17 +110,53 @@ class RetryPolicy:
             check_cancelled()
             try:
                 return fn()
-            except DamagedRead as exc:
-                if attempt >= self.retries:
-                    raise exc.exhausted(attempt + 1) from None
-                log.warning("%s; downloading it again", exc)
-            except Exception as exc:
-                if not is_transient(exc):
-                    raise
-                if attempt >= self.retries:
-                    raise StorageError(
-                        f"{describe()}: {describe_os_error(exc)} "
-                        f"(gave up after {attempt + 1} attempts)"
-                    ) from exc
+            except Exception as exc:  # noqa: BLE001 - _failed raises what is not retried
+                self._failed(exc, attempt, describe)
             pause(self.wait(attempt))
             attempt += 1
+
+    def call_each(
+        self, count: int, attempt: Callable[[list[int]], list[Any]], describe: Callable[[int], str]
+    ) -> list[Any]:
+        """Requests ``0 .. count - 1``, each retried alone: ``attempt(todo)`` makes the requests ``todo`` at
+        once and gives, per request, its result or the exception it ended in (a :class:`DamagedRead` for
+        bytes that failed their check); an exception it raises counts against each of them. Only the
+        requests that failed are made again, and each has the whole budget of :attr:`retries`: a batch of
+        64 ranged reads is not lost to one bad answer among them. The first request to run out (or to
+        fail permanently) raises as :meth:`call` does, ``describe(i)`` naming it."""
+        results: list[Any] = [None] * count
+        failures = [0] * count
+        todo = list(range(count))
+        while True:
+            check_cancelled()
+            try:
+                outcomes = attempt(todo)
+            except Exception as exc:  # noqa: BLE001 - the attempt as a whole: each of them failed
+                outcomes = [exc] * len(todo)
+            again = []
+            for i, outcome in zip(todo, outcomes):
+                if isinstance(outcome, BaseException):
+                    self._failed(outcome, failures[i], lambda i=i: describe(i))
+                    failures[i] += 1
+                    again.append(i)
+                else:
+                    results[i] = outcome
+            if not again:
+                return results
+            pause(self.wait(max(failures[i] for i in again) - 1))
+            todo = again
+
+    def _failed(self, exc: BaseException, attempt: int, describe: Callable[[], str]) -> None:
+        """After attempt number ``attempt`` (0-based) ended in ``exc``: return if it is to be retried,
+        else raise (``exc`` itself when retrying cannot help, or the error of a budget spent)."""
+        if isinstance(exc, DamagedRead):
+            if attempt >= self.retries:
+                raise exc.exhausted(attempt + 1) from None
+            log.warning("%s; downloading it again", exc)
+            return
+        if not isinstance(exc, Exception) or not is_transient(exc):
+            raise exc
+        if attempt >= self.retries:
+            raise StorageError(
+                f"{describe()}: {describe_os_error(exc)} (gave up after {attempt + 1} attempts)"
+            ) from exc

@@ -189,7 +189,8 @@ class Store:
     def read_many(
         self, names: list[str], check: PartCheck | None = None, advice: str = ""
     ) -> list[bytes]:
-        """Small objects read whole, in one call (concurrent GETs); ``check(i, data)`` as in :meth:`read_ranges`."""
+        """Small objects read whole, in one call (concurrent GETs), each retried alone as in :meth:`read_ranges`;
+        ``check(i, data)`` as there."""
         raise NotImplementedError
 
     def read_ranges(
@@ -201,7 +202,9 @@ class Store:
         advice: str = "",
     ) -> list[bytes]:
         """Bytes ``starts[i]:ends[i]`` of each ``names[i]``: all in one call (concurrent ranged GETs on object
-        storage), ``check(i, data)`` as in :meth:`read_bytes`, within the same retry budget."""
+        storage), ``check(i, data)`` as in :meth:`read_bytes`, within the same retry budget. Each request is
+        retried alone, with the whole budget: a request that fails (or whose bytes fail ``check``) is
+        made again, the others are not; an error names the object whose request failed."""
         raise NotImplementedError
 
     def map_local(self, name: str) -> tuple[bytes | mmap.mmap, os.stat_result]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pickle
 from collections import Counter
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -15,6 +16,7 @@ from torch.utils.data import DataLoader, WeightedRandomSampler
 from shardstream import ShardDataset, ShardMap, TokenDataset
 from shardstream.errors import TransformError, UsageError
 from shardstream.manifest.index_parquet import index_parquet
+from shardstream.storage import RetryPolicy
 from tests.sample_datasets import key_of, write_dataset
 from tests.token_corpus import pack_positions
 
@@ -154,6 +156,28 @@ def test_index_errors_are_index_errors_for_python_sequences(tmp_path):
     m = ShardMap(url, decode=None)
     assert [s["__key__"] for s in m] == [key_of(0), key_of(1)]
     assert m.sample_set.per_shard.tolist() == [2]
+
+
+def test_a_bool_is_not_a_sample_index(tmp_path):
+    url = write_dataset(tmp_path, [3], fmt="tar")
+    m = ShardMap(url, decode=None)
+    for bad in (True, False, np.bool_(True)):
+        with pytest.raises(TypeError, match="sample indexes are integers, not"):
+            m[bad]
+        with pytest.raises(TypeError, match="sample indexes are integers, not"):
+            m.__getitems__([0, bad])
+    assert m[np.int64(1)]["__key__"] == key_of(1)  # numpy integers are integers
+
+
+def test_the_storage_keywords_of_shard_dataset(tmp_path):
+    url = write_dataset(tmp_path, [3], fmt="tar")
+    kw = {"retries": 2, "timeout": 7.5, "cache_limit": "1MB", "cache_dir": str(tmp_path / "c")}
+    m, d = ShardMap(url, decode=None, **kw), ShardDataset(url, decode=None, **kw)
+    assert m.storage == d.storage
+    assert (m.storage.retries, m.storage.timeout, m.storage.cache_limit) == (2, 7.5, "1MB")
+    assert m.store.retry == RetryPolicy(2, 7.5)
+    with pytest.raises(ValueError, match="retries must be 0 or more"):
+        ShardMap(url, retries=-1)
 
 
 def test_spawned_workers_open_their_own_shards(tmp_path):

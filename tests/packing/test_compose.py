@@ -161,6 +161,15 @@ def test_merge_and_split_on_the_command_line(two):
     assert set(read_all(data / "S/train")) | set(read_all(data / "S/val")) == keys["A"] | keys["B"]
     done = runner.invoke(cli, ["log", str(data / "S/train")])
     assert done.exit_code == 0 and " split" in done.output
+    # run again: refused, suggesting only what these commands take (they have no --append)
+    for args in (
+        ["split", str(data / "M"), str(data / "S"), "--into", "train=0.9", "val=0.1"],
+        ["merge", str(data / "A"), str(data / "B"), str(data / "M")],
+    ):
+        again = runner.invoke(cli, args)
+        assert again.exit_code == 1
+        assert "already holds a dataset" in again.output and "--overwrite" in again.output
+        assert "--append" not in again.output
 
 
 def image_folder(root, classes: tuple[str, ...], n: int, tag: str) -> None:

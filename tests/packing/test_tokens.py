@@ -12,7 +12,7 @@ from click.testing import CliRunner
 
 import shardstream as ss
 from shardstream.cli import cli
-from shardstream.errors import EncodeError, UsageError
+from shardstream.errors import DatasetExistsError, EncodeError, UsageError
 from shardstream.formats.tokens import TokenShard
 from shardstream.manifest import dataset_store
 from shardstream.manifest.verify import verify
@@ -213,3 +213,9 @@ def test_overwrite_with_fewer_token_shards_leaves_none_of_the_old_ones(corpus, t
     )
     assert few.manifest.num_shards < many.manifest.num_shards
     assert sorted(p.name for p in (tmp_path / "ds").glob("shard-*")) == sorted(few.manifest.paths)
+    # without overwrite: refused, suggesting no append (token datasets are packed again instead)
+    with pytest.raises(DatasetExistsError, match="already holds a dataset") as info:
+        ss.pack(
+            root / "src", tmp_path / "ds", format="tokens", tokenizer=str(tokenizer), progress=False
+        )
+    assert "--overwrite" in str(info.value) and "append" not in str(info.value)

@@ -7,6 +7,7 @@ import hashlib
 import logging
 import multiprocessing as mp
 import os
+import re
 import signal
 import time
 from pathlib import Path
@@ -109,6 +110,20 @@ def test_a_limit_below_what_is_in_use_warns_and_still_works(tmp_path, caplog):
         second = c.get(key(1), lambda: blob(1))
     assert bytes(first) == blob(0) and bytes(second) == blob(1)
     assert "raise cache_limit" in caplog.text
+
+
+def test_the_limit_warning_says_what_exceeds_the_limit(tmp_path, caplog):
+    c = DiskCache(tmp_path, limit=SIZE * 3 // 2)
+    first = c.get(key(0), lambda: blob(0))  # in use: one shard, within the limit
+    with caplog.at_level(logging.WARNING, logger="shardstream"):
+        second = c.get(key(1), lambda: blob(1))  # it and the next do not fit
+    assert bytes(first) == blob(0) and bytes(second) == blob(1)
+    (message,) = [r.getMessage() for r in caplog.records]
+    needed, limit = re.search(
+        r"needs ([\d,]+) bytes .* cache_limit=([\d,]+) allows", message
+    ).groups()
+    assert int(needed.replace(",", "")) == 2 * SIZE > int(limit.replace(",", "")) == SIZE * 3 // 2
+    assert f"{SIZE:,} in shards being read and {SIZE:,} for the shard arriving" in message
 
 
 def test_files_that_are_not_shards_are_left_alone(tmp_path):
