@@ -213,6 +213,7 @@ def judge(
     replace what is there, so both may succeed one after the other, the later one's dataset standing."""
     from shardstream.errors import ManifestError
     from shardstream.manifest.verify import verify
+    from shardstream.manifest.versions import versions_folder
 
     race = Race(dest, offsets, results)
     after = watcher.manifest_bytes()
@@ -253,7 +254,11 @@ def judge(
         named |= {shards["table"]} if isinstance(shards, dict) and "table" in shards else set()
         for side in (m.selection, m.image_sizes):  # side files the manifest names
             named |= {side.reference["file"]} if side is not None else set()
-    race.leftovers = sorted(set(watcher.versions()) - named)
+    # the published version's file (an overwrite's, the next version), and no older one
+    version = json.loads(after or b"{}").get("version")
+    named |= {"_versions", f"_versions/{version:06d}.json"} if isinstance(version, int) else set()
+    found = [f"_versions/{n}" for n in versions_folder(watcher.store).list_files()]
+    race.leftovers = sorted((set(watcher.versions()) | set(found)) - named)
     return race
 
 
