@@ -20,6 +20,8 @@ import pytest
 import shardstream as ss
 import shardstream.manifest.versions as versions
 import shardstream.packing.destination as destination
+import shardstream.packing.gc as gc_module
+from shardstream.errors import ShardstreamError
 from shardstream.manifest import load_manifest
 from shardstream.manifest.files import manifest_files
 from shardstream.manifest.versions import list_versions
@@ -204,6 +206,26 @@ def test_gc_completes_a_publish_cut_short_before_it_removes_the_head_s_version(
     assert list_versions(living.store) == [3]
     assert json.loads((tmp_path / "ds" / "_manifest.json").read_bytes())["version"] == 3
     judge(living, replacing, "after gc")
+
+
+def test_gc_that_finds_a_new_version_at_each_look_removes_nothing_and_says_so(
+    tmp_path, monkeypatch
+):
+    living = Living(str(tmp_path / "ds"))
+    looks = []
+
+    def changing(store):  # as if a version were published between any two looks
+        looks.append(1)
+        return [*list_versions(store), 100 + len(looks)]
+
+    monkeypatch.setattr(gc_module, "list_versions", changing)
+    with pytest.raises(
+        ShardstreamError, match=r"changed each of the 8 times gc read it .*run gc again"
+    ):
+        living.gc()
+    monkeypatch.undo()
+    assert living.store.exists("shard-000000-0123456789abcdef.tar")  # nothing was removed
+    assert list_versions(living.store) == [1, 2]
 
 
 # -- the same races between processes, at random offsets ------------------------------------------------------
