@@ -76,7 +76,11 @@ def verify(
 @click.option(
     "--output", default=None, help="Folder for _manifest.json [default: the shards' folder]."
 )
-@click.option("--overwrite", is_flag=True, help="Replace an existing manifest.")
+@click.option(
+    "--overwrite",
+    is_flag=True,
+    help="Publish over an existing dataset, as its next version (the earlier ones stay until gc).",
+)
 @click.option(
     "--force",
     is_flag=True,
@@ -125,7 +129,8 @@ def index_(
             err=True,
         )
     indexes = ", with their sample indexes" if result.indexes_written else ""
+    version = f" as version {m.version}" if m.version > 1 else ""
     click.echo(
         f"indexed {count(m.num_shards, 'shard')}, {count(m.num_samples, 'sample')}, "
-        f"{format_size(m.total_bytes)}{indexes} -> {safe(result.url)}/_manifest.json"
+        f"{format_size(m.total_bytes)}{indexes}{version} -> {safe(result.url)}/_manifest.json"
     )

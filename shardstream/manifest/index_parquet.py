@@ -23,8 +23,8 @@ from ..formats import parquet as parquet_format
 from ..formats.arrow import describe_schema, schema_to_text
 from ..formats.tar_index import index_name
 from ..storage import Store, is_url
-from .files import write_durably, write_manifest
-from .index_tars import IndexResult, common_folder, relative_name
+from .files import write_durably
+from .index_tars import IndexResult, common_folder, publish_index, relative_name
 from .schema import MANIFEST_NAME, Manifest, creation_info
 
 SUFFIX = ".parquet"
@@ -171,10 +171,10 @@ def index_parquet(
         sha256=digests,
         fields=describe_schema(schema),
         arrow_schema=schema_to_text(schema),
-        created=creation_info(source="index", indexed=len(names)),
+        created=creation_info(source="index", operation="index", indexed=len(names)),
         index_sha256=indexes,
     )
-    write_manifest(root, manifest)
+    publish_index(root, manifest)
     return IndexResult(manifest, root.url)
 
 

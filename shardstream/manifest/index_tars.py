@@ -23,9 +23,11 @@ from ..formats.compression import decompress, true_compression
 from ..formats.tar import build_index
 from ..formats.tar_index import index_name
 from ..storage import Store, is_url
-from .files import IN_PROGRESS, sync_existing, write_durably, write_manifest
+from ..storage.conditional import WriteConflict
+from .files import IN_PROGRESS, sync_existing, write_durably
 from .image_sizes import ShardSizes, encode_image_sizes
 from .schema import MANIFEST_NAME, Manifest, creation_info
+from .versions import publish_next
 
 log = logging.getLogger("shardstream")
 
@@ -146,6 +148,7 @@ def _scan(urls: list[str], root: Store, on_shard: Callable[[int], None] | None) 
         ],
         created=creation_info(
             source="index",
+            operation="index",
             indexed=len(names),
             compressions=", ".join(
                 f"{k or 'none'} {n}"
@@ -276,6 +279,19 @@ def _write_indexes(root: Store, result: IndexResult) -> None:
     result.indexes_written = True
 
 
+def publish_index(root: Store, manifest: Manifest) -> None:
+    """Publish an index's manifest in ``root``: version 1 where there is no dataset, else (``--overwrite``)
+    the next version after the latest, as a pack publishes one (so that readers never follow an older
+    version past it); the earlier versions stay until 'shardstream gc' removes them."""
+    try:
+        publish_next(root, manifest)
+    except WriteConflict:
+        raise WriteConflict(
+            f"cannot index into {root.url}: another writer published version {manifest.version} there "
+            "meanwhile; index again"
+        ) from None
+
+
 def _unfinished_packs(urls: list[str], root: Store) -> list[Store]:
     """The folders among the shards' and ``root`` that hold the marker of an unfinished shardstream pack."""
     folders = {root.root if root.local else root.url: root}
@@ -336,7 +352,7 @@ def index(
         )
     sync_existing(root, result.manifest.paths)  # shards written just before may not be on disk yet
     _write_indexes(root, result)
-    write_manifest(root, result.manifest)
+    publish_index(root, result.manifest)
     if force and any(store is root for store in unfinished):
         root.remove(IN_PROGRESS)  # the user says this folder's writing has finished
     return result

@@ -2,15 +2,24 @@
 
 Version ``N`` of a dataset is the manifest head ``_versions/00000N.json`` (its shard table, if it has
 one, is named by its hash beside ``_manifest.json``, as always); ``_manifest.json`` holds a copy of the
-latest, for readers that know nothing of versions. A publish of version ``N`` is an exclusive create of
-``_versions/00000N.json`` (a hard link locally, a PUT with ``If-None-Match: *`` on S3): of two writers
-that both build on version ``N - 1``, one creates it and the other is refused, so no update is ever lost.
-``_manifest.json`` is moved forward afterwards (only forward); a reader that finds a newer version file
-than the head it read (a publish cut short between the two writes) follows it, so the latest version is
-the head's, or the first missing number after it, minus one: one extra small request per open.
+latest, for readers that know nothing of versions. A publish of version ``N`` over a dataset (an append,
+a ``pack --overwrite``, an ``index --overwrite``) is an exclusive create of ``_versions/00000N.json`` (a
+hard link locally, a PUT with ``If-None-Match: *`` on S3): of two writers that both build on version
+``N - 1``, one creates it and the other is refused, so no update is ever lost. ``_manifest.json`` is
+moved forward afterwards (only forward); a reader that finds a newer version file than the head it read
+(a publish cut short between the two writes) follows it, so the latest version is the head's, or the
+first missing number after it, minus one: one extra small request per open.
 
-Datasets packed before versions existed have no ``_versions`` folder: their ``_manifest.json`` is
-version 1, and the first append writes ``_versions/000001.json`` for it.
+That request asks for a file that is usually missing. S3 answers a GET of a missing key with 403, not
+404, to a caller that may read but not list the bucket, so a 403 there is taken as "no newer version"
+too (:func:`~shardstream.storage.classify.is_missing`): the head was read with the same credentials
+just before, and the head is moved right after each version file is written, so the most such a
+reader can miss is a publish cut short or still under way, and it reads the head's version, a
+complete published one. (Asking without a GET would need a listing, which such callers may not do
+either, or trusting the head alone, which would miss a publish cut short for every reader.)
+
+Datasets packed before versions existed, and fresh packs, have no ``_versions`` folder: their
+``_manifest.json`` is version 1, and the first publish over it writes ``_versions/000001.json`` for it.
 """
 
 from __future__ import annotations
@@ -19,19 +28,30 @@ import contextlib
 import json
 import os
 import re
+import uuid
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from ..errors import ManifestError, StorageError
 from ..storage import DiskCache, Store
+from ..storage.classify import is_missing
 from ..storage.conditional import Expect, WriteConflict
-from .files import dataset_store, parse_manifest, read_head, write_durably
+from .files import (
+    dataset_store,
+    manifest_files,
+    parse_manifest,
+    read_head,
+    write_durably,
+    write_manifest,
+)
 from .schema import MANIFEST_NAME, Manifest
 
 VERSIONS = "_versions"
 _VERSION_FILE = re.compile(r"^([0-9]{6,})\.json$")
 _MOVES = 16  # attempts to move _manifest.json forward while other writers move it too
+_FOLDERS: weakref.WeakKeyDictionary[Store, Store] = weakref.WeakKeyDictionary()
 
 
 def load_manifest(
@@ -96,28 +116,39 @@ def _follow(
 ) -> Manifest:
     """The newest version from ``manifest`` on: its successors' files, while there are any."""
     while True:
-        found = _read_optional(store, version_name(manifest.version + 1))
+        # a 403 too: what S3 answers for a missing key to a reader that may not list (see the module)
+        found = _read_optional(store, version_name(manifest.version + 1), hidden=True)
         if found is None:
             return manifest
         manifest = parse_manifest(store, found, version_name(manifest.version + 1), cache)
 
 
-def _read_optional(store: Store, name: str) -> bytes | None:
-    """The file ``name`` of ``store``, or None if there is none: one GET (asking whether it exists first
-    would cost a request more, and on S3 a listing more)."""
+def _read_optional(store: Store, name: str, hidden: bool = False) -> bytes | None:
+    """The file ``name`` of ``store``, or None if there is none (``hidden``: or if it may not be read,
+    see :func:`~shardstream.storage.classify.is_missing`): one GET (asking whether it exists first would
+    cost a request more, and on S3 a listing more)."""
     try:
         return bytes(store.read_bytes(name))
     except StorageError as exc:
-        if isinstance(exc.__cause__, FileNotFoundError):
+        if is_missing(exc, hidden):
             return None
         raise
 
 
+def versions_folder(store: Store) -> Store:
+    """The store of ``store``'s ``_versions`` folder, made once per store: a new store connects anew (on S3 a
+    new client, about half a second here)."""
+    folder = _FOLDERS.get(store)
+    if folder is None:
+        folder = Store(f"{store.url}/{VERSIONS}", store.storage_options, store.retry)
+        _FOLDERS[store] = folder
+    return folder
+
+
 def list_versions(store: Store) -> list[int]:
     """The numbers of the versions of the dataset in ``store`` that can be read, oldest first."""
-    folder = Store(f"{store.url}/{VERSIONS}", store.storage_options, store.retry)
     try:
-        names = folder.list_files()
+        names = versions_folder(store).list_files()
     except StorageError as exc:
         if not isinstance(exc.__cause__, FileNotFoundError):
             raise
@@ -146,11 +177,17 @@ def version_of(head: bytes) -> int:
 
 
 def commit_version(
-    store: Store, head: bytes, version: int, fsync: bool = True, honoured: bool = True
+    store: Store,
+    head: bytes,
+    version: int,
+    fsync: bool = True,
+    honoured: bool = True,
+    replaces: tuple[str, int] | None = None,
 ) -> None:
     """Publish the manifest head ``head`` (its shard table already written) as version ``version``: an
     exclusive create of its version file, then ``_manifest.json`` moved forward to it. Raises
-    :class:`~shardstream.storage.conditional.WriteConflict` if another writer published ``version`` first.
+    :class:`~shardstream.storage.conditional.WriteConflict` if another writer published ``version`` first
+    (or replaced ``_manifest.json`` meanwhile, see :func:`move_head`; then the version file is removed again).
     ``honoured``: the store refuses a conditional write whose condition fails (else the write is plain,
     and the caller checks afterwards). Locally the caller holds the folder's lock
     (:meth:`~shardstream.storage.store.Store.locked`)."""
@@ -159,13 +196,41 @@ def commit_version(
         store.write_if(name, head, Expect(None), fsync, locked=store.local)
     else:
         write_durably(store, name, head, fsync)
-    move_head(store, head, version, fsync, honoured)
+    try:
+        move_head(store, head, version, fsync, honoured, replaces)
+    except WriteConflict:
+        # no reader follows it (the head says it is that version), no writer builds on it
+        store.remove(name)
+        raise
 
 
-def move_head(store: Store, head: bytes, version: int, fsync: bool, honoured: bool) -> None:
-    """Make ``_manifest.json`` hold ``head`` (version ``version``) unless it holds a newer version already."""
+def move_head(
+    store: Store,
+    head: bytes,
+    version: int,
+    fsync: bool,
+    honoured: bool,
+    replaces: tuple[str, int] | None = None,
+) -> None:
+    """Make ``_manifest.json`` hold ``head`` (version ``version``) unless it holds a newer version already.
+    Raises :class:`~shardstream.storage.conditional.WriteConflict` where moving it would silently drop what
+    another writer published without a version file (``write_manifest``, a shardstream before versions): if
+    it holds another version ``version``, or (``replaces``: the tag and version of the head the writer found
+    when it began) if it was replaced by one no newer than that head."""
     for _ in range(_MOVES):
         found = store.read_tagged(MANIFEST_NAME)
+        if found is not None and (
+            (version_of(found[0]) == version and found[0] != head)
+            or (
+                replaces is not None
+                and found[1] != replaces[0]
+                and version_of(found[0]) <= replaces[1]
+            )
+        ):
+            raise WriteConflict(
+                f"cannot publish version {version} of {store.url}: {MANIFEST_NAME} was replaced by "
+                "another writer meanwhile (another writer was first)"
+            )
         if found is not None and version_of(found[0]) >= version:
             return
         if not honoured:
@@ -184,6 +249,46 @@ def move_head(store: Store, head: bytes, version: int, fsync: bool, honoured: bo
             continue  # another writer moved it meanwhile: look again
 
 
+def record_head(store: Store) -> None:
+    """Write the version file of the version ``_manifest.json`` holds if it has none (a dataset packed before
+    versions, or a fresh pack), byte for byte the head, so that it stays readable as that version once a
+    newer one is published. Exclusive: a conflict means another writer wrote it first, the same bytes.
+    Locally the caller holds the folder's lock."""
+    head = store.read_tagged(MANIFEST_NAME)
+    if head is None:
+        return
+    version = version_of(head[0])
+    if version < 1 or store.read_tagged(version_name(version)) is not None:
+        return
+    with contextlib.suppress(WriteConflict):
+        store.write_if(version_name(version), head[0], Expect(None), locked=store.local)
+
+
+def publish_next(store: Store, manifest: Manifest, fsync: bool = True) -> Manifest:
+    """Publish ``manifest`` in ``store`` in place of what is there, as the dataset's next version: version 1
+    (``_manifest.json`` written) where there is no version yet, else the latest version plus one, published
+    as an append publishes one (the shard table, then the exclusive create of its version file, then
+    ``_manifest.json`` moved forward), so that readers never follow an older version past it and a writer
+    that publishes the same number at once is refused. Earlier versions stay readable, their files left
+    as they are ('shardstream gc' removes them). Raises
+    :class:`~shardstream.storage.conditional.WriteConflict` if another writer published that version first.
+    """
+    numbers = [n for n in list_versions(store) if n > 0]
+    if not numbers:
+        manifest.version = 1
+        write_manifest(store, manifest, fsync)
+        return manifest
+    manifest.version = max(numbers) + 1
+    files = manifest_files(manifest)
+    for name, data in files[:-1]:  # side files and the shard table, before the head that names them
+        write_durably(store, name, data, fsync)
+    honoured = store.honours_conditions(f".shardstream-probe-{uuid.uuid4().hex[:16]}")
+    with store.locked():
+        record_head(store)
+        commit_version(store, files[-1][1], manifest.version, fsync, honoured)
+    return manifest
+
+
 @dataclass(frozen=True)
 class VersionEntry:
     """One line of a dataset's log."""
@@ -193,7 +298,7 @@ class VersionEntry:
     samples: int
     shards: int
     fingerprint: str
-    operation: str  # pack, append, merge, split
+    operation: str  # pack, append, merge, split, index
 
 
 def history(store: Store) -> list[VersionEntry]:
@@ -224,7 +329,10 @@ __all__ = [
     "history",
     "list_versions",
     "move_head",
+    "publish_next",
     "read_version",
+    "record_head",
     "version_name",
+    "versions_folder",
     "version_of",
 ]

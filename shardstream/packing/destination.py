@@ -4,11 +4,12 @@ Every run has a token of its own (16 hex digits) and names its shards with it
 (``shard-000000-<token>.tar``, and ``<shard>.idx`` for their sample indexes; a large manifest's shard
 table is named by the hash of columns that name them), so no run ever writes where another run's bytes
 live, published or not. The manifest, written last, names exactly the objects this run wrote, and is
-published by a conditional write: it appears only if ``_manifest.json`` still holds what it held when
-the run claimed the destination (nothing, or, with ``overwrite``, the version it replaces). Locally that
-is a hard link of the finished file (or a check and rename under a lock on the folder); on S3 a PUT with
-``If-None-Match: *`` or ``If-Match`` on the previous manifest's ETag. Of two runs at once, at most one
-publishes; the other removes what it wrote and says so in its one-line error. On object storage the run
+published by an exclusive create: into an empty destination, of ``_manifest.json``; over a dataset (an
+append, or an ``overwrite``), of the version file of the next version after the one the run found when
+it claimed the destination (``_versions/00000N.json``, then ``_manifest.json`` is moved forward: see
+:mod:`shardstream.manifest.versions`), so that every writer over one dataset contends for the same object.
+Locally that is a hard link of the finished file; on S3 a PUT with ``If-None-Match: *``. Of two runs at
+once, at most one publishes; the other removes what it wrote and says so in its one-line error. On object storage the run
 also re-reads the manifest after writing it and fails loudly if it is not its own: the only check a store
 that ignores the condition allows (asked once per publish,
 :meth:`~shardstream.storage.store.Store.honours_conditions`; there two packs at once are not safe, the
@@ -58,8 +59,10 @@ from ..manifest.versions import (
     commit_version,
     list_versions,
     read_version,
+    record_head,
     version_name,
     version_of,
+    versions_folder,
 )
 from ..storage import Store
 from ..storage.conditional import Expect, WriteConflict
@@ -70,8 +73,11 @@ __all__ = [
     "DestinationLost",
     "check_claim",
     "check_written",
+    "is_probe",
     "made_by_shardstream",
+    "may_be_written_by",
     "prepare_destination",
+    "run_token",
 ]
 
 log = logging.getLogger(__name__)
@@ -111,6 +117,28 @@ def made_by_shardstream(name: str) -> bool:
     )
 
 
+def run_token(name: str) -> str | None:
+    """The token of the run that wrote ``name`` (a shard, its sample index, a temporary file of one, a probe of
+    conditional writes), or ``None`` if its name carries none."""
+    match = _RUN_FILE.match(name) or _PROBE.match(name) or _RUN_TEMP.match(name)
+    return None if match is None else match["run"]
+
+
+def is_probe(name: str) -> bool:
+    """Whether ``name`` is a run's probe of conditional writes (``.shardstream-probe-<token>``)."""
+    return _PROBE.match(name) is not None
+
+
+def may_be_written_by(name: str, tokens: set[str]) -> bool:
+    """Whether ``name`` may be a file of one of the runs whose tokens are ``tokens`` (runs that hold, or held, the
+    destination's claim): one named with such a token, or, while there is any, a file that runs write without
+    their token (a shard table, a side file, a temporary file of one): nothing tells whose those are."""
+    if not tokens:
+        return False
+    token = run_token(name)
+    return token in tokens if token is not None else not _PLAIN_SHARD.match(name)
+
+
 class DestinationLost(ShardstreamError):
     """Another pack claimed or published the destination while this one was writing: nothing of this run
     was published (and, said in the message, what it wrote was removed)."""
@@ -140,6 +168,8 @@ class Claim:
     # the version this run publishes, and (appends) the one its shards are added to
     version: int = 1
     base: Manifest | None = None
+    # the version number the manifest this run replaces says it is
+    replaced_version: int = 0
 
     def shard_name(self, index: int, shard_format: str) -> str:
         """The name this run writes shard ``index`` to: ``shard-000000-<token>.tar``."""
@@ -147,8 +177,7 @@ class Claim:
 
     def owns(self, name: str) -> bool:
         """Whether this run wrote ``name`` (its token is in it, or it is one of the run's untokened files)."""
-        match = _RUN_FILE.match(name) or _PROBE.match(name) or _RUN_TEMP.match(name)
-        return (match is not None and match["run"] == self.token) or name in self.extra
+        return run_token(name) == self.token or name in self.extra
 
     def check(self) -> None:
         """Raise :class:`DestinationLost` unless this run still holds the destination's claim."""
@@ -219,12 +248,13 @@ class Claim:
                 store.locked(),
             ):
                 self.check()
-                # an append: its version's exclusive create is the publish
-                if self.base is not None:
-                    commit_version(store, head, self.version, self.fsync, honoured)
-                elif honoured:
+                # over a dataset (an append, an overwrite): its version's exclusive create is the publish
+                if self.versioned:
+                    replaces = (str(self.replaces), self.replaced_version)
+                    commit_version(store, head, self.version, self.fsync, honoured, replaces)
+                elif honoured:  # a fresh dataset: _manifest.json must still be free
                     store.write_if(
-                        MANIFEST_NAME, head, Expect(self.replaces), self.fsync, locked=store.local
+                        MANIFEST_NAME, head, Expect(None), self.fsync, locked=store.local
                     )
                 else:
                     store.write_bytes(MANIFEST_NAME, head)
@@ -254,8 +284,14 @@ class Claim:
             )
         return manifest
 
+    @property
+    def versioned(self) -> bool:
+        """Whether this run publishes a version over a dataset (an append, or an overwrite of one): by the
+        exclusive create of its version file, which every writer over that dataset contends for."""
+        return self.base is not None or self.replaces is not None
+
     def _is_published(self, head: bytes) -> bool:
-        name = version_name(self.version) if self.base is not None else MANIFEST_NAME
+        name = version_name(self.version) if self.versioned else MANIFEST_NAME
         found = self.store.read_tagged(name)
         return found is not None and found[0] == head
 
@@ -266,10 +302,15 @@ class Claim:
                 f"{self.store.url}: another writer published version {self.version} first",
                 "run it again: it builds on the latest version",
             )
-        state = "appeared" if self.replaces is None else "was replaced"
+        if self.replaces is None:
+            state = f"{MANIFEST_NAME} appeared"
+        elif self.store.exists(version_name(self.version)):
+            state = f"version {self.version} was published first"
+        else:
+            state = f"{MANIFEST_NAME} was replaced"
         return self.lost(
             f"{self.store.url}: another pack published a dataset there while this one was writing "
-            f"({MANIFEST_NAME} {state})",
+            f"({state})",
             "pack again with --overwrite (overwrite=True) to "
             "replace it, or let one pack at a time write there",
         )
@@ -395,6 +436,7 @@ def prepare_destination(
         leftovers,
         version=1 if latest is None else latest + 1,
         base=base,
+        replaced_version=0 if current is None else version_of(current[0]),
     )
 
 
@@ -432,18 +474,12 @@ def _append_base(store: Store, token: str) -> Manifest:
             "with --overwrite"
         )
     base = read_version(store)
-    name = version_name(base.version)
-    if store.read_tagged(name) is None:
-        head = store.read_tagged(MANIFEST_NAME)
-        if head is not None and version_of(head[0]) == base.version:
-            # (a conflict: another append wrote it first, the same head)
-            with contextlib.suppress(WriteConflict):
-                store.write_if(name, head[0], Expect(None), locked=store.local)
+    record_head(store)
     return base
 
 
 def _version_files(store: Store) -> list[str]:
-    return Store(f"{store.url}/{VERSIONS}", store.storage_options, store.retry).list_files()
+    return versions_folder(store).list_files()
 
 
 def _named_by_versions(store: Store) -> set[str] | None:

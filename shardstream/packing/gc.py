@@ -1,25 +1,45 @@
 """``gc``: remove what no kept version of a dataset needs: older version files, their shards, indexes and
 shard tables, and what crashed runs left.
 
-The newest ``keep`` versions are kept whole: nothing any of them names is ever removed. Version files go
-first (so no readable version ever names a removed shard), then the files. Files of a run that holds the
-destination's claim (``.shardstream-writing``: a pack or append under way, or one that crashed) are left
-alone; the next run there, or a ``gc`` once it is gone, removes them. A dry run (the default) only says
-what would go. Readers that opened a removed version keep their open shards only where they hold them
-already: pin a version you read to keep it (``--keep``).
+The newest ``keep`` versions are kept whole: nothing any of them names is ever removed, nor anything a run
+that holds the destination's claim (``.shardstream-writing``: a pack or append under way, or one that
+crashed) may be about to publish: its files, named with its token, and, while any run holds the claim, the
+files runs write without their token (shard tables, side files, temporary files). The next run there, or a
+``gc`` once the claim is gone, removes what such a run left. Probes of conditional writes
+(``.shardstream-probe-<token>``, a few bytes, which a run writes and removes again, some before it claims the
+destination) are left to the runs' own clean-up. A dry run (the default) only says what would go.
+
+What to remove is decided at one instant although it takes several reads: the claim is read, then the
+versions are listed and the kept ones read, then the folder is listed; then the claim is read again and the
+versions listed again, and if a version was published meanwhile, all of it is read again. A run whose files
+the listing found, and that publishes after the second look at the versions, still held the claim at the
+second look at the claim (a run releases its claim only after it publishes, and one that lost the claim can
+no longer publish), so its files are spared. Locally that holds for every run (a run's last check of its
+claim and its publish are one step under the folder's lock); on object storage a run checks its claim and
+then publishes by a second request, so a run that another run's claim overtook between those two requests,
+and whose publish lands while ``gc`` removes files, is not covered.
+
+The head (``_manifest.json``) is moved forward to the newest kept version first if a publish was cut short
+before moving it; then the older version files go (so no readable version ever names a removed shard), then
+the files. Readers that opened a removed version keep their open shards only where they hold them already:
+pin a version you read to keep it (``--keep``).
 """
 
 from __future__ import annotations
 
 import json
+import uuid
 from dataclasses import dataclass, field
 
-from ..errors import ShardstreamError, StorageError
-from ..manifest.files import IN_PROGRESS, sync_folder
+from ..errors import ManifestError, ShardstreamError, StorageError
+from ..manifest.files import IN_PROGRESS, parse_manifest, sync_folder
 from ..manifest.schema import MANIFEST_NAME
-from ..manifest.versions import list_versions, read_version, version_name
+from ..manifest.versions import list_versions, move_head, version_name, version_of
 from ..storage import Store
-from .destination import made_by_shardstream
+from ..storage.classify import is_missing
+from .destination import is_probe, made_by_shardstream, may_be_written_by
+
+_ATTEMPTS = 8  # looks at a dataset that versions are published to meanwhile, before giving up
 
 
 @dataclass
@@ -33,61 +53,140 @@ class Collection:
     deleted: bool = False
 
 
+class _Changed(Exception):
+    """A version gc was reading went away meanwhile: look again."""
+
+
 def collect(store: Store, keep: int, delete: bool = False) -> Collection:
     """Remove (with ``delete``; else only list) what the newest ``keep`` versions of ``store`` do not need."""
     if isinstance(keep, bool) or not isinstance(keep, int) or keep < 1:
         raise ShardstreamError(f"--keep must be 1 or more (the latest version stays), not {keep!r}")
-    numbers = list_versions(store)
-    if not numbers:
-        raise ShardstreamError(f"{store.url} holds no dataset ({MANIFEST_NAME} is missing)")
-    kept, dropped = numbers[-keep:], numbers[:-keep]
-    needed: set[str] = set()
-    for number in kept:
-        m = read_version(store, number)
-        needed |= {*m.paths, *(p + ".idx" for p in m.paths)}
-        if m.selection is not None:
-            needed.add(m.selection.reference["file"])
-        if m.image_sizes is not None:
-            needed.add(m.image_sizes.reference["file"])
-        needed |= _tables(store, number)
-    busy = _claimed_run(store)
-    files = [
-        n
-        for n in store.list_files()
-        if n not in needed and made_by_shardstream(n) and (busy is None or busy not in n)
-    ]
-    result = Collection(kept, dropped, files, sum(store.size(n) for n in files))
+    for _ in range(_ATTEMPTS):
+        result = _plan(store, keep)
+        if result is not None:
+            break
+    else:
+        raise ShardstreamError(
+            f"{store.url} changed each of the {_ATTEMPTS} times gc read it (versions were published or "
+            "removed meanwhile); nothing was removed: run gc again"
+        )
+    result.nbytes = sum(_size(store, n) for n in result.files)
     if delete:
-        with store.locked():
-            for number in dropped:
-                if store.exists(version_name(number)):
-                    store.remove(version_name(number))
-            for name in files:
-                store.remove(name)
+        _complete_head(store, result.kept[-1])
+        for number in result.versions:
+            _remove(store, version_name(number))
+        for name in result.files:
+            _remove(store, name)
         sync_folder(store)
         result.deleted = True
     return result
 
 
-def _tables(store: Store, number: int) -> set[str]:
-    """The shard table version ``number``'s head names, if any."""
-    found = store.read_tagged(version_name(number)) or store.read_tagged(MANIFEST_NAME)
+def _plan(store: Store, keep: int) -> Collection | None:
+    """What to keep and remove, or ``None`` if a version was published or removed while it was read (see the
+    module: the claim and the versions are looked at before and after the folder is listed)."""
+    held = {_claimed_run(store)}
+    numbers = _numbers(store)
+    if not numbers:
+        raise ShardstreamError(f"{store.url} holds no dataset ({MANIFEST_NAME} is missing)")
+    kept, dropped = numbers[-keep:], numbers[:-keep]
+    needed: set[str] = set()
     try:
-        shards = json.loads(found[0]).get("shards") if found else None
-    except ValueError:
-        return set()
+        for number in kept:
+            needed |= _named(store, number)
+    except _Changed:
+        return None
+    names = store.list_files()
+    held.add(
+        _claimed_run(store)
+    )  # the claim before the versions: a run releases it after publishing
+    if _numbers(store) != numbers:
+        return None
+    tokens = {token for token in held if token is not None}
+    files = [
+        n
+        for n in names
+        if n not in needed
+        and made_by_shardstream(n)
+        and not may_be_written_by(n, tokens)
+        and not is_probe(n)
+    ]
+    return Collection(kept, dropped, files)
+
+
+def _numbers(store: Store) -> list[int]:
+    return [n for n in list_versions(store) if n > 0]
+
+
+def _named(store: Store, number: int) -> set[str]:
+    """Every file version ``number`` names: shards, their sample indexes, its shard table and side files."""
+    name = version_name(number)
+    raw = _read(store, name)
+    if raw is None:  # a version without its file: the head's (a dataset packed before versions)
+        raw, name = _read(store, MANIFEST_NAME), MANIFEST_NAME
+        if raw is None or version_of(raw) != number:
+            raise _Changed
+    m = parse_manifest(store, raw, name)
+    if m.version != number:
+        raise ManifestError(
+            f"{store.url_of(name)} is damaged: it says it is version {m.version}; restore it or "
+            "remove that version's file"
+        )
+    named = {*m.paths, *(p + ".idx" for p in m.paths)}
+    for side in (m.selection, m.image_sizes):
+        if side is not None:
+            named.add(side.reference["file"])
+    shards = json.loads(raw).get("shards")
     table = shards.get("table") if isinstance(shards, dict) else None
-    return {table} if isinstance(table, str) else set()
+    return named | ({table} if isinstance(table, str) else set())
+
+
+def _read(store: Store, name: str) -> bytes | None:
+    try:
+        return bytes(store.read_bytes(name))
+    except StorageError as exc:
+        if is_missing(exc):
+            return None
+        raise
+
+
+def _size(store: Store, name: str) -> int:
+    """``name``'s size, 0 if it went meanwhile (a losing run removes its files, an overwrite what it replaced)."""
+    try:
+        return store.size(name)
+    except StorageError as exc:
+        if is_missing(exc):
+            return 0
+        raise
+
+
+def _remove(store: Store, name: str) -> None:
+    """Remove ``name`` unless it went meanwhile."""
+    try:
+        store.remove(name)
+    except StorageError as exc:
+        if not is_missing(exc):
+            raise
+
+
+def _complete_head(store: Store, latest: int) -> None:
+    """Move ``_manifest.json`` forward to version ``latest`` if a publish was cut short before moving it, so
+    that it never names a version whose files are removed."""
+    head = _read(store, MANIFEST_NAME)
+    if head is None or version_of(head) >= latest:
+        return
+    found = _read(store, version_name(latest))
+    if found is None:
+        return
+    honoured = store.honours_conditions(f".shardstream-probe-{uuid.uuid4().hex[:16]}")
+    with store.locked():
+        move_head(store, found, latest, True, honoured)
 
 
 def _claimed_run(store: Store) -> str | None:
     """The token of the run that holds the destination's claim, if one does."""
-    try:
-        return bytes(store.read_bytes(IN_PROGRESS)).decode("ascii", "replace").strip() or None
-    except StorageError as exc:
-        if isinstance(exc.__cause__, FileNotFoundError):
-            return None
-        raise
+    found = _read(store, IN_PROGRESS)
+    return None if found is None else found.decode("ascii", "replace").strip() or None
 
 
 __all__ = ["Collection", "collect"]

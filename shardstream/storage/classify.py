@@ -171,6 +171,22 @@ def is_transient(exc: BaseException) -> bool:
     )
 
 
+def is_missing(exc: BaseException, hidden: bool = False) -> bool:
+    """Whether the storage error ``exc`` says its object does not exist (404, no such file); with ``hidden``
+    also whether it may not exist: S3 answers a GET of a missing key with 403 (AccessDenied), not 404, to a
+    caller that may read objects but not list the bucket (no ``s3:ListBucket``: least-privilege roles,
+    anonymous reads of a public bucket without public listing), so such a caller cannot tell a missing
+    object from a forbidden one. Callers pass ``hidden`` only where an object that cannot be read may be
+    taken as absent."""
+    cause = exc.__cause__ if isinstance(exc, StorageError) else exc
+    if isinstance(cause, FileNotFoundError):
+        return True
+    return hidden and (
+        isinstance(cause, PermissionError)
+        or (isinstance(cause, OSError) and cause.errno in (errno.EACCES, errno.EPERM))
+    )
+
+
 def _no_credentials(exc: BaseException | None) -> bool:
     """Whether ``exc`` (or what caused it) is botocore's "Unable to locate credentials"."""
     for _ in range(4):  # s3fs wraps botocore's error; look a few causes deep

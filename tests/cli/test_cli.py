@@ -201,6 +201,7 @@ def test_pack_options_reach_the_dataset(tmp_path):
     assert doc["shard_format"] == "arrow"
     assert sorted(without_run(p.name) for p in dest.iterdir()) == [
         "_manifest.json",
+        "_versions",  # the overwrite is version 2, published by its version file
         "shard-000000.arrow",
     ]
 

@@ -201,3 +201,23 @@ def test_the_command_indexes_a_glob(tmp_path):
         cli, ["cat", str(tmp_path / "d"), "--key", "k003", "--field", "label"]
     )
     assert shown.stdout_bytes == b"3"
+
+
+def test_parquet_indexed_over_a_dataset_with_versions_is_its_next_version(tmp_path):
+    """Parquet files indexed in place into a folder that held an appended dataset: readers read them, not the
+    old version files' shards."""
+    from shardstream import ShardWriter
+    from shardstream.manifest import load_manifest
+
+    folder = tmp_path / "ds"
+    for append in (False, True):
+        with ShardWriter(str(folder), samples_per_shard=2, append=append) as w:
+            w.write({"__key__": f"old-{append}", "txt": "old"})
+    write_files(folder)
+    result = index_parquet([str(folder / "*.parquet")], str(folder), overwrite=True)
+    assert result.manifest.version == 3
+    latest = load_manifest(str(folder))
+    assert (latest.version, latest.shard_format, latest.num_samples) == (3, "parquet", sum(ROWS))
+    rows = [s["__key__"] for s in ShardDataset(str(folder), decode=None, shuffle=False)]
+    assert sorted(rows) == [f"k{i:03d}" for i in range(sum(ROWS))]
+    assert load_manifest(str(folder), version=2).num_samples == 2

@@ -468,3 +468,35 @@ def test_an_empty_file_is_not_a_tar(tmp_path):
     assert result.exit_code == 1
     assert "empty file" in assert_one_line_error(result.stderr, empty)
     assert not (folder / "_manifest.json").exists()
+
+
+def test_index_overwrite_over_a_dataset_with_versions_publishes_the_next_version(tmp_path):
+    """A folder that was appended to holds version files; an index written over it as version 1 was never
+    read (every reader followed the old version files past it). It is the next version, and the earlier
+    ones stay readable until gc removes them."""
+    from shardstream import ShardWriter
+    from shardstream.manifest import dataset_store, load_manifest
+    from shardstream.manifest.versions import history
+
+    folder = tmp_path / "ds"
+    for tag, append in (("a", False), ("b", True)):
+        with ShardWriter(str(folder), samples_per_shard=4, append=append) as w:
+            for i in range(6):
+                w.write({"__key__": f"{tag}/{i:03d}", "txt": f"{tag} {i}"})
+    write_wds(folder, n=5, pattern="extra-%06d.tar")  # another tool's tar in the same folder
+    result = invoke("index", folder, "--overwrite", "-q")
+    assert result.exit_code == 0, result.output
+    assert result.stdout.startswith("indexed 6 shards, 17 samples, ")
+    assert " as version 3 -> " in result.stdout
+    latest = load_manifest(str(folder))
+    assert (latest.version, latest.num_samples) == (3, 17)
+    keys = {s["__key__"] for s in ShardDataset(str(folder), decode=None, shuffle=False)}
+    assert len(keys) == 17 and {f"s{i:03d}" for i in range(5)} <= keys
+    assert "samples  17" in invoke("info", folder).stdout
+    assert load_manifest(str(folder), version=2).num_samples == 12  # still readable
+    assert [(e.version, e.operation) for e in history(dataset_store(str(folder)))] == [
+        (1, "pack"),
+        (2, "append"),
+        (3, "index"),
+    ]
+    assert verify(str(folder)).ok

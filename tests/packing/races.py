@@ -8,7 +8,8 @@ destination and checks each shard it names against it (size and sha256), as a re
 end, :func:`judge` says what a race left: which run published (its shards' checksums are exactly those of
 a clean pack of its source), whether ``verify`` passes, and whether the runs' reports agree with that.
 
-Runner side: ``python -m tests.packing.races`` (the repository on ``PYTHONPATH``).
+Runner side: ``python -m tests.packing.races`` (the repository on ``PYTHONPATH``). A runner also runs ``gc``
+(a job with ``gc``: the versions to keep), for the races of living datasets (:mod:`tests.packing.living_races`).
 """
 
 from __future__ import annotations
@@ -213,6 +214,7 @@ def judge(
     replace what is there, so both may succeed one after the other, the later one's dataset standing."""
     from shardstream.errors import ManifestError
     from shardstream.manifest.verify import verify
+    from shardstream.manifest.versions import versions_folder
 
     race = Race(dest, offsets, results)
     after = watcher.manifest_bytes()
@@ -253,7 +255,11 @@ def judge(
         named |= {shards["table"]} if isinstance(shards, dict) and "table" in shards else set()
         for side in (m.selection, m.image_sizes):  # side files the manifest names
             named |= {side.reference["file"]} if side is not None else set()
-    race.leftovers = sorted(set(watcher.versions()) - named)
+    # the published version's file (an overwrite's, the next version), and no older one
+    version = json.loads(after or b"{}").get("version")
+    named |= {"_versions", f"_versions/{version:06d}.json"} if isinstance(version, int) else set()
+    found = [f"_versions/{n}" for n in versions_folder(watcher.store).list_files()]
+    race.leftovers = sorted((set(watcher.versions()) | set(found)) - named)
     return race
 
 
@@ -369,6 +375,21 @@ def summary(races: list[Race]) -> str:
 # -- the runner process ----------------------------------------------------------------------------------------
 
 
+def _run(job: dict[str, Any]) -> dict[str, Any]:
+    """One job: a pack (``source``, ``dest``, ``options``), or with ``gc`` (the versions to keep) a ``gc --delete``
+    of ``dest`` (``options``: its ``storage_options``); what it published or removed."""
+    import shardstream
+    from shardstream.packing.gc import collect
+    from shardstream.storage import Store
+
+    if "gc" in job:
+        store = Store(job["dest"], job["options"].get("storage_options"))
+        done = collect(store, job["gc"], delete=True)
+        return {"removed": len(done.files), "versions_removed": done.versions}
+    result = shardstream.pack(job["source"], job["dest"], progress=False, **job["options"])
+    return {"version": result.manifest.version, "fingerprint": result.manifest.fingerprint}
+
+
 def _serve() -> None:
     import shardstream
     import shardstream.formats.arrow
@@ -397,10 +418,9 @@ def _serve() -> None:
             time.sleep(delay)
         started = time.perf_counter()
         try:
-            shardstream.pack(job["source"], job["dest"], progress=False, **job["options"])
-            answer = {"ok": True, "error": ""}
+            answer = {"ok": True, "error": "", **_run(job)}
         except shardstream.ShardstreamError as exc:
-            answer = {"ok": False, "error": str(exc)}
+            answer = {"ok": False, "error": str(exc), "kind": type(exc).__name__}
         except Exception as exc:  # noqa: BLE001 - reported to the test, which fails on it
             answer = {
                 "ok": False,

@@ -160,8 +160,9 @@ def test_an_overwrite_keeps_the_old_dataset_whole_until_its_manifest_is_publishe
     # still published
     assert load_manifest(Store(str(dest))).paths == old.manifest.paths and verify(str(dest)).ok
     writer.close()
-    # the old shards went after it
-    assert sorted(os.listdir(dest)) == sorted([MANIFEST_NAME, *indexed(writer.paths)])
+    # the old shards went after it; the new dataset is version 2, published by its version file
+    assert sorted(os.listdir(dest)) == sorted([MANIFEST_NAME, "_versions", *indexed(writer.paths)])
+    assert os.listdir(dest / "_versions") == ["000002.json"]
     assert verify(str(dest)).ok
 
 

@@ -366,3 +366,17 @@ def test_a_publish_cut_short_before_the_head_moved_is_followed_by_readers_and_wr
     assert third.manifest.version == 3
     assert json.loads((dest / MANIFEST_NAME).read_bytes())["version"] == 3
     assert set(read_all(dest)) == keys["one"] | keys["two"] | keys["three"]
+
+
+def test_a_version_is_not_published_over_a_head_of_its_number_written_without_its_file(tmp_path):
+    """A head written in place (``write_manifest``, an older shardstream's ``--overwrite``) that says version 2:
+    a writer whose exclusive create of version 2's file succeeds would otherwise stop moving the head and
+    report success, its version hidden behind the head's."""
+    store = Store(str(tmp_path / "ds"))
+    store.makedirs()
+    write_manifest(store, ss.Manifest("tar", ["theirs.tar"], [1], [1], [""], version=2))
+    mine = ss.Manifest("tar", ["mine.tar"], [1], [1], [""], version=2).to_json()
+    with pytest.raises(WriteConflict, match="was replaced by another writer"):
+        commit_version(store, mine, 2)
+    assert not store.exists(version_name(2))  # removed again: no reader follows it
+    assert load_manifest(store).paths == ["theirs.tar"]

@@ -48,12 +48,12 @@ def doc_without_created(dest: Path) -> dict:
 
 
 def shard_files(dest: Path) -> dict[str, bytes]:
-    """Every file in ``dest`` except the manifest and the shards' sample indexes, by name without the
-    run's token."""
+    """Every file in ``dest`` except the manifest, its versions and the shards' sample indexes, by name
+    without the run's token."""
     return {
         without_run(p.name): p.read_bytes()
         for p in sorted(dest.iterdir())
-        if p.name != "_manifest.json" and not p.name.endswith(".idx")
+        if p.name not in ("_manifest.json", "_versions") and not p.name.endswith(".idx")
     }
 
 
@@ -954,5 +954,10 @@ def test_a_repack_removes_the_old_shard_table(tmp_path):
     (dest / "_shards-0123456789abcdef.arrow").write_bytes(b"a large manifest's old shard table")
     result = pack(src, dest, overwrite=True, progress=False)
     assert sorted(p.name for p in dest.iterdir()) == sorted(
-        ["_manifest.json", *result.manifest.paths, *(f"{p}.idx" for p in result.manifest.paths)]
+        [
+            "_manifest.json",
+            "_versions",  # the overwrite is version 2, published by its version file
+            *result.manifest.paths,
+            *(f"{p}.idx" for p in result.manifest.paths),
+        ]
     )

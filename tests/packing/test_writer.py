@@ -296,6 +296,7 @@ def test_overwrite_replaces_and_removes_stale_shards(tmp_path):
     assert files_in(tmp_path) == [
         "README.md",
         MANIFEST_NAME,
+        "_versions",  # the overwrite is version 2, published by its version file
         *indexed("shard-000000.tar", "shard-000001.tar"),
     ]
     samples, _ = read_all(str(tmp_path))
@@ -308,7 +309,7 @@ def test_overwrite_with_another_format_removes_old_shards(tmp_path):
             w.write({"txt": f"old {i}"})
     with ShardWriter(str(tmp_path), format="arrow", overwrite=True) as w:
         w.write({"txt": "new"})
-    assert files_in(tmp_path) == [MANIFEST_NAME, "shard-000000.arrow"]
+    assert files_in(tmp_path) == [MANIFEST_NAME, "_versions", "shard-000000.arrow"]
 
 
 def test_destination_that_is_a_file(tmp_path):

@@ -40,6 +40,10 @@ Faults (``kind`` of :meth:`FaultProxy.inject`):
 ``status``
     Answer ``status`` (default 503) with ``body`` and ``headers``, never forwarding.
     :func:`s3_error` and :func:`gcs_error` make bodies the real services would send.
+    With ``instead_of``, forward, and answer ``status`` only where the server answered
+    ``instead_of`` (other answers pass unchanged and do not count as applied): e.g. 403
+    instead of 404, as S3 answers a GET of a missing key to a caller that may not list
+    the bucket.
 ``truncate``
     Forward; send the real headers (the full ``Content-Length``) and only ``nbytes``
     bytes of the body, then close the connection (``rst=True``: reset it). The client sees
@@ -137,6 +141,7 @@ class Rule:
     rst: bool = False
     content: bytes | str | None = None
     callback: Callable[[Seen], None] | None = None
+    instead_of: int | None = None
     matched: int = 0  # requests that passed the filters
     applied: int = 0  # of those, the ones the fault was applied to
     _pattern: re.Pattern[str] | None = field(default=None, repr=False)
@@ -351,21 +356,16 @@ class _Handler(socketserver.StreamRequestHandler):
         if kind == "reset" and not rule.forward:
             record(None)
             self._reset()
-        if kind == "status":
-            payload = (
-                rule.body if rule.body is not None else f"fault-proxy: {rule.status}\n".encode()
-            )
-            response = _Response(
-                rule.status,
-                http.client.responses.get(rule.status, "Error"),
-                [*rule.headers.items(), ("Content-Length", str(len(payload)))],
-                payload,
-            )
-            # before the client can see the answer: the log is complete when it does
-            record(rule.status)
-            self._send(response.head_bytes(), b"" if method == "HEAD" else payload)
+        if kind == "status" and rule.instead_of is None:
+            self._answer(rule, method, record)
             return True
         response = self._forward(proxy, method, target, headers, body)
+        if kind == "status":  # instead_of: only in place of that answer
+            if response.status == rule.instead_of:
+                self._answer(rule, method, record)
+                return True
+            proxy._unapply(rule)
+            kind = None
         if kind == "reset":  # forward=True: the server did it, the client never hears
             record(None)
             self._reset()
@@ -387,6 +387,19 @@ class _Handler(socketserver.StreamRequestHandler):
         self._send(response.head_bytes(), b"" if method == "HEAD" else response.body)
         closing = any(k.lower() == "connection" and v.lower() == "close" for k, v in headers)
         return not closing and version != "HTTP/1.0"
+
+    def _answer(self, rule: Rule, method: str, record: Callable[[int | None], None]) -> None:
+        """Send the answer of a ``status`` rule."""
+        payload = rule.body if rule.body is not None else f"fault-proxy: {rule.status}\n".encode()
+        response = _Response(
+            rule.status,
+            http.client.responses.get(rule.status, "Error"),
+            [*rule.headers.items(), ("Content-Length", str(len(payload)))],
+            payload,
+        )
+        # before the client can see the answer: the log is complete when it does
+        record(rule.status)
+        self._send(response.head_bytes(), b"" if method == "HEAD" else payload)
 
     def _send(self, head: bytes, body: bytes) -> None:
         if len(body) <= 65536:
@@ -507,6 +520,7 @@ class FaultProxy:
         rst: bool = False,
         content: bytes | str | None = None,
         callback: Callable[[Seen], None] | None = None,
+        instead_of: int | None = None,
     ) -> Rule:
         """Add a fault (see the module's documentation); returns its :class:`Rule` (live counters)."""
         rule = Rule(
@@ -526,6 +540,7 @@ class FaultProxy:
             rst=rst,
             content=content,
             callback=callback,
+            instead_of=instead_of,
         )
         rule._proxy = self
         with self._lock:
@@ -593,6 +608,11 @@ class FaultProxy:
             if rule.callback is not None:
                 rule.callback(Seen(method, target, None, rule.kind, ranged))
         return delay, chosen
+
+    def _unapply(self, rule: Rule) -> None:
+        """A ``status`` rule with ``instead_of`` that found another answer: not applied after all."""
+        with self._lock:
+            rule.applied -= 1
 
     def _record(self, seen: Seen) -> None:
         with self._lock:

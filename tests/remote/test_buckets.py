@@ -413,11 +413,22 @@ def test_overwrite_on_a_bucket(bucket, tmp_path):
     one_line_error(refused, url, "--overwrite")
     assert bucket.read("ds/_manifest.json") == before  # untouched
     ok("pack", tmp_path / "newer", url, "--samples-per-shard", "8", "--overwrite", "-q", *o)
-    # the old shards are gone once the new manifest is published, not left beside the new dataset
-    assert [without_run(k) for k in bucket.keys("ds")] == published(
-        bucket,
-        "ds",
-        ["shard-000000.tar", "shard-000000.tar.idx", "shard-000001.tar", "shard-000001.tar.idx"],
+    # the old shards are gone once the new manifest is published, not left beside the new dataset; the
+    # overwrite is version 2, published by its version file
+    assert [without_run(k) for k in bucket.keys("ds")] == sorted(
+        [
+            *published(
+                bucket,
+                "ds",
+                [
+                    "shard-000000.tar",
+                    "shard-000000.tar.idx",
+                    "shard-000001.tar",
+                    "shard-000001.tar.idx",
+                ],
+            ),
+            "ds/_versions/000002.json",
+        ]
     )
     assert not set(bucket.keys("ds")) & {f"ds/{p}" for p in old.manifest.paths}
     ds = shardstream.ShardDataset(

@@ -1,6 +1,6 @@
 """Datasets that live, in buckets: append on moto and on SeaweedFS (real S3 servers on 127.0.0.1), two
-appends at once on moto, the exclusive publish of a version on both, and append refused on a store without
-conditional writes (fake-gcs-server)."""
+appends at once on moto, the exclusive publish of a version on both, append refused on a store without
+conditional writes (fake-gcs-server), and readers that may read objects but not list the bucket."""
 
 from __future__ import annotations
 
@@ -18,6 +18,8 @@ from shardstream.storage import Store
 from shardstream.storage.conditional import WriteConflict
 from tests.packing.test_living import text_folder
 
+from .clitools import ok
+from .proxy import s3_error
 from .test_concurrent_packs import seaweed  # noqa: F401 - the SeaweedFS server fixture
 
 
@@ -299,3 +301,35 @@ def test_the_commands_read_a_merge_across_stores_where_told_to_trust_it(s3_bucke
     ]
     split_keys = [s["__key__"] for part in parts for s in part]
     assert sorted(split_keys) == sorted(keys)
+
+
+def test_a_reader_that_may_not_list_the_bucket_reads_every_version(s3_bucket, proxied, tmp_path):
+    """Without s3:ListBucket, S3 answers a GET (or HEAD) of a missing key with 403 AccessDenied, not 404. Opening
+    the latest version asks for the next version's file, which is missing: that 403 means "no newer
+    version", on a dataset never appended to, one appended to, and one whose last publish was cut short
+    before its head moved (whose newer version file exists, and is followed)."""
+    kw = {"samples_per_shard": 3, "progress": False, "workers": 1}
+    kw["storage_options"] = s3_bucket.storage_options
+    one, two = text_folder(tmp_path / "one", 4), text_folder(tmp_path / "two", 2, 100)
+    ss.pack(str(tmp_path / "one"), s3_bucket.url("plain"), **kw)
+    for name in ("living", "cut"):
+        ss.pack(str(tmp_path / "one"), s3_bucket.url(name), **kw)
+        ss.pack(str(tmp_path / "two"), s3_bucket.url(name), append=True, **kw)
+    # the writer of "cut"'s version 2 stopped after its version file: the head still says version 1
+    s3_bucket.write("cut/_manifest.json", s3_bucket.read("cut/_versions/000001.json"))
+    reader = proxied(s3_bucket)
+    denied = reader.proxy.inject(
+        "status", status=403, body=s3_error("AccessDenied", "Access Denied"), instead_of=404
+    )
+    options = reader.storage_options
+    for name, keys, version in (("plain", one, 1), ("living", one | two, 2), ("cut", one | two, 2)):
+        url = s3_bucket.url(name)
+        latest = load_manifest(url, storage_options=options)
+        assert (latest.version, latest.num_samples) == (version, len(keys))
+        assert set(read_all(url, options)) == keys
+        assert ss.ShardMap(url, decode=None, storage_options=options)[0]["__key__"] in keys
+        assert load_manifest(url, version=1, storage_options=options).num_samples == len(one)
+        assert f"samples  {len(keys)}" in ok("info", url, *reader.cli_options).stdout
+    # the 403s were answered (a missing next version per open), and taken as "no newer version"
+    assert denied.applied >= 3 and reader.proxy.count("GET", r"_versions/000003\.json") >= 2
+    assert reader.proxy.count(fault="status") == denied.applied

@@ -268,6 +268,21 @@ def test_status_for_the_next_n_requests_then_forwarding(proxy, backend):
     assert proxy.count(fault="status") == 2
 
 
+def test_status_instead_of_one_answer_forwards_and_replaces_only_that_one(proxy, backend):
+    denied = s3_error("AccessDenied", "Access Denied")
+    rule = proxy.inject("status", status=403, body=denied, instead_of=404, method="GET")
+    conn = connect(proxy)
+    assert get(conn, "/missing")[:2] == (403, denied)
+    assert get(conn, "/bytes/3")[:2] == (200, payload(3))
+    status, body, _ = get(conn, "/also-missing")
+    assert (status, body) == (403, denied)
+    assert (rule.matched, rule.applied) == (3, 2)
+    # every request reached the server; only the 404s were replaced
+    assert backend.seen == [("GET", "/missing"), ("GET", "/bytes/3"), ("GET", "/also-missing")]
+    assert [s.fault for s in proxy.log] == ["status", None, "status"]
+    assert [s.status for s in proxy.log] == [403, 200, 403]
+
+
 def test_throttling_bodies():
     assert b"<Code>SlowDown</Code>" in s3_error()
     assert b'"code": 429' in gcs_error(429, "Rate limit exceeded", "rateLimitExceeded")
