@@ -68,7 +68,7 @@ def test_one_value_fixed_in_place_at_the_same_size_is_refused(tmp_path, reader):
         same_footer += footer_sha256(path) == footer
         with pytest.raises(
             CorruptShardError,
-            match=r"a\.parquet: (sample \d+: )?row group \d differs from its sha256",
+            match=r"a\.parquet: (sample[^:]*: )?row group \d differs from its sha256",
         ):
             read_with(reader, url)
     assert same_size >= 4 and same_footer == same_size  # such fixes keep the whole footer
