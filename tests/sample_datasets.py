@@ -10,7 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from shardstream.formats.tar_index import index_name
+from shardstream.manifest.side_names import index_name
 from shardstream.manifest import shard_name, write_manifest
 from shardstream.packing.writer import ShardWriter
 from shardstream.storage import Store

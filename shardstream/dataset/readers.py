@@ -25,13 +25,14 @@ from ..formats import TAR_COMPRESSION
 from ..formats import parquet as parquet_format
 from ..formats import tar as tar_format
 from ..formats.compression import decompress
-from ..formats.tar_index import SampleIndex, index_name
+from ..formats.tar_index import SampleIndex
 from ..manifest import Manifest
+from ..manifest.side_names import index_name
 from ..storage import DiskCache, Prefetcher, ShardFetcher, Store
 from .checked_index import check_index_once
 from .mapped import FileIdentity, MappedBytes, file_identity, release_stale_maps  # noqa: F401 - their names here
 from .ranged import PartialShard, RangedReads
-from .tar_indexes import SampleIndexes
+from .tar_indexes import SampleIndexes, read_stored_indexes
 
 
 class TarShard:
@@ -245,8 +246,13 @@ def parquet_row_index(
     digests = getattr(manifest, "index_sha256", None)
     if not digests or not digests[shard]:
         return None
+    (data,) = read_stored_indexes(fetcher, [manifest.paths[shard]], [digests[shard]])
+    if data is None:
+        raise CorruptShardError(
+            f"{fetcher.store.url_of(manifest.paths[shard])}: its row-group index is missing or is not "
+            "the one the manifest names; run 'shardstream index' again"
+        )
     name = index_name(manifest.paths[shard])
-    (data,) = fetcher.read_checked_many([name], [digests[shard]])
     rows, size = int(manifest.stored_counts[shard]), int(manifest.nbytes[shard])
     return parquet_format.parse_row_index(data, fetcher.store.url_of(name), rows, size)
 

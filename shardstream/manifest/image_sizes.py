@@ -30,7 +30,7 @@ from ..errors import ManifestError
 from ..formats.image_header import image_size
 from .side_names import side_name, side_name_fits
 
-SIZES_PREFIX, SIZES_SUFFIX = "_image_sizes-", ".npy"
+SIZES_PREFIX, SIZES_SUFFIX = "image_sizes-", ".npy"
 # fields whose values are encoded images: the last part of the field's name
 IMAGE_EXTENSIONS = frozenset({"jpg", "jpeg", "png", "gif", "bmp", "webp"})
 _LIMIT = (1 << 32) - 1

@@ -21,11 +21,11 @@ from ..errors import DatasetExistsError, ShardstreamError
 from ..formats import TAR_COMPRESSION, shard_format_of
 from ..formats import parquet as parquet_format
 from ..formats.arrow import describe_schema, schema_to_text
-from ..formats.tar_index import index_name
 from ..storage import Store, is_url
 from .files import write_durably
 from .index_tars import IndexResult, common_folder, publish_index, relative_name
 from .schema import MANIFEST_NAME, Manifest, creation_info
+from .side_names import index_name
 
 SUFFIX = ".parquet"
 _GLOB = re.compile(r"[*?\[]")

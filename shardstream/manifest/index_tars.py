@@ -21,12 +21,12 @@ from ..formats import TAR_COMPRESSION, TAR_FORMAT, shard_format_of
 from ..formats import tar as tar_format
 from ..formats.compression import decompress, true_compression
 from ..formats.tar import build_index
-from ..formats.tar_index import index_name
 from ..storage import Store, is_url
 from ..storage.conditional import WriteConflict
 from .files import IN_PROGRESS, sync_existing, write_durably
 from .image_sizes import ShardSizes, encode_image_sizes
 from .schema import MANIFEST_NAME, Manifest, creation_info
+from .side_names import index_name
 from .versions import publish_next
 
 log = logging.getLogger("shardstream")

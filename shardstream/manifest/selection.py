@@ -22,7 +22,7 @@ import numpy as np
 
 from .side_names import side_name, side_name_fits
 
-SELECTION_PREFIX, SELECTION_SUFFIX = "_selection-", ".npy"
+SELECTION_PREFIX, SELECTION_SUFFIX = "selection-", ".npy"
 
 
 @dataclass

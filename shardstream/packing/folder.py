@@ -15,9 +15,10 @@ from typing import Any
 
 from ..errors import SourceError
 from ..formats import tar as tar_format
-from ..formats.tar_index import IndexBuilder, index_name
+from ..formats.tar_index import IndexBuilder
 from ..manifest.files import sync_file, write_durably
 from ..manifest.image_sizes import ShardSizes
+from ..manifest.side_names import index_name
 from ..sources import FileSample
 from ..sources.remote import is_remote, read_remote
 from ..storage import Store, describe_os_error
