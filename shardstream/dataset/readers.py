@@ -232,7 +232,7 @@ RANGED_PARQUET_BYTES = 64 << 20
 
 
 def load_sample_index(fetcher: ShardFetcher, manifest: Manifest, shard: int) -> SampleIndex | None:
-    """Tar shard ``shard``'s stored sample index (``<shard>.idx``), checked against the manifest's sha256
+    """Tar shard ``shard``'s stored sample index (``.shardstream/<shard>.idx``), checked against the manifest's sha256
     (a remote one through the host's cache: once per host); None when it has none or it does not check
     (the tar is read whole instead, which builds one or says what is wrong)."""
     return SampleIndexes(fetcher.store, manifest, fetcher).stored([shard])[shard]
@@ -241,7 +241,7 @@ def load_sample_index(fetcher: ShardFetcher, manifest: Manifest, shard: int) -> 
 def parquet_row_index(
     fetcher: ShardFetcher, manifest: Manifest, shard: int
 ) -> parquet_format.RowIndex | None:
-    """Parquet shard ``shard``'s row-group index (``<file>.idx``), checked against the manifest's sha256
+    """Parquet shard ``shard``'s row-group index (``.shardstream/<file>.idx``), checked against the manifest's sha256
     and parsed; None when the manifest names none (or it raises: see :func:`ranged_parquet`)."""
     digests = getattr(manifest, "index_sha256", None)
     if not digests or not digests[shard]:

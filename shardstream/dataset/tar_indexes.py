@@ -1,4 +1,4 @@
-"""Where a tar shard's sample index comes from: its own ``<shard>.idx``, or one built once per host.
+"""Where a tar shard's sample index comes from: its stored one (``.shardstream/<shard>.idx``, or beside the shard in older datasets), or one built once per host.
 
 A shard packed with its index (the default) is opened from that file, checked against the
 manifest's sha256 of it. A tar without one (another tool's, packed with ``--no-index``, indexed in a
@@ -46,7 +46,9 @@ def read_stored_indexes(
         if not todo:
             break
         try:  # one concurrent read of them all, the usual case
-            found = fetcher.read_checked_many([where(paths[i]) for i in todo], [digests[i] for i in todo])
+            found = fetcher.read_checked_many(
+                [where(paths[i]) for i in todo], [digests[i] for i in todo]
+            )
             pairs = list(zip(todo, found))
         except Exception:  # noqa: BLE001 - some are not there: each on its own
             pairs = [(i, _one(fetcher, where(paths[i]), digests[i])) for i in todo]
@@ -102,7 +104,7 @@ class SampleIndexes:
         return found if found is not None else self.from_cache(shard, plain, compressed)
 
     def stored(self, shards: list[int]) -> dict[int, SampleIndex | None]:
-        """The stored ``<shard>.idx`` of ``shards`` (fetched at once), each checked against the manifest's
+        """The stored indexes of ``shards`` (fetched at once), each checked against the manifest's
         sha256; a remote one through the host's cache, so a host fetches it once. ``None`` for a shard
         without one, or one that does not check: its tar is read whole instead, and says what is wrong."""
         digests = getattr(self.manifest, "index_sha256", None)

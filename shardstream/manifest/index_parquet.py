@@ -3,7 +3,7 @@
 Sources are files, globs (``data/*.parquet``, local or on object storage) or folders (a Hugging
 Face Hub or ``save_to_disk`` layout: every ``.parquet`` file under it, one split at a time). Every
 file is read once: its rows, size and sha256 go to the manifest, its schema (the same for every
-file) to the manifest's fields, and its row groups' spans and sha256 to ``<file>.idx``, whose own
+file) to the manifest's fields, and its row groups' spans and sha256 to ``.shardstream/<file>.idx`` beside it, whose own
 sha256 the manifest keeps, so readers fetch single row groups from object storage and check them.
 """
 

@@ -118,7 +118,7 @@ class Manifest:
     created: dict[str, Any] = field(default_factory=dict)
     # token shards: dtype, vocab_size, eos_id, tokenizer, total
     tokens: dict[str, Any] | None = None
-    # per shard: its sample index's (``<shard>.idx``) sha256, "" for none
+    # per shard: its sample index's (``.shardstream/<shard>.idx``) sha256, "" for none
     index_sha256: list[str] | None = None
     # which publish of the dataset this is: 1 for the first (and for manifests without the key)
     version: int = 1

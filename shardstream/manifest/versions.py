@@ -294,16 +294,24 @@ def record_head(store: Store) -> None:
         store.write_if(version_name(version), head[0], Expect(None), locked=store.local)
 
 
-def publish_next(store: Store, manifest: Manifest, fsync: bool = True) -> Manifest:
+def publish_next(
+    store: Store, manifest: Manifest, fsync: bool = True, built_on: int | None = None
+) -> Manifest:
     """Publish ``manifest`` in ``store`` in place of what is there, as the dataset's next version: version 1
     (``_manifest.json`` written) where there is no version yet, else the latest version plus one, published
     as an append publishes one (the shard table, then the exclusive create of its version file, then
     ``_manifest.json`` moved forward), so that readers never follow an older version past it and a writer
     that publishes the same number at once is refused. Earlier versions stay readable, their files left
     as they are ('shardstream gc' removes them). Raises
-    :class:`~shardstream.storage.conditional.WriteConflict` if another writer published that version first.
+    :class:`~shardstream.storage.conditional.WriteConflict` if another writer published that version first,
+    or (``built_on``: the version ``manifest`` was made from) if the latest is another one now.
     """
     numbers = [n for n in list_versions(store) if n > 0]
+    if built_on is not None and (not numbers or max(numbers) != built_on):
+        raise WriteConflict(
+            f"{store.url} changed meanwhile (its latest version is "
+            f"{max(numbers) if numbers else 'gone'}, not {built_on}); run it again"
+        )
     if not numbers:
         manifest.version = 1
         write_manifest(store, manifest, fsync)

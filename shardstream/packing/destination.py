@@ -1,12 +1,12 @@
 """A destination's life while packing: claim it, write under this run's names, publish exclusively, clean up.
 
 Every run has a token of its own (16 hex digits) and names its shards with it
-(``shard-000000-<token>.tar``, and ``<shard>.idx`` for their sample indexes; a large manifest's shard
+(``shard-000000-<token>.tar``, and ``.shardstream/<shard>.idx`` for their sample indexes; a large manifest's shard
 table is named by the hash of columns that name them), so no run ever writes where another run's bytes
 live, published or not. The manifest, written last, names exactly the objects this run wrote, and is
 published by an exclusive create: into an empty destination, of ``_manifest.json``; over a dataset (an
 append, or an ``overwrite``), of the version file of the next version after the one the run found when
-it claimed the destination (``_versions/00000N.json``, then ``_manifest.json`` is moved forward: see
+it claimed the destination (``.shardstream/versions/00000N.json``, then ``_manifest.json`` is moved forward: see
 :mod:`shardstream.manifest.versions`), so that every writer over one dataset contends for the same object.
 Locally that is a hard link of the finished file; on S3 a PUT with ``If-None-Match: *``. Of two runs at
 once, at most one publishes; the other removes what it wrote and says so in its one-line error. On object storage the run
@@ -516,8 +516,11 @@ def _leftovers(
     return leftovers
 
 
-def _published(store: Store) -> tuple[set[str], list[Manifest]] | None:
-    """The files the readable versions name, and those versions (``None`` if one cannot be read)."""
+def _published(
+    store: Store, listed: set[str] | None = None
+) -> tuple[set[str], list[Manifest]] | None:
+    """The files the readable versions name, and those versions (``None`` if one cannot be read);
+    ``listed``: the folder's files (see :func:`files_of`)."""
     names: set[str] = set()
     manifests = []
     for number in list_versions(store):
@@ -526,7 +529,7 @@ def _published(store: Store) -> tuple[set[str], list[Manifest]] | None:
         except ShardstreamError:
             return None
         manifests.append(m)
-        names |= files_of(m)
+        names |= files_of(m, store, listed)
     return names, manifests
 
 
@@ -564,15 +567,35 @@ def _named_by(store: Store, current: tuple[bytes, str] | None) -> set[str] | Non
     return files_of(m)
 
 
-def files_of(m: Manifest) -> set[str]:
-    """The files of its own folder a manifest names: shards, their indexes (where either format keeps them),
-    its shard table and side files."""
+def files_of(m: Manifest, store: Store | None = None, listed: set[str] | None = None) -> set[str]:
+    """The files of its own folder a manifest names: shards, their indexes, its shard table and side files.
+    A shard's index is where readers find it: in ``.shardstream/``, or beside the shard (formats before 4);
+    with ``listed`` (the folder's files) the one of them a reader takes (where both are there, the first
+    whose sha256 is the manifest's, read from ``store``), else both."""
     side = [] if m.table is None else [m.table]
     if m.selection is not None:
         side.append(m.selection.reference["file"])
     if m.image_sizes is not None:
         side.append(m.image_sizes.reference["file"])
-    return {*m.paths, *(n for p in m.paths for n in index_names(p)), *side}
+    digests = m.index_sha256 or [""] * m.num_shards
+    indexes = [_used_index(p, d, store, listed) for p, d in zip(m.paths, digests) if d]
+    return {*m.paths, *(n for found in indexes for n in found), *side}
+
+
+def _used_index(
+    path: str, digest: str, store: Store | None, listed: set[str] | None
+) -> tuple[str, ...]:
+    """The names of shard ``path``'s index that a reader may take (see :func:`files_of`)."""
+    new, old = index_names(path)
+    if listed is None or store is None:
+        return new, old
+    if new in listed and old in listed:
+        try:
+            same = hashlib.sha256(bytes(store.read_bytes(new))).hexdigest() == digest
+        except StorageError:
+            same = False
+        return (new,) if same else (old,)
+    return tuple(n for n in (new, old) if n in listed)
 
 
 def check_claim(store: Store, token: str) -> None:

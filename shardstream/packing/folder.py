@@ -235,7 +235,7 @@ def write_shard(job: ShardJob) -> ShardResult:
 
 
 def write_index(store: Store, name: str, index: IndexBuilder, fsync: bool = True) -> str:
-    """Write shard ``name``'s sample index next to it (``<name>.idx``, atomically, durably with ``fsync``);
+    """Write shard ``name``'s sample index into ``.shardstream/`` beside it (``.shardstream/<name>.idx``, atomically, durably with ``fsync``);
     its sha256, for the manifest."""
     data = index.to_bytes()
     write_durably(store, index_name(name), data, fsync)

@@ -105,16 +105,18 @@ def _plan(store: Store, keep: int) -> Collection | None:
         versions = {n: _version(store, n) for n in numbers}
     except _Changed:
         return None
-    for number in kept:
-        needed |= files_of(versions[number])
     names = dataset_files(store)
+    for number in kept:
+        needed |= files_of(versions[number], store, set(names))
     held.add(
         _claimed_run(store)
     )  # the claim before the versions: a run releases it after publishing
     if _numbers(store) != numbers:
         return None
     tokens = {token for token in held if token is not None}
-    ours = set(own_beside_indexes(store, names, list(versions.values())))  # indexes beside shards: where proven ours
+    ours = set(
+        own_beside_indexes(store, names, list(versions.values()))
+    )  # indexes beside shards: where proven ours
     files = [
         n
         for n in names
