@@ -130,7 +130,8 @@ _SHA = "0123456789abcdef" + "0" * 48  # starts as the names below: only the name
         {"table": "../.shardstream/shards-0123456789abcdef.arrow", "sha256": _SHA, "rows": 1},
         {"table": ".shardstream/../shards-0123456789abcdef.arrow", "sha256": _SHA, "rows": 1},
         {"table": "x/.shardstream/shards-0123456789abcdef.arrow", "sha256": _SHA, "rows": 1},
-        {"table": "shards-0123456789abcdef.arrow", "sha256": _SHA, "rows": 1},  # neither where format 4 nor 2 keeps it
+        # neither where format 4 keeps it nor where format 2 did
+        {"table": "shards-0123456789abcdef.arrow", "sha256": _SHA, "rows": 1},
         {"table": ".shardstream/_shards-0123456789abcdef.arrow", "sha256": _SHA, "rows": 1},
         {
             "table": ".shardstream/shards-0123456789abcdef.arrow",
