@@ -52,6 +52,7 @@ def write_dataset(
         target = shard_name(s, m.shard_format)
         os.replace(part / m.paths[0], url / target)
         if m.index_sha256 is not None:  # the shard's sample index goes with it
+            (url / index_name(target)).parent.mkdir(exist_ok=True)
             os.replace(part / index_name(m.paths[0]), url / index_name(target))
             index_sha256 += list(m.index_sha256)
         shutil.rmtree(part)
