@@ -18,6 +18,7 @@ from .errors import (
     UsageError,
 )
 from .manifest import Manifest, load_manifest
+from .manifest.upgrade import upgrade
 from .packing import PackResult, ShardWriter, pack
 from .packing.compose import merge, split
 from .storage import StorageSettings
@@ -60,6 +61,7 @@ __all__ = [
     "pack",
     "pad_sequences",
     "split",
+    "upgrade",
 ]
 
 _LAZY = {  # name -> module: these import torch (seconds); packing and the command line never need it
@@ -94,7 +96,7 @@ def index(
     WebDataset tars or for Parquet files, as ``shardstream index`` does (which one, by the inputs).
 
     Parquet files (``"data/*.parquet"``, files, or a Hugging Face folder of one split) become shards
-    as they are, each with a row-group index (``<file>.idx``). Tars (``"shard-{000..009}.tar"``, files
+    as they are, each with a row-group index (``.shardstream/<file>.idx`` beside it). Tars (``"shard-{000..009}.tar"``, files
     or a folder of them) are read once: their samples counted, a sample index written next to each
     uncompressed tar. Either way the data files are never changed, and the manifest is written last.
 

@@ -10,8 +10,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from shardstream.formats.tar_index import index_name
 from shardstream.manifest import shard_name, write_manifest
+from shardstream.manifest.side_names import index_name
 from shardstream.packing.writer import ShardWriter
 from shardstream.storage import Store
 
@@ -52,6 +52,7 @@ def write_dataset(
         target = shard_name(s, m.shard_format)
         os.replace(part / m.paths[0], url / target)
         if m.index_sha256 is not None:  # the shard's sample index goes with it
+            (url / index_name(target)).parent.mkdir(exist_ok=True)
             os.replace(part / index_name(m.paths[0]), url / index_name(target))
             index_sha256 += list(m.index_sha256)
         shutil.rmtree(part)
@@ -94,14 +95,19 @@ def without_run(name: str) -> str:
 
 def doc_without_runs(doc: dict[str, Any]) -> dict[str, Any]:
     """A manifest's JSON with its shard paths :func:`without_run`, and its side files' names without
-    their run's part (``_image_sizes-<digest>-<run>.npy`` as ``_image_sizes-<digest>.npy``)."""
+    their run's part (``.shardstream/image_sizes-<digest>-<run>.npy`` as
+    ``.shardstream/image_sizes-<digest>.npy``; ``_image_sizes-…`` of older formats likewise)."""
     shards = doc.get("shards")
     if isinstance(shards, dict) and "path" in shards:
         doc = {**doc, "shards": {**shards, "path": [without_run(p) for p in shards["path"]]}}
     for side in ("selection", "image_sizes"):
         ref = doc.get(side)
         if isinstance(ref, dict) and isinstance(ref.get("file"), str):
-            file = re.sub(r"^(_\w+-[0-9a-f]{16})-[0-9a-f]{16}(\.npy)$", r"\1\2", ref["file"])
+            file = re.sub(
+                r"^((?:\.shardstream/|_)\w+-[0-9a-f]{16})-[0-9a-f]{16}(\.npy)$",
+                r"\1\2",
+                ref["file"],
+            )
             doc = {**doc, side: {**ref, "file": file}}
     return doc
 

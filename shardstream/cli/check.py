@@ -1,4 +1,5 @@
-"""``shardstream verify | index``: check a dataset against its manifest; write one for existing tars."""
+"""``shardstream verify | index | upgrade``: check a dataset against its manifest; write one for existing
+tars or Parquet files; bring a dataset of an older format to this one."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from tqdm import tqdm
 
 from ..errors import ShardstreamError
 from ..manifest.locate import open_stored
+from ..manifest.schema import FORMAT_VERSION
 from ..sizes import count, format_size
 from .common import (
     cli,
@@ -58,6 +60,8 @@ def verify(
             trusted_roots=trusted,
             version=m.version,
         )
+    if m.format < FORMAT_VERSION:
+        click.echo(f"note: {_older_format(store.url, m.format)}", err=True)
     if report.ok:
         summary = f"{count(m.num_shards, 'shard')}, {count(m.num_samples, 'sample')}, {format_size(m.total_bytes)}"
         click.echo(f"ok: {summary} in {safe(store.url)}")
@@ -68,6 +72,44 @@ def verify(
     raise ShardstreamError(
         f"{damaged:,} of {count(m.num_shards, 'shard')} {'is' if damaged == 1 else 'are'} "
         f"damaged in {store.url}"
+    )
+
+
+def _older_format(url: str, fmt: int) -> str:
+    """The line that says a dataset is of an older format, and the one command that moves it."""
+    return (
+        f"{safe(url)} is of manifest format {fmt}: its sample indexes lie beside its shards (where other "
+        "tools keep theirs) and hold no per-sample checksums; 'shardstream upgrade "
+        f"{safe(url)}' moves them into .shardstream/ as its next version"
+    )
+
+
+@cli.command()
+@click.argument("dataset")
+@storage_option
+def upgrade(dataset: str, storage_options: tuple[str, ...]) -> None:
+    """Bring DATASET, written by an older shardstream, to this format as its next version: its sample
+    indexes (with per-sample checksums) and side files in .shardstream/, no shard changed. The older
+    layout's files stay for the older versions ('shardstream gc' removes them)."""
+    from ..manifest.upgrade import upgrade as run_upgrade
+
+    result = run_upgrade(dataset, storage_options_for(storage_options, dataset))
+    m = result.manifest
+    if result.already:
+        click.echo(
+            f"{safe(result.url)} is of this format already (version {m.version}): nothing to do"
+        )
+        return
+    skipped = (
+        f"; {count(result.skipped, 'shard')} of other datasets left as they are (upgrade those)"
+        if result.skipped
+        else ""
+    )
+    click.echo(
+        f"upgraded {safe(result.url)} as version {m.version}: {result.indexes:,} "
+        f"{'index' if result.indexes == 1 else 'indexes'} written "
+        f"into .shardstream/{skipped}; 'shardstream gc {safe(result.url)} --keep 1 --delete' removes "
+        "the older layout's files once no reader needs the older versions"
     )
 
 

@@ -104,6 +104,7 @@ COMMANDS = {
     "cat": "show",
     "verify": "check",
     "index": "check",
+    "upgrade": "check",
     "doctor": "doctor",
     "bench": "bench",
     "log": "living",

@@ -71,7 +71,7 @@ from .common import cli, safe, storage_option, storage_options_for
     "sample_index",
     default=True,
     show_default=True,
-    help="Write each uncompressed tar shard's sample index (<shard>.idx): readers open shards without "
+    help="Write each uncompressed tar shard's sample index (.shardstream/<shard>.idx): readers open shards without "
     "parsing their headers and fetch single samples from object storage by ranged reads.",
 )
 @click.option(

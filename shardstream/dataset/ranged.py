@@ -2,7 +2,7 @@
 
 A shuffled epoch's first batch draws from a window of several shards; downloading them whole
 before it would make the first batch wait for hundreds of megabytes. When a dataset on object
-storage has sample indexes (``<shard>.idx``, written at pack time, their sha256 in the
+storage has sample indexes (``.shardstream/<shard>.idx``, written at pack time, their sha256 in the
 manifest), a batch whose shards have not arrived fetches just its samples, concurrently, each
 checked against its sha256 in the verified index, and parsed as strictly as a whole shard.
 The whole shards keep downloading behind (the prefetcher). Ranged reads stop once a whole shard

@@ -25,13 +25,14 @@ from ..formats import TAR_COMPRESSION
 from ..formats import parquet as parquet_format
 from ..formats import tar as tar_format
 from ..formats.compression import decompress
-from ..formats.tar_index import SampleIndex, index_name
+from ..formats.tar_index import SampleIndex
 from ..manifest import Manifest
+from ..manifest.side_names import index_name
 from ..storage import DiskCache, Prefetcher, ShardFetcher, Store
 from .checked_index import check_index_once
 from .mapped import FileIdentity, MappedBytes, file_identity, release_stale_maps  # noqa: F401 - their names here
 from .ranged import PartialShard, RangedReads
-from .tar_indexes import SampleIndexes
+from .tar_indexes import SampleIndexes, read_stored_indexes
 
 
 class TarShard:
@@ -231,7 +232,7 @@ RANGED_PARQUET_BYTES = 64 << 20
 
 
 def load_sample_index(fetcher: ShardFetcher, manifest: Manifest, shard: int) -> SampleIndex | None:
-    """Tar shard ``shard``'s stored sample index (``<shard>.idx``), checked against the manifest's sha256
+    """Tar shard ``shard``'s stored sample index (``.shardstream/<shard>.idx``), checked against the manifest's sha256
     (a remote one through the host's cache: once per host); None when it has none or it does not check
     (the tar is read whole instead, which builds one or says what is wrong)."""
     return SampleIndexes(fetcher.store, manifest, fetcher).stored([shard])[shard]
@@ -240,13 +241,18 @@ def load_sample_index(fetcher: ShardFetcher, manifest: Manifest, shard: int) -> 
 def parquet_row_index(
     fetcher: ShardFetcher, manifest: Manifest, shard: int
 ) -> parquet_format.RowIndex | None:
-    """Parquet shard ``shard``'s row-group index (``<file>.idx``), checked against the manifest's sha256
+    """Parquet shard ``shard``'s row-group index (``.shardstream/<file>.idx``), checked against the manifest's sha256
     and parsed; None when the manifest names none (or it raises: see :func:`ranged_parquet`)."""
     digests = getattr(manifest, "index_sha256", None)
     if not digests or not digests[shard]:
         return None
+    (data,) = read_stored_indexes(fetcher, [manifest.paths[shard]], [digests[shard]])
+    if data is None:
+        raise CorruptShardError(
+            f"{fetcher.store.url_of(manifest.paths[shard])}: its row-group index is missing or is not "
+            "the one the manifest names; run 'shardstream index' again"
+        )
     name = index_name(manifest.paths[shard])
-    (data,) = fetcher.read_checked_many([name], [digests[shard]])
     rows, size = int(manifest.stored_counts[shard]), int(manifest.nbytes[shard])
     return parquet_format.parse_row_index(data, fetcher.store.url_of(name), rows, size)
 

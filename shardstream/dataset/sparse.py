@@ -1,7 +1,7 @@
 """Samples read at random from remote shards: ranged reads while reads are sparse, whole shards once dense.
 
 A map-style read (:class:`~shardstream.dataset.shard_map.ShardMap`) wants one sample, not the shard
-around it. A remote tar with a sample index (``<shard>.idx``, its sha256 in the manifest) gives each
+around it. A remote tar with a sample index (``.shardstream/<shard>.idx``, its sha256 in the manifest) gives each
 sample's span and sha256: one ranged GET fetches the sample and its sha256 checks it, as the
 manifest's sha256 checks a whole shard, so a changed byte is a :class:`CorruptShardError`, never a
 wrong sample. The samples of one call (a batch of a sampler's indexes) are fetched concurrently, and a

@@ -1,4 +1,4 @@
-"""Where a tar shard's sample index comes from: its own ``<shard>.idx``, or one built once per host.
+"""Where a tar shard's sample index comes from: its stored one (``.shardstream/<shard>.idx``, or beside the shard in older datasets), or one built once per host.
 
 A shard packed with its index (the default) is opened from that file, checked against the
 manifest's sha256 of it. A tar without one (another tool's, packed with ``--no-index``, indexed in a
@@ -25,11 +25,44 @@ from typing import Any
 
 from ..errors import ShardstreamError
 from ..formats.tar import build_index
-from ..formats.tar_index import MAGIC, SampleIndex, index_name, parse_index
+from ..formats.tar_index import MAGIC, SampleIndex, parse_index
 from ..manifest import Manifest
+from ..manifest.side_names import index_name, old_index_name
 from ..storage import DiskCache, ShardFetcher, Store
 
 log = logging.getLogger("shardstream")
+
+
+def read_stored_indexes(
+    fetcher: ShardFetcher, paths: list[str], digests: list[str]
+) -> list[bytes | None]:
+    """The stored indexes (sample indexes, Parquet row-group indexes) of the shards at ``paths``, each
+    checked against ``digests[i]``: where this format keeps them (``.shardstream/`` beside the shard,
+    read at once), else where older formats did (beside the shard, for those not found); ``None`` where
+    neither holds it."""
+    out: list[bytes | None] = [None] * len(paths)
+    todo = list(range(len(paths)))
+    for where in (index_name, old_index_name):
+        if not todo:
+            break
+        try:  # one concurrent read of them all, the usual case
+            found = fetcher.read_checked_many(
+                [where(paths[i]) for i in todo], [digests[i] for i in todo]
+            )
+            pairs = list(zip(todo, found))
+        except Exception:  # noqa: BLE001 - some are not there: each on its own
+            pairs = [(i, _one(fetcher, where(paths[i]), digests[i])) for i in todo]
+        for i, data in pairs:
+            out[i] = data
+        todo = [i for i in todo if out[i] is None]
+    return out
+
+
+def _one(fetcher: ShardFetcher, name: str, digest: str) -> bytes | None:
+    try:
+        return fetcher.read_checked_many([name], [digest])[0]
+    except Exception:  # noqa: BLE001 - missing, or not the one the manifest names
+        return None
 
 
 class _NoIndex(Exception):
@@ -71,7 +104,7 @@ class SampleIndexes:
         return found if found is not None else self.from_cache(shard, plain, compressed)
 
     def stored(self, shards: list[int]) -> dict[int, SampleIndex | None]:
-        """The stored ``<shard>.idx`` of ``shards`` (fetched at once), each checked against the manifest's
+        """The stored indexes of ``shards`` (fetched at once), each checked against the manifest's
         sha256; a remote one through the host's cache, so a host fetches it once. ``None`` for a shard
         without one, or one that does not check: its tar is read whole instead, and says what is wrong."""
         digests = getattr(self.manifest, "index_sha256", None)
@@ -91,14 +124,12 @@ class SampleIndexes:
         return out
 
     def _read(self, shards: list[int]) -> dict[int, bytes]:
-        """The stored indexes of ``shards``, read now (concurrent GETs), checked; ``{}`` if any fails."""
+        """The stored indexes of ``shards``, read now (concurrent GETs), checked; those that cannot be had
+        are left out (their tars are read whole instead, and say what is wrong)."""
         digests = self.manifest.index_sha256
-        names = [index_name(self.manifest.paths[s]) for s in shards]
-        try:
-            found = self.fetcher.read_checked_many(names, [digests[s] for s in shards])
-        except Exception:  # noqa: BLE001 - the tars are read whole instead, and say what is wrong
-            return {}
-        return dict(zip(shards, found))
+        paths = [self.manifest.paths[s] for s in shards]
+        found = read_stored_indexes(self.fetcher, paths, [digests[s] for s in shards])
+        return {s: data for s, data in zip(shards, found) if data is not None}
 
     def _through(self, cache: DiskCache, shards: list[int]) -> dict[int, bytes]:
         """The stored indexes of ``shards`` through the host's cache: each read once per host (a process

@@ -2,7 +2,7 @@
 
 A Parquet shard is the user's own file, unchanged. Its row groups are the unit a reader fetches
 from object storage: one ranged GET per row group (all its column chunks lie in one span), plus
-the footer. ``<shard>.idx``, written by ``shardstream index``, says where the footer and each row
+the footer. Its row-group index (``.shardstream/<file>.idx``), written by ``shardstream index``, says where the footer and each row
 group lie and gives each span's sha256, so a ranged read is checked as a whole file is checked
 against the manifest's sha256 (the index's own sha256 is in the manifest). The index is untrusted
 input: :func:`parse_row_index` checks every number against the file's size and the manifest's row

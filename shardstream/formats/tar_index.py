@@ -1,6 +1,7 @@
 """A tar shard's sample index: where each sample and each of its members lie, and each sample's sha256.
 
-Written next to an uncompressed tar shard at pack time as ``<shard>.idx``. A reader opens a local
+Written at pack time for each uncompressed tar shard (where: :mod:`shardstream.manifest.side_names`,
+``.shardstream/<shard>.idx``). A reader opens a local
 shard from it without parsing the tar's headers (a shard of 2,400 samples: about 2 ms instead of
 20-35), and fetches single samples from object storage with ranged reads (an epoch's first batch,
 before whole shards arrive), each checked against its own sha256, as a whole shard is checked
@@ -35,17 +36,11 @@ from ..errors import CorruptShardError, sample_name
 
 MAGIC = b"SSTARIX1"
 MAGIC_GROUPED = b"SSTARIX2"  # version 2: samples without spans (see the module)
-SUFFIX = ".idx"
 _HEAD = len(MAGIC) + 24
 
 if TYPE_CHECKING:
     import numpy as np
 _FIX = "re-pack the dataset (or re-create its index files)"
-
-
-def index_name(shard_path: str) -> str:
-    """The index file of the shard at ``shard_path``."""
-    return shard_path + SUFFIX
 
 
 def index_size(samples: int, members: int, names: int) -> int:

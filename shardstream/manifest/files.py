@@ -17,7 +17,8 @@ from typing import IO, Any
 from ..errors import ManifestError, StorageError
 from ..storage import DiskCache, RetryPolicy, Store, describe_os_error
 from .schema import MANIFEST_NAME, Manifest
-from .table import TABLE_PREFIX, TABLE_THRESHOLD, encode_table, table_reference
+from .side_names import NAMESPACE
+from .table import TABLE_THRESHOLD, encode_table, is_table_name, table_reference
 
 # Present from the moment shardstream starts writing shards into a folder until its manifest is
 # published. It holds the writing run's token: leftover shards are ours to replace, and a run
@@ -59,11 +60,18 @@ def _fsync_and_close(fd: int, what: str) -> None:
         os.close(fd)
 
 
-def sync_folder(store: Store) -> None:
-    """Put the renames and removals made in the store's folder on disk (and the folder's own entry)."""
+def sync_folder(store: Store, name: str | None = None) -> None:
+    """Put the renames and removals made in the store's folder and its ``.shardstream`` folder on disk (and
+    the folders' own entries); ``name``: also those of the folders of the file ``name`` (in a subfolder)."""
     if not store.local:
         return
-    for folder in (store.root, os.path.dirname(store.root)):
+    own = os.path.join(store.root, NAMESPACE)
+    inner: list[str] = []
+    parts = (name or "").split("/")[:-1]
+    for depth in range(len(parts), 0, -1):
+        inner.append(os.path.join(store.root, *parts[:depth]))
+    folders = (*inner, os.path.join(own, "versions"), own, store.root, os.path.dirname(store.root))
+    for folder in dict.fromkeys(folders):
         try:
             fd = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
         except OSError as exc:
@@ -146,7 +154,7 @@ def _read_table(store: Store, name: str, cache: Callable[[], DiskCache] | None =
         return _read_table_now(store, name)
     host = cache()
     key = hashlib.sha256(f"shard table\0{store.url_of(name)}".encode()).hexdigest()
-    prefix = name[len(TABLE_PREFIX) : len(TABLE_PREFIX) + 16]
+    prefix = name.rsplit("shards-", 1)[-1][:16]  # the first 16 hex of its sha256
     for _ in range(2):
         found = host.get(key, lambda: _read_table_now(store, name))
         data = bytes(found)
@@ -181,7 +189,7 @@ def manifest_files(
     manifest: Manifest, table_threshold: int = TABLE_THRESHOLD
 ) -> list[tuple[str, bytes]]:
     """(name, bytes) of the files that publish ``manifest``, in the order they are written: from
-    ``table_threshold`` shards on, its shard table (``_shards-<hash>.arrow``) first, then the JSON head
+    ``table_threshold`` shards on, its shard table (``.shardstream/shards-<hash>.arrow``) first, then the JSON head
     (``_manifest.json``, last) that names it; below, the one JSON file."""
     side = (
         []
@@ -215,11 +223,11 @@ def write_manifest(
     its bytes are on disk before its rename, and the rename is on disk when this returns.
 
     With ``table_threshold`` shards or more, the shard columns go first to a shard table
-    (``_shards-<hash>.arrow``), whose name is returned; the JSON head names it."""
+    (``.shardstream/shards-<hash>.arrow``), whose name is returned; the JSON head names it."""
     files = manifest_files(manifest, table_threshold)
     for name, data in files:
         write_durably(store, name, data, fsync)
-    tables = [name for name, _ in files if name.startswith("_shards-")]
+    tables = [name for name, _ in files if is_table_name(name)]
     return tables[0] if tables else None
 
 
@@ -235,7 +243,7 @@ def write_durably(store: Store, name: str, data: bytes, fsync: bool = True) -> N
             sync_file(store, f, name)
         _check_size(store, f, name, len(data))
     if fsync:
-        sync_folder(store)
+        sync_folder(store, name)
 
 
 def _check_size(store: Store, f: IO[bytes], name: str, expected: int) -> None:

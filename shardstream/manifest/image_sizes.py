@@ -3,14 +3,14 @@
 ``pack`` (and ``shardstream index``, for tars packed before) reads the width and height of every image
 field (``jpg``, ``jpeg``, ``png``, ``gif``, ``bmp``, ``webp``) **from its header**
 (:mod:`shardstream.formats.image_header`, never decoding a pixel) and writes them once per dataset to
-``_image_sizes-<16 hex>-<16 hex>.npy`` (:mod:`.side_names`) beside the manifest; ``image_sizes`` in the manifest's head names it
+``.shardstream/image_sizes-<16 hex>-<16 hex>.npy`` (:mod:`.side_names`); ``image_sizes`` in the manifest's head names it
 (``{file, sha256, fields, samples}``). The file is a flat NumPy ``uint32`` array: the number of shards
 ``n``, the number of fields ``k``, each shard's sample count, then per field every sample's width, then
 every sample's height (samples in manifest order). 0 means unknown (the sample lacks the field, or its
 header does not parse). 8 bytes per sample and field; read only by what plans from it
 (:class:`~shardstream.dataset.bucketed.Bucketed`), never by a plain read.
 
-Older readers ignore the head's key; the shards and their ``.idx`` sample indexes are unchanged. The file
+Older readers ignore the head's key; the shards and their sample indexes are unchanged. The file
 is untrusted input: its sha256 is checked before it is parsed (``allow_pickle=False``), and its sample
 count per shard against the manifest's, naming the first shard that differs.
 """
@@ -30,7 +30,7 @@ from ..errors import ManifestError
 from ..formats.image_header import image_size
 from .side_names import side_name, side_name_fits
 
-SIZES_PREFIX, SIZES_SUFFIX = "_image_sizes-", ".npy"
+SIZES_PREFIX, SIZES_SUFFIX = "image_sizes-", ".npy"
 # fields whose values are encoded images: the last part of the field's name
 IMAGE_EXTENSIONS = frozenset({"jpg", "jpeg", "png", "gif", "bmp", "webp"})
 _LIMIT = (1 << 32) - 1

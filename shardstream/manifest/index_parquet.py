@@ -3,7 +3,7 @@
 Sources are files, globs (``data/*.parquet``, local or on object storage) or folders (a Hugging
 Face Hub or ``save_to_disk`` layout: every ``.parquet`` file under it, one split at a time). Every
 file is read once: its rows, size and sha256 go to the manifest, its schema (the same for every
-file) to the manifest's fields, and its row groups' spans and sha256 to ``<file>.idx``, whose own
+file) to the manifest's fields, and its row groups' spans and sha256 to ``.shardstream/<file>.idx`` beside it, whose own
 sha256 the manifest keeps, so readers fetch single row groups from object storage and check them.
 """
 
@@ -21,11 +21,11 @@ from ..errors import DatasetExistsError, ShardstreamError
 from ..formats import TAR_COMPRESSION, shard_format_of
 from ..formats import parquet as parquet_format
 from ..formats.arrow import describe_schema, schema_to_text
-from ..formats.tar_index import index_name
 from ..storage import Store, is_url
 from .files import write_durably
 from .index_tars import IndexResult, common_folder, publish_index, relative_name
 from .schema import MANIFEST_NAME, Manifest, creation_info
+from .side_names import index_name
 
 SUFFIX = ".parquet"
 _GLOB = re.compile(r"[*?\[]")

@@ -21,12 +21,12 @@ from ..formats import TAR_COMPRESSION, TAR_FORMAT, shard_format_of
 from ..formats import tar as tar_format
 from ..formats.compression import decompress, true_compression
 from ..formats.tar import build_index
-from ..formats.tar_index import index_name
 from ..storage import Store, is_url
 from ..storage.conditional import WriteConflict
 from .files import IN_PROGRESS, sync_existing, write_durably
 from .image_sizes import ShardSizes, encode_image_sizes
 from .schema import MANIFEST_NAME, Manifest, creation_info
+from .side_names import index_name
 from .versions import publish_next
 
 log = logging.getLogger("shardstream")
@@ -248,7 +248,7 @@ def _image_sizes(plain: Any, found: Any) -> ShardSizes:
 
 
 def _write_indexes(root: Store, result: IndexResult) -> None:
-    """Write each tar's sample index next to it (``<shard>.idx``) and name their sha256 in the manifest;
+    """Write each tar's sample index into ``.shardstream/`` beside it (``.shardstream/<shard>.idx``) and name their sha256 in the manifest;
     where the folder cannot be written (a read-only mount, a bucket of someone else's), none: readers
     then build each index once per host (see :mod:`shardstream.dataset.tar_indexes`)."""
     if result.indexes is None:

@@ -37,10 +37,12 @@ if TYPE_CHECKING:
     from .selection import Selection
 
 MANIFEST_NAME = "_manifest.json"
-# the newest this reads and writes: 3 relabels classes at read time (a merge's, see .relabel), 2 is a
-# head naming a shard table, 1 one JSON file; each is written only when it needs to be, older readers
-# refuse what they cannot read
-FORMAT_VERSION = 3
+# the newest this reads and writes, and what each brought: 4 keeps every file shardstream adds in the
+# .shardstream folder (manifest.side_names) and per-member checksums in sample indexes; 3 relabels classes
+# at read time (a merge's, see .relabel); 2 is a head naming a shard table; 1 one JSON file. Manifests
+# are written as 4; older ones read as they are; older readers refuse what they cannot read.
+FORMAT_VERSION = 4
+NAMESPACE_FORMAT = 4
 TABLE_FORMAT = 2
 RELABEL_FORMAT = 3
 SHARD_FORMATS = ("tar", "tar.zst", "tar.gz", "tar.xz", "tar.bz2", "arrow", "tokens", "parquet")
@@ -100,6 +102,9 @@ class Manifest:
             :mod:`shardstream.manifest.relabel`), or None: labels as stored.
         image_sizes: each sample's image width and height recorded at pack time (its side file and
             sha256; see :mod:`shardstream.manifest.image_sizes`), or None.
+        format: the manifest format it was read in (:data:`FORMAT_VERSION` for one made now): 4 and up
+            keep shardstream's files in ``.shardstream/`` (see :mod:`shardstream.manifest.side_names`).
+        table: the shard table a head read from storage named (its columns came from it), or None.
     """
 
     shard_format: str
@@ -113,7 +118,7 @@ class Manifest:
     created: dict[str, Any] = field(default_factory=dict)
     # token shards: dtype, vocab_size, eos_id, tokenizer, total
     tokens: dict[str, Any] | None = None
-    # per shard: its sample index's (``<shard>.idx``) sha256, "" for none
+    # per shard: its sample index's (``.shardstream/<shard>.idx``) sha256, "" for none
     index_sha256: list[str] | None = None
     # which publish of the dataset this is: 1 for the first (and for manifests without the key)
     version: int = 1
@@ -126,6 +131,8 @@ class Manifest:
     relabel: Relabel | None = None
     # each sample's image width and height, in a side file (read only by what plans from them)
     image_sizes: ImageSizes | None = None
+    format: int = FORMAT_VERSION
+    table: str | None = None
     source: InitVar[str | None] = None
 
     def __post_init__(self, source: str | None) -> None:
@@ -206,10 +213,8 @@ class Manifest:
     def to_json(self, table: dict[str, Any] | None = None) -> bytes:
         """The manifest's JSON; with ``table`` (a :func:`~.table.table_reference`) only its head,
         which names the shard table instead of listing the shard columns."""
-        # older readers read version 1, and refuse what they would misread
-        fmt = RELABEL_FORMAT if self.relabel is not None else TABLE_FORMAT if table else 1
-        doc = {
-            "shardstream_manifest": fmt,
+        doc = {  # older readers refuse the format, rather than misread where its files are
+            "shardstream_manifest": FORMAT_VERSION,
             "shard_format": self.shard_format,
             "num_shards": self.num_shards,
             "num_samples": self.num_samples,
@@ -300,6 +305,8 @@ class Manifest:
             _selection(doc, check, read_table),
             _relabel(doc, check),
             _image_sizes(doc, check),
+            doc["shardstream_manifest"],
+            doc["shards"].get("table") if isinstance(doc["shards"].get("table"), str) else None,
             source=source,
         )
         for total, actual in (

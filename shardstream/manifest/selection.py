@@ -1,7 +1,7 @@
 """A split's selection: which samples of each listed shard a dataset reads, in a side file.
 
 The manifest lists the source's shards (their paths under a root beside the dataset, their full sample
-counts, sizes and checksums, unchanged); ``selection`` in its head names ``_selection-<16 hex>-<16 hex>.npy`` (:mod:`.side_names`)
+counts, sizes and checksums, unchanged); ``selection`` in its head names ``.shardstream/selection-<16 hex>-<16 hex>.npy`` (:mod:`.side_names`)
 (with its sha256 and the number of samples selected), a NumPy array of ``uint32``: the number of shards
 ``n``, then each shard's selected count, then the selected sample numbers of each shard in increasing
 order. The plan works on the selected counts (O(shards)); a reader maps the plan's (shard, offset) to the
@@ -22,7 +22,7 @@ import numpy as np
 
 from .side_names import side_name, side_name_fits
 
-SELECTION_PREFIX, SELECTION_SUFFIX = "_selection-", ".npy"
+SELECTION_PREFIX, SELECTION_SUFFIX = "selection-", ".npy"
 
 
 @dataclass

@@ -1,7 +1,8 @@
 """The shard table of a large manifest: its per-shard columns in one Arrow IPC file beside the head.
 
 Above a threshold of shards (:data:`TABLE_THRESHOLD`), ``_manifest.json`` keeps only its small,
-readable head, and names ``_shards-<16 hex of the table's sha256>.arrow``: columns ``path``
+readable head, and names ``.shardstream/shards-<16 hex of the table's sha256>.arrow`` (datasets written
+before: ``_shards-<16 hex>.arrow`` beside the head): columns ``path``
 (string), ``samples`` and ``bytes`` (int64), ``sha256`` and, when present, ``index_sha256``
 (fixed_size_binary(32), null for none), zstd-compressed. The table is untrusted input: its sha256 is
 checked against the head's before it is parsed, and the manifest's schema checks apply to its columns.
@@ -19,7 +20,9 @@ from typing import Any, overload
 import numpy as np
 
 TABLE_THRESHOLD = 10_000  # shards; from here on the columns go to a table
-TABLE_PREFIX, TABLE_SUFFIX = "_shards-", ".arrow"
+TABLE_PREFIX, TABLE_SUFFIX = "shards-", ".arrow"
+# where the table is: .shardstream/shards-<16 hex>.arrow (manifest format 4), _shards-<16 hex>.arrow before
+_TABLE_NAME = re.compile(r"^(?:\.shardstream/|_)shards-([0-9a-f]{16})\.arrow$")
 # in a path: a shard's number (shard-000000-<run token>.tar: the first one)
 _NUMBER = re.compile(r"[0-9]+")
 
@@ -188,8 +191,13 @@ def expand_pattern(pattern: Any, n: int) -> list[str] | None:
 
 
 def table_name(data: bytes) -> str:
-    """``_shards-<first 16 hex of its sha256>.arrow``: a new table never overwrites an old one."""
-    return f"{TABLE_PREFIX}{hashlib.sha256(data).hexdigest()[:16]}{TABLE_SUFFIX}"
+    """``.shardstream/shards-<first 16 hex of its sha256>.arrow``: a new table never overwrites an old one."""
+    return f".shardstream/{TABLE_PREFIX}{hashlib.sha256(data).hexdigest()[:16]}{TABLE_SUFFIX}"
+
+
+def is_table_name(name: str) -> bool:
+    """Whether ``name`` is a shard table's (new or old)."""
+    return _TABLE_NAME.match(name) is not None
 
 
 def table_reference(data: bytes, rows: int) -> dict[str, Any]:
@@ -202,20 +210,14 @@ def reference_problem(ref: dict[str, Any]) -> str | None:
     name, digest, rows = ref.get("table"), ref.get("sha256"), ref.get("rows")
     if set(ref) - {"table", "sha256", "rows"}:
         return f"the shard table reference has unknown keys {sorted(set(ref) - {'table', 'sha256', 'rows'})}"
-    if not (
-        isinstance(name, str)
-        and name.startswith(TABLE_PREFIX)
-        and name.endswith(TABLE_SUFFIX)
-        and "/" not in name
-        and "\\" not in name
-        and len(name) == len(TABLE_PREFIX) + 16 + len(TABLE_SUFFIX)
-    ):
-        return f"the shard table's name {name!r:.80} is not {TABLE_PREFIX}<16 hex>{TABLE_SUFFIX}"
+    found = _TABLE_NAME.match(name) if isinstance(name, str) else None
+    if found is None:
+        return f"the shard table's name {name!r:.80} is not .shardstream/shards-<16 hex>.arrow"
     if not (
         isinstance(digest, str)
         and len(digest) == 64
         and all(c in "0123456789abcdef" for c in digest)
-        and digest.startswith(name[len(TABLE_PREFIX) : len(TABLE_PREFIX) + 16])
+        and digest.startswith(found[1])
     ):
         return f"the shard table's sha256 {digest!r:.80} is not 64 lower-case hex digits that start as its name"
     if type(rows) is not int or rows < 0:

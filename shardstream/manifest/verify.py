@@ -11,13 +11,14 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import ShardstreamError, sample_name
+from ..errors import ShardstreamError, StorageError, sample_name
 from ..formats import count_samples, iter_shard_samples
 from ..sizes import count as counted
 from ..storage import Store
 from .image_sizes import read_image_sizes
 from .locate import open_stored
 from .schema import Manifest
+from .side_names import index_names
 
 
 @dataclass
@@ -111,17 +112,35 @@ def check_shard(store: Store, manifest: Manifest, i: int, decode: bool = False) 
     return None
 
 
+_NO_INDEX = "missing, or not the index the manifest names (its sha256 differs)"
+
+
+def stored_index(store: Store, path: str, digest: str) -> tuple[str, bytes | None]:
+    """The stored index of the shard at ``path`` whose sha256 is ``digest``, and its name: in
+    ``.shardstream/`` beside the shard, or beside it (formats before 4); ``None`` (and the first name)
+    where neither is the one the manifest names."""
+    for name in index_names(path):
+        try:
+            raw = bytes(store.read_bytes(name))
+        except StorageError as exc:
+            if isinstance(exc.__cause__, FileNotFoundError):
+                continue
+            raise
+        if hashlib.sha256(raw).hexdigest() == digest:
+            return name, raw
+    return index_names(path)[0], None
+
+
 def _index_problem(store: Store, manifest: Manifest, data: Any, i: int) -> str | None:
     """What is wrong with tar shard ``i``'s sample index (its checksum, or a sample or member it places
     other than the tar's headers do), or None."""
     from ..formats import tar as tar_format
-    from ..formats.tar_index import index_name, parse_index
+    from ..formats.tar_index import parse_index
 
-    name = index_name(manifest.paths[i])
+    name, raw = stored_index(store, manifest.paths[i], manifest.index_sha256[i])
     where = store.url_of(name)
-    raw = bytes(store.read_bytes(name))
-    if hashlib.sha256(raw).hexdigest() != manifest.index_sha256[i]:
-        return f"{where}: checksum mismatch with the manifest's index_sha256; re-pack the dataset"
+    if raw is None:
+        return f"{where}: {_NO_INDEX}; re-pack the dataset (or 'shardstream index --overwrite')"
     index = parse_index(raw, where, int(manifest.stored_counts[i]), len(data))
     found = index.samples(where)
     if found != tar_format.index_samples(data, store.url_of(manifest.paths[i])):
@@ -139,7 +158,6 @@ def _parquet_problem(
     row-group index (checksum, parsed as a row-group index, agreeing with the footer), a row group
     that does not read; with ``decode``, a field that does not decode. None if it is sound."""
     from ..formats import parquet as parquet_format
-    from ..formats.tar_index import index_name
 
     where = store.url_of(manifest.paths[i])
     built, metadata = parquet_format.build_row_index(data, where)
@@ -147,14 +165,10 @@ def _parquet_problem(
     if metadata.num_rows != rows:
         return f"{where}: {counted(metadata.num_rows, 'row')}, the manifest says {rows}"
     if manifest.index_sha256 and manifest.index_sha256[i]:
-        name = index_name(manifest.paths[i])
+        name, raw = stored_index(store, manifest.paths[i], manifest.index_sha256[i])
         at = store.url_of(name)
-        raw = bytes(store.read_bytes(name))
-        if hashlib.sha256(raw).hexdigest() != manifest.index_sha256[i]:
-            return (
-                f"{at}: checksum mismatch with the manifest's index_sha256; re-create it with "
-                "'shardstream index'"
-            )
+        if raw is None:
+            return f"{at}: {_NO_INDEX}; re-create it with 'shardstream index --overwrite'"
         if parquet_format.parse_row_index(raw, at, rows, len(data)) != built:
             return (
                 f"{at}: its footer or row groups differ from the file's; re-create it with "

@@ -1,9 +1,9 @@
 """A dataset's versions: every publish is one, and earlier ones stay readable.
 
-Version ``N`` of a dataset is the manifest head ``_versions/00000N.json`` (its shard table, if it has
-one, is named by its hash beside ``_manifest.json``, as always); ``_manifest.json`` holds a copy of the
-latest, for readers that know nothing of versions. A publish of version ``N`` over a dataset (an append,
-a ``pack --overwrite``, an ``index --overwrite``) is an exclusive create of ``_versions/00000N.json`` (a
+Version ``N`` of a dataset is the manifest head ``.shardstream/versions/00000N.json`` (``_versions/`` in
+datasets written before manifest format 4, read as they are; its shard table, if it has one, is named by
+its hash); ``_manifest.json`` holds a copy of the latest. A publish of version ``N`` over a dataset (an
+append, a ``pack --overwrite``, an ``index --overwrite``) is an exclusive create of its version file (a
 hard link locally, a PUT with ``If-None-Match: *`` on S3): of two writers that both build on version
 ``N - 1``, one creates it and the other is refused, so no update is ever lost. ``_manifest.json`` is
 moved forward afterwards (only forward); a reader that finds a newer version file than the head it read
@@ -18,8 +18,10 @@ reader can miss is a publish cut short or still under way, and it reads the head
 complete published one. (Asking without a GET would need a listing, which such callers may not do
 either, or trusting the head alone, which would miss a publish cut short for every reader.)
 
-Datasets packed before versions existed, and fresh packs, have no ``_versions`` folder: their
-``_manifest.json`` is version 1, and the first publish over it writes ``_versions/000001.json`` for it.
+Datasets packed before versions existed, and fresh packs, have no version files: their ``_manifest.json``
+is version 1, and the first publish over it writes ``.shardstream/versions/000001.json`` for it. Version
+files are always written to ``.shardstream/versions/``; a dataset of an older format appended to keeps
+its earlier ones in ``_versions/``, and readers look in both.
 """
 
 from __future__ import annotations
@@ -46,12 +48,12 @@ from .files import (
     write_durably,
     write_manifest,
 )
-from .schema import MANIFEST_NAME, Manifest
+from .schema import MANIFEST_NAME, NAMESPACE_FORMAT, Manifest
+from .side_names import OLD_VERSIONS, VERSIONS, version_name
 
-VERSIONS = "_versions"
 _VERSION_FILE = re.compile(r"^([0-9]{6,})\.json$")
 _MOVES = 16  # attempts to move _manifest.json forward while other writers move it too
-_FOLDERS: weakref.WeakKeyDictionary[Store, Store] = weakref.WeakKeyDictionary()
+_FOLDERS: weakref.WeakKeyDictionary[Store, dict[bool, Store]] = weakref.WeakKeyDictionary()
 
 
 def load_manifest(
@@ -78,11 +80,6 @@ def load_manifest(
     return read_version(store, version, cache)
 
 
-def version_name(version: int) -> str:
-    """The name of version ``version``'s manifest head: ``_versions/000003.json``."""
-    return f"{VERSIONS}/{version:06d}.json"
-
-
 def read_version(
     store: Store, version: int | None = None, cache: Callable[[], DiskCache] | None = None
 ) -> Manifest:
@@ -95,32 +92,51 @@ def read_version(
         raise ValueError(f"version must be a whole number of 1 or more, not {version!r}")
     if version == head.version:
         return head
-    found = _read_optional(store, version_name(version))
+    found, name = version_file(store, version) or (None, version_name(version))
     if found is None:
         have = ", ".join(map(str, list_versions(store))) or "none"
         raise ManifestError(
             f"{store.url} has no version {version} (its versions: {have}); 'shardstream log "
             f"{store.url}' lists them (a version removed by 'shardstream gc' cannot be read)"
         )
-    manifest = parse_manifest(store, found, version_name(version), cache)
+    manifest = parse_manifest(store, found, name, cache)
     if manifest.version != version:
         raise ManifestError(
-            f"{store.url_of(version_name(version))} is damaged: it says it is version "
+            f"{store.url_of(name)} is damaged: it says it is version "
             f"{manifest.version}; restore it or pin another version"
         )
     return manifest
 
 
+def version_file(store: Store, version: int) -> tuple[bytes, str] | None:
+    """Version ``version``'s file (its bytes and name): in ``.shardstream/versions/``, or where a dataset of
+    an older format keeps its earlier versions (``_versions/``); None if it has none."""
+    for old in (False, True):
+        name = version_name(version, old)
+        found = _read_optional(store, name)
+        if found is not None:
+            return found, name
+    return None
+
+
 def _follow(
     store: Store, manifest: Manifest, cache: Callable[[], DiskCache] | None = None
 ) -> Manifest:
-    """The newest version from ``manifest`` on: its successors' files, while there are any."""
+    """The newest version from ``manifest`` on: its successors' files, while there are any (for a head of an
+    older format, in the older versions folder too: a publish by an older shardstream cut short)."""
     while True:
-        # a 403 too: what S3 answers for a missing key to a reader that may not list (see the module)
-        found = _read_optional(store, version_name(manifest.version + 1), hidden=True)
+        names = [version_name(manifest.version + 1)]
+        if manifest.format < NAMESPACE_FORMAT:
+            names.append(version_name(manifest.version + 1, old=True))
+        found = None
+        for name in names:
+            # a 403 too: what S3 answers for a missing key to a reader that may not list (see the module)
+            found = _read_optional(store, name, hidden=True)
+            if found is not None:
+                break
         if found is None:
             return manifest
-        manifest = parse_manifest(store, found, version_name(manifest.version + 1), cache)
+        manifest = parse_manifest(store, found, name, cache)
 
 
 def _read_optional(store: Store, name: str, hidden: bool = False) -> bytes | None:
@@ -135,24 +151,36 @@ def _read_optional(store: Store, name: str, hidden: bool = False) -> bytes | Non
         raise
 
 
-def versions_folder(store: Store) -> Store:
-    """The store of ``store``'s ``_versions`` folder, made once per store: a new store connects anew (on S3 a
-    new client, about half a second here)."""
-    folder = _FOLDERS.get(store)
+def versions_folder(store: Store, old: bool = False) -> Store:
+    """The store of ``store``'s versions folder (``old``: that of datasets of an older format), made once per
+    store: a new store connects anew (on S3 a new client, about half a second here)."""
+    folders = _FOLDERS.get(store)
+    if folders is None:
+        folders = _FOLDERS[store] = {}
+    folder = folders.get(old)
     if folder is None:
-        folder = Store(f"{store.url}/{VERSIONS}", store.storage_options, store.retry)
-        _FOLDERS[store] = folder
+        name = OLD_VERSIONS if old else VERSIONS
+        folder = folders[old] = Store(f"{store.url}/{name}", store.storage_options, store.retry)
     return folder
+
+
+def version_files(store: Store) -> list[str]:
+    """The version files in ``store`` (``.shardstream/versions/…`` and an older format's ``_versions/…``)."""
+    out = []
+    for old, prefix in ((False, VERSIONS), (True, OLD_VERSIONS)):
+        try:
+            names = versions_folder(store, old).list_files()
+        except StorageError as exc:
+            if not isinstance(exc.__cause__, FileNotFoundError):
+                raise
+            names = []
+        out += [f"{prefix}/{n}" for n in names if _VERSION_FILE.match(n)]
+    return out
 
 
 def list_versions(store: Store) -> list[int]:
     """The numbers of the versions of the dataset in ``store`` that can be read, oldest first."""
-    try:
-        names = versions_folder(store).list_files()
-    except StorageError as exc:
-        if not isinstance(exc.__cause__, FileNotFoundError):
-            raise
-        names = []
+    names = [n.rsplit("/", 1)[-1] for n in version_files(store)]
     numbers = {int(m.group(1)) for m in map(_VERSION_FILE.match, names) if m is not None}
     with contextlib.suppress(ManifestError):
         numbers.add(head_version(store))
@@ -258,22 +286,32 @@ def record_head(store: Store) -> None:
     if head is None:
         return
     version = version_of(head[0])
-    if version < 1 or store.read_tagged(version_name(version)) is not None:
+    if version < 1 or any(
+        store.read_tagged(version_name(version, old)) is not None for old in (False, True)
+    ):
         return
     with contextlib.suppress(WriteConflict):
         store.write_if(version_name(version), head[0], Expect(None), locked=store.local)
 
 
-def publish_next(store: Store, manifest: Manifest, fsync: bool = True) -> Manifest:
+def publish_next(
+    store: Store, manifest: Manifest, fsync: bool = True, built_on: int | None = None
+) -> Manifest:
     """Publish ``manifest`` in ``store`` in place of what is there, as the dataset's next version: version 1
     (``_manifest.json`` written) where there is no version yet, else the latest version plus one, published
     as an append publishes one (the shard table, then the exclusive create of its version file, then
     ``_manifest.json`` moved forward), so that readers never follow an older version past it and a writer
     that publishes the same number at once is refused. Earlier versions stay readable, their files left
     as they are ('shardstream gc' removes them). Raises
-    :class:`~shardstream.storage.conditional.WriteConflict` if another writer published that version first.
+    :class:`~shardstream.storage.conditional.WriteConflict` if another writer published that version first,
+    or (``built_on``: the version ``manifest`` was made from) if the latest is another one now.
     """
     numbers = [n for n in list_versions(store) if n > 0]
+    if built_on is not None and (not numbers or max(numbers) != built_on):
+        raise WriteConflict(
+            f"{store.url} changed meanwhile (its latest version is "
+            f"{max(numbers) if numbers else 'gone'}, not {built_on}); run it again"
+        )
     if not numbers:
         manifest.version = 1
         write_manifest(store, manifest, fsync)
@@ -332,6 +370,8 @@ __all__ = [
     "publish_next",
     "read_version",
     "record_head",
+    "version_file",
+    "version_files",
     "version_name",
     "versions_folder",
     "version_of",

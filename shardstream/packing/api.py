@@ -85,7 +85,7 @@ def pack(  # noqa: PLR0913 - the public pack: one keyword per setting, as the co
     NumPy, Hugging Face ``save_to_disk`` folders and existing shards are packed too: ``fields`` picks
     HDF5 datasets or ``.npy`` files, ``field_name`` names an LMDB value's field (default ``bin``), and
     ``decode_value(key, value)`` turns an LMDB value into a sample dict.
-    ``index`` (default True): write each uncompressed tar shard's sample index (``<shard>.idx``):
+    ``index`` (default True): write each uncompressed tar shard's sample index (``.shardstream/<shard>.idx``):
     readers open a shard from it without parsing its headers, and fetch an epoch's first samples from
     object storage by ranged reads. ``False`` writes the tars alone.
     ``image_sizes`` (default True): record each image field's width and height, read from its header

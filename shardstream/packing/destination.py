@@ -1,12 +1,12 @@
 """A destination's life while packing: claim it, write under this run's names, publish exclusively, clean up.
 
 Every run has a token of its own (16 hex digits) and names its shards with it
-(``shard-000000-<token>.tar``, and ``<shard>.idx`` for their sample indexes; a large manifest's shard
+(``shard-000000-<token>.tar``, and ``.shardstream/<shard>.idx`` for their sample indexes; a large manifest's shard
 table is named by the hash of columns that name them), so no run ever writes where another run's bytes
 live, published or not. The manifest, written last, names exactly the objects this run wrote, and is
 published by an exclusive create: into an empty destination, of ``_manifest.json``; over a dataset (an
 append, or an ``overwrite``), of the version file of the next version after the one the run found when
-it claimed the destination (``_versions/00000N.json``, then ``_manifest.json`` is moved forward: see
+it claimed the destination (``.shardstream/versions/00000N.json``, then ``_manifest.json`` is moved forward: see
 :mod:`shardstream.manifest.versions`), so that every writer over one dataset contends for the same object.
 Locally that is a hard link of the finished file; on S3 a PUT with ``If-None-Match: *``. Of two runs at
 once, at most one publishes; the other removes what it wrote and says so in its one-line error. On object storage the run
@@ -33,7 +33,7 @@ before it appears (local folders; object stores' PUT is durable).
 from __future__ import annotations
 
 import contextlib
-import json
+import hashlib
 import logging
 import os
 import re
@@ -53,16 +53,15 @@ from ..manifest.image_sizes import (
     read_image_sizes,
 )
 from ..manifest.selection import SELECTION_PREFIX, SELECTION_SUFFIX
-from ..manifest.side_names import side_file_pattern
+from ..manifest.side_names import NAMESPACE, index_names, old_index_name, side_file_pattern
 from ..manifest.versions import (
-    VERSIONS,
     commit_version,
     list_versions,
     read_version,
     record_head,
+    version_files,
     version_name,
     version_of,
-    versions_folder,
 )
 from ..storage import Store
 from ..storage.conditional import Expect, WriteConflict
@@ -70,6 +69,9 @@ from ..storage.conditional import Expect, WriteConflict
 __all__ = [
     "IN_PROGRESS",
     "Claim",
+    "dataset_files",
+    "files_of",
+    "own_beside_indexes",
     "DestinationLost",
     "check_claim",
     "check_written",
@@ -83,13 +85,18 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 _FORMATS = r"(?:tar|tar\.zst|tar\.gz|arrow|tokens)"
-# a run's shards, indexes
-_RUN_FILE = re.compile(rf"^shard-[0-9]{{6,}}-(?P<run>[0-9a-f]{{16}})\.{_FORMATS}(?:\.idx)?$")
+_SHARD = rf"shard-[0-9]{{6,}}-(?P<run>[0-9a-f]{{16}})\.{_FORMATS}"
+# a run's shards, and their sample indexes in .shardstream/ (beside them: an older format's, or another tool's)
+_RUN_SHARD = re.compile(rf"^{_SHARD}$")
+_RUN_INDEX = re.compile(rf"^{re.escape(NAMESPACE)}/{_SHARD}\.idx$")
+# an index beside a shard, as formats before 4 wrote them (Energon's and DALI's have the same names)
+_BESIDE_INDEX = re.compile(rf"^(?:{_SHARD}|shard-[0-9]{{6}}\.{_FORMATS})\.idx$")
 # names of packs made before run tokens
-_PLAIN_SHARD = re.compile(rf"^shard-[0-9]{{6}}\.{_FORMATS}(?:\.idx)?$")
-_TEMP_FILE = re.compile(r"^\..*\.[0-9a-f]{8,32}\.tmp$")  # the store's temporary names
+_PLAIN_SHARD = re.compile(rf"^(?:{re.escape(NAMESPACE)}/)?shard-[0-9]{{6}}\.{_FORMATS}(?:\.idx)?$")
+# the store's temporary names, beside their file or in .shardstream/
+_TEMP_FILE = re.compile(rf"^(?:{re.escape(NAMESPACE)}/(?:versions/)?)?\..*\.[0-9a-f]{{8,32}}\.tmp$")
 # a large manifest's shard table (manifest.table)
-_SHARD_TABLE = re.compile(r"^_shards-[0-9a-f]{16}\.arrow$")
+_SHARD_TABLE = re.compile(rf"^(?:{re.escape(NAMESPACE)}/|_)shards-[0-9a-f]{{16}}\.arrow$")
 # a split's selection (manifest.selection)
 _SELECTION = side_file_pattern(SELECTION_PREFIX, SELECTION_SUFFIX)
 # each sample's recorded image size (manifest.image_sizes)
@@ -97,16 +104,21 @@ _IMAGE_SIZES = side_file_pattern(SIZES_PREFIX, SIZES_SUFFIX)
 # a run's test of conditional writes
 _PROBE = re.compile(r"^\.shardstream-probe-(?P<run>[0-9a-f]{16})$")
 # one being written
-_RUN_TEMP = re.compile(r"^\.shard-[0-9]{6,}-(?P<run>[0-9a-f]{16})\..*\.[0-9a-f]{8,32}\.tmp$")
+_RUN_TEMP = re.compile(
+    rf"^(?:{re.escape(NAMESPACE)}/)?\.shard-[0-9]{{6,}}-(?P<run>[0-9a-f]{{16}})\..*\.[0-9a-f]{{8,32}}\.tmp$"
+)
 
 
 def made_by_shardstream(name: str) -> bool:
-    """Whether ``name`` (in a dataset's folder) is a file a pack makes there besides the manifest: a shard, a
-    sample index, a shard table, a temporary file or a probe of conditional writes."""
+    """Whether ``name`` (in a dataset's folder, or its ``.shardstream`` folder) is a file a pack makes there
+    besides the manifest and the version files: a shard, a sample index, a shard table, a side file, a
+    temporary file or a probe of conditional writes. An index beside a shard (formats before 4) is not
+    counted: another tool keeps its own under the same name (:func:`own_beside_indexes` proves ours)."""
     return any(
         p.match(name)
         for p in (
-            _RUN_FILE,
+            _RUN_SHARD,
+            _RUN_INDEX,
             _PLAIN_SHARD,
             _TEMP_FILE,
             _SHARD_TABLE,
@@ -114,13 +126,53 @@ def made_by_shardstream(name: str) -> bool:
             _IMAGE_SIZES,
             _PROBE,
         )
-    )
+    ) and not _BESIDE_INDEX.match(name)
+
+
+def dataset_files(store: Store) -> list[str]:
+    """The files of a dataset's folder that a pack's clean-up considers: those in the folder, and those in
+    its ``.shardstream`` folder (named ``.shardstream/…``); a Parquet dataset's data folders are not
+    listed (nothing there is removed)."""
+    inner = Store(f"{store.url}/{NAMESPACE}", store.storage_options, store.retry)
+    try:
+        own = inner.list_files(recursive=True)
+    except StorageError as exc:
+        if not isinstance(exc.__cause__, FileNotFoundError):
+            raise
+        own = []
+    return store.list_files() + [f"{NAMESPACE}/{n}" for n in own]
+
+
+def own_beside_indexes(store: Store, names: list[str], manifests: list[Manifest]) -> list[str]:
+    """Of ``names`` (files in the folder), the sample indexes beside shards (formats before 4) that
+    shardstream wrote: those whose sha256 is the one a manifest of ``manifests`` records for the shard.
+    Another tool's index under the same name (Megatron-Energon's, DALI's) is never among them."""
+    recorded: dict[str, set[str]] = {}
+    for m in manifests:
+        for path, digest in zip(m.paths, m.index_sha256 or []):
+            if digest:
+                recorded.setdefault(old_index_name(path), set()).add(digest)
+    out = []
+    for name in names:
+        if _BESIDE_INDEX.match(name) and name in recorded:
+            try:
+                data = bytes(store.read_bytes(name))
+            except StorageError:
+                continue
+            if hashlib.sha256(data).hexdigest() in recorded[name]:
+                out.append(name)
+    return out
 
 
 def run_token(name: str) -> str | None:
     """The token of the run that wrote ``name`` (a shard, its sample index, a temporary file of one, a probe of
     conditional writes), or ``None`` if its name carries none."""
-    match = _RUN_FILE.match(name) or _PROBE.match(name) or _RUN_TEMP.match(name)
+    match = (
+        _RUN_SHARD.match(name)
+        or _RUN_INDEX.match(name)
+        or _PROBE.match(name)
+        or _RUN_TEMP.match(name)
+    )
     return None if match is None else match["run"]
 
 
@@ -210,7 +262,7 @@ class Claim:
     def lost(self, what: str, advice: str) -> DestinationLost:
         """The error of a run that lost the destination (``what`` happened), once its own files are removed."""
         try:
-            names = [n for n in self.store.list_files() if self.owns(n)]
+            names = [n for n in dataset_files(self.store) if self.owns(n)]
             for name in names:
                 self.store.remove(name)
             self._release()
@@ -325,7 +377,7 @@ class Claim:
             sizes = self._joined_sizes(manifest)
             return appended(self.base, manifest, self.store.url, self.version, sizes)
         except ShardstreamError:
-            for name in [n for n in self.store.list_files() if self.owns(n)]:
+            for name in [n for n in dataset_files(self.store) if self.owns(n)]:
                 self.store.remove(name)
             raise
 
@@ -413,7 +465,7 @@ def prepare_destination(
                 f"{store.url} already holds a dataset ({MANIFEST_NAME}); pass --overwrite "
                 f"(overwrite=True) to replace it{add}, or choose another destination"
             )
-        names = store.list_files()
+        names = dataset_files(store)
         plain = [n for n in names if _PLAIN_SHARD.match(n)]
         if plain and not overwrite and current is None and IN_PROGRESS not in names:
             raise DatasetExistsError(
@@ -447,21 +499,38 @@ def _leftovers(
     base: Manifest | None,
 ) -> list[str]:
     """The files shardstream made in ``names`` that a publish replaces (none for an append); locally, what no
-    published version names is removed now (a re-run after a crash needs the room)."""
+    published version names is removed now (a re-run after a crash needs the room). An index beside a
+    shard (formats before 4) counts only where its sha256 proves it is the one a version recorded."""
+    published = _published(store)
     leftovers = [n for n in names if made_by_shardstream(n)]
+    leftovers += own_beside_indexes(store, names, [] if published is None else published[1])
     if store.local:
-        if base is not None:
-            published = _named_by_versions(store)
-        else:
-            published = _named_by(store, None if current is None else current[0])
-        for name in [n for n in leftovers if published is not None and n not in published]:
+        named = _named_by_versions(store) if base is not None else _named_by(store, current)
+        for name in [n for n in leftovers if named is not None and n not in named]:
             store.remove(name)
-        leftovers = [n for n in leftovers if published is None or n in published]
+        leftovers = [n for n in leftovers if named is None or n in named]
     if base is not None:
         return []  # an append removes nothing once published: its versions name it all
     if current is not None:  # an overwrite: the earlier versions go with their shards
-        leftovers += [f"{VERSIONS}/{n}" for n in _version_files(store)]
+        leftovers += version_files(store)
     return leftovers
+
+
+def _published(
+    store: Store, listed: set[str] | None = None
+) -> tuple[set[str], list[Manifest]] | None:
+    """The files the readable versions name, and those versions (``None`` if one cannot be read);
+    ``listed``: the folder's files (see :func:`files_of`)."""
+    names: set[str] = set()
+    manifests = []
+    for number in list_versions(store):
+        try:
+            m = read_version(store, number)
+        except ShardstreamError:
+            return None
+        manifests.append(m)
+        names |= files_of(m, store, listed)
+    return names, manifests
 
 
 def _append_base(store: Store, token: str) -> Manifest:
@@ -478,41 +547,55 @@ def _append_base(store: Store, token: str) -> Manifest:
     return base
 
 
-def _version_files(store: Store) -> list[str]:
-    return versions_folder(store).list_files()
-
-
 def _named_by_versions(store: Store) -> set[str] | None:
     """The files any readable version names (``None`` if one cannot be read)."""
-    names: set[str] = set()
-    for number in list_versions(store):
-        found = store.read_tagged(version_name(number)) or store.read_tagged(MANIFEST_NAME)
-        named = _named_by(store, None if found is None else found[0])
-        if named is None:
-            return None
-        names |= named
-    return names
+    found = _published(store)
+    return None if found is None else found[0]
 
 
-def _named_by(store: Store, manifest: bytes | None) -> set[str] | None:
-    """The files a published manifest names (shards, sample indexes, shard table, side files); ``None`` if
-    it cannot be read."""
-    if manifest is None:
+def _named_by(store: Store, current: tuple[bytes, str] | None) -> set[str] | None:
+    """The files the published manifest ``current`` (its bytes and tag) names; ``None`` if it cannot be
+    read."""
+    if current is None:
         return set()
     try:
-        doc = json.loads(manifest)
         m = Manifest.from_json(
-            manifest, store.url_of(MANIFEST_NAME), lambda name: bytes(store.read_bytes(name))
+            current[0], store.url_of(MANIFEST_NAME), lambda name: bytes(store.read_bytes(name))
         )
     except (ValueError, ShardstreamError):
         return None
-    table = doc.get("shards", {}).get("table") if isinstance(doc.get("shards"), dict) else None
-    side = [table] if isinstance(table, str) else []
+    return files_of(m)
+
+
+def files_of(m: Manifest, store: Store | None = None, listed: set[str] | None = None) -> set[str]:
+    """The files of its own folder a manifest names: shards, their indexes, its shard table and side files.
+    A shard's index is where readers find it: in ``.shardstream/``, or beside the shard (formats before 4);
+    with ``listed`` (the folder's files) the one of them a reader takes (where both are there, the first
+    whose sha256 is the manifest's, read from ``store``), else both."""
+    side = [] if m.table is None else [m.table]
     if m.selection is not None:
         side.append(m.selection.reference["file"])
     if m.image_sizes is not None:
         side.append(m.image_sizes.reference["file"])
-    return {*m.paths, *(p + ".idx" for p in m.paths), *side}
+    digests = m.index_sha256 or [""] * m.num_shards
+    indexes = [_used_index(p, d, store, listed) for p, d in zip(m.paths, digests) if d]
+    return {*m.paths, *(n for found in indexes for n in found), *side}
+
+
+def _used_index(
+    path: str, digest: str, store: Store | None, listed: set[str] | None
+) -> tuple[str, ...]:
+    """The names of shard ``path``'s index that a reader may take (see :func:`files_of`)."""
+    new, old = index_names(path)
+    if listed is None or store is None:
+        return new, old
+    if new in listed and old in listed:
+        try:
+            same = hashlib.sha256(bytes(store.read_bytes(new))).hexdigest() == digest
+        except StorageError:
+            same = False
+        return (new,) if same else (old,)
+    return tuple(n for n in (new, old) if n in listed)
 
 
 def check_claim(store: Store, token: str) -> None:

@@ -15,9 +15,10 @@ from typing import Any
 
 from ..errors import SourceError
 from ..formats import tar as tar_format
-from ..formats.tar_index import IndexBuilder, index_name
+from ..formats.tar_index import IndexBuilder
 from ..manifest.files import sync_file, write_durably
 from ..manifest.image_sizes import ShardSizes
+from ..manifest.side_names import index_name
 from ..sources import FileSample
 from ..sources.remote import is_remote, read_remote
 from ..storage import Store, describe_os_error
@@ -234,7 +235,7 @@ def write_shard(job: ShardJob) -> ShardResult:
 
 
 def write_index(store: Store, name: str, index: IndexBuilder, fsync: bool = True) -> str:
-    """Write shard ``name``'s sample index next to it (``<name>.idx``, atomically, durably with ``fsync``);
+    """Write shard ``name``'s sample index into ``.shardstream/`` beside it (``.shardstream/<name>.idx``, atomically, durably with ``fsync``);
     its sha256, for the manifest."""
     data = index.to_bytes()
     write_durably(store, index_name(name), data, fsync)

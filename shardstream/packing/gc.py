@@ -1,5 +1,8 @@
 """``gc``: remove what no kept version of a dataset needs: older version files, their shards, indexes and
-shard tables, and what crashed runs left.
+shard tables, and what crashed runs left. Only files shardstream can prove it wrote: the shards and
+``.shardstream/`` files a version names or a run made, and, of a dataset of an older format, an index
+beside a shard only where its sha256 is the one a version recorded (Megatron-Energon and DALI keep their
+own indexes under the same names).
 
 The newest ``keep`` versions are kept whole: nothing any of them names is ever removed, nor anything a run
 that holds the destination's claim (``.shardstream-writing``: a pack or append under way, or one that
@@ -27,17 +30,23 @@ pin a version you read to keep it (``--keep``).
 
 from __future__ import annotations
 
-import json
 import uuid
 from dataclasses import dataclass, field
 
 from ..errors import ManifestError, ShardstreamError, StorageError
 from ..manifest.files import IN_PROGRESS, parse_manifest, sync_folder
-from ..manifest.schema import MANIFEST_NAME
-from ..manifest.versions import list_versions, move_head, version_name, version_of
+from ..manifest.schema import MANIFEST_NAME, Manifest
+from ..manifest.versions import list_versions, move_head, version_file, version_name, version_of
 from ..storage import Store
 from ..storage.classify import is_missing
-from .destination import is_probe, made_by_shardstream, may_be_written_by
+from .destination import (
+    dataset_files,
+    files_of,
+    is_probe,
+    made_by_shardstream,
+    may_be_written_by,
+    own_beside_indexes,
+)
 
 _ATTEMPTS = 8  # looks at a dataset that versions are published to meanwhile, before giving up
 
@@ -74,7 +83,8 @@ def collect(store: Store, keep: int, delete: bool = False) -> Collection:
     if delete:
         _complete_head(store, result.kept[-1])
         for number in result.versions:
-            _remove(store, version_name(number))
+            for old in (False, True):
+                _remove(store, version_name(number, old))
         for name in result.files:
             _remove(store, name)
         sync_folder(store)
@@ -92,22 +102,26 @@ def _plan(store: Store, keep: int) -> Collection | None:
     kept, dropped = numbers[-keep:], numbers[:-keep]
     needed: set[str] = set()
     try:
-        for number in kept:
-            needed |= _named(store, number)
+        versions = {n: _version(store, n) for n in numbers}
     except _Changed:
         return None
-    names = store.list_files()
+    names = dataset_files(store)
+    for number in kept:
+        needed |= files_of(versions[number], store, set(names))
     held.add(
         _claimed_run(store)
     )  # the claim before the versions: a run releases it after publishing
     if _numbers(store) != numbers:
         return None
     tokens = {token for token in held if token is not None}
+    ours = set(
+        own_beside_indexes(store, names, list(versions.values()))
+    )  # indexes beside shards: where proven ours
     files = [
         n
         for n in names
         if n not in needed
-        and made_by_shardstream(n)
+        and (made_by_shardstream(n) or n in ours)
         and not may_be_written_by(n, tokens)
         and not is_probe(n)
     ]
@@ -118,27 +132,22 @@ def _numbers(store: Store) -> list[int]:
     return [n for n in list_versions(store) if n > 0]
 
 
-def _named(store: Store, number: int) -> set[str]:
-    """Every file version ``number`` names: shards, their sample indexes, its shard table and side files."""
-    name = version_name(number)
-    raw = _read(store, name)
-    if raw is None:  # a version without its file: the head's (a dataset packed before versions)
+def _version(store: Store, number: int) -> Manifest:
+    """Version ``number`` of the dataset (raises :class:`_Changed` if it went meanwhile)."""
+    found = version_file(store, number)
+    if found is None:  # a version without its file: the head's (a dataset packed before versions)
         raw, name = _read(store, MANIFEST_NAME), MANIFEST_NAME
         if raw is None or version_of(raw) != number:
             raise _Changed
+    else:
+        raw, name = found
     m = parse_manifest(store, raw, name)
     if m.version != number:
         raise ManifestError(
             f"{store.url_of(name)} is damaged: it says it is version {m.version}; restore it or "
             "remove that version's file"
         )
-    named = {*m.paths, *(p + ".idx" for p in m.paths)}
-    for side in (m.selection, m.image_sizes):
-        if side is not None:
-            named.add(side.reference["file"])
-    shards = json.loads(raw).get("shards")
-    table = shards.get("table") if isinstance(shards, dict) else None
-    return named | ({table} if isinstance(table, str) else set())
+    return m
 
 
 def _read(store: Store, name: str) -> bytes | None:
@@ -175,12 +184,12 @@ def _complete_head(store: Store, latest: int) -> None:
     head = _read(store, MANIFEST_NAME)
     if head is None or version_of(head) >= latest:
         return
-    found = _read(store, version_name(latest))
+    found = version_file(store, latest)
     if found is None:
         return
     honoured = store.honours_conditions(f".shardstream-probe-{uuid.uuid4().hex[:16]}")
     with store.locked():
-        move_head(store, found, latest, True, honoured)
+        move_head(store, found[0], latest, True, honoured)
 
 
 def _claimed_run(store: Store) -> str | None:

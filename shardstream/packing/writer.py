@@ -47,7 +47,7 @@ class ShardWriter:
     without an error), never when the block raises: no half-written dataset is visible.
     Keys of tar shards are relative paths that stay inside the folder ``tar -xf`` extracts
     to. With ``fsync`` (default) shards and manifest are on disk before they appear.
-    ``index`` (default True): write each uncompressed tar shard's sample index (``<shard>.idx``): readers
+    ``index`` (default True): write each uncompressed tar shard's sample index (``.shardstream/<shard>.idx``): readers
     open a shard from it without parsing its headers, and fetch single samples from object storage by
     ranged reads.
 

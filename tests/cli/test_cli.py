@@ -25,6 +25,8 @@ import pytest
 from click.testing import CliRunner
 
 from shardstream.cli import cli
+from shardstream.manifest.side_names import version_name
+from tests.folders import folder_files, indexed
 from tests.oslimits import permission_preexec, tiny_tmpfs
 from tests.sample_datasets import make_files, without_run
 
@@ -199,11 +201,13 @@ def test_pack_options_reach_the_dataset(tmp_path):
     assert result.exit_code == 0, result.output
     doc = json.loads((dest / "_manifest.json").read_text())
     assert doc["shard_format"] == "arrow"
-    assert sorted(without_run(p.name) for p in dest.iterdir()) == [
-        "_manifest.json",
-        "_versions",  # the overwrite is version 2, published by its version file
-        "shard-000000.arrow",
-    ]
+    assert [without_run(n) for n in folder_files(dest)] == sorted(
+        [
+            "_manifest.json",
+            version_name(2),  # the overwrite is version 2, published by its version file
+            "shard-000000.arrow",
+        ]
+    )
 
 
 @pytest.mark.parametrize("flag, syncs", [("--fsync", True), ("--no-fsync", False)])
@@ -675,7 +679,7 @@ def test_no_space_error_names_the_destination(tmp_path, workers):
     assert proc.returncode == 1
     assert_one_line_error(proc.stderr, dest)
     assert not (dest / "_manifest.json").exists()
-    assert not [p.name for p in dest.iterdir() if p.name.endswith(".tmp")]
+    assert not [n for n in folder_files(dest) if n.endswith(".tmp")]
 
 
 def test_full_file_system_fails_cleanly(tmp_path):
@@ -699,7 +703,7 @@ def test_full_file_system_error_names_the_destination(tmp_path):
         proc = run("pack", src, dest, "--workers", "1", "--shard-size", "500KB")
         assert proc.returncode == 1
         assert_one_line_error(proc.stderr, dest)
-        assert not [p.name for p in dest.iterdir() if p.name.endswith(".tmp")]
+        assert not [n for n in folder_files(dest) if n.endswith(".tmp")]
 
 
 def test_failed_pack_then_rerun_gives_a_complete_dataset(tmp_path):
@@ -718,13 +722,9 @@ def test_failed_pack_then_rerun_gives_a_complete_dataset(tmp_path):
     assert proc.returncode == 1
     assert not (dest / "_manifest.json").exists()
     assert run("pack", src, dest, "--workers", "1", "--shard-size", "100KB").returncode == 0
-    assert sorted(without_run(p.name) for p in dest.iterdir()) == [
-        "_manifest.json",
-        "shard-000000.tar",
-        "shard-000000.tar.idx",
-        "shard-000001.tar",
-        "shard-000001.tar.idx",
-    ]
+    assert [without_run(n) for n in folder_files(dest)] == sorted(
+        ["_manifest.json", *indexed("shard-000000.tar", "shard-000001.tar")]
+    )
     verify = run("verify", dest)
     assert verify.returncode == 0, verify.stderr
 

@@ -7,6 +7,7 @@ import io
 import json
 import logging
 import os
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -18,7 +19,9 @@ from shardstream import ShardDataset
 from shardstream.formats.tar_index import parse_index
 from shardstream.manifest import load_manifest
 from shardstream.manifest.index_tars import index as index_tars
+from shardstream.manifest.side_names import NAMESPACE, index_name
 from shardstream.storage import Store
+from tests.folders import folder_files
 from tests.oslimits import permission_preexec
 
 webdataset = pytest.importorskip("webdataset")
@@ -37,14 +40,16 @@ def foreign_tars(root: Path, shards: int = 3, per_shard: int = 7) -> dict[str, d
 
 
 def indexed_as_before(folder: Path) -> None:
-    """A manifest for the tars in ``folder`` and no sample indexes, as ``index`` of 0.5.0 left them."""
+    """A manifest for the tars in ``folder`` and no sample indexes, as ``index`` of 0.5.0 left them (manifest
+    format 1)."""
     index_tars([str(folder)])
-    for idx in folder.glob("*.idx"):
-        idx.unlink()
+    shutil.rmtree(folder / NAMESPACE)  # the sample indexes, all there is in it
     manifest = folder / "_manifest.json"
     doc = json.loads(manifest.read_text())
     del doc["shards"]["index_sha256"]
+    doc["shardstream_manifest"] = 1
     manifest.write_text(json.dumps(doc))
+    assert folder_files(folder) == sorted(["_manifest.json", *doc["shards"]["path"]])
 
 
 def epoch(url: str, cache: Path, workers: int = 0) -> dict[str, dict[str, bytes]]:
@@ -75,7 +80,7 @@ def test_index_writes_sample_indexes_for_existing_tars_that_read_like_the_tars(t
     m = load_manifest(Store(str(tmp_path / "tars")))
     assert result.indexes_written and m.index_sha256 is not None
     for path, samples_in_shard, nbytes in zip(m.paths, m.stored_counts, m.nbytes):
-        data = (tmp_path / "tars" / f"{path}.idx").read_bytes()
+        data = (tmp_path / "tars" / index_name(path)).read_bytes()
         index = parse_index(data, path, int(samples_in_shard), int(nbytes))
         keys, fields = index.samples(path)
         with tarfile.open(tmp_path / "tars" / path) as tar:  # tarfile's view of the same shard
@@ -189,7 +194,7 @@ def test_index_of_tars_in_a_folder_it_cannot_write_warns_and_readers_build_the_i
     assert proc.returncode == 0, proc.stderr
     assert "sample indexes of its tars could not be written" in proc.stderr
     assert "with their sample indexes" not in proc.stdout
-    assert not list((tmp_path / "data" / "ro").glob("*.idx"))
+    assert not [n for n in folder_files(tmp_path / "data") if n.endswith(".idx")]
     assert load_manifest(Store(str(tmp_path / "data"))).index_sha256 is None
     assert epoch(str(tmp_path / "data"), tmp_path / "cache") == samples
     assert len(built(tmp_path / "cache")) == 3

@@ -1,5 +1,5 @@
-"""A local shard read through its sample index (``<shard>.idx``) is checked against its tar headers first,
-once per host for each version of the file: an index never lets through what the header parse would
+"""A local shard read through its sample index (``.shardstream/<shard>.idx``) is checked against its tar
+headers first, once per host for each version of the file: an index never lets through what the header parse would
 refuse, and never hands out another sample's bytes under a key."""
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from shardstream.errors import CorruptShardError
 from shardstream.formats import tar as tar_format
 from shardstream.formats.tar_index import parse_index
 from shardstream.manifest import dataset_store, load_manifest
+from shardstream.manifest.side_names import index_name
 from tests.sample_datasets import make_files
 
 
@@ -64,7 +65,7 @@ def test_a_shard_with_its_samples_in_another_order_is_an_error_not_other_samples
     dest, _ = packed(tmp_path)
     path = shard_file(dest)
     data = path.read_bytes()
-    index = parse_index((path.with_name(path.name + ".idx")).read_bytes(), "idx", 6, len(data))
+    index = parse_index((path.parent / index_name(path.name)).read_bytes(), "idx", 6, len(data))
     spans = [index.span(i) for i in range(len(index))]
     reordered = b"".join(data[a:b] for a, b in reversed(spans)) + data[spans[-1][1] :]
     assert len(reordered) == len(data) and reordered != data
@@ -123,7 +124,7 @@ def test_plain_shards_take_the_vectorised_path(tmp_path):
     for i, rel in enumerate(manifest.paths):
         data = (dest / rel).read_bytes()
         index = parse_index(
-            (dest / (rel + ".idx")).read_bytes(), rel, manifest.stored_counts[i], len(data)
+            (dest / index_name(rel)).read_bytes(), rel, manifest.stored_counts[i], len(data)
         )
         assert index_check._plain_match(data, index)
 

@@ -14,6 +14,7 @@ from shardstream.errors import CorruptShardError
 from shardstream.formats import tar as tar_format
 from shardstream.manifest import load_manifest
 from shardstream.manifest.sample_set import samples_of
+from shardstream.manifest.side_names import index_name
 from shardstream.packing.writer import ShardWriter
 from shardstream.storage import Store
 from tests.sample_datasets import shard_path
@@ -241,7 +242,7 @@ def test_an_index_that_does_not_check_is_ignored_for_the_headers(tmp_path, monke
 
     plain, indexed = _indexed_pair(tmp_path)
     expected = _read(plain)
-    idx = shard_path(indexed, 1).with_name(shard_path(indexed, 1).name + ".idx")
+    idx = shard_path(indexed, 1).parent / index_name(shard_path(indexed, 1).name)
     data = bytearray(idx.read_bytes())
     data[-3] ^= 1  # a member name changed: its sha256 no longer matches the manifest's
     idx.write_bytes(bytes(data))

@@ -517,7 +517,7 @@ def to_memory(url: str) -> str:
 
     local = Store(url)
     remote = Store(f"memory://dataset-test-{uuid.uuid4().hex}/ds")
-    for name in local.list_files():
+    for name in local.list_files(recursive=True):  # .shardstream/ too: the shards' indexes
         remote.write_bytes(name, bytes(local.read_bytes(name)))
     return remote.url
 

@@ -25,6 +25,7 @@ from shardstream.cli import cli
 from shardstream.errors import CorruptShardError
 from shardstream.formats import tar as T
 from shardstream.manifest.index_tars import index
+from shardstream.manifest.side_names import index_name
 from shardstream.manifest.verify import verify
 
 BSDTAR = shutil.which("bsdtar")
@@ -140,7 +141,7 @@ def test_members_apart_make_one_sample_per_key(tmp_path, write):
     assert read(folder) == expected(tmp_path / "src", names)
     assert list(result.manifest.stored_counts) == [5]
     # its sample index is version 2 (no sample spans), read and checked as such
-    assert (folder / "a.tar.idx").read_bytes()[:8] == b"SSTARIX2"
+    assert (folder / index_name("a.tar")).read_bytes()[:8] == b"SSTARIX2"
     assert verify(str(folder), workers=1).ok
     (note,) = [n for n in result.notes if "not next to each other" in n]
     assert "a.tar" in note and "5 samples" in note and "tar --sort=name" in note

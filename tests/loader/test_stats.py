@@ -30,7 +30,7 @@ def total_bytes(url: str) -> int:
 def to_memory(url: str) -> str:
     """A copy of ``url`` on ``memory://``, which shardstream treats as remote storage."""
     local, remote = Store(url), Store(f"memory://stats-{uuid.uuid4().hex}/ds")
-    for name in local.list_files():
+    for name in local.list_files(recursive=True):  # .shardstream/ too: the shards' indexes
         remote.write_bytes(name, bytes(local.read_bytes(name)))
     return remote.url
 

@@ -12,6 +12,7 @@ import pytest
 
 from shardstream import MixedDataset, ShardDataset
 from shardstream.errors import CorruptShardError
+from shardstream.manifest.side_names import index_name
 from tests.sample_datasets import key_of
 from tests.sample_datasets import write_dataset as _write_dataset
 
@@ -95,7 +96,7 @@ def test_an_error_in_a_thread_is_raised_in_the_main_thread_with_its_message(tmp_
     url = write_dataset(tmp_path, [4, 4, 4])
     shard = sorted(Path(url).glob("*.tar"))[1]
     shard.write_bytes(b"\0" * shard.stat().st_size)  # same size, no tar
-    (Path(f"{shard}.idx")).unlink()
+    (shard.parent / index_name(shard.name)).unlink()
     loader = make(url, shuffle=False).loader(2, 2, workers="threads")
     with pytest.raises(CorruptShardError, match=shard.name):
         list(loader)

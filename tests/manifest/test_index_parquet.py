@@ -21,6 +21,8 @@ from shardstream.cli import cli
 from shardstream.errors import CorruptShardError, ShardstreamError
 from shardstream.formats import parquet as parquet_format
 from shardstream.manifest.index_parquet import index_parquet
+from shardstream.manifest.side_names import index_name
+from tests.folders import folder_files, indexed
 
 ROWS = [7, 1, 12, 5]
 
@@ -87,9 +89,12 @@ def test_the_manifest_lists_the_files_themselves(files):
     assert shards["bytes"] == [p.stat().st_size for p in paths]
     assert shards["sha256"] == [hashlib.sha256(p.read_bytes()).hexdigest() for p in paths]
     assert [f["name"] for f in doc["fields"]] == ["__key__", "image", "label"]
-    # each file's row-group index is next to it, checked by the manifest
+    # each file's row-group index is in .shardstream/ beside it, checked by the manifest; nothing else
+    # is added beside the files (a folder reader of Parquet files skips .shardstream/)
+    names = [p.name for p in paths]
+    assert folder_files(paths[0].parent) == sorted([*indexed(*names), "_manifest.json"])
     for p, digest in zip(paths, shards["index_sha256"]):
-        raw = (p.parent / (p.name + ".idx")).read_bytes()
+        raw = (p.parent / index_name(p.name)).read_bytes()
         assert hashlib.sha256(raw).hexdigest() == digest
         index = parquet_format.parse_row_index(
             raw, p.name, pq.read_metadata(p).num_rows, p.stat().st_size

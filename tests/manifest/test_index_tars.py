@@ -22,6 +22,7 @@ from shardstream.cli import cli
 from shardstream.errors import CorruptShardError, DatasetExistsError, ShardstreamError
 from shardstream.manifest.index_tars import IndexResult, index
 from shardstream.manifest.verify import verify
+from tests.folders import folder_files, indexed
 
 NAMES = [f"shard-{i:06d}.tar" for i in range(3)]
 
@@ -106,6 +107,8 @@ def test_index_webdataset_tars(tmp_path, form):
     doc = json.loads((folder / "_manifest.json").read_text())
     assert doc["num_samples"] == 10
     assert doc["shards"]["path"] == NAMES
+    # beside the tars: the manifest, and each tar's sample index in .shardstream/ (nothing else)
+    assert folder_files(folder) == sorted([*indexed(*NAMES), "_manifest.json"])
 
 
 @pytest.mark.parametrize("form", ["brace", "list", "folder"])

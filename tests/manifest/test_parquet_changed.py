@@ -18,6 +18,7 @@ from shardstream import ShardDataset, ShardMap
 from shardstream.errors import CorruptShardError
 from shardstream.formats.parquet import INDEX_VERSION
 from shardstream.manifest.index_parquet import index_parquet
+from shardstream.manifest.side_names import index_name
 
 ROWS = 1000
 
@@ -94,9 +95,8 @@ def test_without_a_row_group_index_the_whole_file_is_checked(tmp_path, reader):
     plain = {"use_dictionary": False, "compression": "none"}  # a same-length edit keeps the size
     pq.write_table(table(labels, text), path, **plain)
     url = index_parquet([str(path)]).url
-    os.remove(
-        str(path) + ".idx"
-    )  # lost, or never written: the file's sha256 in the manifest checks it
+    # lost, or never written: the file's sha256 in the manifest checks it
+    os.remove(tmp_path / index_name(path.name))
     assert [s["text"] for s in read_with(reader, url)] == text
     size = os.path.getsize(path)
     text[500] = "t9999"
@@ -124,7 +124,7 @@ def test_an_unchanged_file_reads_and_the_index_format_is_unchanged(tmp_path):
     labels, text = [i % 7 for i in range(ROWS)], [f"t{i:04d}" for i in range(ROWS)]
     pq.write_table(table(labels, text), path, row_group_size=100)
     url = index_parquet([str(path)]).url
-    with open(str(path) + ".idx") as f:
+    with open(tmp_path / index_name(path.name)) as f:
         assert f'"shardstream_parquet_index":{INDEX_VERSION}' in f.read()
     assert [s["label"] for s in read_with("dataset", url)] == labels
     assert [s["text"] for s in read_with("map", url)] == text

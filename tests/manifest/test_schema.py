@@ -79,12 +79,26 @@ def test_to_json_is_utf8_and_records_totals():
     assert "été".encode() in data  # not \u escapes
     assert data.endswith(b"\n")
     doc = json.loads(data)
-    # one JSON file: what every shardstream reads (a table head is 2)
-    assert doc["shardstream_manifest"] == 1
+    # every manifest written now is format 4 (its indexes and versions are in .shardstream/): older
+    # readers refuse it rather than look for them where they are not
+    assert doc["shardstream_manifest"] == FORMAT_VERSION == 4
     assert doc["num_shards"] == 4
     assert doc["num_samples"] == 10
     assert doc["total_bytes"] == 10_240 * (1 + 2 + 3 + 4)
     assert doc["shards"]["samples"] == [3, 0, 5, 2]
+
+
+@pytest.mark.parametrize("fmt", [1, 2, 3])
+def test_a_manifest_of_an_older_format_reads_and_says_its_format(fmt):
+    """Datasets written before format 4 read as they are (and their format says where their files are)."""
+    m = make_manifest(classes=["a", "b"])
+    doc = json.loads(m.to_json())
+    doc["shardstream_manifest"] = fmt
+    back = Manifest.from_json(json.dumps(doc))
+    assert back.format == fmt and m.format == FORMAT_VERSION
+    assert (
+        back.paths == m.paths and back.fingerprint == m.fingerprint and back.classes == ["a", "b"]
+    )
 
 
 def test_counts_and_totals():
@@ -265,7 +279,9 @@ def test_write_then_load(tmp_path, where):
     store = Store(url)
     m = make_manifest(classes=["a", "b"])
     write_manifest(store, m)
-    assert store.list_files() == [MANIFEST_NAME]
+    assert store.list_files(recursive=True) == [
+        MANIFEST_NAME
+    ]  # nothing else, .shardstream/ neither
     back = load_manifest(store)
     assert back.paths == m.paths
     assert back.classes == ["a", "b"]

@@ -11,9 +11,10 @@ import pytest
 
 from shardstream.errors import ManifestError
 from shardstream.manifest import Manifest, load_manifest, shard_name, write_manifest
-from shardstream.manifest.schema import MANIFEST_NAME
+from shardstream.manifest.schema import FORMAT_VERSION, MANIFEST_NAME
 from shardstream.manifest.table import HexColumn, encode_table, table_reference
 from shardstream.storage import Store
+from tests.folders import folder_files
 
 
 def _manifest(n: int = 50, index: bool = True) -> Manifest:
@@ -41,11 +42,20 @@ def _write(tmp_path, m: Manifest, threshold: int = 10) -> tuple[Store, str | Non
     return store, write_manifest(store, m, table_threshold=threshold)
 
 
+def _put(folder, name: str, data: bytes) -> None:
+    """``data`` as the file ``name`` of ``folder`` (a table's name is in ``.shardstream/``)."""
+    (folder / name).parent.mkdir(parents=True, exist_ok=True)
+    (folder / name).write_bytes(data)
+
+
 @pytest.mark.parametrize("index", [True, False])
 def test_round_trip_through_a_table_keeps_every_column_and_the_fingerprint(tmp_path, index):
     m = _manifest(index=index)
     store, name = _write(tmp_path, m)
     assert name is not None and (tmp_path / name).exists()
+    # the table is shardstream's own file: in .shardstream/, nothing beside the head
+    assert name.startswith(".shardstream/shards-") and name.endswith(".arrow")
+    assert folder_files(tmp_path) == sorted([MANIFEST_NAME, name])
     head = json.loads((tmp_path / MANIFEST_NAME).read_text())
     assert head["shards"] == {
         "table": name,
@@ -53,8 +63,8 @@ def test_round_trip_through_a_table_keeps_every_column_and_the_fingerprint(tmp_p
         "rows": 50,
     }
     assert head["num_shards"] == 50 and head["classes"] == ["a", "b"]
-    # older shardstreams say "upgrade" instead of misreading it
-    assert head["shardstream_manifest"] == 2
+    # older shardstreams say "upgrade" instead of misreading it (or looking for it beside the head)
+    assert head["shardstream_manifest"] == FORMAT_VERSION == 4
     loaded = load_manifest(store)
     assert isinstance(loaded.sha256, HexColumn)
     assert loaded.paths == m.paths and loaded.sha256 == m.sha256 and list(loaded.sha256) == m.sha256
@@ -72,8 +82,8 @@ def test_round_trip_through_a_table_keeps_every_column_and_the_fingerprint(tmp_p
 def test_below_the_threshold_the_manifest_stays_one_json_file(tmp_path):
     m = _manifest()
     store, name = _write(tmp_path, m, threshold=51)
-    assert name is None and sorted(p.name for p in tmp_path.iterdir()) == [MANIFEST_NAME]
-    assert json.loads((tmp_path / MANIFEST_NAME).read_text())["shardstream_manifest"] == 1
+    assert name is None and folder_files(tmp_path) == [MANIFEST_NAME]
+    assert json.loads((tmp_path / MANIFEST_NAME).read_text())["shardstream_manifest"] == 4
     assert load_manifest(store).sha256 == m.sha256
 
 
@@ -110,22 +120,36 @@ def test_a_missing_table_names_itself(tmp_path):
         load_manifest(store)
 
 
+_SHA = "0123456789abcdef" + "0" * 48  # starts as the names below: only the name is wrong
+
+
 @pytest.mark.parametrize(
     "ref",
     [
         {"table": "../_shards-0123456789abcdef.arrow", "sha256": "0" * 64, "rows": 1},
+        {"table": "../.shardstream/shards-0123456789abcdef.arrow", "sha256": _SHA, "rows": 1},
+        {"table": ".shardstream/../shards-0123456789abcdef.arrow", "sha256": _SHA, "rows": 1},
+        {"table": "x/.shardstream/shards-0123456789abcdef.arrow", "sha256": _SHA, "rows": 1},
+        # neither where format 4 keeps it nor where format 2 did
+        {"table": "shards-0123456789abcdef.arrow", "sha256": _SHA, "rows": 1},
+        {"table": ".shardstream/_shards-0123456789abcdef.arrow", "sha256": _SHA, "rows": 1},
         {
-            "table": "_shards-0123456789abcdef.arrow",
+            "table": ".shardstream/shards-0123456789abcdef.arrow",
             "sha256": "0" * 64,
             "rows": 1,
         },  # sha does not start as the name
         {
-            "table": "_shards-0123456789abcdef.arrow",
+            "table": ".shardstream/shards-0123456789abcdef.arrow",
             "sha256": "0123456789abcdef" + "0" * 48,
             "rows": -1,
         },
         {
-            "table": "_shards-0123456789abcdef.arrow",
+            "table": "_shards-0123456789abcdef.arrow",  # a format-2 head's name: the same checks
+            "sha256": "0123456789abcdef" + "0" * 48,
+            "rows": -1,
+        },
+        {
+            "table": ".shardstream/shards-0123456789abcdef.arrow",
             "sha256": "0123456789abcdef" + "0" * 48,
             "rows": 1,
             "x": 1,
@@ -139,6 +163,23 @@ def test_a_bad_table_reference_is_refused(ref):
         Manifest.from_json(json.dumps(head), "m.json", lambda name: b"")
 
 
+def test_a_format_2_head_reads_its_table_beside_it(tmp_path):
+    """A dataset written before format 4 keeps its table as ``_shards-<16 hex>.arrow`` beside the head."""
+    m = _manifest()
+    data = encode_table(m.paths, m.stored_counts, m.nbytes, m.sha256, m.index_sha256)
+    ref = table_reference(data, m.num_shards)
+    old = "_" + ref["table"].removeprefix(".shardstream/")
+    assert old.startswith("_shards-")
+    head = json.loads(m.to_json({**ref, "table": old}))
+    head["shardstream_manifest"] = 2
+    (tmp_path / old).write_bytes(data)
+    (tmp_path / MANIFEST_NAME).write_text(json.dumps(head))
+    loaded = load_manifest(Store(str(tmp_path)))
+    assert loaded.paths == m.paths and loaded.sha256 == m.sha256 and loaded.table == old
+    assert loaded.index_sha256 == m.index_sha256 and loaded.fingerprint == m.fingerprint
+    assert loaded.format == 2
+
+
 def _head_for(tmp_path, columns: dict) -> Store:
     """A head naming a hand-made (hostile) table with ``columns``."""
     table = pa.table(columns)
@@ -147,7 +188,7 @@ def _head_for(tmp_path, columns: dict) -> Store:
         writer.write_table(table)
     data = sink.getvalue().to_pybytes()
     ref = table_reference(data, table.num_rows)
-    (tmp_path / ref["table"]).write_bytes(data)
+    _put(tmp_path, ref["table"], data)
     (tmp_path / MANIFEST_NAME).write_bytes(_manifest(table.num_rows).to_json(ref))
     return Store(str(tmp_path))
 
@@ -194,7 +235,7 @@ def test_a_table_whose_rows_disagree_with_the_head_is_refused(tmp_path):
 def test_an_unreadable_table_with_a_matching_sha_is_refused(tmp_path):
     data = b"not arrow at all"
     ref = table_reference(data, 1)
-    (tmp_path / ref["table"]).write_bytes(data)
+    _put(tmp_path, ref["table"], data)
     (tmp_path / MANIFEST_NAME).write_bytes(_manifest(1).to_json(ref))
     with pytest.raises(ManifestError, match="not a readable Arrow file"):
         load_manifest(Store(str(tmp_path)))
@@ -269,7 +310,7 @@ def test_a_hostile_path_pattern_is_refused(tmp_path, pattern):
         writer.write_table(table)
     data = sink.getvalue().to_pybytes()
     ref = table_reference(data, 12)
-    (tmp_path / ref["table"]).write_bytes(data)
+    _put(tmp_path, ref["table"], data)
     (tmp_path / MANIFEST_NAME).write_bytes(_manifest(12).to_json(ref))
     with pytest.raises(ManifestError, match="path pattern|'..'"):
         load_manifest(Store(str(tmp_path)))

@@ -18,6 +18,7 @@ from click.testing import CliRunner
 from shardstream import pack
 from shardstream.cli import cli
 from shardstream.errors import ManifestError
+from shardstream.manifest.side_names import index_name
 from shardstream.manifest.verify import verify
 from tests.sample_datasets import make_files
 
@@ -340,6 +341,9 @@ def test_an_empty_checksum_means_none_and_is_not_damage(tmp_path):
 # -- sample indexes ---------------------------------------------------------------------------
 
 
+NO_INDEX = "missing, or not the index the manifest names (its sha256 differs)"
+
+
 def _indexed(tmp_path: Path) -> Path:
     make_files(tmp_path / "src", {f"s{i:02d}.txt": b"t" * (100 * i + 1) for i in range(12)})
     pack(
@@ -360,7 +364,7 @@ def _shard(ds: Path, shard: int) -> Path:
 
 def _republish(ds: Path, shard: int, raw: bytes) -> None:
     """Write ``raw`` as shard ``shard``'s index and record its checksum in the manifest (a consistent lie)."""
-    _shard(ds, shard).with_name(_shard(ds, shard).name + ".idx").write_bytes(raw)
+    (ds / index_name(_shard(ds, shard).name)).write_bytes(raw)
     doc = json.loads((ds / "_manifest.json").read_text())
     doc["shards"]["index_sha256"][shard] = hashlib.sha256(raw).hexdigest()
     (ds / "_manifest.json").write_text(json.dumps(doc))
@@ -369,10 +373,13 @@ def _republish(ds: Path, shard: int, raw: bytes) -> None:
 def test_an_indexed_dataset_verifies_and_a_changed_index_does_not(tmp_path):
     ds = _indexed(tmp_path)
     assert verify(str(ds)).ok
-    idx = _shard(ds, 1).with_name(_shard(ds, 1).name + ".idx")
+    idx = ds / index_name(_shard(ds, 1).name)
     idx.write_bytes(idx.read_bytes()[:-1] + b"x")
     (problem,) = verify(str(ds)).problems
-    assert f"{idx.name}: checksum mismatch with the manifest's index_sha256" in problem
+    assert f"{idx}: {NO_INDEX}" in problem
+    idx.unlink()  # a lost index: the same
+    (problem,) = verify(str(ds)).problems
+    assert f"{idx}: {NO_INDEX}" in problem
 
 
 def test_an_index_that_disagrees_with_the_tar_is_reported(tmp_path):
@@ -390,10 +397,8 @@ def test_an_index_that_disagrees_with_the_tar_is_reported(tmp_path):
         builder.add([data[start : m.offset_data + m.size + (-m.size % 512)]], [(name, 512, m.size)])
     _republish(ds, 0, builder.to_bytes())
     (problem,) = verify(str(ds)).problems
-    assert (
-        f"{_shard(ds, 0).name}.idx: it places samples or members other than the shard's headers do"
-        in problem
-    )
+    where = ds / index_name(_shard(ds, 0).name)
+    assert f"{where}: it places samples or members other than the shard's headers do" in problem
 
 
 # -- Parquet files indexed in place -------------------------------------------------------------
@@ -435,10 +440,10 @@ def test_a_damaged_parquet_file_is_reported(tmp_path):
 
 def test_a_damaged_parquet_row_group_index_is_reported(tmp_path):
     data = _parquet_in_place(tmp_path)
-    idx = data / "train-0.parquet.idx"
+    idx = data / index_name("train-0.parquet")
     idx.write_bytes(idx.read_bytes().replace(b'"rows":[4,4,2]', b'"rows":[4,3,3]'))
     (problem,) = verify(str(data)).problems
-    assert f"{idx}: checksum mismatch with the manifest's index_sha256" in problem
+    assert f"{idx}: {NO_INDEX}" in problem
     _republish_parquet_index(data, 0, idx.read_bytes())  # a consistent lie: rows in other groups
     (problem,) = verify(str(data)).problems
     assert f"{idx}: its footer or row groups differ from the file's" in problem
@@ -448,7 +453,7 @@ def test_a_damaged_parquet_row_group_index_is_reported(tmp_path):
 
 
 def _republish_parquet_index(data: Path, shard: int, raw: bytes) -> None:
-    (data / f"train-{shard}.parquet.idx").write_bytes(raw)
+    (data / index_name(f"train-{shard}.parquet")).write_bytes(raw)
     doc = manifest(data)
     doc["shards"]["index_sha256"][shard] = hashlib.sha256(raw).hexdigest()
     (data / "_manifest.json").write_text(json.dumps(doc))

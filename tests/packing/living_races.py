@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-import os
 import random
 import threading
 import time
@@ -27,9 +26,11 @@ from pathlib import Path
 from typing import Any
 
 from shardstream.manifest import load_manifest
+from shardstream.manifest.side_names import index_names
 from shardstream.manifest.versions import list_versions
 from shardstream.storage import FsspecStore, LocalStore, Store
 from shardstream.storage.s3_store import S3Store
+from tests.folders import folder_files
 
 # what a store does, one storage request (or a local file operation) each
 CALLS = (
@@ -141,8 +142,8 @@ def each_point(trial: Callable[[int], bool], most: int = 400) -> int:
 
 def check_versions(store: Store, keys: set[str] | None = None) -> list[str]:
     """What is wrong with the dataset in ``store``: a version it lists that cannot be read, or names a file that
-    is missing or of another size; with ``keys``, a latest version that does not hold exactly them (its
-    samples read)."""
+    is missing or of another size (a shard, or the sample index it records for one); with ``keys``, a latest
+    version that does not hold exactly them (its samples read)."""
     import shardstream as ss
 
     problems = []
@@ -156,6 +157,10 @@ def check_versions(store: Store, keys: set[str] | None = None) -> list[str]:
         for path, nbytes in zip(m.paths, m.nbytes.tolist()):
             if sizes.get(path) != nbytes:
                 problems.append(f"version {number} names {path}, which is missing or cut")
+                break
+        for path, digest in zip(m.paths, list(m.index_sha256 or [])):
+            if digest and not any(name in sizes for name in index_names(path)):
+                problems.append(f"version {number} names the index of {path}, which is missing")
                 break
     if keys is not None and not problems:
         ds = ss.ShardDataset(
@@ -171,12 +176,18 @@ def check_versions(store: Store, keys: set[str] | None = None) -> list[str]:
 
 
 def _sizes(store: Any) -> dict[str, int]:
-    """name -> size of every file in the dataset's folder, from one listing."""
+    """path -> size of every file under the dataset's folder (its ``.shardstream/`` too), from one listing."""
     if store.local:
-        return {e.name: e.stat().st_size for e in os.scandir(store.root) if e.is_file()}
+        root = Path(store.root)
+        return {n: (root / n).stat().st_size for n in folder_files(root)}
     store.fs.invalidate_cache()
-    listed = store.fs.ls(store.root, detail=True)
-    return {e["name"].rsplit("/", 1)[-1]: e["size"] for e in listed if e["type"] == "file"}
+    listed = store.fs.find(store.root, detail=True)
+    prefix = store.root.rstrip("/") + "/"
+    return {
+        name[len(prefix) :]: info["size"]
+        for name, info in listed.items()
+        if info["type"] == "file" and name.startswith(prefix)
+    }
 
 
 Published = (

@@ -120,25 +120,35 @@ class Watcher(threading.Thread):
             return None
 
     def versions(self) -> dict[str, Any]:
-        """name -> version of every object in the destination now."""
+        """path -> version of every object in the destination now (its ``.shardstream/`` too: relative
+        POSIX paths)."""
         if self.store.local:
             out = {}
-            with contextlib.suppress(FileNotFoundError):
-                for entry in os.scandir(self.store.root):
-                    st = entry.stat()
-                    out[entry.name] = (st.st_ino, st.st_mtime_ns, st.st_size)
+            for dirpath, _, files in os.walk(self.store.root):
+                rel = os.path.relpath(dirpath, self.store.root)
+                for name in files:
+                    with contextlib.suppress(FileNotFoundError):  # removed since it was listed
+                        st = os.stat(os.path.join(dirpath, name))
+                        path = name if rel == "." else f"{Path(rel).as_posix()}/{name}"
+                        out[path] = (st.st_ino, st.st_mtime_ns, st.st_size)
             return out
         fs = self.store.fs
         fs.invalidate_cache()
         try:
-            listed = fs.ls(self.store.root, detail=True)
+            listed = fs.find(self.store.root, detail=True)
         except FileNotFoundError:
             return {}
-        return {e["name"].rsplit("/", 1)[-1]: e.get("ETag") for e in listed if e["type"] == "file"}
+        prefix = self.store.root.rstrip("/") + "/"
+        return {
+            name[len(prefix) :]: info.get("ETag")
+            for name, info in listed.items()
+            if info["type"] == "file" and name.startswith(prefix)
+        }
 
     def check_once(self, full: bool = False) -> None:
         from shardstream.errors import ShardstreamError
         from shardstream.manifest import Manifest
+        from shardstream.manifest.side_names import index_name
 
         raw = self.manifest_bytes()
         if raw is None:
@@ -158,7 +168,7 @@ class Watcher(threading.Thread):
             return
         expected = {p: (n, sha) for p, n, sha in zip(m.paths, m.nbytes.tolist(), list(m.sha256))}
         expected.update(
-            {f"{p}.idx": (None, d) for p, d in zip(m.paths, list(m.index_sha256 or [])) if d}
+            {index_name(p): (None, d) for p, d in zip(m.paths, list(m.index_sha256 or [])) if d}
         )
         names = list(expected)
         before = self.versions()
@@ -213,8 +223,8 @@ def judge(
     "A", "B" (and "before") to the sha256 column of a clean pack of each source. ``overwrite``: both runs
     replace what is there, so both may succeed one after the other, the later one's dataset standing."""
     from shardstream.errors import ManifestError
+    from shardstream.manifest.side_names import index_name, version_name
     from shardstream.manifest.verify import verify
-    from shardstream.manifest.versions import versions_folder
 
     race = Race(dest, offsets, results)
     after = watcher.manifest_bytes()
@@ -250,16 +260,18 @@ def judge(
     named = {"_manifest.json"}
     if report is not None:
         m = report.manifest
-        named |= {*m.paths, *(f"{p}.idx" for p, d in zip(m.paths, list(m.index_sha256 or [])) if d)}
+        named |= {
+            *m.paths,
+            *(index_name(p) for p, d in zip(m.paths, list(m.index_sha256 or [])) if d),
+        }
         shards = json.loads(after or b"{}").get("shards", {})
         named |= {shards["table"]} if isinstance(shards, dict) and "table" in shards else set()
         for side in (m.selection, m.image_sizes):  # side files the manifest names
             named |= {side.reference["file"]} if side is not None else set()
     # the published version's file (an overwrite's, the next version), and no older one
     version = json.loads(after or b"{}").get("version")
-    named |= {"_versions", f"_versions/{version:06d}.json"} if isinstance(version, int) else set()
-    found = [f"_versions/{n}" for n in versions_folder(watcher.store).list_files()]
-    race.leftovers = sorted((set(watcher.versions()) | set(found)) - named)
+    named |= {version_name(version)} if isinstance(version, int) else set()
+    race.leftovers = sorted(set(watcher.versions()) - named)
     return race
 
 

@@ -4,7 +4,6 @@ append, selections read exactly by ShardDataset (ranks, resume) and MixedDataset
 from __future__ import annotations
 
 import json
-import os
 
 import pytest
 from click.testing import CliRunner
@@ -14,6 +13,7 @@ from shardstream.cli import cli
 from shardstream.errors import ShardstreamError
 from shardstream.manifest import load_manifest
 from shardstream.manifest.verify import verify
+from tests.folders import folder_files
 from tests.packing.test_living import pack_quiet, read_all, text_folder
 
 
@@ -38,8 +38,9 @@ def test_merge_reads_every_sample_of_its_sources_once_and_copies_no_shard(two):
     _, data, keys = two
     m = ss.merge([data / "A", data / "B"], data / "AB")
     # no shard copied: the manifest, and the sources' recorded image sizes in one side file
-    assert sorted(os.listdir(data / "AB"))[-1] == "_manifest.json"
-    assert all(n.startswith("_image_sizes-") for n in sorted(os.listdir(data / "AB"))[:-1])
+    names = folder_files(data / "AB")
+    assert names[-1] == "_manifest.json"
+    assert all(n.startswith(".shardstream/image_sizes-") for n in names[:-1])
     assert m.roots == ["../A", "../B"]
     a, b = load_manifest(str(data / "A")), load_manifest(str(data / "B"))
     assert list(m.sha256) == list(a.sha256) + list(b.sha256)
@@ -70,8 +71,10 @@ def test_split_parts_are_disjoint_hold_every_sample_and_stay_put_under_append(tw
     assert set(train) | set(val) == keys["A"]
     assert all(value == sample_bytes(key) for key, value in {**train, **val}.items())
     assert parts["train"].num_samples == len(train) and parts["val"].num_samples == len(val)
-    assert os.listdir(data / "split/train") != []  # a manifest and a selection, no shard
-    assert not [n for n in os.listdir(data / "split/train") if n.endswith(".tar")]
+    names = folder_files(data / "split/train")  # a manifest and a selection, no shard
+    assert "_manifest.json" in names
+    assert [n for n in names if n.startswith(".shardstream/selection-")]
+    assert not [n for n in names if n.endswith((".tar", ".idx"))]
     with pytest.raises(ShardstreamError, match="selects some samples of its shards"):
         ss.pack(str(data / "split/train"), str(root / "resharded"), progress=False)
     # append to the source, split again: every sample stays in its part, the new ones are split too
@@ -97,9 +100,12 @@ def test_a_split_again_over_itself_keeps_the_selection_its_manifest_names(two):
     for part in ("train", "val"):
         old, new = first[part].selection.reference, again[part].selection.reference
         assert old["sha256"] == new["sha256"] and old["file"] != new["file"]
-        assert sorted(
-            n for n in os.listdir(data / "split" / part) if n.startswith("_selection-")
-        ) == [new["file"]]
+        selections = [
+            n
+            for n in folder_files(data / "split" / part)
+            if n.startswith(".shardstream/selection-")
+        ]
+        assert selections == [new["file"]]
         assert verify(str(data / "split" / part)).ok
     assert set(read_all(data / "split/train")) | set(read_all(data / "split/val")) == keys["A"]
 
@@ -205,9 +211,13 @@ def test_merge_unifies_class_lists_and_every_label_names_its_class(tmp_path, fmt
     m = ss.merge([data / "one", data / "two"], data / "both")
     assert m.classes == ["cat", "dog", "bird"]
     # no shard rewritten (a side file of the sources' recorded image sizes at most)
-    assert not [n for n in os.listdir(data / "both") if not n.startswith("_")]
+    assert not [
+        n
+        for n in folder_files(data / "both")
+        if n != "_manifest.json" and not n.startswith(".shardstream/image_sizes-")
+    ]
     head = json.loads((data / "both/_manifest.json").read_text())
-    assert head["shardstream_manifest"] == 3  # older readers refuse it, rather than misread labels
+    assert head["shardstream_manifest"] == 4  # older readers refuse it, rather than misread labels
     assert load_manifest(str(data / "two")).classes == ["bird", "dog"]  # ImageFolder: sorted
     assert head["relabel"]["maps"] == [[0, 1], [2, 1]]
     # the truth, from the sources: each key's class name as its source labels it
@@ -279,13 +289,19 @@ def test_a_relabeled_manifest_is_refused_where_it_could_be_misread(tmp_path, mon
     ss.merge([tmp_path / "one", tmp_path / "two"], tmp_path / "both")
     path = tmp_path / "both/_manifest.json"
     good = path.read_bytes()
-    # a reader of manifest format 2 (before relabel) refuses it, naming the fix
+    # a reader of manifest format 3 (the release before) refuses it, naming the fix
+    monkeypatch.setattr(schema, "FORMAT_VERSION", 3)
+    with pytest.raises(ShardstreamError, match="manifest version 4.*upgrade shardstream"):
+        load_manifest(str(tmp_path / "both"))
+    # and a reader of format 2 (before relabel) refuses one written as format 3
+    doc = json.loads(good)
+    path.write_text(json.dumps({**doc, "shardstream_manifest": 3}))
     monkeypatch.setattr(schema, "FORMAT_VERSION", 2)
     with pytest.raises(ShardstreamError, match="manifest version 3.*upgrade shardstream"):
         load_manifest(str(tmp_path / "both"))
     monkeypatch.undo()
+    assert load_manifest(str(tmp_path / "both")).relabel is not None  # this release reads it
     # relabel in a format older readers read as plain labels: refused
-    doc = json.loads(good)
     path.write_text(json.dumps({**doc, "shardstream_manifest": 1}))
     with pytest.raises(ShardstreamError, match="relabel needs version 3"):
         load_manifest(str(tmp_path / "both"))

@@ -17,10 +17,13 @@ from shardstream import ShardWriter, pack
 from shardstream.errors import DatasetExistsError
 from shardstream.manifest import MANIFEST_NAME, load_manifest
 from shardstream.manifest.files import IN_PROGRESS, write_manifest
+from shardstream.manifest.side_names import version_name
 from shardstream.manifest.verify import verify
 from shardstream.packing.destination import DestinationLost
 from shardstream.storage import Store
 from shardstream.storage.conditional import Expect, WriteConflict
+from tests import folders
+from tests.folders import folder_files
 from tests.sample_datasets import make_files
 
 
@@ -57,7 +60,7 @@ def test_a_local_conditional_write_creates_once_and_replaces_only_the_version_re
     with pytest.raises(WriteConflict, match="is gone"):
         store.write_if("m.json", b"five", Expect(store.read_tagged("x") or "0" * 64))
     # no temporary file left
-    assert store.read_tagged("m.json") is None and os.listdir(tmp_path) == []
+    assert store.read_tagged("m.json") is None and folder_files(tmp_path) == []
 
 
 def test_stores_without_conditional_writes_say_so():
@@ -71,10 +74,8 @@ def test_every_file_of_a_run_carries_its_token_and_a_second_run_writes_none_of_t
     src = make_files(tmp_path / "src", {f"{i}.txt": str(i).encode() * 50 for i in range(6)})
     first = pack(src, tmp_path / "ds", samples_per_shard=2, index=True, progress=False)
     run = first.manifest.paths[0].split("-")[-1].split(".")[0]
-    names = sorted(os.listdir(tmp_path / "ds"))
-    assert names == sorted(
-        [MANIFEST_NAME, *first.manifest.paths, *(p + ".idx" for p in first.manifest.paths)]
-    )
+    names = folder_files(tmp_path / "ds")
+    assert names == sorted([MANIFEST_NAME, *indexed(first.manifest.paths)])
     assert all(run in n for n in names if n != MANIFEST_NAME)
     second = pack(
         src, tmp_path / "ds", samples_per_shard=2, index=True, overwrite=True, progress=False
@@ -99,16 +100,14 @@ def test_a_run_that_lost_the_claim_removes_its_files_and_says_so(tmp_path):
     ) as info:
         old.close()
     assert "\n" not in str(info.value)
-    assert not [n for n in os.listdir(dest) if old.token in n]
+    assert not [n for n in folder_files(dest) if old.token in n]
     newer.close()
-    assert (
-        sorted(os.listdir(dest)) == sorted([MANIFEST_NAME, *indexed(mine)]) and verify(str(dest)).ok
-    )
+    assert folder_files(dest) == sorted([MANIFEST_NAME, *indexed(mine)]) and verify(str(dest)).ok
 
 
 def indexed(shards) -> list[str]:
-    """Tar shards with the sample index each gets by default."""
-    return [*shards, *(f"{s}.idx" for s in shards)]
+    """Tar shards with the sample index each gets by default (in ``.shardstream/``)."""
+    return folders.indexed(*shards)
 
 
 def test_a_manifest_that_appears_while_a_run_writes_makes_it_lose_and_stays(tmp_path):
@@ -130,7 +129,8 @@ def test_a_manifest_that_appears_while_a_run_writes_makes_it_lose_and_stays(tmp_
     assert (dest / MANIFEST_NAME).read_bytes() == before  # never replaced
     # its claim
     assert (
-        not [n for n in os.listdir(dest) if writer.token in n] and not (dest / IN_PROGRESS).exists()
+        not [n for n in folder_files(dest) if writer.token in n]
+        and not (dest / IN_PROGRESS).exists()
     )
 
 
@@ -161,8 +161,7 @@ def test_an_overwrite_keeps_the_old_dataset_whole_until_its_manifest_is_publishe
     assert load_manifest(Store(str(dest))).paths == old.manifest.paths and verify(str(dest)).ok
     writer.close()
     # the old shards went after it; the new dataset is version 2, published by its version file
-    assert sorted(os.listdir(dest)) == sorted([MANIFEST_NAME, "_versions", *indexed(writer.paths)])
-    assert os.listdir(dest / "_versions") == ["000002.json"]
+    assert folder_files(dest) == sorted([MANIFEST_NAME, version_name(2), *indexed(writer.paths)])
     assert verify(str(dest)).ok
 
 
@@ -193,4 +192,4 @@ def test_a_store_without_conditional_writes_checks_its_manifest_after_writing_it
     ):
         writer.close()
     assert bytes(Store(url).read_bytes(MANIFEST_NAME)) == theirs
-    assert not [n for n in Store(url).list_files() if writer.token in n]
+    assert not [n for n in Store(url).list_files(recursive=True) if writer.token in n]

@@ -21,6 +21,7 @@ from shardstream.errors import StorageError
 from shardstream.manifest import MANIFEST_NAME
 from shardstream.manifest.files import write_durably
 from shardstream.storage import Store
+from tests.folders import folder_files
 from tests.oslimits import leave_free, tiny_tmpfs
 from tests.sample_datasets import make_files
 
@@ -42,7 +43,8 @@ def one_error_line(stderr: str) -> str:
 
 
 def leftovers(folder: Path) -> list[str]:
-    return sorted(p.name for p in folder.iterdir() if p.name.endswith(".tmp"))
+    """The temporary files anywhere under ``folder`` (``.shardstream/`` too)."""
+    return [n for n in folder_files(folder) if n.endswith(".tmp")]
 
 
 def test_write_durably_never_leaves_a_cut_file(tmp_path):
@@ -82,7 +84,8 @@ def test_index_on_a_full_disk_fails_on_one_line_and_publishes_nothing(tmp_path):
         assert proc.returncode == 1, (proc.stdout, proc.stderr)
         line = one_error_line(proc.stderr)
         assert f"cannot write {ds}/" in line and "no space" in line and "free some space" in line
-        assert not (ds / MANIFEST_NAME).exists() and not list(ds.glob("*.idx"))
+        assert not (ds / MANIFEST_NAME).exists()
+        assert not [n for n in folder_files(ds) if n.endswith(".idx")]
         assert leftovers(ds) == []
 
 

@@ -17,6 +17,7 @@ from shardstream.manifest.image_sizes import ShardSizes, encode_image_sizes, rea
 from shardstream.manifest.index_tars import index
 from shardstream.manifest.verify import verify
 from shardstream.storage import Store
+from tests.folders import folder_files
 
 
 def encoded(width: int, height: int, fmt: str) -> bytes:
@@ -70,6 +71,7 @@ def test_pack_records_each_images_size_from_its_header(tmp_path, workers):
     )
     ref = json.loads((tmp_path / "out" / "_manifest.json").read_text())["image_sizes"]
     assert ref["fields"] == ["jpg", "png"] and ref["samples"] == 14
+    assert ref["file"].startswith(".shardstream/image_sizes-")  # shardstream's own, beside no data
     data = (tmp_path / "out" / ref["file"]).read_bytes()
     assert hashlib.sha256(data).hexdigest() == ref["sha256"]
     _, found = recorded(result.url)
@@ -202,8 +204,8 @@ def test_an_overwrite_with_the_same_images_keeps_its_own_size_file(tmp_path):
     again = ss.pack(str(tmp_path / "src"), str(tmp_path / "ds"), progress=False, overwrite=True)
     old, new = first.manifest.image_sizes.reference, again.manifest.image_sizes.reference
     assert old["sha256"] == new["sha256"] and old["file"] != new["file"]
-    names = sorted(p.name for p in (tmp_path / "ds").glob("_image_sizes-*"))
-    assert names == [new["file"]]
+    names = [n for n in folder_files(tmp_path / "ds") if "image_sizes-" in n]
+    assert names == [new["file"]] and new["file"].startswith(".shardstream/image_sizes-")
     assert verify(str(tmp_path / "ds")).ok
 
 

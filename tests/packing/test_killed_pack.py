@@ -27,6 +27,7 @@ from shardstream.manifest.files import IN_PROGRESS
 from shardstream.manifest.verify import verify
 from shardstream.packing.folder import ShardJob, plan_shards, write_shard
 from shardstream.sources import open_source
+from tests.folders import folder_bytes, folder_files, indexed
 from tests.sample_datasets import doc_without_runs, make_files, without_run
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -124,7 +125,7 @@ def test_workers_of_a_killed_pack_die_and_a_rerun_with_another_shard_size_verifi
     assert report.ok, report.problems
     assert result.shards == 6 and result.samples == 16
     paths = result.manifest.paths
-    assert sorted(os.listdir(dest)) == sorted([MANIFEST_NAME, *paths, *(f"{p}.idx" for p in paths)])
+    assert folder_files(dest) == sorted([MANIFEST_NAME, *indexed(*paths)])
 
 
 def test_a_worker_of_an_older_run_cannot_touch_a_newer_runs_dataset(tmp_path, source):
@@ -136,14 +137,12 @@ def test_a_worker_of_an_older_run_cannot_touch_a_newer_runs_dataset(tmp_path, so
     old_token = "0123456789abcdef"  # the killed run's claim, replaced since
     src = open_source(str(source), "auto")
     plan = plan_shards(src.samples, 10**9, 3)  # the old run cut other shards
-    before = {p.name: p.read_bytes() for p in dest.iterdir()}
+    before = folder_bytes(dest)
     with pytest.raises(ShardstreamError, match="claimed by another pack"):
         write_shard(
             ShardJob(str(dest), None, 0, f"shard-000000-{old_token}.tar", None, plan[0], old_token)
         )
-    assert {
-        p.name: p.read_bytes() for p in dest.iterdir()
-    } == before  # nothing renamed, nothing left behind
+    assert folder_bytes(dest) == before  # nothing renamed, nothing left behind
     assert verify(str(dest)).ok and first.shards == 8
 
 
@@ -209,8 +208,8 @@ def test_a_rerun_has_the_same_fingerprint_and_shards_but_another_creation_time(t
     # the run's token in shard names is not part of it
     assert second.fingerprint == first.fingerprint
     assert {without_run(p): (dest / p).read_bytes() for p in second.manifest.paths} == shards
-    # new names; the replaced shards are gone
-    assert not set(first.manifest.paths) & set(os.listdir(dest))
+    # new names; the replaced shards and their indexes are gone
+    assert not set(indexed(*first.manifest.paths)) & set(folder_files(dest))
     again = doc_without_runs(json.loads((dest / MANIFEST_NAME).read_bytes()))
     # an overwrite is the dataset's next version
     assert again.pop("version") == 2 and "version" not in doc

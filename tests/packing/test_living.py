@@ -15,13 +15,14 @@ import pytest
 import shardstream as ss
 from shardstream.errors import ManifestError, ShardstreamError, UsageError
 from shardstream.manifest import MANIFEST_NAME, dataset_store, load_manifest
-from shardstream.manifest.files import IN_PROGRESS, write_manifest
+from shardstream.manifest.files import write_manifest
 from shardstream.manifest.verify import verify
 from shardstream.manifest.versions import commit_version, history, version_name
 from shardstream.packing.destination import DestinationLost
 from shardstream.packing.gc import collect
 from shardstream.storage import Store
 from shardstream.storage.conditional import WriteConflict
+from tests.folders import folder_bytes, folder_files
 
 
 def text_folder(root: Path, n: int, start: int = 0, ext: str = "txt") -> set[str]:
@@ -104,7 +105,7 @@ def test_append_of_other_data_is_a_one_line_error_and_leaves_the_dataset_as_it_w
     root, _ = sources
     dest = root / "ds"
     pack_quiet(root / "one", dest)
-    names = sorted(os.listdir(dest))
+    names = folder_files(dest)
     other = root / "other"
     text_folder(other, 2, ext="json")
     with pytest.raises(ManifestError, match=r"cannot append to .*: its fields are \['txt'\]"):
@@ -112,7 +113,7 @@ def test_append_of_other_data_is_a_one_line_error_and_leaves_the_dataset_as_it_w
     with pytest.raises(ManifestError, match=r"its shards are tar, the new ones arrow"):
         pack_quiet(root / "two", dest, append=True, format="arrow")
     # version 1's file, and the claim of the failed runs (the next run's to clear): no shard of theirs
-    assert sorted(set(os.listdir(dest)) - {IN_PROGRESS}) == sorted([*names, "_versions"])
+    assert folder_files(dest, claim=False) == sorted([*names, version_name(1)])
     assert load_manifest(str(dest)).version == 1
     with pytest.raises(UsageError, match="pass one of them, not both"):
         pack_quiet(root / "two", dest, append=True, overwrite=True)
@@ -135,9 +136,9 @@ def test_a_dataset_packed_before_versions_is_version_1_and_stays_readable_after_
     root, keys = sources
     dest = root / "ds"
     first = pack_quiet(root / "one", dest)
-    # as shardstream 0.5.0 wrote it: no version key, no _versions folder
+    # as shardstream 0.5.0 wrote it: no version key, no version files
     doc = json.loads((dest / MANIFEST_NAME).read_bytes())
-    assert "version" not in doc and not (dest / "_versions").exists()
+    assert "version" not in doc and not [n for n in folder_files(dest) if "versions" in n]
     head = (dest / MANIFEST_NAME).read_bytes()
     pack_quiet(root / "two", dest, append=True)
     assert (dest / version_name(1)).read_bytes() == head
@@ -231,10 +232,10 @@ def test_gc_keeps_every_file_of_the_kept_versions_and_dry_runs_by_default(source
     stray = dest / "shard-000000-0123456789abcdef.tar"  # what a crashed run left
     stray.write_bytes(b"x")
     store = dataset_store(str(dest))
-    files = sorted(os.listdir(dest))
+    files = folder_bytes(dest)
     dry = collect(store, keep=2)
     assert (dry.versions, dry.files, dry.deleted) == ([1], [stray.name], False)
-    assert sorted(os.listdir(dest)) == files
+    assert folder_bytes(dest) == files
     done = collect(store, keep=2, delete=True)
     assert done.deleted and not stray.exists()
     for version in (2, 3):

@@ -112,7 +112,7 @@ def test_gc_at_every_point_of_an_append_of_a_large_dataset_spares_its_shard_tabl
     assert each_point(lambda k: gc_in_an_append(living, k, f"t{k}")) > 10
     judge(living, living.keys, "after every point")
     head = (tmp_path / "ds" / "_manifest.json").read_text()
-    assert '"table": "_shards-' in head  # the versions published have shard tables
+    assert '"table": ".shardstream/shards-' in head  # the versions published have shard tables
 
 
 def an_append_in_gc(living: Living, k: int, tag: str, claimed_before: bool) -> bool:

@@ -14,8 +14,10 @@ from PIL import Image
 
 import shardstream as ss
 from shardstream.errors import SourceError, UsageError
+from shardstream.manifest.side_names import index_name
 from shardstream.packing.options import SAME, TAKES, TOKEN_OPTIONS, PackOptions
 from shardstream.packing.tokens import pack_tokens
+from tests.folders import folder_files
 from tests.sample_datasets import make_files
 
 
@@ -148,26 +150,32 @@ def test_a_function_pack_refuses_each_setting_it_ignores(tmp_path: Path, setting
     assert not (tmp_path / "out").exists()
 
 
+def indexes(dest: Path) -> list[str]:
+    """The sample indexes anywhere under ``dest``."""
+    return [n for n in folder_files(dest) if n.endswith(".idx")]
+
+
 def test_a_function_pack_honours_index_and_image_sizes(tmp_path: Path) -> None:
     inputs = ["a", "bb", "ccc"]
     kept = ss.pack(inputs, tmp_path / "kept", fn=image, shuffle=False, progress=False)
-    assert list((tmp_path / "kept").glob("*.idx"))
+    assert indexes(tmp_path / "kept") == [index_name(p) for p in kept.manifest.paths]
     assert kept.manifest.image_sizes is not None
     bare = ss.pack(
         inputs, tmp_path / "bare", fn=image, index=False, image_sizes=False, progress=False
     )
-    assert not list((tmp_path / "bare").glob("*.idx"))
+    assert not indexes(tmp_path / "bare")
     assert bare.manifest.image_sizes is None and not bare.manifest.index_sha256
+    assert folder_files(tmp_path / "bare") == sorted(["_manifest.json", *bare.manifest.paths])
 
 
 def test_a_numpy_source_honours_index_and_image_sizes(tmp_path: Path) -> None:
     src = tmp_path / "arrays"
     src.mkdir()
     np.save(src / "x.npy", np.arange(12).reshape(6, 2))
-    ss.pack(src, tmp_path / "kept", progress=False)
-    assert list((tmp_path / "kept").glob("*.idx"))
+    kept = ss.pack(src, tmp_path / "kept", progress=False)
+    assert indexes(tmp_path / "kept") == [index_name(p) for p in kept.manifest.paths]
     bare = ss.pack(src, tmp_path / "bare", index=False, progress=False)
-    assert not list((tmp_path / "bare").glob("*.idx")) and not bare.manifest.index_sha256
+    assert not indexes(tmp_path / "bare") and not bare.manifest.index_sha256
 
 
 def test_a_seed_without_shuffle_is_refused(folder: Path, tmp_path: Path) -> None:

@@ -25,6 +25,8 @@ import zstandard
 from shardstream import pack
 from shardstream.errors import DatasetExistsError, ShardstreamError, SourceError
 from shardstream.formats import iter_shard_samples
+from shardstream.manifest.side_names import VERSIONS, version_name
+from tests.folders import folder_bytes, folder_files, indexed
 from tests.oslimits import permission_preexec
 from tests.sample_datasets import doc_without_runs, make_files, without_run
 
@@ -48,12 +50,14 @@ def doc_without_created(dest: Path) -> dict:
 
 
 def shard_files(dest: Path) -> dict[str, bytes]:
-    """Every file in ``dest`` except the manifest, its versions and the shards' sample indexes, by name
+    """Every file under ``dest`` except the manifest, its versions and the shards' sample indexes, by path
     without the run's token."""
     return {
-        without_run(p.name): p.read_bytes()
-        for p in sorted(dest.iterdir())
-        if p.name not in ("_manifest.json", "_versions") and not p.name.endswith(".idx")
+        without_run(name): data
+        for name, data in folder_bytes(dest).items()
+        if name != "_manifest.json"
+        and not name.startswith((f"{VERSIONS}/", "_versions/"))
+        and not name.endswith(".idx")
     }
 
 
@@ -647,7 +651,7 @@ def test_file_that_vanishes_after_listing_is_named_and_no_manifest(tmp_path, mon
     assert str(victim) in str(info.value)
     assert "no such file" in str(info.value)
     assert not (dest / "_manifest.json").exists()
-    assert not [p for p in dest.iterdir() if p.name.endswith(".tmp")]
+    assert not [n for n in folder_files(dest) if n.endswith(".tmp")]
 
 
 def test_file_that_grows_after_listing_is_named(tmp_path, monkeypatch):
@@ -715,13 +719,12 @@ def test_overwrite_that_fails_leaves_the_previous_dataset_as_it_was(tmp_path, mo
     src = make_files(tmp_path / "src", {f"{i}.txt": b"data" for i in range(4)})
     dest = tmp_path / "out"
     pack(src, dest, progress=False)
-    before = {p.name: p.read_bytes() for p in dest.iterdir()}
+    before = folder_bytes(dest)
     _open_source_then(monkeypatch, lambda source: (src / "2.txt").unlink())
     with pytest.raises(SourceError):
         pack(src, dest, progress=False, overwrite=True)
-    assert {
-        p.name: p.read_bytes() for p in dest.iterdir() if p.name in before
-    } == before  # still published, whole
+    after = folder_bytes(dest)
+    assert {n: d for n, d in after.items() if n in before} == before  # still published, whole
     check_manifest_matches_shards(dest)
 
 
@@ -731,13 +734,8 @@ def test_temporary_files_of_an_interrupted_pack_are_cleaned_and_other_files_kept
         tmp_path / "out", {".shard-000000.tar.0123abcd.tmp": b"partial", "notes.md": b"mine"}
     )
     result = pack(src, dest, progress=False)
-    assert sorted(p.name for p in dest.iterdir()) == sorted(
-        [
-            "_manifest.json",
-            "notes.md",
-            *result.manifest.paths,
-            *(f"{p}.idx" for p in result.manifest.paths),
-        ]
+    assert folder_files(dest) == sorted(
+        ["_manifest.json", "notes.md", *indexed(*result.manifest.paths)]
     )
     assert (dest / "notes.md").read_bytes() == b"mine"
 
@@ -951,13 +949,14 @@ def test_a_repack_removes_the_old_shard_table(tmp_path):
     (src / "a.txt").write_text("a")
     dest = tmp_path / "ds"
     pack(src, dest, progress=False)
-    (dest / "_shards-0123456789abcdef.arrow").write_bytes(b"a large manifest's old shard table")
+    table = dest / ".shardstream" / "shards-0123456789abcdef.arrow"
+    table.write_bytes(b"a large manifest's old shard table")
+    (dest / "_shards-0123456789abcdef.arrow").write_bytes(b"one of a dataset of format 2 or 3")
     result = pack(src, dest, overwrite=True, progress=False)
-    assert sorted(p.name for p in dest.iterdir()) == sorted(
+    assert folder_files(dest) == sorted(
         [
             "_manifest.json",
-            "_versions",  # the overwrite is version 2, published by its version file
-            *result.manifest.paths,
-            *(f"{p}.idx" for p in result.manifest.paths),
+            version_name(2),  # the overwrite is version 2, published by its version file
+            *indexed(*result.manifest.paths),
         ]
     )

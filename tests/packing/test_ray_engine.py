@@ -15,6 +15,7 @@ from shardstream.errors import ShardstreamError, SourceError  # noqa: E402
 from shardstream.packing import engine  # noqa: E402
 from shardstream.packing.folder import ShardJob, plan_shards  # noqa: E402
 from shardstream.sources import open_source  # noqa: E402
+from tests.folders import folder_files  # noqa: E402
 from tests.packing import ray_jobs  # noqa: E402
 from tests.sample_datasets import doc_without_runs, make_files, without_run  # noqa: E402
 
@@ -139,10 +140,8 @@ def test_a_ray_pack_is_byte_identical_to_a_local_one(local_ray, tmp_path, compre
     )
     for name, other in zip(local.manifest.paths, remote.manifest.paths):
         assert (tmp_path / "ray" / other).read_bytes() == (tmp_path / "local" / name).read_bytes()
-    names = {
-        d: sorted(without_run(p.name) for p in (tmp_path / d).iterdir()) for d in ("ray", "local")
-    }
-    assert names["ray"] == names["local"]  # nothing staged or temporary left
+    names = {d: [without_run(n) for n in folder_files(tmp_path / d)] for d in ("ray", "local")}
+    assert names["ray"] == names["local"]  # nothing staged or temporary left (.shardstream/ too)
 
 
 def test_a_table_packs_on_ray_as_it_does_locally(local_ray, tmp_path):

@@ -1,4 +1,5 @@
-"""pack(index=...): sample indexes next to tar shards, staged and published with them."""
+"""pack(index=...): sample indexes of tar shards (in ``.shardstream/`` beside them), staged and published
+with them."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ import shardstream
 from shardstream.cli import cli
 from shardstream.formats.tar_index import parse_index
 from shardstream.manifest import dataset_store, load_manifest
+from shardstream.manifest.side_names import index_name
+from tests.folders import folder_files, indexed
 from tests.sample_datasets import without_run
 
 
@@ -23,12 +26,17 @@ def folder(tmp_path):
     return src
 
 
+def indexes(dest) -> list[str]:
+    """The sample indexes anywhere under ``dest`` (beside the shards as well as in ``.shardstream/``)."""
+    return [n for n in folder_files(dest) if n.endswith(".idx")]
+
+
 def _check(url: str) -> None:
     store = dataset_store(url)
     manifest = load_manifest(store)
     assert manifest.index_sha256 is not None and len(manifest.index_sha256) == manifest.num_shards
     for i, path in enumerate(manifest.paths):
-        raw = bytes(store.read_bytes(path + ".idx"))
+        raw = bytes(store.read_bytes(index_name(path)))
         assert hashlib.sha256(raw).hexdigest() == manifest.index_sha256[i]
         parse_index(raw, path, int(manifest.stored_counts[i]), int(manifest.nbytes[i]))
 
@@ -40,10 +48,8 @@ def test_a_local_pack_with_index_publishes_checked_indexes_and_no_staged_files(
     dest = tmp_path / "ds"
     shardstream.pack(folder, dest, samples_per_shard=4, workers=workers, index=True, progress=False)
     _check(str(dest))
-    names = sorted(without_run(p.name) for p in dest.iterdir())
-    assert names == ["_manifest.json"] + [
-        f"shard-00000{i}.tar{x}" for i in range(3) for x in ("", ".idx")
-    ]
+    names = [without_run(n) for n in folder_files(dest)]
+    assert names == sorted(["_manifest.json", *indexed(*(f"shard-00000{i}.tar" for i in range(3)))])
 
 
 def test_local_packs_have_indexes_by_default_unless_asked_not_to_and_compressed_shards_none(
@@ -57,18 +63,16 @@ def test_local_packs_have_indexes_by_default_unless_asked_not_to_and_compressed_
         folder, tmp_path / "b", samples_per_shard=4, compression="zstd", index=True, progress=False
     ).manifest
     assert plain.index_sha256 is not None and len(plain.index_sha256) == len(plain.paths)
-    assert sorted(p.name for p in (tmp_path / "a").glob("*.idx")) == sorted(
-        f"{path}.idx" for path in plain.paths
-    )
+    assert indexes(tmp_path / "a") == sorted(index_name(path) for path in plain.paths)
     assert bare.index_sha256 is None and zst.index_sha256 is None
-    assert not list((tmp_path / "c").glob("*.idx")) and not list((tmp_path / "b").glob("*.idx"))
+    assert not indexes(tmp_path / "c") and not indexes(tmp_path / "b")
 
 
 def test_a_repack_without_index_clears_the_old_indexes(folder, tmp_path):
     dest = tmp_path / "ds"
     shardstream.pack(folder, dest, samples_per_shard=4, index=True, progress=False)
     shardstream.pack(folder, dest, samples_per_shard=4, overwrite=True, index=False, progress=False)
-    assert not list(dest.glob("*.idx"))
+    assert not indexes(dest)
 
 
 def test_the_cli_packs_with_index(folder, tmp_path):
@@ -109,4 +113,4 @@ def test_the_fast_folder_path_writes_the_index_the_tar_writer_would(folder, tmp_
             writer.add(key, fields)
         writer.close()
         assert sink.getvalue() == shard.read_bytes()
-        assert writer.index.to_bytes() == (dest / (shard.name + ".idx")).read_bytes()
+        assert writer.index.to_bytes() == (dest / index_name(shard.name)).read_bytes()

@@ -21,11 +21,13 @@ from shardstream.errors import DatasetExistsError, EncodeError, ShardstreamError
 from shardstream.formats import iter_shard_samples
 from shardstream.formats import tar as tar_format
 from shardstream.manifest import MANIFEST_NAME, load_manifest
+from shardstream.manifest.side_names import index_name, version_name
 from shardstream.packing.destination import IN_PROGRESS
 from shardstream.packing.fields import encode_field
 from shardstream.packing.rules import shard_is_full
 from shardstream.packing.writer import ShardWriter
 from shardstream.storage import Store
+from tests.folders import folder_bytes, folder_files
 from tests.sample_datasets import without_run
 
 
@@ -61,14 +63,14 @@ def expected_partition(sizes: list[int], limit: int, per_shard: int | None) -> l
 
 
 def files_in(path) -> list[str]:
-    """The folder's files, less the in-progress marker (checked by the tests that are about it), by their names
-    without the writer's run token."""
-    return sorted(without_run(n) for n in os.listdir(path) if n != IN_PROGRESS)
+    """The folder's files (``.shardstream/``'s too), less the in-progress marker (checked by the tests that
+    are about it), by their names without the writer's run token."""
+    return sorted(without_run(n) for n in folder_files(path, claim=False))
 
 
 def indexed(*shards: str) -> list[str]:
-    """``shards`` with the sample index each uncompressed tar gets by default, sorted."""
-    return sorted([*shards, *(f"{s}.idx" for s in shards if s.endswith(".tar"))])
+    """``shards`` with the sample index each uncompressed tar gets by default (in ``.shardstream/``), sorted."""
+    return sorted([*shards, *(index_name(s) for s in shards if s.endswith(".tar"))])
 
 
 def test_in_progress_marker_is_present_until_publishing_and_after_a_failure(tmp_path):
@@ -85,7 +87,7 @@ def test_in_progress_marker_is_present_until_publishing_and_after_a_failure(tmp_
     # the marker makes the leftover shard ours: a re-run replaces it without --overwrite
     with ShardWriter(str(failed)) as w:
         w.write({"txt": "c"})
-    assert files_in(failed) == [MANIFEST_NAME, *indexed("shard-000000.tar")]
+    assert files_in(failed) == sorted([MANIFEST_NAME, *indexed("shard-000000.tar")])
 
 
 # --------------------------------------------------------------------------------------------
@@ -100,7 +102,7 @@ def test_shard_names_are_deterministic(tmp_path):
     assert m.paths == [
         f"shard-00000{i}-{w.token}.tar" for i in range(4)
     ]  # the run's token: no run writes another's
-    assert sorted(os.listdir(tmp_path / "ds")) == sorted([*indexed(*m.paths), MANIFEST_NAME])
+    assert folder_files(tmp_path / "ds") == sorted([*indexed(*m.paths), MANIFEST_NAME])
     assert m.stored_counts.tolist() == [3, 3, 3, 1]
     assert m.shard_format == "tar"
 
@@ -213,7 +215,7 @@ def test_no_manifest_and_no_temp_files_when_the_block_raises(tmp_path, fmt):
         raise Boom
     names = files_in(tmp_path)
     assert MANIFEST_NAME not in names
-    assert not [n for n in names if n.startswith(".") or n.endswith(".tmp")]
+    assert not [n for n in names if n.rsplit("/", 1)[-1].startswith(".") or n.endswith(".tmp")]
     assert names == indexed(
         *(f"shard-00000{i}.{fmt}" for i in range(2))
     )  # only finished shards remain
@@ -232,25 +234,23 @@ def test_memory_store_publishes_on_clean_exit_only():
         for i in range(3):
             w.write({"txt": str(i)})
         raise Boom
-    names = [without_run(n) for n in Store(url).list_files()]
-    assert names == [IN_PROGRESS, "shard-000000.tar", "shard-000000.tar.idx"]  # + its index
+    names = [without_run(n) for n in Store(url).list_files(recursive=True)]
+    assert names == [IN_PROGRESS, *indexed("shard-000000.tar")]  # + its index
     with ShardWriter(url, samples_per_shard=2) as w:
         for i in range(3):
             w.write({"txt": str(i)})
-    assert [without_run(n) for n in Store(url).list_files()] == [
-        "_manifest.json",
-        "shard-000000.tar",
-        "shard-000000.tar.idx",
-        "shard-000001.tar",
-        "shard-000001.tar.idx",
-    ]
+    assert [without_run(n) for n in Store(url).list_files(recursive=True)] == sorted(
+        ["_manifest.json", *indexed("shard-000000.tar", "shard-000001.tar")]
+    )
     samples, _ = read_all(url)
     assert [s["txt"] for s in samples] == [b"0", b"1", b"2"]
     with ShardWriter(
         url, samples_per_shard=5, overwrite=True, index=False
     ) as w:  # leftover indexes go too
         w.write({"txt": "x"})
-    assert Store(url).list_files() == ["_manifest.json", f"shard-000000-{w.token}.tar"]
+    assert Store(url).list_files(recursive=True) == sorted(
+        ["_manifest.json", version_name(2), f"shard-000000-{w.token}.tar"]
+    )
 
 
 def test_finish_does_not_publish_and_close_does(tmp_path):
@@ -260,7 +260,7 @@ def test_finish_does_not_publish_and_close_does(tmp_path):
     assert m.num_samples == 1
     assert files_in(tmp_path) == indexed("shard-000000.tar")
     assert w.close() is m
-    assert files_in(tmp_path) == [MANIFEST_NAME, *indexed("shard-000000.tar")]
+    assert files_in(tmp_path) == sorted([MANIFEST_NAME, *indexed("shard-000000.tar")])
     with pytest.raises(ShardstreamError, match="closed"):
         w.write({"txt": "b"})
 
@@ -276,12 +276,12 @@ def test_abort_removes_the_open_shard(tmp_path):
 def test_refuses_an_existing_dataset(tmp_path):
     with ShardWriter(str(tmp_path)) as w:
         w.write({"txt": "a"})
-    before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+    before = folder_bytes(tmp_path)
     with pytest.raises(DatasetExistsError) as info:
         ShardWriter(str(tmp_path))
     assert str(tmp_path) in str(info.value)
     assert "overwrite" in str(info.value)
-    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before
+    assert folder_bytes(tmp_path) == before
 
 
 def test_overwrite_replaces_and_removes_stale_shards(tmp_path):
@@ -293,12 +293,14 @@ def test_overwrite_replaces_and_removes_stale_shards(tmp_path):
     with ShardWriter(str(tmp_path), samples_per_shard=1, overwrite=True) as w:
         for i in range(2):
             w.write({"txt": f"new {i}"})
-    assert files_in(tmp_path) == [
-        "README.md",
-        MANIFEST_NAME,
-        "_versions",  # the overwrite is version 2, published by its version file
-        *indexed("shard-000000.tar", "shard-000001.tar"),
-    ]
+    assert files_in(tmp_path) == sorted(
+        [
+            "README.md",
+            MANIFEST_NAME,
+            version_name(2),  # the overwrite is version 2, published by its version file
+            *indexed("shard-000000.tar", "shard-000001.tar"),
+        ]
+    )
     samples, _ = read_all(str(tmp_path))
     assert [s["txt"] for s in samples] == [b"new 0", b"new 1"]
 
@@ -309,7 +311,7 @@ def test_overwrite_with_another_format_removes_old_shards(tmp_path):
             w.write({"txt": f"old {i}"})
     with ShardWriter(str(tmp_path), format="arrow", overwrite=True) as w:
         w.write({"txt": "new"})
-    assert files_in(tmp_path) == [MANIFEST_NAME, "_versions", "shard-000000.arrow"]
+    assert files_in(tmp_path) == sorted([MANIFEST_NAME, version_name(2), "shard-000000.arrow"])
 
 
 def test_destination_that_is_a_file(tmp_path):
@@ -677,7 +679,7 @@ def _round_trip(samples, fmt, compression, shard_size, per_shard):
         assert manifest.num_samples == len(samples)
         assert manifest.stored_counts.tolist() == [len(s) for s in per_shard_samples]
         assert all(n > 0 for n in manifest.stored_counts.tolist())
-        assert sorted(os.listdir(url)) == sorted([*indexed(*manifest.paths), MANIFEST_NAME])
+        assert folder_files(url) == sorted([*indexed(*manifest.paths), MANIFEST_NAME])
         for i, path in enumerate(manifest.paths):
             data = open(os.path.join(url, path), "rb").read()  # noqa: SIM115
             assert without_run(

@@ -21,15 +21,15 @@ from PIL import Image
 
 import shardstream
 from shardstream.manifest import dataset_store
+from shardstream.manifest.side_names import version_name
+from tests.folders import indexed
 from tests.sample_datasets import RUN, without_run
 
 from .clitools import invoke, ok, one_line_error
 from .data import CLASSES, class_of, image_folder, parquet_table, wds_tars
 
 SHARDS = ["shard-000000.tar", "shard-000001.tar", "shard-000002.tar", "shard-000003.tar"]
-WITH_INDEXES = [
-    name for shard in SHARDS for name in (shard, shard + ".idx")
-]  # packs to a bucket index samples
+WITH_INDEXES = indexed(*SHARDS)  # packs to a bucket index samples
 COUNTS = [4, 4, 4, 2]  # 14 images, 4 per shard
 
 
@@ -420,14 +420,9 @@ def test_overwrite_on_a_bucket(bucket, tmp_path):
             *published(
                 bucket,
                 "ds",
-                [
-                    "shard-000000.tar",
-                    "shard-000000.tar.idx",
-                    "shard-000001.tar",
-                    "shard-000001.tar.idx",
-                ],
+                indexed("shard-000000.tar", "shard-000001.tar"),
             ),
-            "ds/_versions/000002.json",
+            f"ds/{version_name(2)}",
         ]
     )
     assert not set(bucket.keys("ds")) & {f"ds/{p}" for p in old.manifest.paths}

@@ -10,6 +10,7 @@ from collections import Counter
 from pathlib import Path
 
 from tests.ddp.test_ddp import BATCH, check_epochs, torchrun
+from tests.folders import folder_files
 from tests.sample_datasets import key_of, write_dataset
 
 
@@ -31,8 +32,8 @@ def test_ranks_read_a_bucket_in_equal_batches_covering_every_sample(s3_bucket, p
             make=lambda i: {"__key__": key_of(i), "txt": f"sample {i} {salt}"},
         )
     )
-    for path in sorted(local.iterdir()):
-        s3_bucket.write(f"ddp/{path.name}", path.read_bytes())
+    for name in folder_files(local):  # the shards, the manifest and .shardstream/ (their indexes)
+        s3_bucket.write(f"ddp/{name}", (local / name).read_bytes())
     via = proxied(s3_bucket)
     out = tmp_path / "out"
     out.mkdir()

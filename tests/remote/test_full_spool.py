@@ -27,8 +27,8 @@ def test_a_full_spool_uploads_nothing_cut(s3_bucket, tmp_path, monkeypatch):
         monkeypatch.setattr("tempfile.tempdir", str(spool))
         leave_free(spool, 4096)
         with pytest.raises(StorageError) as caught:
-            write_durably(store, "_shards-0123456789abcdef.arrow", data)
-    assert s3_bucket.url("ds/_shards-0123456789abcdef.arrow") in str(caught.value)
+            write_durably(store, ".shardstream/shards-0123456789abcdef.arrow", data)
+    assert s3_bucket.url("ds/.shardstream/shards-0123456789abcdef.arrow") in str(caught.value)
     assert "no space" in str(caught.value)
     assert s3_bucket.keys() == []
 

@@ -13,6 +13,7 @@ import time
 import shardstream
 from shardstream.dataset import ShardDataset, ranged
 from shardstream.formats.tar_index import parse_index
+from shardstream.manifest.side_names import index_name
 
 from .data import image_folder
 
@@ -41,7 +42,7 @@ def test_a_pack_to_a_bucket_writes_a_checked_index_per_shard(s3_bucket, tmp_path
     assert local.index_sha256 == manifest.index_sha256
     assert len(manifest.index_sha256) == manifest.num_shards
     for i, path in enumerate(manifest.paths):
-        raw = s3_bucket.read(f"ds/{path}.idx")
+        raw = s3_bucket.read(f"ds/{index_name(path)}")
         assert hashlib.sha256(raw).hexdigest() == manifest.index_sha256[i]
         shard = s3_bucket.read(f"ds/{path}")
         index = parse_index(raw, path, int(manifest.stored_counts[i]), len(shard))

@@ -11,6 +11,7 @@ pytest.importorskip("ray")
 import ray  # noqa: E402
 
 import shardstream  # noqa: E402
+from shardstream.manifest.side_names import index_name  # noqa: E402
 from tests.sample_datasets import doc_without_runs  # noqa: E402
 
 from .data import image_folder  # noqa: E402
@@ -67,12 +68,14 @@ def test_a_ray_pack_into_a_bucket_equals_a_local_pack(local_ray, s3_bucket, tmp_
         [
             "_manifest.json",
             *remote.manifest.paths,
-            *(p + ".idx" for p in remote.manifest.paths),
+            *(index_name(p) for p in remote.manifest.paths),
             *([sizes.reference["file"]] if sizes is not None else []),
         ]
     )
     for name, other in pairs:  # sample indexes too, byte for byte
-        assert s3_bucket.read(f"ray/{other}.idx") == s3_bucket.read(f"local/{name}.idx")
+        assert s3_bucket.read(f"ray/{index_name(other)}") == s3_bucket.read(
+            f"local/{index_name(name)}"
+        )
 
 
 @pytest.mark.parametrize(

@@ -35,9 +35,9 @@ def kind(target: str) -> str:
         return "list"
     if path.endswith("_manifest.json"):
         return "manifest"
-    if "/_versions/" in path:
+    if "/.shardstream/versions/" in path or "/_versions/" in path:
         return "version"
-    if "_shards-" in path:
+    if "/.shardstream/shards-" in path or "/_shards-" in path:
         return "shard table"
     if path.endswith(".idx"):
         return "sample index"
