@@ -50,6 +50,12 @@ def tar_shards(images, tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def tar_zst(images, tmp_path_factory) -> Path:
+    """``pack --compression zstd``: whole shards compressed."""
+    return _pack(images, tmp_path_factory, "tar-zst", compression="zstd", samples_per_shard=10)
+
+
+@pytest.fixture(scope="session")
 def arrow_pack(images, tmp_path_factory) -> Path:
     return _pack(images, tmp_path_factory, "arrow", format="arrow")
 

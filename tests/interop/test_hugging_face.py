@@ -69,6 +69,11 @@ def test_a_folder_of_one_tar_shard(tar_pack, images, load):
     check_samples(undecoded(load(str(tar_pack)), "jpg"), images[1])
 
 
+def test_a_zstd_pack_is_not_for_the_webdataset_builder_as_the_guide_says(tar_zst, load):
+    with pytest.raises(Exception):  # noqa: B017 - tarfile's ReadError, wrapped by datasets or not
+        load("webdataset", data_files={"train": shards_of(tar_zst)})
+
+
 # -- Arrow packs: the arrow builder, with the features the shards carry --------------------------------
 
 

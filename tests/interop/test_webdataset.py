@@ -124,3 +124,8 @@ def test_webdataset_with_more_workers_than_shards_stops_as_the_guide_says(tar_pa
     loader = torch.utils.data.DataLoader(pipeline, batch_size=None, num_workers=2)
     with pytest.raises(Exception, match="empty_check=False"):
         list(loader)
+
+
+def test_webdataset_does_not_read_a_zstd_pack_as_the_guide_says(tar_zst):
+    with pytest.raises(Exception, match="invalid header|ReadError"):
+        read_wds(shards_of(tar_zst))

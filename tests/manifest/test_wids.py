@@ -75,6 +75,15 @@ def test_output_writes_the_list_with_urls_relative_to_its_folder(tars, tmp_path)
     assert [s["url"] for s in doc["shardlist"]] == manifest.paths
 
 
+def test_output_to_another_store_names_the_shards_by_full_url(tars):
+    fsspec = pytest.importorskip("fsspec")
+    manifest, dest = tars
+    code, out = invoke("ls", dest, "--wids", "--output", "memory://lists/ds.json")
+    assert code == 0, out
+    doc = json.loads(fsspec.filesystem("memory").cat("/lists/ds.json"))
+    assert [s["url"] for s in doc["shardlist"]] == [str(dest / p) for p in manifest.paths]
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
