@@ -11,9 +11,9 @@ import pyarrow as pa
 import pyarrow.ipc
 import pytest
 
-from shardstream import ShardDataset, ShardMap, ShardWriter, pack
+from shardstream import ShardDataset, ShardMap, ShardWriter, merge, pack
 from shardstream.dataset.decode import IMAGE_EXTENSIONS as DECODED_AS_IMAGES
-from shardstream.errors import CorruptShardError
+from shardstream.errors import CorruptShardError, ManifestError
 from shardstream.formats import arrow as A
 from shardstream.formats import hf_features as H
 from shardstream.formats import iter_shard_samples
@@ -177,3 +177,25 @@ def test_an_append_to_arrow_shards_of_binary_images_stays_binary(tmp_path):
     assert [sm[i]["jpg"] for i in range(len(sm))] == [b"\xff\xd8old"] + [
         files[f"{k}.jpg"] for k in ("ant/0", "ant/1", "bee/0", "bee/1")
     ]
+
+
+def test_arrow_packs_of_other_classes_merge_and_are_relabelled(tmp_path):
+    """Each pack's ClassLabel names its own classes: the features differ, the columns do not."""
+    src, _ = image_folder(tmp_path / "src", classes=("ant", "bee"), n=2)
+    other, _ = image_folder(tmp_path / "other", classes=("bee", "cow"), n=1)
+    for folder, dest in ((src, "a"), (other, "b")):
+        pack(folder, tmp_path / dest, format="arrow", layout="imagefolder", progress=False)
+    merged = merge([tmp_path / "a", tmp_path / "b"], tmp_path / "ab")
+    assert merged.classes == ["ant", "bee", "cow"]
+    sm = ShardMap(str(tmp_path / "ab"), decode=None)
+    labels = {sm[i]["__key__"]: sm[i]["cls"] for i in range(len(sm))}
+    assert labels == {"ant/0": 0, "ant/1": 0, "bee/0": 1, "bee/1": 1, "cow/0": 2}
+
+
+def test_an_append_of_other_columns_is_still_refused(tmp_path):
+    src, _ = image_folder(tmp_path / "src", n=2)
+    dest = tmp_path / "ds"
+    pack(src, dest, format="arrow", layout="imagefolder", progress=False)
+    more = make_files(tmp_path / "more", {"ant/9.png": b"\x89PNG", "bee/9.png": b"\x89PNG"})
+    with pytest.raises(ManifestError, match="its Arrow schema differs"):
+        pack(more, dest, format="arrow", layout="imagefolder", append=True, progress=False)
