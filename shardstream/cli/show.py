@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from typing import Any
 
@@ -216,10 +217,37 @@ def _count(value: Any) -> str:
 @click.option(
     "--keys", is_flag=True, help="List every sample's index, key and shard instead of the shards."
 )
+@click.option(
+    "--wids",
+    is_flag=True,
+    help="Print the shard list wids reads (wids.ShardListDataset), its URLs relative to DATASET's "
+    "folder: save it there (e.g. as DATASET/.wids.json).",
+)
+@click.option(
+    "--output",
+    default=None,
+    help="With --wids: write the shard list to this file (a path or URL), its URLs relative to the "
+    "file's folder, instead of printing it.",
+)
 @dataset_version_option
 @storage_option
-def ls_(dataset: str, as_json: bool, keys: bool, storage_options: tuple[str, ...]) -> None:
-    """List DATASET's shards with sample counts and sizes (--keys: its samples' keys)."""
+def ls_(
+    dataset: str,
+    as_json: bool,
+    keys: bool,
+    wids: bool,
+    output: str | None,
+    storage_options: tuple[str, ...],
+) -> None:
+    """List DATASET's shards with sample counts and sizes (--keys: its samples' keys; --wids: the shard
+    list wids reads)."""
+    if output is not None and not wids:
+        raise click.UsageError("--output goes with --wids")
+    if wids and (keys or as_json):
+        raise click.UsageError("--wids prints JSON of its own: leave out --keys and --json")
+    if wids:
+        _wids_list(dataset, output, storage_options)
+        return
     if keys:
         _list_keys(dataset, as_json, storage_options)
         return
@@ -243,6 +271,33 @@ def ls_(dataset: str, as_json: bool, keys: bool, storage_options: tuple[str, ...
         )
     click.echo(
         f"{count(m.num_shards, 'shard')}, {count(samples.total, 'sample')}, {format_size(m.total_bytes)}"
+    )
+
+
+def _wids_list(dataset: str, output: str | None, storage_options: tuple[str, ...]) -> None:
+    """Print (or write to ``output``) DATASET's shard list for wids."""
+    import posixpath
+
+    from ..manifest.wids import shard_list
+    from ..storage import Store, is_url
+    from .common import storage_options_for
+
+    store, m = open_dataset(dataset, storage_options)
+    folder = store.url if output is None else posixpath.dirname(output.rstrip("/")) or "."
+    if output is not None and not is_url(output):
+        folder = os.path.dirname(os.path.abspath(output))
+    name = posixpath.basename(store.url.rstrip("/")) or store.url
+    doc = shard_list(m, [store.url_of(p) for p in m.paths], name, folder)
+    text = json.dumps(doc, indent=2, ensure_ascii=False) + "\n"
+    if output is None:
+        click.echo(text, nl=False)
+        return
+    target = Store(folder, storage_options_for(storage_options, output))
+    target.makedirs()
+    target.write_bytes(posixpath.basename(output.rstrip("/")), text.encode("utf-8"))
+    click.echo(
+        f"wrote the wids shard list of {count(m.num_shards, 'shard')}, "
+        f"{count(m.num_stored, 'sample')} -> {safe(output)}"
     )
 
 

@@ -1,6 +1,7 @@
 """Arrow IPC (Feather v2) shards: record batches with zstd buffer compression.
 
-Readable by ``pyarrow.ipc.open_file`` / ``pyarrow.feather.read_table`` directly.
+Readable by ``pyarrow.ipc.open_file`` / ``pyarrow.feather.read_table`` directly; a folder's images are
+stored as Hugging Face ``Image`` structs, which :mod:`.hf_features` gives back as bytes on reading.
 Rows can be fetched by index through the file's record-batch directory. What is read is
 validated in full (offsets, lengths, UTF-8), so a damaged shard is an error, not a crash;
 the buffers carry no checksum, so a changed value can pass: the manifest's sha256 is the check.
@@ -17,6 +18,7 @@ import pyarrow.ipc
 
 from ..errors import CorruptShardError
 from .hashing import HashingWriter
+from .hf_features import unwrap, unwrapped_schema
 
 DEFAULT_COMPRESSION = "zstd"
 
@@ -31,8 +33,12 @@ def schema_from_text(text: str) -> pa.Schema:
 
 
 def describe_schema(schema: pa.Schema) -> list[dict[str, Any]]:
-    """The manifest's human-readable field list."""
-    return [{"name": f.name, "type": str(f.type), "nullable": f.nullable} for f in schema]
+    """The manifest's human-readable field list: each column as readers return it (images stored in
+    Hugging Face ``Image`` structs as the binary they are read as)."""
+    return [
+        {"name": f.name, "type": str(f.type), "nullable": f.nullable}
+        for f in unwrapped_schema(schema)
+    ]
 
 
 class ArrowShardWriter:
@@ -81,7 +87,8 @@ def open_shard(buf, name: str = "shard") -> pa.ipc.RecordBatchFileReader:
 
 
 def read_table(buf, name: str = "shard") -> pa.Table:
-    """The whole shard as a table; decompresses and fully validates every batch."""
+    """The whole shard as a table (images stored in ``Image`` structs as their bytes); decompresses and
+    fully validates every batch."""
     reader = open_shard(buf, name)
     try:
         table = reader.read_all()
@@ -90,7 +97,7 @@ def read_table(buf, name: str = "shard") -> pa.Table:
         raise CorruptShardError(
             f"{name}: damaged record batch ({exc}); re-create or re-download it"
         ) from exc
-    return table
+    return unwrap(table, name)
 
 
 def iter_rows(buf, name: str = "shard") -> Iterator[dict[str, Any]]:
@@ -100,7 +107,7 @@ def iter_rows(buf, name: str = "shard") -> Iterator[dict[str, Any]]:
         try:
             batch = reader.get_batch(i)
             batch.validate(full=True)
-            rows = batch.to_pylist()
+            rows = unwrap(pa.Table.from_batches([batch]), name).to_pylist()
         except _DAMAGE as exc:
             raise CorruptShardError(
                 f"{name}: damaged record batch {i} ({exc}); re-create or re-download it"

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import ManifestError
+from ..errors import ManifestError, ShardstreamError
 from .image_sizes import ImageSizes
 from .relabel import Relabel
 from .sample_set import samples_of
@@ -25,7 +25,7 @@ def difference(base: Manifest, new: Manifest, same_classes: bool = True) -> str 
     ``same_classes=False`` their class lists may differ (a merge relabels them), not their presence."""
     if base.shard_format != new.shard_format:
         return f"its shards are {base.shard_format}, the new ones {new.shard_format}"
-    if base.arrow_schema is not None and new.arrow_schema != base.arrow_schema:
+    if base.arrow_schema is not None and not _same_columns(base.arrow_schema, new.arrow_schema):
         return "its Arrow schema differs from the new shards' (columns or types)"
     if (
         same_classes
@@ -53,6 +53,27 @@ def difference(base: Manifest, new: Manifest, same_classes: bool = True) -> str 
             f"{'only new: ' + ', '.join(only_new) if only_new else ''})"
         )
     return None
+
+
+def _same_columns(base: str, new: str | None) -> bool:
+    """Whether two manifests' Arrow schemas have the same columns as readers see them: names and types,
+    images stored in Hugging Face ``Image`` structs as the binary they are read as, metadata aside (the
+    ``datasets`` features name each pack's own classes, which a merge relabels)."""
+    if new is None or new == base:
+        return new == base
+    import pyarrow as pa
+
+    from ..formats.arrow import schema_from_text
+    from ..formats.hf_features import unwrapped_schema
+
+    try:
+        found, given = (
+            unwrapped_schema(schema_from_text(base)),
+            unwrapped_schema(schema_from_text(new)),
+        )
+    except (pa.ArrowException, ValueError, ShardstreamError):
+        return False
+    return found.equals(given, check_metadata=False)
 
 
 def appended(

@@ -294,11 +294,7 @@ def _pack_with_writer(
     schema = None
     # every field is known: no inference from a prefix
     if fmt == "arrow" and isinstance(src, FolderSource):
-        import pyarrow as pa
-
-        names = sorted({ext for s in src.samples for ext, _, _ in s.files})
-        columns = [("__key__", pa.string())] + [(n, pa.binary()) for n in names]
-        schema = pa.schema(columns + ([("cls", pa.int64())] if src.classes is not None else []))
+        schema = _folder_schema(src, claim)
     store = claim.store
     writer = ShardWriter(
         store.url,
@@ -334,6 +330,22 @@ def _pack_with_writer(
         raise
     manifest.created = info
     return manifest
+
+
+def _folder_schema(src: FolderSource, claim: Claim) -> Any:
+    """The Arrow schema of a folder's samples, with the Hugging Face features that let ``load_dataset``
+    decode its images and labels (:mod:`..formats.hf_features`); an append whose columns are the
+    dataset's keeps the dataset's schema, so that its shards stay alike."""
+    from ..formats import arrow as arrow_format
+    from ..formats.hf_features import folder_schema, unwrapped_schema
+
+    schema = folder_schema({ext for s in src.samples for ext, _, _ in s.files}, src.classes)
+    base = claim.base.arrow_schema if claim.base is not None else None
+    if base is not None:
+        found = arrow_format.schema_from_text(base)
+        if unwrapped_schema(found).equals(unwrapped_schema(schema)):
+            return found
+    return schema
 
 
 # (source kind, shard format family) -> how such a pack is written

@@ -147,6 +147,7 @@ class ShardWriter:
         import pyarrow as pa
 
         from ..formats import arrow as arrow_format
+        from ..formats.hf_features import in_struct, wrap
 
         names = (
             list(self._schema.names)
@@ -160,7 +161,12 @@ class ShardWriter:
                 "give every sample the same fields"
             )
         try:
-            columns = {name: [row.get(name) for row in self._rows] for name in names}
+            columns: dict[str, Any] = {
+                name: [row.get(name) for row in self._rows] for name in names
+            }
+            # a folder's images, in Hugging Face Image structs (formats.hf_features)
+            for name in in_struct(self._schema) if self._schema is not None else ():
+                columns[name] = wrap(columns[name])
             batch = pa.RecordBatch.from_pydict(columns, schema=self._schema)
         except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError) as exc:
             first, last = self._rows[0].get("__key__"), self._rows[-1].get("__key__")
