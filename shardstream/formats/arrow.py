@@ -18,6 +18,7 @@ import pyarrow as pa
 import pyarrow.ipc
 
 from ..errors import CorruptShardError
+from . import checksums
 from .arrow_checksums import KEY, batch_metadata, damaged_rows, parse_checksums
 from .hashing import HashingWriter
 
@@ -54,7 +55,8 @@ class ArrowShardWriter:
     def add_batch(self, batch: pa.RecordBatch | pa.Table) -> None:
         batches = batch.to_batches() if isinstance(batch, pa.Table) else [batch]
         for one in batches:
-            self._writer.write_batch(one, custom_metadata=batch_metadata(one))
+            metadata = batch_metadata(one) if checksums.WRITE_ON_PACK else None
+            self._writer.write_batch(one, custom_metadata=metadata)
         self.samples += batch.num_rows
 
     def close(self) -> tuple[int, str]:

@@ -9,8 +9,10 @@ it: each tar member's data (in the shard's sample index) and each Arrow record b
 (``google-crc32c``) 1.4 us, ``zlib.crc32`` 7.4 us, sha256 20.7 us; on a 2-byte label 148 ns a call,
 CRC32C 308 ns, ``zlib.crc32`` 161 ns, sha256 734 ns. A value's checksum is an unsigned 64-bit integer.
 
-:data:`CHECK_ON_READ` is **not a setting**: it exists so that a benchmark can measure what the check
-costs (the same code, with and without it, in one run). Nothing in shardstream turns it off.
+:data:`CHECK_ON_READ` and :data:`WRITE_ON_PACK` are **not settings**: they exist so that a benchmark
+(``benchmarks/integrity.py``) can measure what the checksums cost, the same code with and without them, in
+one run. Nothing in shardstream turns them off. (Without them, reads check nothing and packs write the
+indexes and Arrow batches of 0.5.0, without checksums.)
 """
 
 from __future__ import annotations
@@ -23,8 +25,9 @@ from ..errors import CorruptSampleError, sample_name
 
 NAME = "xxh3_64"  # the checksum's name in messages, metadata and `verify`
 
-# Not a setting (see the module): the benchmark's switch for measuring the check's cost.
+# Not settings (see the module): the benchmark's switches for measuring what the checksums cost.
 CHECK_ON_READ = True
+WRITE_ON_PACK = True
 
 checksum = xxhash.xxh3_64_intdigest  # checksum(bytes-like) -> int: a value's checksum
 
@@ -51,4 +54,4 @@ def mismatch(
     )
 
 
-__all__ = ["CHECK_ON_READ", "NAME", "checking", "checksum", "mismatch"]
+__all__ = ["CHECK_ON_READ", "NAME", "WRITE_ON_PACK", "checking", "checksum", "mismatch"]

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import IO
 
+from . import checksums as checksums_format
 from .checksums import checksum
 from .compression import compressing_writer
 from .hashing import HashingWriter
@@ -129,7 +130,9 @@ class TarShardWriter:
         """Append one sample: one member ``KEY.EXT`` per (extension, data) pair, in order."""
         pieces: list = []
         members = []
-        sums = []
+        sums: list[int] | None = None
+        if self.index is not None and (checksums_format.WRITE_ON_PACK or self.index.compressed):
+            sums = []
         for ext, data in fields:
             n = memoryview(data).nbytes
             name = f"{key}.{ext}"
@@ -137,7 +140,7 @@ class TarShardWriter:
             pad = padding(n)
             pieces += (header, data, ZERO_BLOCK[:pad]) if pad else (header, data)
             members.append((name, len(header), n))
-            if self.index is not None:
+            if sums is not None:
                 sums.append(checksum(data))
             self.tar_bytes += len(header) + n + pad
         if self.index is not None:

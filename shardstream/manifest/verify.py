@@ -113,22 +113,35 @@ def check_one(
     not be read)."""
     name = manifest.paths[i]
     where = store.url_of(name)
-    checked: list[bool | None] = [None]  # what the checks below found
     try:
         data = store.read_bytes(name)
-        size = len(data)
-        if size != manifest.nbytes[i]:
-            return (
-                f"{where}: {size} bytes, the manifest says {manifest.nbytes[i]} (truncated or replaced)",
-                None,
-            )
-        digest = hashlib.sha256(data).hexdigest()
-        if manifest.sha256[i] and digest != manifest.sha256[i]:  # "" is no checksum
-            expected = manifest.sha256[i]
-            return (
-                f"{where}: checksum mismatch (sha256 {digest[:16]}..., the manifest says {expected[:16]}...)",
-                None,
-            )
+    except ShardstreamError as exc:
+        return str(exc), None
+    size = len(data)
+    if size != manifest.nbytes[i]:
+        return (
+            f"{where}: {size} bytes, the manifest says {manifest.nbytes[i]} (truncated or replaced)",
+            None,
+        )
+    digest = hashlib.sha256(data).hexdigest()
+    if manifest.sha256[i] and digest != manifest.sha256[i]:  # "" is no checksum
+        expected = manifest.sha256[i]
+        problem = f"{where}: checksum mismatch (sha256 {digest[:16]}..., the manifest says {expected[:16]}...)"
+        # where the damage is, when the per-sample checksums say
+        found, checked = _contents(store, manifest, data, i, False)
+        if found is not None and "differs from" in found:
+            problem += f"; {found.removeprefix(f'{where}: ')}"
+        return problem, checked
+    return _contents(store, manifest, data, i, decode)
+
+
+def _contents(
+    store: Store, manifest: Manifest, data: Any, i: int, decode: bool
+) -> tuple[str | None, bool | None]:
+    """:func:`check_one` of shard ``i``'s bytes ``data`` once its size and sha256 were checked."""
+    where = store.url_of(manifest.paths[i])
+    checked: list[bool | None] = [None]  # what the checks below found
+    try:
         if manifest.shard_format == "tokens":
             return _token_problem(manifest, data, where, i), False
         if manifest.shard_format == "parquet":
@@ -160,7 +173,7 @@ def _arrow_problem(data: Any, where: str, checked: list[bool | None]) -> tuple[i
     key = keys[row].as_py() if keys is not None else None
     more = f" ({len(damaged):,} rows differ)" if len(damaged) > 1 else ""
     return table.num_rows, (
-        f"{where}: {sample_name(row, key)}: field {', '.join(damaged[row])} differs from its record "
+        f"{where}: {sample_name(row, key)}: field {', '.join(map(repr, damaged[row]))} differs from its record "
         f"batch's checksums{more}; restore the shard from a good copy or re-pack it"
     )
 
@@ -210,12 +223,15 @@ def _index_problem(
     if found != tar_format.index_samples(plain, shard):
         return f"{where}: it places samples or members other than the shard's headers do; re-pack the dataset"
     view = memoryview(plain)
+    if checked is not None:
+        checked[0] = index.checksums is not None
+    problem = None if index.checksums is None else _member_problem(view, index, found, shard)
+    if problem is not None:  # (it names the field, where a sample's sha256 would not)
+        return problem
     for j in range(len(index) if index.has_digests else 0):  # no sample spans or digests to check
         start, end = index.span(j)
         index.check(j, view[start:end], where, found[0][j])
-    if checked is not None:
-        checked[0] = index.checksums is not None
-    return None if index.checksums is None else _member_problem(view, index, found, shard)
+    return None
 
 
 def _member_problem(view: memoryview, index: Any, found: Any, shard: str) -> str | None:
@@ -267,15 +283,16 @@ def _parquet_problem(
                 "'shardstream index'"
             )
         index = parquet_format.parse_row_index(raw, at, rows, len(data))
-        if dataclasses.replace(index, checksums=None) != built:
+        # the row groups' sha256 aside: a row group that differs is named below, by its values if it can be
+        if dataclasses.replace(index, checksums=None, sha256=built.sha256) != built:
             return (
                 f"{at}: its footer or row groups differ from the file's; re-create it with "
                 "'shardstream index'"
             )
-    file = parquet_format.open_file(data, where, metadata)
     sums = index.checksums if index is not None else None
     if checked is not None:
         checked[0] = sums is not None
+    file = parquet_format.open_file(data, where, metadata, page_checksums=sums is None)
     first = 0
     for group in range(metadata.num_row_groups):
         table = parquet_format.read_group(file, group, where)
@@ -283,6 +300,11 @@ def _parquet_problem(
             problem = _group_problem(table, sums[group], where, group, first)
             if problem is not None:
                 return problem
+        if index is not None and index.sha256[group] != built.sha256[group]:
+            return (
+                f"{at}: row group {group} differs from its sha256 in the row-group index; the file "
+                "was changed after indexing: re-create it with 'shardstream index'"
+            )
         first += table.num_rows
     return _undecodable(manifest, data, where) if decode else None
 
@@ -302,7 +324,7 @@ def _group_problem(table: Any, doc: Any, where: str, group: int, first: int) -> 
     row = min(damaged)
     key = table.column("__key__")[row].as_py() if "__key__" in table.column_names else None
     return (
-        f"{where}: {sample_name(first + row, key)}: field {', '.join(damaged[row])} differs from its "
+        f"{where}: {sample_name(first + row, key)}: field {', '.join(map(repr, damaged[row]))} differs from its "
         f"checksum in the row-group index (row group {group}); restore the file from a good copy"
     )
 

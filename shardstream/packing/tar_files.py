@@ -21,6 +21,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from ..formats import checksums as checksums_format
 from ..formats.checksums import checksum
 from ..formats.tar import END_OF_ARCHIVE, ZERO_BLOCK, member_header
 from ..formats.tar_index import IndexBuilder
@@ -107,6 +108,7 @@ def write_files(  # noqa: C901, PLR0915 - the pack's inner loop, one frame for i
     pos = written = started = 0
     start_writeback = writeback_starter() if writeback else None
     folders = _Folders()
+    summing = index is not None and checksums_format.WRITE_ON_PACK  # (always, but when measured)
 
     def flush() -> None:
         nonlocal pos, written, started
@@ -161,6 +163,7 @@ def write_files(  # noqa: C901, PLR0915 - the pack's inner loop, one frame for i
                             view[start + size : start + size + pad] = ZERO_BLOCK[:pad]
                             if sample_hash is not None:
                                 sample_hash.update(view[pos : start + size + pad])
+                            if summing:
                                 sums.append(checksum(view[start : start + size]))
                             if sizes is not None:
                                 sizes.record(ext, view[start : start + size])
@@ -169,7 +172,7 @@ def write_files(  # noqa: C901, PLR0915 - the pack's inner loop, one frame for i
                 data = label if path is None else read(path, size)
                 if sizes is not None:
                     sizes.record(ext, data)  # type: ignore[arg-type]
-                if sample_hash is not None:
+                if summing:
                     sums.append(checksum(data))  # type: ignore[arg-type]
                 for piece in (header, data, ZERO_BLOCK[:pad]):
                     put(piece)  # type: ignore[arg-type]
@@ -178,7 +181,11 @@ def write_files(  # noqa: C901, PLR0915 - the pack's inner loop, one frame for i
             if sizes is not None:
                 sizes.end_sample()
             if index is not None:
-                index.add_hashed(sample_hash.digest(), laid_out, sums)  # type: ignore[union-attr]
+                index.add_hashed(
+                    sample_hash.digest(),  # type: ignore[union-attr]
+                    laid_out,
+                    sums if summing else None,
+                )
     finally:
         folders.close()
     put(END_OF_ARCHIVE)

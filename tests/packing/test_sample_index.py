@@ -46,22 +46,26 @@ def test_a_local_pack_with_index_publishes_checked_indexes_and_no_staged_files(
     ]
 
 
-def test_local_packs_have_indexes_by_default_unless_asked_not_to_and_compressed_shards_none(
+def test_local_packs_have_indexes_by_default_unless_asked_not_to_compressed_shards_too(
     folder, tmp_path
 ):
+    from shardstream.formats.tar_index import index_name
+
     plain = shardstream.pack(folder, tmp_path / "a", samples_per_shard=4, progress=False).manifest
     bare = shardstream.pack(
         folder, tmp_path / "c", samples_per_shard=4, index=False, progress=False
     ).manifest
     zst = shardstream.pack(
-        folder, tmp_path / "b", samples_per_shard=4, compression="zstd", index=True, progress=False
+        folder, tmp_path / "b", samples_per_shard=4, compression="zstd", progress=False
     ).manifest
     assert plain.index_sha256 is not None and len(plain.index_sha256) == len(plain.paths)
     assert sorted(p.name for p in (tmp_path / "a").glob("*.idx")) == sorted(
         f"{path}.idx" for path in plain.paths
     )
-    assert bare.index_sha256 is None and zst.index_sha256 is None
-    assert not list((tmp_path / "c").glob("*.idx")) and not list((tmp_path / "b").glob("*.idx"))
+    assert bare.index_sha256 is None and not list((tmp_path / "c").glob("*.idx"))
+    # a compressed shard's index: offsets in its tar, each member's checksum
+    assert zst.index_sha256 is not None and len(zst.index_sha256) == len(zst.paths)
+    assert all((tmp_path / "b" / index_name(p)).exists() for p in zst.paths)
 
 
 def test_a_repack_without_index_clears_the_old_indexes(folder, tmp_path):
