@@ -33,6 +33,7 @@ from ..storage import Store
 from .collate import MappedBytes
 from .counters import StageCounters
 from .decode import Decoder, PendingJpeg
+from .mapped import Expected
 from .readers import OpenShards
 from .shared_memory import shared_zeros
 
@@ -240,18 +241,26 @@ class SampleReader:
         self, shards: OpenShards, ids: np.ndarray, offsets: np.ndarray
     ) -> dict[str, Any] | None:
         """Raw bytes of a local tar batch as locations in the shard files (see MappedBytes), each value
-        checked against its checksum here, before the batch leaves; None if this batch cannot be put so (a
-        field some samples lack, a shard that fails, a value that differs from its checksum)."""
+        checked against its checksum where it is read (they carry the checksums); under skip, here, before
+        the batch leaves. None if this batch cannot be put so (a field some samples lack, a shard that
+        fails, under skip a value that differs from its checksum)."""
         started = perf_counter_ns()
         try:
             readers = [shards.get(int(s)) for s in ids]
         except Exception:
             return None  # the general path reports or skips it
         located = [r.locate(o) for r, o in zip(readers, offsets.tolist())]
-        if checksums_format.CHECK_ON_READ and not all(
-            r.intact(o, fields) for r, o, (_, fields) in zip(readers, offsets.tolist(), located)
+        # a skip replaces the sample before the batch leaves: checked here (a second pass over the bytes);
+        # else where each value is read, from the core's cache right after its copy (measured cheaper)
+        here = self.on_error == "skip"
+        if (
+            here
+            and checksums_format.CHECK_ON_READ
+            and not all(
+                r.intact(o, fields) for r, o, (_, fields) in zip(readers, offsets.tolist(), located)
+            )
         ):
-            return None  # the general path raises or skips the damaged sample, naming it
+            return None  # the general path skips the damaged sample, naming it
         keys = [key for key, _ in located]
         entries = [fields for _, fields in located]
         names = entries[0].keys()
@@ -268,6 +277,7 @@ class SampleReader:
                 spans[:, 0],
                 spans[:, 1],
                 [getattr(shards.get(int(s)), "identity", None) for s in used],
+                None if here else _expected(readers, offsets, entries, keys, name),
             )
         self.account(shards, started, len(ids))
         return batch
@@ -436,6 +446,26 @@ class SampleReader:
             f"for those that fail (the first: {first}); run 'shardstream verify "
             f"{self.store.url}'"
         ) from first
+
+
+def _expected(
+    readers: list[Any],
+    offsets: np.ndarray,
+    entries: list[dict[str, Any]],
+    keys: list[str],
+    name: str,
+) -> Expected | None:
+    """What field ``name`` of a mapped batch's samples must be: each one's member checksum (None when no
+    shard of the batch has them)."""
+    sums = np.zeros(len(readers), dtype=np.uint64)
+    known = np.zeros(len(readers), dtype=bool)
+    for k, (reader, offset, entry) in enumerate(zip(readers, offsets.tolist(), entries)):
+        if reader.sums is not None:  # its members in order: the field's is its place among them
+            sums[k] = reader.sums[reader.first[offset] + list(entry).index(name)]
+            known[k] = True
+    if not known.any():
+        return None
+    return Expected(name, sums, keys, offsets.copy(), None if known.all() else known)
 
 
 def _fails(shards: OpenShards, shard: int) -> bool:

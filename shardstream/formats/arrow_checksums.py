@@ -148,7 +148,8 @@ def cell_checksums(array: pa.Array | pa.ChunkedArray) -> np.ndarray:
     elif pa.types.is_struct(kind):
         cells = np.full(n, np.uint64(kind.num_fields), dtype=np.uint64)
         for i in range(kind.num_fields):
-            cells = _mix(cells ^ cell_checksums(array.field(i)))
+            cells = cells * _PRIME + cell_checksums(array.field(i))
+        cells = _mix(cells)
     elif pa.types.is_fixed_size_list(kind):
         size = kind.list_size
         child = cell_checksums(array.values)[array.offset * size : (array.offset + n) * size]
@@ -170,39 +171,85 @@ def cell_checksums(array: pa.Array | pa.ChunkedArray) -> np.ndarray:
 
 
 def _fixed_cells(values: np.ndarray) -> np.ndarray:
-    """Per row of an (n, width) uint8 matrix, its bytes mixed into a uint64."""
+    """Per row of an (n, width) uint8 matrix, a uint64 that any change of the row's bytes changes: the value
+    itself for widths up to 8 bytes, else its 8-byte words combined."""
     n, width = values.shape
+    if width in (1, 2, 4, 8):
+        return np.ascontiguousarray(values).view(f"<u{width}").reshape(n).astype(np.uint64)
     lanes = -(-width // 8)
     if width != 8 * lanes:
         padded = np.zeros((n, 8 * lanes), dtype=np.uint8)
         padded[:, :width] = values
         values = padded
     words = np.ascontiguousarray(values).view("<u8").reshape(n, lanes)
-    cells = np.full(n, np.uint64(width), dtype=np.uint64)
+    cells = np.zeros(n, dtype=np.uint64)
     for k in range(lanes):
-        cells = _mix(cells ^ words[:, k])
-    return cells
+        cells = cells * _PRIME + words[:, k]
+    return _mix(cells)
+
+
+_PRIME = np.uint64(0x100000001B3)  # odd: a multiplication by it (mod 2^64) can be undone
+_PRIME_INVERSE = np.uint64(pow(0x100000001B3, -1, 1 << 64))
+_SMALL = 256  # mean bytes per value under which a binary column is hashed all at once (numpy)
+_CHUNK = 1 << 20  # bytes of values hashed at once that way
+_POWERS: list[np.ndarray] = []  # _PRIME ** j and its inverse's, j < _CHUNK (made on first use)
+
+
+def _powers() -> tuple[np.ndarray, np.ndarray]:
+    if not _POWERS:
+        for base in (_PRIME, _PRIME_INVERSE):
+            steps = np.full(_CHUNK, base, dtype=np.uint64)
+            steps[0] = 1
+            _POWERS.append(np.cumprod(steps, dtype=np.uint64))
+    return _POWERS[0], _POWERS[1]
 
 
 def _binary_cells(array: pa.Array, dtype: np.dtype) -> np.ndarray:
-    """Per value of a binary or string array, xxh3_64 of its bytes."""
+    """Per value of a binary or string array, a uint64 of its bytes: xxh3_64 of each for values of
+    :data:`_SMALL` bytes or more on average, else a polynomial of its bytes (sum of byte x prime^position,
+    mod 2^64, with its length: any one changed byte changes it), all values at once."""
     n = len(array)
     offsets = _offsets(array, dtype)
     data = array.buffers()[2]
     view = memoryview(data) if data is not None else memoryview(b"")
-    return np.fromiter(
-        (checksum(view[a:b]) for a, b in zip(offsets[:-1].tolist(), offsets[1:].tolist())),
-        dtype=np.uint64,
-        count=n,
-    )
+    if n == 0 or int(offsets[-1] - offsets[0]) >= _SMALL * n:
+        return np.fromiter(
+            (checksum(view[a:b]) for a, b in zip(offsets[:-1].tolist(), offsets[1:].tolist())),
+            dtype=np.uint64,
+            count=n,
+        )
+    raw = np.frombuffer(view, dtype=np.uint8) if len(view) else np.zeros(0, np.uint8)
+    cells = np.empty(n, dtype=np.uint64)
+    row = 0
+    while row < n:
+        base = int(offsets[row])  # rows row..last, their bytes at most _CHUNK
+        last = int(np.searchsorted(offsets, base + _CHUNK, side="right")) - 1
+        if last <= row:  # one value longer than a chunk
+            cells[row] = checksum(view[base : int(offsets[row + 1])])
+            row += 1
+            continue
+        cells[row:last] = _polynomial(raw, offsets[row : last + 1] - base, base)
+        row = last
+    return cells ^ (np.diff(offsets).astype(np.uint64) * _ROW_SEED)
+
+
+def _polynomial(raw: np.ndarray, bounds: np.ndarray, base: int) -> np.ndarray:
+    """For the values between ``bounds`` (offsets from ``base`` in ``raw``, under :data:`_CHUNK` bytes in
+    all), sum of byte x prime^(its place in the value), mod 2^64."""
+    powers, inverse = _powers()
+    chunk = raw[base : base + int(bounds[-1])].astype(np.uint64)
+    sums = np.zeros(len(chunk) + 1, dtype=np.uint64)
+    np.cumsum(chunk * powers[: len(chunk)], dtype=np.uint64, out=sums[1:])
+    starts, ends = bounds[:-1], bounds[1:]
+    return (sums[ends] - sums[starts]) * inverse[starts]
 
 
 def row_checksums(batch: pa.RecordBatch | pa.Table) -> np.ndarray:
-    """Per row, a uint64 mixing every value of the row (columns in order)."""
+    """Per row, a uint64 of every value of the row (columns in order): their cells combined, then mixed."""
     rows = np.full(batch.num_rows, _ROW_SEED, dtype=np.uint64)
     for column in batch.columns:
-        rows = _mix(rows ^ cell_checksums(column))
-    return rows
+        rows = rows * _PRIME + cell_checksums(column)
+    return _mix(rows)
 
 
 def batch_metadata(batch: pa.RecordBatch | pa.Table) -> dict[bytes, bytes]:
