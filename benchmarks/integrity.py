@@ -12,12 +12,16 @@ with default settings but the 64 MB shards of the read benchmark:
   bytes-like object; and the time to the first batch (from creating the iterator);
 - ``decoded``: the same epoch decoded (``ShardDataset(url)``: ``decode="torch"``, simplejpeg where
   installed), and its first batch;
-- ``pack``: ``ss.pack(folder, dest, shard_size="64MB")`` into an empty folder (the output removed after).
+- ``pack``: ``ss.pack(folder, dest, shard_size="64MB")`` into an empty folder (the output removed after);
+- ``arrow-pack`` and ``arrow-read``: the read benchmark's numeric table (2,000,000 rows x 8 float32 and
+  an int64 label, one Parquet file) packed into Arrow shards (defaults: zstd buffers), and read in
+  process, ``ShardDataset(decode=None, shuffle=False)``, ``loader(batch_size=4096, num_workers=0)``: where
+  the checksums cost most, relatively (every value a few bytes; a checksum per row at pack time).
 
 "on" is shardstream as it is; "off" flips the module switches ``CHECK_ON_READ`` and ``WRITE_ON_PACK``
 (not settings: they exist for this measurement) in the measured process, so reads check nothing and
-packs write 0.5.0's indexes. Each run is a fresh process; runs alternate on and off (which goes first
-rotates), ``--repeat`` of each; the table gives the medians, the best runs and the ratios on / off.
+packs write 0.5.0's indexes. Each run is a fresh process; after one untimed run of each, runs alternate
+on and off (which goes first rotates), ``--repeat`` of each; the table gives the medians, the best runs and the ratios on / off.
 Timings are noise on a busy machine: the load average before each run is printed, compare ratios of
 one run. Usage::
 
@@ -46,7 +50,7 @@ sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
 from _data import DEFAULT_DATA_DIR, ensure_image_folder, warm_page_cache  # noqa: E402
 
 SHARD_SIZE = "64MB"
-MODES = ("hashes", "raw", "decoded", "pack")
+MODES = ("hashes", "raw", "decoded", "pack", "arrow-pack", "arrow-read")
 
 CHILD = """
 import json, os, shutil, sys, time
@@ -54,7 +58,7 @@ import shardstream as ss
 from shardstream.formats import checksums
 mode, switch, url, src, scratch, SHARD_SIZE = sys.argv[1:7]
 checksums.CHECK_ON_READ = checksums.WRITE_ON_PACK = switch == "on"
-if mode == "pack":
+if mode in ("pack", "arrow-pack"):
     dest = os.path.join(scratch, "packed")
     started = time.perf_counter()
     ss.pack(src, dest, shard_size=SHARD_SIZE, progress=False)
@@ -62,15 +66,19 @@ if mode == "pack":
     shutil.rmtree(dest)
     print(json.dumps({"seconds": seconds}))
     sys.exit(0)
-ds = ss.ShardDataset(url, decode=None) if mode == "raw" else ss.ShardDataset(url)
-loader = ds.loader(batch_size=64)
+if mode == "arrow-read":
+    ds = ss.ShardDataset(url, decode=None, shuffle=False)
+    loader = ds.loader(batch_size=4096, num_workers=0)
+else:
+    ds = ss.ShardDataset(url, decode=None) if mode == "raw" else ss.ShardDataset(url)
+    loader = ds.loader(batch_size=64)
 started = time.perf_counter()
 it = iter(loader)
 batch = next(it)
 ttfb = time.perf_counter() - started
 samples, payload = 0, 0
 while batch is not None:
-    samples += len(batch["__key__"])
+    samples += len(batch["label" if mode == "arrow-read" else "__key__"])
     if mode == "raw":
         payload += sum(memoryview(v).nbytes for v in batch["jpg"])
     batch = next(it, None)
@@ -140,23 +148,39 @@ def main() -> int:
     timed = [m for m in modes if m != "hashes"]
     if not timed:
         return 0
+    import shardstream as ss
+
     images = ensure_image_folder(args.data, args.count)
     url = images.root / "integrity" / "shardstream"
     if not (url / "_manifest.json").exists():  # packed once, untimed, with checksums
-        import shardstream as ss
-
         ss.pack(images.train, url, shard_size=SHARD_SIZE, progress=False, overwrite=True)
+    table = images.root / "integrity" / "table"
+    arrow = images.root / "integrity" / "arrow"
+    if any(m.startswith("arrow") for m in timed) and not (arrow / "_manifest.json").exists():
+        from readbench.arrow import ARROW_ROWS, write_table
+
+        if not (table / "table.parquet").exists():
+            write_table(table, ARROW_ROWS)
+        ss.pack(table, arrow, format="arrow", shard_size=SHARD_SIZE, progress=False)
     warm_page_cache(images.files())
     warm_page_cache(sorted(p for p in url.iterdir() if p.is_file()))
+    if arrow.exists():
+        warm_page_cache(sorted(p for p in arrow.iterdir() if p.is_file()))
+    where = {"arrow-pack": (arrow, table), "arrow-read": (arrow, table)}
+    # one untimed run of each: the host's once-per-file checks (sample indexes against their tars)
+    for mode in timed:
+        for switch in ("on", "off"):
+            run_child(mode, switch, *where.get(mode, (url, images.train)))
     times: dict[tuple[str, str], list[dict]] = {}
     for r in range(args.repeat):
         for mode in timed:
             order = ("on", "off") if (r + timed.index(mode)) % 2 == 0 else ("off", "on")
             for switch in order:
                 load = os.getloadavg()[0]
-                got = run_child(mode, switch, url, images.train)
+                data, src = where.get(mode, (url, images.train))
+                got = run_child(mode, switch, data, src)
                 got.update(mode=mode, switch=switch, run=r, load=load)
-                if mode != "pack":
+                if mode in ("raw", "decoded"):
                     assert got["samples"] == images.count, got
                 if mode == "raw":
                     assert got["payload"] == images.total_bytes, got
@@ -170,10 +194,10 @@ def main() -> int:
                 )
     print(f"\n{args.count:,} JPEGs, {args.repeat} runs each (median / best; on / off):")
     for mode in timed:
-        for what in ("seconds", "ttfb") if mode != "pack" else ("seconds",):
+        for what in ("seconds", "ttfb") if "pack" not in mode else ("seconds",):
             on = [t[what] for t in times[(mode, "on")]]
             off = [t[what] for t in times[(mode, "off")]]
-            name = {"seconds": "epoch" if mode != "pack" else "pack", "ttfb": "first batch"}[what]
+            name = {"seconds": "pack" if "pack" in mode else "epoch", "ttfb": "first batch"}[what]
             ratio = statistics.median(on) / statistics.median(off)
             best = min(on) / min(off)
             print(

@@ -280,7 +280,8 @@ def test_under_skip_that_one_sample_is_skipped_and_counted(pristine, tmp_path, k
 
 
 def test_a_damaged_value_is_never_handed_out_in_a_raw_batch(pristine, tmp_path):
-    """The raw batches of local tars (locations in the shard files) are checked before they leave."""
+    """The raw batches of local tars (locations in the shard files) carry each value's checksum: a value is
+    checked where it is read, as it is taken from the batch."""
     dataset = copy(pristine, "tar", tmp_path)
     damage(dataset, "tar", "jpg", sample=1)
     ds = ss.ShardDataset(dataset, decode=None, shuffle=False)
