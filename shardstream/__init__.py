@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import _moved  # old module paths resolve to their new homes (see _moved.py)
 from .errors import (
+    CorruptSampleError,
     CorruptShardError,
     DatasetExistsError,
     ManifestError,
@@ -29,6 +30,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Bucketed",
+    "CorruptSampleError",
     "CorruptShardError",
     "DatasetExistsError",
     "DeviceLoader",

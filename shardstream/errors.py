@@ -25,6 +25,26 @@ class CorruptShardError(ShardstreamError):
     """A shard does not parse, is truncated, or does not match its manifest entry."""
 
 
+class CorruptSampleError(CorruptShardError):
+    """One value of one sample differs from the checksum its pack recorded: the shard was damaged after
+    packing. ``shard`` (its URL), ``key``, ``position`` (in the shard) and ``field`` say which; under
+    ``on_error="skip"`` that sample alone is skipped."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        shard: str | None = None,
+        key: Any = None,
+        position: int | None = None,
+        field: str | None = None,
+    ):
+        super().__init__(
+            message
+        )  # (pickled as its message and attributes: through a worker's pipe)
+        self.shard, self.key, self.position, self.field = shard, key, position, field
+
+
 class StorageError(ShardstreamError):
     """Reading or writing a URL failed in a way that retrying will not fix."""
 

@@ -65,7 +65,9 @@ def verify(
     if report.ok:
         summary = f"{count(m.num_shards, 'shard')}, {count(m.num_samples, 'sample')}, {format_size(m.total_bytes)}"
         click.echo(f"ok: {summary} in {safe(store.url)}")
+        click.echo(safe(report.checksums_line()))
         return
+    click.echo(safe(report.checksums_line()))
     for problem in report.problems:
         click.echo(f"damaged: {safe(problem)}", err=True)
     damaged = len(report.problems)

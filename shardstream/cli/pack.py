@@ -71,8 +71,9 @@ from .common import cli, safe, storage_option, storage_options_for
     "sample_index",
     default=True,
     show_default=True,
-    help="Write each uncompressed tar shard's sample index (.shardstream/<shard>.idx): readers open shards without "
-    "parsing their headers and fetch single samples from object storage by ranged reads.",
+    help="Write each tar shard's sample index (.shardstream/<shard>.idx): every member's checksum, which "
+    "every read checks; readers open shards without parsing their headers and fetch single samples of "
+    "uncompressed tars from object storage by ranged reads. --no-index: read without per-sample checksums.",
 )
 @click.option(
     "--image-sizes/--no-image-sizes",

@@ -1,6 +1,6 @@
 """Raw values read in place: :class:`MappedBytes` batches locate values in local, uncompressed
 shard files, which every process maps from the same page cache; each value is checked against
-the file's version and length when it is read."""
+the file's version and length when it is read, and against its checksum (:class:`Expected`)."""
 
 from __future__ import annotations
 
@@ -8,11 +8,14 @@ import mmap
 import os
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from ..errors import CorruptShardError
+from ..formats import checksums as checksums_format
+from ..formats.checksums import checksum, mismatch
 
 FileIdentity = tuple[
     int, int, int, int
@@ -81,6 +84,29 @@ def _mapping(path: str, expected: FileIdentity | None = None) -> memoryview:
     return memoryview(mapped)
 
 
+@dataclass(frozen=True)
+class Expected:
+    """What the values of one field of a :class:`MappedBytes` batch are: each one's checksum from its
+    shard's sample index (``known``: per value whether it has one; None: all do), and, for the error of
+    one that differs, the field's name and each value's sample key and position in its shard."""
+
+    field: str
+    sums: np.ndarray  # uint64, one per value
+    keys: Sequence[Any]
+    positions: np.ndarray
+    known: np.ndarray | None = None
+
+    def slice(self, start: int, stop: int) -> Expected:
+        known = None if self.known is None else self.known[start:stop]
+        return Expected(
+            self.field,
+            self.sums[start:stop],
+            self.keys[start:stop],
+            self.positions[start:stop],
+            known,
+        )
+
+
 class MappedBytes(Sequence):
     """A batch of byte strings that stay where they are: in the (local, uncompressed) shard
     files, which every process maps from the same page cache. Only the locations cross from
@@ -88,7 +114,9 @@ class MappedBytes(Sequence):
     optional) are the versions of the files the locations were found in: a file replaced since
     (a re-pack) gives :class:`CorruptShardError`, never other bytes. Each batch checks its files
     once, on its first read (a stat each), and every value against the file's length; a file
-    replaced or deleted later is read as it was while the batch lives.
+    replaced or deleted later is read as it was while the batch lives. With ``expected``, every value
+    read (``batch[i]``, iterating, :meth:`view`) is checked against its checksum where it is read:
+    :class:`~shardstream.errors.CorruptSampleError` naming the shard, the sample's key and the field.
     """
 
     def __init__(
@@ -98,9 +126,11 @@ class MappedBytes(Sequence):
         starts: np.ndarray,
         sizes: np.ndarray,
         identities: Sequence[FileIdentity | None] | None = None,
+        expected: Expected | None = None,
     ):
         self.paths, self.shards, self.starts, self.sizes = paths, shards, starts, sizes
         self.identities = list(identities) if identities is not None else None
+        self.expected = expected
         self._maps: list[memoryview | None] | None = None  # per path, once read (shared by slices)
 
     def __len__(self) -> int:
@@ -115,8 +145,22 @@ class MappedBytes(Sequence):
             found = self._maps[k] = _mapping(self.paths[k], expected)
         return found
 
+    def check(self, i: int, value: Any) -> None:
+        """Raise unless ``value`` (value ``i``'s bytes) matches its checksum (where the batch knows it)."""
+        found = self.expected
+        if found is None or not checksums_format.CHECK_ON_READ:
+            return
+        if (found.known is None or found.known[i]) and checksum(value) != found.sums[i]:
+            where = self.paths[int(self.shards[i])]
+            raise mismatch(where, int(found.positions[i]), found.keys[i], found.field)
+
     def view(self, i: int) -> memoryview:
-        """The i-th value without a copy."""
+        """The i-th value without a copy (checked against its checksum)."""
+        found = self._located(i)
+        self.check(i, found)
+        return found
+
+    def _located(self, i: int) -> memoryview:
         k = int(self.shards[i])
         start, size = int(self.starts[i]), int(self.sizes[i])
         mapped = self._map(k)
@@ -132,12 +176,18 @@ class MappedBytes(Sequence):
         maps = {
             k: self._map(k) for k in set(self.shards.tolist())
         }  # the files this batch (or slice) reads
+        found = self.expected if checksums_format.CHECK_ON_READ else None
+        sums = None if found is None else found.sums.tolist()
         for i, (k, start, size) in enumerate(
             zip(self.shards.tolist(), self.starts.tolist(), self.sizes.tolist())
         ):
             if start < 0 or size < 0 or start + size > len(maps[k]):
-                self.view(i)  # raises, naming the file and the value
-            yield bytes(maps[k][start : start + size])
+                self._located(i)  # raises, naming the file and the value
+            value = bytes(maps[k][start : start + size])
+            # the copy's bytes, in the core's cache: checked at little cost
+            if sums is not None and checksum(value) != sums[i]:
+                self.check(i, value)  # raises, unless the value has no checksum
+            yield value
 
     def __getitem__(self, i):  # int -> bytes, slice -> list of bytes
         if isinstance(i, slice):
@@ -146,7 +196,9 @@ class MappedBytes(Sequence):
             i += len(self)
         if not 0 <= i < len(self):
             raise IndexError(f"index {i} out of range for a batch of {len(self)}")
-        return bytes(self.view(i))
+        value = bytes(self._located(i))
+        self.check(i, value)
+        return value
 
     def slice(self, start: int, stop: int) -> MappedBytes:
         part = MappedBytes(
@@ -155,6 +207,7 @@ class MappedBytes(Sequence):
             self.starts[start:stop],
             self.sizes[start:stop],
             self.identities,
+            None if self.expected is None else self.expected.slice(start, stop),
         )
         if self._maps is None:
             self._maps = [None] * len(self.paths)
@@ -162,7 +215,10 @@ class MappedBytes(Sequence):
         return part
 
     def __reduce__(self):
-        return (MappedBytes, (self.paths, self.shards, self.starts, self.sizes, self.identities))
+        return (
+            MappedBytes,
+            (self.paths, self.shards, self.starts, self.sizes, self.identities, self.expected),
+        )
 
     def __eq__(self, other: object) -> bool:
         # lists, RaggedBytes

@@ -22,14 +22,18 @@ import numpy as np
 
 from ..errors import CorruptShardError
 from ..formats import TAR_COMPRESSION
+from ..formats import checksums as checksums_format
 from ..formats import parquet as parquet_format
 from ..formats import tar as tar_format
+from ..formats.arrow_checksums import damaged_rows, parse_checksums
+from ..formats.checksums import checksum, mismatch
 from ..formats.compression import decompress
 from ..formats.tar_index import SampleIndex
 from ..manifest import Manifest
 from ..manifest.side_names import index_name
 from ..storage import DiskCache, Prefetcher, ShardFetcher, Store
 from .checked_index import check_index_once
+from .integrity import unchecked
 from .mapped import FileIdentity, MappedBytes, file_identity, release_stale_maps  # noqa: F401 - their names here
 from .ranged import PartialShard, RangedReads
 from .tar_indexes import SampleIndexes, read_stored_indexes
@@ -37,7 +41,9 @@ from .tar_indexes import SampleIndexes, read_stored_indexes
 
 class TarShard:
     """Random access to the samples of one tar shard. ``identity``: the version of the local file
-    ``data`` maps (:func:`file_identity`); ``owned``: bytes it holds in memory (decompressed)."""
+    ``data`` maps (:func:`file_identity`); ``owned``: bytes it holds in memory (decompressed). With a
+    version 3 ``index``, every value handed out is checked against its member's checksum first
+    (:class:`~shardstream.errors.CorruptSampleError` naming the shard, the sample and the field)."""
 
     def __init__(
         self,
@@ -58,6 +64,11 @@ class TarShard:
         self.identity = identity
         self.owned = len(data) if isinstance(data, (bytes, bytearray)) else 0
         self.view = memoryview(data)
+        # each member's checksum and each sample's first member (a version 3 index); None: unchecked
+        self.sums: list[int] | None = None
+        self.first: list[int] = []
+        if index is not None and index.checksums is not None:
+            self.sums, self.first = index.checksums.tolist(), index.first.tolist()
         if len(self.keys) != expected_samples:
             raise CorruptShardError(
                 f"{name}: {len(self.keys)} samples, the manifest says {expected_samples}; "
@@ -69,6 +80,8 @@ class TarShard:
         sample: dict[str, Any] = {"__key__": self.keys[i]}
         for ext, (offset, size) in self.fields[i].items():
             sample[ext] = bytes(view[offset : offset + size])
+        if self.sums is not None and checksums_format.CHECK_ON_READ:
+            self.check(i, sample)
         return sample
 
     row = sample  # one sample read at random: the same
@@ -83,17 +96,87 @@ class TarShard:
         sample: dict[str, Any] = {"__key__": self.keys[i]}
         for ext, (offset, size) in self.fields[i].items():
             sample[ext] = view[offset : offset + size]
+        if self.sums is not None and checksums_format.CHECK_ON_READ:
+            self.check(i, sample)
         return sample
 
+    def check(self, i: int, values: dict[str, Any]) -> None:
+        """Raise :class:`~shardstream.errors.CorruptSampleError` unless ``values`` (sample ``i``: its key,
+        then its fields in member order, as :meth:`sample` gives them) match their members' checksums."""
+        sums, j = self.sums, self.first[i]
+        assert sums is not None
+        for ext, value in values.items():
+            if ext != "__key__":
+                if checksum(value) != sums[j]:
+                    raise mismatch(self.name, i, self.keys[i], ext)
+                j += 1
 
-class ArrowShard:
-    """Random access to the rows of one Arrow IPC shard; whole batches by ``take``."""
+    def intact(self, i: int, fields: dict[str, tuple[int, int]]) -> bool:
+        """Whether sample ``i``'s ``fields`` (:meth:`locate`'s, in member order) match their checksums, read
+        in place (True without checksums)."""
+        sums = self.sums
+        if sums is None:
+            return True
+        view, j = self.view, self.first[i]
+        for offset, size in fields.values():
+            if checksum(view[offset : offset + size]) != sums[j]:
+                return False
+            j += 1
+        return True
+
+
+class CheckedRows:
+    """What an Arrow or Parquet shard hands out, checked: rows whose values differ from their checksums
+    (:attr:`damaged`: row -> fields) raise :class:`~shardstream.errors.CorruptSampleError` naming the shard,
+    the row's key and the fields; the others read."""
+
+    name: str
+    damaged: dict[int, list[str]]
+    checksums_in = "its record batch's metadata"  # where the checksums are, for messages
+
+    def key(self, i: int) -> Any:
+        raise NotImplementedError
+
+    def error(self, i: int) -> Exception:
+        """The error of damaged row ``i``."""
+        fields = self.damaged[i]
+        return mismatch(self.name, i, self.key(i), ", ".join(fields), self.checksums_in)
+
+    def check_row(self, i: int) -> None:
+        if self.damaged and i in self.damaged:
+            raise self.error(i)
+
+    def failures(self, rows: Any) -> list[tuple[int, Exception]]:
+        """(position in ``rows``, its error) of each damaged row among ``rows`` (row numbers)."""
+        if not self.damaged:
+            return []
+        return [
+            (k, self.error(r)) for k, r in enumerate(np.asarray(rows).tolist()) if r in self.damaged
+        ]
+
+    def check_rows(self, rows: Any) -> None:
+        found = self.failures(rows)
+        if found:
+            raise found[0][1]
+
+    def check_field(self, name: str) -> None:
+        """Raise for the first damaged row whose field ``name`` differs."""
+        for i, fields in sorted(self.damaged.items()):
+            if name in fields:
+                raise self.error(i)
+
+
+class ArrowShard(CheckedRows):
+    """Random access to the rows of one Arrow IPC shard; whole batches by ``take``. Every row handed out
+    was checked against its record batch's checksums when the shard was read (see :class:`CheckedRows`);
+    :attr:`checked`: the shard has checksums."""
 
     def __init__(self, data, name: str, expected_samples: int):
         from ..formats import arrow as arrow_format
 
         self.name = name
-        self.table = arrow_format.read_table(data, name)
+        self.table, damaged = arrow_format.read_checked(data, name, checksums_format.checking())
+        self.checked, self.damaged = damaged is not None, damaged or {}
         if self.table.num_rows != expected_samples:
             raise CorruptShardError(
                 f"{name}: {self.table.num_rows} rows, the manifest says {expected_samples}; "
@@ -104,6 +187,7 @@ class ArrowShard:
         self._columns: dict[str, list[Any]] | None = None
 
     def sample(self, i: int) -> dict[str, Any]:
+        self.check_row(i)
         if self._columns is None:  # one conversion per shard, not per row
             self._columns = self.table.to_pydict()
         return {name: values[i] for name, values in self._columns.items()}
@@ -112,13 +196,24 @@ class ArrowShard:
 
     def row(self, i: int) -> dict[str, Any]:
         """Row ``i`` alone (a random read: no conversion of the whole shard)."""
+        self.check_row(i)
         return self.table.slice(i, 1).to_pylist()[0]
+
+    def rows(self, start: int, count: int) -> Any:
+        """Rows ``start`` to ``start + count`` as a table (a zero-copy slice)."""
+        if self.damaged:
+            self.check_rows(np.arange(start, start + count))
+        return self.table.slice(start, count)
 
     def column(self, name: str) -> list[Any]:
         """One column's values."""
+        if self.damaged:
+            self.check_field(name)
         return self.table.column(name).to_pylist()
 
     def take(self, rows):
+        if self.damaged:
+            self.check_rows(rows)
         return self.table.take(rows)
 
     def key(self, i: int) -> Any:
@@ -128,10 +223,14 @@ class ArrowShard:
         return self.table.column("__key__")[i].as_py()
 
 
-class ParquetShard:
+class ParquetShard(CheckedRows):
     """Random access to the rows of one Parquet file, read row group by row group (each read once and
     kept while the shard is open). ``fill(g)``: brings row group ``g``'s bytes before it is read (ranged
-    reads of a remote file; ``None`` when the file is here whole)."""
+    reads of a remote file; ``None`` when the file is here whole). ``checksums``: each row group's value
+    checksums from its row-group index (version 2), against which each row group is checked as it is read
+    (see :class:`CheckedRows`); None: the file has none."""
+
+    checksums_in = "its row-group index"
 
     def __init__(
         self,
@@ -139,8 +238,11 @@ class ParquetShard:
         name: str,
         expected_samples: int,
         fill: Callable[[int], None] | None = None,
+        checksums: list[dict[str, Any]] | None = None,
     ):
         self.name, self.file, self.fill = name, file, fill
+        self.checksums = checksums if checksums_format.checking() else None
+        self.damaged: dict[int, list[str]] = {}
         metadata = file.metadata
         if metadata.num_rows != expected_samples:
             raise CorruptShardError(
@@ -165,9 +267,26 @@ class ParquetShard:
                     if self.fill is not None:
                         self.fill(g)
                     found = parquet_format.read_group(self.file, g, self.name)
+                    if self.checksums is not None:
+                        self._check_group(g, found)
                     self._groups[g] = found
                     self.owned += found.nbytes
         return found
+
+    def _check_group(self, g: int, table: Any) -> None:
+        """Note the rows of row group ``g`` (read as ``table``) whose values differ from their checksums."""
+        where = f"{self.name} (row group {g})"
+        assert self.checksums is not None
+        sums, rows = parse_checksums(self.checksums[g], table.num_columns, table.num_rows, where)
+        first = int(self.first[g])
+        for row, fields in damaged_rows(table, sums, rows).items():
+            self.damaged[first + row] = fields
+
+    def failures(self, rows: Any) -> list[tuple[int, Exception]]:
+        rows = np.asarray(rows, dtype=np.int64)
+        for g in np.unique(np.searchsorted(self.first, rows, side="right") - 1).tolist():
+            self.group(int(g))  # read (and checked) first
+        return super().failures(rows)
 
     def where(self, i: int) -> tuple[int, int]:
         """(row group, row within it) of row ``i``."""
@@ -180,6 +299,7 @@ class ParquetShard:
         columns = self._columns
         if columns is None or columns[0] != g:
             columns = self._columns = (g, self.group(g).to_pydict())
+        self.check_row(i)
         return {name: values[at] for name, values in columns[1].items()}
 
     views = sample
@@ -187,7 +307,9 @@ class ParquetShard:
     def row(self, i: int) -> dict[str, Any]:
         """Row ``i`` alone (a random read: its row group is read, not converted whole)."""
         g, at = self.where(i)
-        return self.group(g).slice(at, 1).to_pylist()[0]
+        found = self.group(g).slice(at, 1).to_pylist()[0]
+        self.check_row(i)
+        return found
 
     def key(self, i: int) -> Any:
         """Row ``i``'s ``__key__``, or None without that column (its row group is read)."""
@@ -208,11 +330,21 @@ class ParquetShard:
             )
         return self._whole
 
+    def rows(self, start: int, count: int) -> Any:
+        """Rows ``start`` to ``start + count`` as a table (a slice of all of them)."""
+        found = self.table.slice(start, count)
+        if self.damaged:
+            self.check_rows(np.arange(start, start + count))
+        return found
+
     def column(self, name: str) -> list[Any]:
         """One column's values, row group by row group."""
-        return [
+        found = [
             v for g in range(len(self.first) - 1) for v in self.group(g).column(name).to_pylist()
         ]
+        if self.damaged:
+            self.check_field(name)
+        return found
 
     def take(self, rows: Any) -> Any:
         """The rows ``rows`` (an Arrow or numpy array of row numbers), reading only their row groups."""
@@ -222,6 +354,8 @@ class ParquetShard:
         groups = np.searchsorted(self.first, rows, side="right") - 1
         used = np.unique(groups)
         tables = [self.group(int(g)) for g in used]
+        if self.damaged:
+            self.check_rows(rows)
         starts = np.concatenate([[0], np.cumsum([len(t) for t in tables])])[:-1]
         local = rows - self.first[groups] + starts[np.searchsorted(used, groups)]
         return pa.concat_tables(tables).take(pa.array(local))
@@ -260,15 +394,19 @@ def parquet_row_index(
 def local_parquet(fetcher: ShardFetcher, manifest: Manifest, shard: int, data: Any) -> ParquetShard:
     """A local Parquet shard (``data``: its memory map) whose bytes are checked as they are read, as a
     remote file's ranged reads are: its footer against the row-group index's sha256 now, each row group
-    against its sha256 when first read. Without a row-group index that checks (none was written, or it
-    changed), the whole file against the manifest's sha256, once per host for each version of it."""
+    against its sha256 when first read, and (a version 2 index) each row group's values against their
+    checksums, which name a damaged row and field (a row group whose bytes differ is then read, and only
+    the rows whose values differ fail). Without a row-group index that checks (none was written, or it
+    changed), the whole file against the manifest's sha256, once per host for each version of it; with
+    ``verify_checksums``, that too."""
     where, rows = fetcher.store.url_of(manifest.paths[shard]), int(manifest.stored_counts[shard])
     try:
         index = parquet_row_index(fetcher, manifest, shard)
     except Exception:  # noqa: BLE001 - the whole file is checked instead
         index = None
-    if index is None:
+    if index is None or fetcher.verify_local:
         data = fetcher.checked_local(shard)
+    if index is None:
         return ParquetShard(parquet_format.open_file(data, where), where, rows)
     start, end = index.footer
     with memoryview(data) as whole, whole[start:end] as footer:
@@ -286,11 +424,16 @@ def local_parquet(fetcher: ShardFetcher, manifest: Manifest, shard: int, data: A
     def fill(g: int) -> None:
         first, last = index.spans[g]
         with memoryview(data) as whole, whole[first:last] as group:
-            parquet_format.check_span(group, index.sha256[g], where, f"row group {g}")
+            try:
+                parquet_format.check_span(group, index.sha256[g], where, f"row group {g}")
+            except CorruptShardError:
+                if index.checksums is None:
+                    raise  # else its values are checked one by one, and the damaged ones named
 
-    return _with_index_rows(
-        ParquetShard(parquet_format.open_file(data, where), where, rows, fill), index, where
-    )
+    checked = index.checksums is not None  # (then pages need no CRC: the values are checked)
+    file = parquet_format.open_file(data, where, page_checksums=not checked)
+    reader = ParquetShard(file, where, rows, fill, index.checksums)
+    return _with_index_rows(reader, index, where)
 
 
 def _with_index_rows(
@@ -329,7 +472,8 @@ def ranged_parquet(fetcher: ShardFetcher, manifest: Manifest, shard: int) -> Par
             pieces[start] = span(start, end, index.sha256[g])
 
     source = parquet_format.SpansFile(size, pieces, where)
-    reader = ParquetShard(parquet_format.open_file(source, where, metadata), where, rows, fill)
+    file = parquet_format.open_file(source, where, metadata)
+    reader = ParquetShard(file, where, rows, fill, index.checksums)
     return _with_index_rows(reader, index, where)
 
 
@@ -511,7 +655,7 @@ class OpenShards:
         ):
             ranged = ranged_parquet(self.fetcher, m, shard)
             if ranged is not None:
-                return ranged
+                return self._warned(ranged, ranged.checksums is not None)
         path = self.store.path(m.paths[shard]) if self.store.is_local(m.paths[shard]) else None
         before = file_identity(path) if path else None
         data = self.fetcher.fetch(shard)
@@ -529,21 +673,36 @@ class OpenShards:
             )
         expected = int(m.stored_counts[shard])
         if m.shard_format == "arrow":
-            return ArrowShard(data, name, expected)
+            opened = ArrowShard(data, name, expected)
+            return self._warned(opened, opened.checked)
         if m.shard_format == "parquet":
-            if path is not None and not self.fetcher.verify_local:  # (checked whole if it is)
-                return local_parquet(self.fetcher, m, shard, data)
-            return ParquetShard(parquet_format.open_file(data, name), name, expected)
+            if path is None:  # a download, checked whole against its sha256
+                return ParquetShard(parquet_format.open_file(data, name), name, expected)
+            opened = local_parquet(self.fetcher, m, shard, data)
+            return self._warned(opened, opened.checksums is not None)
         plain = decompress(data, TAR_COMPRESSION[m.shard_format], name)
         compressed = plain is not data
-        index = None if compressed else self.indexes.stored([shard]).get(shard)
+        sizes = (
+            {shard: len(plain)} if compressed else None
+        )  # a compressed shard's index: of its tar
+        index = self.indexes.stored([shard], sizes).get(shard)
         if index is not None and path is not None:
             # never another sample's bytes: a stored index must be the tar's (one built here is)
             digest = m.index_sha256[shard]
-            check_index_once(self.fetcher, path, identity, data, index, name, digest)
+            check_index_once(self.fetcher, path, identity, plain, index, name, digest)
         elif index is None:
             index = self.indexes.from_cache(shard, plain, compressed)
-        return TarShard(plain, name, expected, None if compressed else identity, index)
+        opened = TarShard(plain, name, expected, None if compressed else identity, index)
+        return self._warned(opened, opened.sums is not None)
+
+    def _warned(self, opened: Shard, checked: bool) -> Shard:
+        """``opened``, once the dataset was warned of (once per process) if it has no per-sample checksums."""
+        if not checked and checksums_format.checking():
+            kind = {"arrow": "Arrow shards", "parquet": "Parquet files"}
+            unchecked(
+                self.store.url, f"its {kind.get(self.manifest.shard_format, 'tar shards')} have"
+            )
+        return opened
 
 
 Chunk = tuple[

@@ -24,7 +24,8 @@ import numpy as np
 import torch
 from torch.utils.data import get_worker_info
 
-from ..errors import ShardstreamError, TransformError, UsageError, sample_name
+from ..errors import CorruptSampleError, ShardstreamError, TransformError, UsageError, sample_name
+from ..formats import checksums as checksums_format
 from ..manifest import Manifest
 from ..manifest.relabel import LABEL_FIELD
 from ..manifest.sample_set import SampleSet
@@ -32,6 +33,7 @@ from ..storage import Store
 from .collate import MappedBytes
 from .counters import StageCounters
 from .decode import Decoder, PendingJpeg
+from .mapped import Expected
 from .readers import OpenShards
 from .shared_memory import shared_zeros
 
@@ -238,14 +240,27 @@ class SampleReader:
     def load_mapped(
         self, shards: OpenShards, ids: np.ndarray, offsets: np.ndarray
     ) -> dict[str, Any] | None:
-        """Raw bytes of a local tar batch as locations in the shard files (see MappedBytes);
-        None if this batch cannot be put so (a field some samples lack, a shard that fails)."""
+        """Raw bytes of a local tar batch as locations in the shard files (see MappedBytes), each value
+        checked against its checksum where it is read (they carry the checksums); under skip, here, before
+        the batch leaves. None if this batch cannot be put so (a field some samples lack, a shard that
+        fails, under skip a value that differs from its checksum)."""
         started = perf_counter_ns()
         try:
             readers = [shards.get(int(s)) for s in ids]
         except Exception:
             return None  # the general path reports or skips it
         located = [r.locate(o) for r, o in zip(readers, offsets.tolist())]
+        # a skip replaces the sample before the batch leaves: checked here (a second pass over the bytes);
+        # else where each value is read, from the core's cache right after its copy (measured cheaper)
+        here = self.on_error == "skip"
+        if (
+            here
+            and checksums_format.CHECK_ON_READ
+            and not all(
+                r.intact(o, fields) for r, o, (_, fields) in zip(readers, offsets.tolist(), located)
+            )
+        ):
+            return None  # the general path skips the damaged sample, naming it
         keys = [key for key, _ in located]
         entries = [fields for _, fields in located]
         names = entries[0].keys()
@@ -262,6 +277,7 @@ class SampleReader:
                 spans[:, 0],
                 spans[:, 1],
                 [getattr(shards.get(int(s)), "identity", None) for s in used],
+                None if here else _expected(readers, offsets, entries, keys, name),
             )
         self.account(shards, started, len(ids))
         return batch
@@ -276,7 +292,7 @@ class SampleReader:
         if (ids == ids[0]).all() and (np.diff(offsets) == 1).all():  # unshuffled: a zero-copy slice
             # a shard that fails: the general path raises or skips it
             with contextlib.suppress(Exception):
-                table = shards.get(int(ids[0])).table.slice(int(offsets[0]), len(offsets))
+                table = shards.get(int(ids[0])).rows(int(offsets[0]), len(offsets))
                 table = self.relabeled_rows(table, int(ids[0]), int(offsets[0]))
         if table is None:
             table = self._gather(shards, ids, offsets)
@@ -325,7 +341,15 @@ class SampleReader:
         for shard in np.unique(ids).tolist():
             rows = np.flatnonzero(ids == shard)  # this shard's positions, in plan order
             try:
-                taken = shards.get(shard).take(pa.array(offsets[rows]))
+                reader = shards.get(shard)
+                # rows whose values differ from their checksums: each fails alone
+                damaged = reader.failures(offsets[rows])
+                for k, exc in damaged:
+                    self._failure(shards, shard, int(offsets[rows[k]]), exc, failed)
+                rows = np.delete(rows, [k for k, _ in damaged])
+                if not len(rows):
+                    continue
+                taken = reader.take(pa.array(offsets[rows]))
                 pieces.append(self.relabeled_rows(taken, shard, int(offsets[rows[0]])))
             except Exception as exc:
                 self._failure(shards, shard, int(offsets[rows[0]]), exc, failed, len(rows))
@@ -336,7 +360,7 @@ class SampleReader:
             fill = self.last_row
             if fill is None:
                 fill = self._stand_in(
-                    lambda s, o: self.relabeled_rows(shards.get(s).table.slice(o, 1), s, o)
+                    lambda s, o: self.relabeled_rows(shards.get(s).rows(o, 1), s, o)
                 )
             pieces.append(fill)
             before = np.where(where >= 0, np.arange(len(where)), -1)
@@ -357,10 +381,17 @@ class SampleReader:
         """Raise ``exc`` again naming the shard and the sample, by key and position (the shard alone when it
         does not load) (``on_error="raise"``), or note it in ``failed``."""
         where = self.store.url_of(self.manifest.paths[shard])
-        whole = _fails(shards, shard)
+        named = isinstance(exc, CorruptSampleError)  # it names the shard, the sample and the field
+        if named and self.on_error == "raise":
+            raise exc
+        whole = not named and _fails(shards, shard)
         text = str(exc) if isinstance(exc, ShardstreamError) else f"{type(exc).__name__}: {exc}"
         text = text.removeprefix(f"{where}: ")  # the shard's own errors name it already
-        detail = text if whole else f"{sample_name(offset, shards.key_of(shard, offset))}: {text}"
+        detail = (
+            text
+            if whole or named
+            else f"{sample_name(offset, shards.key_of(shard, offset))}: {text}"
+        )
         if self.on_error == "raise":
             if isinstance(exc, ShardstreamError):
                 raise type(exc)(f"{where}: {detail}") from exc
@@ -415,6 +446,26 @@ class SampleReader:
             f"for those that fail (the first: {first}); run 'shardstream verify "
             f"{self.store.url}'"
         ) from first
+
+
+def _expected(
+    readers: list[Any],
+    offsets: np.ndarray,
+    entries: list[dict[str, Any]],
+    keys: list[str],
+    name: str,
+) -> Expected | None:
+    """What field ``name`` of a mapped batch's samples must be: each one's member checksum (None when no
+    shard of the batch has them)."""
+    sums = np.zeros(len(readers), dtype=np.uint64)
+    known = np.zeros(len(readers), dtype=bool)
+    for k, (reader, offset, entry) in enumerate(zip(readers, offsets.tolist(), entries)):
+        if reader.sums is not None:  # its members in order: the field's is its place among them
+            sums[k] = reader.sums[reader.first[offset] + list(entry).index(name)]
+            known[k] = True
+    if not known.any():
+        return None
+    return Expected(name, sums, keys, offsets.copy(), None if known.all() else known)
 
 
 def _fails(shards: OpenShards, shard: int) -> bool:

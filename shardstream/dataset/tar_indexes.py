@@ -97,16 +97,21 @@ class SampleIndexes:
         self.built = 0  # indexes this process built from a tar's headers (the others were found)
 
     def get(self, shard: int, plain: Any, compressed: bool) -> SampleIndex | None:
-        """The index of ``shard``, whose uncompressed bytes are ``plain``: its stored one (uncompressed
-        shards), else one built from ``plain`` once per host. ``None`` when none can be had: the caller
-        parses the headers, which say what is wrong."""
-        found = None if compressed else self.stored([shard]).get(shard)
+        """The index of ``shard``, whose uncompressed bytes are ``plain``: its stored one, else one built from
+        ``plain`` once per host. ``None`` when none can be had: the caller parses the headers, which say
+        what is wrong."""
+        found = self.stored([shard], {shard: len(plain)} if compressed else None).get(shard)
         return found if found is not None else self.from_cache(shard, plain, compressed)
 
-    def stored(self, shards: list[int]) -> dict[int, SampleIndex | None]:
+    def stored(
+        self, shards: list[int], tar_sizes: dict[int, int] | None = None
+    ) -> dict[int, SampleIndex | None]:
         """The stored indexes of ``shards`` (fetched at once), each checked against the manifest's
         sha256; a remote one through the host's cache, so a host fetches it once. ``None`` for a shard
-        without one, or one that does not check: its tar is read whole instead, and says what is wrong."""
+        without one, or one that does not check: its tar is read whole instead, and says what is wrong.
+        ``tar_sizes``: the decompressed size of compressed shards (whose index has offsets in it); a shard
+        not in it is read as an uncompressed tar of the manifest's size, and the index of a compressed
+        shard is only given for one that is in it."""
         digests = getattr(self.manifest, "index_sha256", None)
         out: dict[int, SampleIndex | None] = dict.fromkeys(shards)
         todo = [s for s in dict.fromkeys(shards) if digests and digests[s]]
@@ -114,13 +119,16 @@ class SampleIndexes:
             return out
         cache = None if self.store.local else self.cache()
         found = self._through(cache, todo) if cache is not None else self._read(todo)
+        sizes = tar_sizes or {}
         for s, data in found.items():
             name = self.store.url_of(index_name(self.manifest.paths[s]))
+            samples = int(self.manifest.stored_counts[s])
             try:
-                samples, size = int(self.manifest.stored_counts[s]), int(self.manifest.nbytes[s])
-                out[s] = parse_index(data, name, samples, size)
+                index = parse_index(data, name, samples, sizes.get(s, int(self.manifest.nbytes[s])))
             except ShardstreamError:
-                out[s] = None
+                index = None
+            # offsets in a decompressed tar are no offsets in the stored shard, nor the other way round
+            out[s] = index if index is not None and index.compressed == (s in sizes) else None
         return out
 
     def _read(self, shards: list[int]) -> dict[int, bytes]:

@@ -4,7 +4,9 @@ Readable by ``pyarrow.ipc.open_file`` / ``pyarrow.feather.read_table`` directly;
 stored as Hugging Face ``Image`` structs, which :mod:`.hf_features` gives back as bytes on reading.
 Rows can be fetched by index through the file's record-batch directory. What is read is
 validated in full (offsets, lengths, UTF-8), so a damaged shard is an error, not a crash;
-the buffers carry no checksum, so a changed value can pass: the manifest's sha256 is the check.
+each record batch carries the checksums of its columns and rows in its custom metadata
+(:mod:`.arrow_checksums`, invisible to other readers), so a changed value that stays valid is
+found too, by its row and field.
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ import pyarrow as pa
 import pyarrow.ipc
 
 from ..errors import CorruptShardError
+from . import checksums
+from .arrow_checksums import KEY, batch_metadata, damaged_rows, parse_checksums
 from .hashing import HashingWriter
 from .hf_features import unwrap, unwrapped_schema
 
@@ -42,7 +46,8 @@ def describe_schema(schema: pa.Schema) -> list[dict[str, Any]]:
 
 
 class ArrowShardWriter:
-    """Writes one Arrow IPC file shard to ``sink``; ``close()`` gives (bytes, sha256 hex)."""
+    """Writes one Arrow IPC file shard to ``sink``, each record batch with its checksums in its custom
+    metadata (:mod:`.arrow_checksums`); ``close()`` gives (bytes, sha256 hex)."""
 
     def __init__(
         self, sink: IO[bytes], schema: pa.Schema, compression: str | None = DEFAULT_COMPRESSION
@@ -54,10 +59,10 @@ class ArrowShardWriter:
         self.samples = 0
 
     def add_batch(self, batch: pa.RecordBatch | pa.Table) -> None:
-        if isinstance(batch, pa.Table):
-            self._writer.write_table(batch)
-        else:
-            self._writer.write_batch(batch)
+        batches = batch.to_batches() if isinstance(batch, pa.Table) else [batch]
+        for one in batches:
+            metadata = batch_metadata(one) if checksums.WRITE_ON_PACK else None
+            self._writer.write_batch(one, custom_metadata=metadata)
         self.samples += batch.num_rows
 
     def close(self) -> tuple[int, str]:
@@ -98,6 +103,37 @@ def read_table(buf, name: str = "shard") -> pa.Table:
             f"{name}: damaged record batch ({exc}); re-create or re-download it"
         ) from exc
     return unwrap(table, name)
+
+
+Damage = dict[int, list[str]]  # row -> the fields whose values differ from their checksums
+
+
+def read_checked(buf, name: str = "shard", check: bool = True) -> tuple[pa.Table, Damage | None]:
+    """The whole shard as a table (every batch decompressed and fully validated) and, with ``check``, the
+    rows whose values differ from their record batch's checksums, with the fields that differ (``{}``: none;
+    ``None``: the shard has no checksums, or ``check`` is off). A batch that does not read, or whose
+    checksums do not, is a :class:`CorruptShardError` for the shard."""
+    reader = open_shard(buf, name)
+    batches, damaged, start, unchecked = [], {}, 0, not check
+    for i in range(reader.num_record_batches):
+        try:
+            batch, metadata = reader.get_batch_with_custom_metadata(i)
+            batch.validate(full=True)
+        except _DAMAGE as exc:
+            raise CorruptShardError(
+                f"{name}: damaged record batch {i} ({exc}); re-create or re-download it"
+            ) from exc
+        doc = None if metadata is None or not check else metadata.get(KEY)
+        if doc is None:
+            unchecked = True
+        else:
+            where = f"{name} (record batch {i})"
+            sums, rows = parse_checksums(doc, batch.num_columns, batch.num_rows, where)
+            for row, fields in damaged_rows(batch, sums, rows).items():
+                damaged[start + row] = fields
+        batches.append(batch)
+        start += batch.num_rows
+    return pa.Table.from_batches(batches, schema=reader.schema), None if unchecked else damaged
 
 
 def iter_rows(buf, name: str = "shard") -> Iterator[dict[str, Any]]:

@@ -7,6 +7,11 @@ group lie and gives each span's sha256, so a ranged read is checked as a whole f
 against the manifest's sha256 (the index's own sha256 is in the manifest). The index is untrusted
 input: :func:`parse_row_index` checks every number against the file's size and the manifest's row
 count. Nothing here does I/O: readers hand in bytes (a memory map, a download, or ranged reads).
+
+Version 2 of the index (written by ``shardstream index`` since 0.6.0) also holds, per row group, the
+checksums of its columns and rows as :mod:`.arrow_checksums` computes them for an Arrow record batch, of
+the row group's values as pyarrow reads them: a reader checks every row group it reads against them, and
+a changed value is found by its row and its field. Version 1 indexes are read as before (without them).
 """
 
 from __future__ import annotations
@@ -22,9 +27,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..errors import CorruptShardError
+from .arrow_checksums import KEY as _CHECKSUMS_KEY
+from .arrow_checksums import batch_metadata
 
 MAGIC = b"PAR1"
-INDEX_VERSION = 1
+INDEX_VERSION = 2  # what `index` writes; version 1 (no value checksums) is read too
+_VERSIONS = (1, 2)
 _FIX = "re-create the manifest and its row-group indexes with 'shardstream index'"
 _DAMAGE = (pa.ArrowException, OSError, ValueError)
 
@@ -70,24 +78,29 @@ def row_group_spans(metadata: pq.FileMetaData) -> list[tuple[int, int, int]]:
 
 @dataclass(frozen=True)
 class RowIndex:
-    """A Parquet shard's row groups: the footer's span and sha256, each group's span, rows and sha256."""
+    """A Parquet shard's row groups: the footer's span and sha256, each group's span, rows and sha256, and
+    (version 2) each group's value checksums (:mod:`.arrow_checksums`' document of a batch, as a dict)."""
 
     footer: tuple[int, int]
     footer_sha256: str
     spans: list[tuple[int, int]]
     rows: list[int]
     sha256: list[str]
+    checksums: list[dict[str, Any]] | None = None
 
     def to_bytes(self) -> bytes:
+        groups: dict[str, Any] = {
+            "spans": [list(s) for s in self.spans],
+            "rows": self.rows,
+            "sha256": self.sha256,
+        }
+        if self.checksums is not None:
+            groups["checksums"] = self.checksums
         doc = {
-            "shardstream_parquet_index": INDEX_VERSION,
+            "shardstream_parquet_index": 1 if self.checksums is None else INDEX_VERSION,
             "footer": list(self.footer),
             "footer_sha256": self.footer_sha256,
-            "row_groups": {
-                "spans": [list(s) for s in self.spans],
-                "rows": self.rows,
-                "sha256": self.sha256,
-            },
+            "row_groups": groups,
         }
         return (json.dumps(doc, separators=(",", ":")) + "\n").encode()
 
@@ -99,8 +112,11 @@ class RowIndex:
         return out
 
 
-def build_row_index(data: Any, name: str) -> tuple[RowIndex, pq.FileMetaData]:
-    """The row-group index of a whole Parquet file ``data`` (bytes or a memory map), and its metadata."""
+def build_row_index(
+    data: Any, name: str, checksums: bool = False
+) -> tuple[RowIndex, pq.FileMetaData]:
+    """The row-group index of a whole Parquet file ``data`` (bytes or a memory map), and its metadata;
+    ``checksums``: version 2, with each row group's value checksums (every row group read and decoded)."""
     view = memoryview(data)
     start, end = footer_span(view, name)
     metadata = metadata_of(view[start:end], name)
@@ -108,12 +124,20 @@ def build_row_index(data: Any, name: str) -> tuple[RowIndex, pq.FileMetaData]:
     for first, last, _ in spans:
         if not 4 <= first <= last <= start:
             raise CorruptShardError(f"{name}: a row group's column chunks lie outside the file")
+    sums = None
+    if checksums:
+        file = open_file(data, name, metadata)
+        sums = [
+            json.loads(batch_metadata(read_group(file, g, name))[_CHECKSUMS_KEY])
+            for g in range(metadata.num_row_groups)
+        ]
     index = RowIndex(
         (start, end),
         hashlib.sha256(view[start:end]).hexdigest(),
         [(a, b) for a, b, _ in spans],
         [rows for _, _, rows in spans],
         [hashlib.sha256(view[a:b]).hexdigest() for a, b, _ in spans],
+        sums,
     )
     return index, metadata
 
@@ -134,11 +158,14 @@ def parse_row_index(data: bytes, name: str, rows: int, size: int) -> RowIndex:
         footer = (int(doc["footer"][0]), int(doc["footer"][1]))
         footer_sha = str(doc["footer_sha256"])
         version = doc["shardstream_parquet_index"]
-    except (ValueError, KeyError, TypeError, IndexError) as exc:
+        sums = groups.get("checksums") if version == 2 else None
+    except (ValueError, KeyError, TypeError, IndexError, AttributeError) as exc:
         raise bad(f"not a shardstream row-group index ({exc})") from None
-    if version != INDEX_VERSION:
-        raise bad(f"row-group index version {version!r}, this shardstream reads {INDEX_VERSION}")
-    if not len(spans) == len(counts) == len(digests):
+    if version not in _VERSIONS:
+        raise bad(f"row-group index version {version!r}, this shardstream reads {_VERSIONS}")
+    if not len(spans) == len(counts) == len(digests) or (
+        version == 2 and (not isinstance(sums, list) or len(sums) != len(spans))
+    ):
         raise bad("its row-group columns have different lengths")
     if footer[1] != size or not 4 <= footer[0] < footer[1]:
         raise bad(f"its footer span {footer} is not the end of a {size}-byte file")
@@ -146,7 +173,7 @@ def parse_row_index(data: bytes, name: str, rows: int, size: int) -> RowIndex:
         raise bad("a row group's span lies outside the file's data")
     if sum(counts) != rows:
         raise bad(f"its row groups hold {sum(counts)} rows, the manifest says {rows}")
-    return RowIndex(footer, footer_sha, spans, counts, digests)
+    return RowIndex(footer, footer_sha, spans, counts, digests, sums)
 
 
 def check_span(data: Any, digest: str, name: str, what: str) -> None:
@@ -198,15 +225,19 @@ class SpansFile(io.RawIOBase):
         return len(data)
 
 
-def open_file(source: Any, name: str, metadata: pq.FileMetaData | None = None) -> pq.ParquetFile:
-    """A ``ParquetFile`` over a whole file's bytes (a memory map: no copy) or a :class:`SpansFile`."""
+def open_file(
+    source: Any, name: str, metadata: pq.FileMetaData | None = None, page_checksums: bool = True
+) -> pq.ParquetFile:
+    """A ``ParquetFile`` over a whole file's bytes (a memory map: no copy) or a :class:`SpansFile`;
+    ``page_checksums``: each page's CRC is checked as it is read, where the writer recorded one
+    (``write_page_checksum``; pyarrow writes none by default), so a damaged page is an error."""
     try:
         handle = (
             pa.PythonFile(source, mode="r")
             if isinstance(source, SpansFile)
             else pa.BufferReader(pa.py_buffer(source))
         )
-        return pq.ParquetFile(handle, metadata=metadata)
+        return pq.ParquetFile(handle, metadata=metadata, page_checksum_verification=page_checksums)
     except _DAMAGE as exc:
         raise CorruptShardError(f"{name}: not a readable Parquet file ({exc})") from exc
 

@@ -244,13 +244,21 @@ def index_samples(buf, name: str = "shard") -> tuple[list[str], list[dict[str, t
     return found.keys, found.fields
 
 
-def build_index(buf, name: str = "shard", samples: TarSamples | None = None) -> bytes | None:
+def build_index(
+    buf,
+    name: str = "shard",
+    samples: TarSamples | None = None,
+    checked: bool = False,
+    compressed: bool = False,
+) -> bytes | None:
     """The sample index (:mod:`.tar_index`) of the tar ``buf`` (uncompressed), from its own headers read
     strictly: for a tar packed without one (another tool's, or ``--no-index``). A tar whose samples are
     no runs of members (members apart, hard links) gets a version 2 index; one with sparse members, whose
     bytes are not in the tar as they are read, none (``None``). ``samples``: what :func:`read_samples`
-    gave, if the caller read the tar already."""
+    gave, if the caller read the tar already. ``checked``: version 3, with each member's checksum of its
+    bytes as they are now (``shardstream index``, whose manifest vouches for them by their sha256);
+    ``compressed``: ``buf`` is the tar of a compressed shard (version 3, offsets in ``buf``)."""
     found = samples if samples is not None else read_samples(buf, name)
     if found.sparse:
         return None
-    return index_bytes(buf, list(zip(found.keys, found.fields)))
+    return index_bytes(buf, list(zip(found.keys, found.fields)), checked, compressed)

@@ -22,6 +22,13 @@ Its members' data lie anywhere in the tar; its sample offsets are all 0 but the 
 members, and its digests are zeros: a sample of it has no span of its own, so it is read from the whole
 shard (never by a ranged read of a span). :func:`shardstream.formats.tar.build_index` writes version 1 wherever it can, so
 readers of version 1 read every index of a tar packed or written in order.
+
+Version 3 (``MAGIC_CHECKED``, written by every pack and by ``shardstream index``) adds what a reader checks
+every value against: after the three counts, a flags word (uint64: :data:`GROUPED`, a version 2 index's
+samples without spans; :data:`COMPRESSED`, the index of a compressed tar, whose offsets are in the
+decompressed tar and whose sample digests are zeros: such a shard is never read by ranged reads), and
+after the member sizes, ``m`` member checksums (uint64: :func:`~shardstream.formats.checksums.checksum`,
+xxh3_64, of each member's data). Versions 1 and 2 stay readable; they have no member checksums.
 """
 
 from __future__ import annotations
@@ -33,9 +40,14 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ..errors import CorruptShardError, sample_name
+from .checksums import checksum
 
 MAGIC = b"SSTARIX1"
 MAGIC_GROUPED = b"SSTARIX2"  # version 2: samples without spans (see the module)
+MAGIC_CHECKED = b"SSTARIX3"  # version 3: flags and member checksums (see the module)
+GROUPED = 1  # version 3 flag: samples without spans, as version 2
+COMPRESSED = 2  # version 3 flag: offsets in the decompressed tar, no sample digests
+_FLAGS = GROUPED | COMPRESSED
 _HEAD = len(MAGIC) + 24
 
 if TYPE_CHECKING:
@@ -43,32 +55,56 @@ if TYPE_CHECKING:
 _FIX = "re-pack the dataset (or re-create its index files)"
 
 
-def index_size(samples: int, members: int, names: int) -> int:
-    """Bytes of the index of a shard with ``samples`` samples, ``members`` members and ``names`` bytes of names."""
-    return _HEAD + 8 * (samples + 1) + 32 * samples + 8 * (samples + 1) + 16 * members + names
+def index_size(samples: int, members: int, names: int, checked: bool = False) -> int:
+    """Bytes of the index of a shard with ``samples`` samples, ``members`` members and ``names`` bytes of names
+    (``checked``: version 3, with flags and member checksums)."""
+    size = _HEAD + 8 * (samples + 1) + 32 * samples + 8 * (samples + 1) + 16 * members + names
+    return size + 8 + 8 * members if checked else size
 
 
 class IndexBuilder:
-    """Collects a sample index while a tar shard is written: :meth:`add` each sample as it is written."""
+    """Collects a sample index while a tar shard is written: :meth:`add` each sample as it is written.
 
-    def __init__(self) -> None:
+    ``compressed``: the shard is compressed whole (offsets are in the decompressed tar; no sample sha256 is
+    computed, since no ranged read can fetch a span of it). ``checked`` (default): version 3, with each
+    member's checksum; ``False``: version 1 (an index built from a tar that no pack vouched for)."""
+
+    def __init__(self, compressed: bool = False, checked: bool = True) -> None:
         self.offsets = [0]
         self.digests: list[bytes] = []
         self.first = [0]
         self.data_offsets: list[int] = []
         self.sizes: list[int] = []
         self.names: list[bytes] = []
+        self.checksums: list[int] = []
+        self.compressed, self.checked = compressed, checked or compressed
 
-    def add(self, pieces: list, members: list[tuple[str, int, int]]) -> None:
-        """One sample: its ``pieces`` (as written, headers and padding included) and, per member,
-        (name, header bytes, data bytes)."""
-        h = hashlib.sha256()
-        for piece in pieces:
-            h.update(piece)
-        self.add_hashed(h.digest(), members)
+    def add(
+        self, pieces: list, members: list[tuple[str, int, int]], sums: list[int] | None = None
+    ) -> None:
+        """One sample: its ``pieces`` (as written, headers and padding included), per member (name, header
+        bytes, data bytes), and each member's data checksum (``sums``; without them the index is a version
+        1 index, which has none)."""
+        digest = None
+        if not self.compressed:
+            h = hashlib.sha256()
+            for piece in pieces:
+                h.update(piece)
+            digest = h.digest()
+        self.add_hashed(digest, members, sums)
 
-    def add_hashed(self, digest: bytes, members: list[tuple[str, int, int]]) -> None:
-        """One sample whose bytes were hashed by the caller (``digest``: their sha256)."""
+    def add_hashed(
+        self,
+        digest: bytes | None,
+        members: list[tuple[str, int, int]],
+        sums: list[int] | None = None,
+    ) -> None:
+        """One sample whose bytes were hashed by the caller (``digest``: their sha256; None for a compressed
+        shard's), with its members' data checksums (``sums``, as for :meth:`add`)."""
+        if sums is None:
+            if self.compressed:
+                raise ValueError("the index of a compressed shard needs each member's checksum")
+            self.checked = False
         at = self.offsets[-1]
         for name, header, size in members:
             self.data_offsets.append(at + header)
@@ -76,7 +112,8 @@ class IndexBuilder:
             self.names.append(name.encode("utf-8", "surrogateescape"))
             at += header + size + (-size % 512)
         self.offsets.append(at)
-        self.digests.append(digest)
+        self.digests.append(_NO_DIGEST if digest is None else digest)
+        self.checksums += sums or ()
         self.first.append(len(self.sizes))
 
     def to_bytes(self) -> bytes:
@@ -84,18 +121,27 @@ class IndexBuilder:
 
         names = b"".join(n + b"\0" for n in self.names)
         u8 = lambda values: np.asarray(values, dtype="<u8").tobytes()  # noqa: E731
+        counts = (len(self.digests), len(self.sizes), len(names))
+        head = (
+            MAGIC_CHECKED + struct.pack("<QQQQ", *counts, COMPRESSED if self.compressed else 0)
+            if self.checked
+            else MAGIC + struct.pack("<QQQ", *counts)
+        )
         return b"".join(
             (
-                MAGIC,
-                struct.pack("<QQQ", len(self.digests), len(self.sizes), len(names)),
+                head,
                 u8(self.offsets),
                 *self.digests,
                 u8(self.first),
                 u8(self.data_offsets),
                 u8(self.sizes),
+                u8(self.checksums) if self.checked else b"",
                 names,
             )
         )
+
+
+_NO_DIGEST = bytes(32)
 
 
 @dataclass(frozen=True)
@@ -110,9 +156,16 @@ class SampleIndex:
     sizes: np.ndarray  # m
     names: list[str]  # m
     grouped: bool = False  # version 2: no sample spans, no per-sample digests
+    checksums: np.ndarray | None = None  # version 3: m member checksums (uint64)
+    compressed: bool = False  # offsets in the decompressed tar, no per-sample digests
 
     def __len__(self) -> int:
         return len(self.offsets) - 1
+
+    @property
+    def has_digests(self) -> bool:
+        """Whether each sample has a span of the stored shard and its sha256 (for ranged reads)."""
+        return not self.grouped and not self.compressed
 
     def span(self, i: int) -> tuple[int, int]:
         """Sample ``i``'s bytes in the tar: (start, end)."""
@@ -131,8 +184,8 @@ class SampleIndex:
 
     def check(self, i: int, data: bytes | memoryview, name: str, key: str | None = None) -> None:
         """Raise unless ``data`` are sample ``i``'s bytes as packed (``key``: its key, for the message)."""
-        if self.grouped:
-            raise ValueError("a version 2 index holds no per-sample digests")
+        if not self.has_digests:
+            raise ValueError("this index holds no per-sample digests")
         if hashlib.sha256(data).digest() != self.digests[32 * i : 32 * i + 32]:
             raise CorruptShardError(
                 f"{name}: {sample_name(i, key)}: its bytes differ from its sha256 in the shard's index; the "
@@ -215,15 +268,19 @@ def parse_index(data: bytes, name: str, samples: int, tar_size: int) -> SampleIn
         return CorruptShardError(f"{name}: {what}; {_FIX}")
 
     magic = bytes(data[: len(MAGIC)])
-    if len(data) < _HEAD or magic not in (MAGIC, MAGIC_GROUPED):
+    checked = magic == MAGIC_CHECKED
+    if len(data) < _HEAD + 8 * checked or magic not in (MAGIC, MAGIC_GROUPED, MAGIC_CHECKED):
         raise bad("not a shardstream sample index")
-    grouped = magic == MAGIC_GROUPED
     n, m, names_len = struct.unpack_from("<QQQ", data, len(MAGIC))
+    flags = struct.unpack_from("<Q", data, _HEAD)[0] if checked else 0
+    if flags & ~_FLAGS:
+        raise bad(f"it has flags {flags:#x} this version of shardstream does not know; upgrade it")
+    grouped = magic == MAGIC_GROUPED or bool(flags & GROUPED)
     if n != samples:
         raise bad(f"it indexes {n} samples, the manifest says the shard has {samples}")
-    if m > len(data) or names_len > len(data) or len(data) != index_size(n, m, names_len):
+    if m > len(data) or names_len > len(data) or len(data) != index_size(n, m, names_len, checked):
         raise bad(f"{len(data)} bytes, not the size its counts give")
-    at = _HEAD
+    at = _HEAD + 8 * checked
 
     def numbers(count: int) -> np.ndarray:
         nonlocal at
@@ -235,6 +292,7 @@ def parse_index(data: bytes, name: str, samples: int, tar_size: int) -> SampleIn
     digests = bytes(data[at : at + 32 * n])
     at += 32 * n
     first, data_offsets, sizes = numbers(n + 1), numbers(m), numbers(m)
+    checksums = numbers(m).astype(np.uint64) if checked else None
     names = bytes(data[at:]).split(b"\0")
     if grouped:
         _check_grouped(offsets, first, data_offsets, sizes, names, m, tar_size, bad)
@@ -248,6 +306,8 @@ def parse_index(data: bytes, name: str, samples: int, tar_size: int) -> SampleIn
         sizes.astype(np.int64),
         [b.decode("utf-8", "surrogateescape") for b in names[:-1]],
         grouped=grouped,
+        checksums=checksums,
+        compressed=bool(flags & COMPRESSED),
     )
 
 
@@ -297,53 +357,74 @@ def _check_grouped(offsets, first, data_offsets, sizes, names, m: int, tar_size:
         raise bad("a member's data lies outside the tar's members")
 
 
-def index_bytes(buf, samples: list[tuple[str, dict[str, tuple[int, int]]]]) -> bytes:
+def index_bytes(
+    buf,
+    samples: list[tuple[str, dict[str, tuple[int, int]]]],
+    checked: bool = False,
+    compressed: bool = False,
+) -> bytes:
     """The sample index of the tar ``buf`` (uncompressed) whose samples, as its headers give them, are
     ``samples`` ((key, fields) pairs): see :func:`shardstream.formats.tar.build_index`. Sample ``i`` spans
     from the end of sample ``i - 1``'s last member (0 for the first) to the end of its own last member's
     padding, so what lies between two samples' members (extended headers, folders, members that are no
     sample's) belongs to the sample after it; its sha256 covers that span. Samples that are no such runs
-    (members apart, hard links) give a version 2 index (see the module)."""
+    (members apart, hard links) give a version 2 index (see the module). ``checked``: version 3, with each
+    member's checksum of the bytes as they are now (for a tar whose bytes a manifest's sha256 vouches for:
+    ``shardstream index``); ``compressed``: ``buf`` is a compressed shard's tar (version 3, no digests)."""
     view = memoryview(buf)
-    builder = IndexBuilder()
+    builder = IndexBuilder(compressed, checked)
     at = 0
     for key, entry in samples:
-        members = []
+        members, sums = [], []
         start = cursor = at
         for ext, (offset, size) in entry.items():
             if offset - cursor < 512:  # before the previous member, or no room for a header
-                return _grouped_index(samples)
+                return _grouped_index(view, samples, builder.checked, compressed)
             members.append((f"{key}.{ext}", offset - cursor, size))
+            if builder.checked:
+                sums.append(checksum(view[offset : offset + size]))
             cursor = offset + size + (-size % 512)
-        builder.add_hashed(hashlib.sha256(view[start:cursor]).digest(), members)
+        digest = None if compressed else hashlib.sha256(view[start:cursor]).digest()
+        builder.add_hashed(digest, members, sums)
         at = cursor
     return builder.to_bytes()
 
 
-def _grouped_index(samples: list[tuple[str, dict[str, tuple[int, int]]]]) -> bytes:
-    """A version 2 index of ``samples`` (see the module)."""
+def _grouped_index(
+    view: memoryview,
+    samples: list[tuple[str, dict[str, tuple[int, int]]]],
+    checked: bool,
+    compressed: bool,
+) -> bytes:
+    """A version 2 index of ``samples`` (see the module); ``checked``: version 3 with the ``GROUPED`` flag
+    and each member's checksum."""
     import numpy as np
 
-    first, offsets, sizes, names = [0], [], [], []
+    first, offsets, sizes, names, sums = [0], [], [], [], []
     for key, entry in samples:
         for ext, (offset, size) in entry.items():
             offsets.append(offset)
             sizes.append(size)
             names.append(f"{key}.{ext}".encode("utf-8", "surrogateescape"))
+            if checked:
+                sums.append(checksum(view[offset : offset + size]))
         first.append(len(sizes))
     end = max((o + s + (-s % 512) for o, s in zip(offsets, sizes)), default=0)
     n = len(samples)
     text = b"".join(x + b"\0" for x in names)
     u8 = lambda values: np.asarray(values, dtype="<u8").tobytes()  # noqa: E731
+    flags = GROUPED | (COMPRESSED if compressed else 0)
     return b"".join(
         (
-            MAGIC_GROUPED,
+            MAGIC_CHECKED if checked else MAGIC_GROUPED,
             struct.pack("<QQQ", n, len(sizes), len(text)),
+            struct.pack("<Q", flags) if checked else b"",
             u8([0] * n + [end]),
             bytes(32 * n),
             u8(first),
             u8(offsets),
             u8(sizes),
+            u8(sums) if checked else b"",
             text,
         )
     )

@@ -9,6 +9,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import IO
 
+from . import checksums as checksums_format
+from .checksums import checksum
 from .compression import compressing_writer
 from .hashing import HashingWriter
 from .tar_index import IndexBuilder
@@ -104,9 +106,9 @@ class TarShardWriter:
     """Writes one tar shard to ``sink``; optional whole-shard ``"zstd"`` or ``"gzip"``.
 
     ``close()`` returns ``(bytes written, sha256 hex)`` of the stored (compressed) bytes. ``tar_size``,
-    the exact size of the tar when known in advance, goes into a zstd frame's header. With ``index``
-    (uncompressed shards only) it also builds the shard's sample index (:mod:`.tar_index`), then
-    in :attr:`index`.
+    the exact size of the tar when known in advance, goes into a zstd frame's header. With ``index`` it
+    also builds the shard's sample index (:mod:`.tar_index`: each member's checksum; of a compressed shard,
+    offsets in the decompressed tar), then in :attr:`index`.
     """
 
     def __init__(
@@ -117,11 +119,7 @@ class TarShardWriter:
         tar_size: int | None = None,
         index: bool = False,
     ):
-        if index and compression is not None:
-            raise ValueError(
-                "a sample index is for uncompressed tar shards (ranged reads need plain offsets)"
-            )
-        self.index = IndexBuilder() if index else None
+        self.index = IndexBuilder(compressed=compression is not None) if index else None
         self._out = HashingWriter(sink)
         self._compressor = compressing_writer(self._out, compression, level, tar_size)
         self._write = self._out.write if self._compressor is None else self._compressor.write
@@ -132,6 +130,9 @@ class TarShardWriter:
         """Append one sample: one member ``KEY.EXT`` per (extension, data) pair, in order."""
         pieces: list = []
         members = []
+        sums: list[int] | None = None
+        if self.index is not None and (checksums_format.WRITE_ON_PACK or self.index.compressed):
+            sums = []
         for ext, data in fields:
             n = memoryview(data).nbytes
             name = f"{key}.{ext}"
@@ -139,9 +140,11 @@ class TarShardWriter:
             pad = padding(n)
             pieces += (header, data, ZERO_BLOCK[:pad]) if pad else (header, data)
             members.append((name, len(header), n))
+            if sums is not None:
+                sums.append(checksum(data))
             self.tar_bytes += len(header) + n + pad
         if self.index is not None:
-            self.index.add(pieces, members)
+            self.index.add(pieces, members, sums)
         if self._compressor is None and all(type(p) is bytes for p in pieces):
             self._out.write_pieces(pieces)  # gathered into one writev, no copies
         else:

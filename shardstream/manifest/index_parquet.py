@@ -145,7 +145,7 @@ def index_parquet(
     for name in names:
         where = root.url_of(name)
         data = root.read_bytes(name)
-        index, metadata = parquet_format.build_row_index(data, where)
+        index, metadata = parquet_format.build_row_index(data, where, checksums=True)
         found = metadata.schema.to_arrow_schema().remove_metadata()
         if schema is None:
             schema, first = found, where

@@ -35,13 +35,13 @@ log = logging.getLogger("shardstream")
 @dataclass
 class IndexResult:
     """What an index published: the manifest, the dataset's URL, and what to warn of (tar members of
-    no sample, notes); for tars, each uncompressed tar's sample index and whether it was written."""
+    no sample, notes); for tars, each tar's sample index and whether it was written."""
 
     manifest: Manifest
     url: str
     unkeyed: list[str] = field(default_factory=list)  # members without a KEY.EXT name
     notes: list[str] = field(default_factory=list)  # warnings, one line each
-    # each uncompressed tar's sample index (None for compressed shards, and for tars no index can hold)
+    # each tar's sample index, with member checksums (None for tars no index can hold: sparse members)
     indexes: list[bytes | None] | None = None
     indexes_written: bool = False  # next to their shards, their sha256 in the manifest
 
@@ -194,7 +194,10 @@ class _Shards:
             )
         plain = decompress(data, compression, where)
         found = tar_format.read_samples(plain, where)
-        self.indexes.append(build_index(plain, where, found) if plain is data else None)
+        # each member's checksum of the bytes whose sha256 the manifest records (of a compressed shard too)
+        self.indexes.append(
+            build_index(plain, where, found, checked=True, compressed=plain is not data)
+        )
         self.sizes.append(_image_sizes(plain, found))
         for entry in found.fields:
             self.counts.update(entry.keys())
@@ -257,7 +260,7 @@ def _write_indexes(root: Store, result: IndexResult) -> None:
     digests = []
     try:
         for name, data in zip(m.paths, result.indexes):
-            # none: a compressed shard, or one no index holds (sparse members): built per host
+            # none: a tar no index holds (sparse members): read from its headers
             if data is not None:
                 write_durably(root, index_name(name), data)
             digests.append(hashlib.sha256(data).hexdigest() if data is not None else "")

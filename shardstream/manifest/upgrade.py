@@ -2,9 +2,11 @@
 
 A dataset written before manifest format 4 keeps its sample indexes beside its shards (``<shard>.idx``,
 where other tools' indexes go too), its version files in ``_versions/`` and its shard table and side
-files as ``_``-prefixed files beside the manifest; its indexes hold no per-member checksums. ``upgrade``
-reads each of its own shards once, writes its index again into ``.shardstream/`` (as a pack of today
-writes it), names its side files and shard table there, and publishes all of it as the next version
+files as ``_``-prefixed files beside the manifest; its indexes hold no per-member checksums (nor do those
+of a dataset packed with ``--no-index``, which has none). ``upgrade`` reads each of its own tar and
+Parquet shards whose index lacks them once, writes its index again into ``.shardstream/`` (as a pack of
+today writes it, with each value's checksum), names its side files and shard table there, and publishes
+all of it as the next version
 (an exclusive create of that version: a publish by another writer meanwhile makes it stop, to be run
 again). Shards a merge or split reads from other datasets' folders keep the indexes those datasets have
 (upgrade those datasets themselves). The files of the older layout stay for the older versions, which
@@ -19,8 +21,12 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
+from ..errors import StorageError
+from ..formats import TAR_COMPRESSION
 from ..formats import parquet as parquet_format
+from ..formats.compression import decompress
 from ..formats.tar import build_index
+from ..formats.tar_index import MAGIC_CHECKED
 from ..storage import Store
 from .files import dataset_store, write_durably
 from .image_sizes import read_image_sizes, select_shards
@@ -59,19 +65,21 @@ def upgrade(
     """
     store = dataset_store(os.fspath(url), storage_options)
     m = read_version(store)
-    if m.format >= FORMAT_VERSION:
-        return UpgradeResult(store.url, m, 0, 0, already=True)
     digests = list(m.index_sha256 or [""] * m.num_shards)
     written = skipped = 0
     for i, path in enumerate(m.paths):
         if path.startswith("../") or "://" in path:
             skipped += 1
             continue
+        if m.format >= FORMAT_VERSION and _has_checksums(store, m, i):
+            continue
         data = _index_of(store, m, i)
         if data is not None:
             write_durably(store, index_name(path), data)
             digests[i] = hashlib.sha256(data).hexdigest()
             written += 1
+    if m.format >= FORMAT_VERSION and not written:
+        return UpgradeResult(store.url, m, 0, skipped, already=True)
     new = dataclasses.replace(
         m,
         index_sha256=digests if any(digests) else None,
@@ -86,14 +94,36 @@ def upgrade(
 
 
 def _index_of(store: Store, m: Manifest, i: int) -> bytes | None:
-    """Shard ``i``'s index as a pack of today writes it (None for shards without one: tokens, Arrow)."""
+    """Shard ``i``'s index as a pack of today writes it, with each value's checksum (None for shards
+    without one: tokens; Arrow shards carry theirs in their record batches, written by the pack)."""
     path, where = m.paths[i], store.url_of(m.paths[i])
     if m.shard_format == "parquet":
         data = store.read_bytes(path, int(m.nbytes[i]))
-        return parquet_format.build_row_index(data, where)[0].to_bytes()
-    if m.shard_format != "tar":  # as packs write them: uncompressed tars
+        return parquet_format.build_row_index(data, where, checksums=True)[0].to_bytes()
+    if m.shard_format not in TAR_COMPRESSION:
         return None
-    return build_index(store.read_bytes(path, int(m.nbytes[i])), where)
+    data = store.read_bytes(path, int(m.nbytes[i]))
+    plain = decompress(data, TAR_COMPRESSION[m.shard_format], where)
+    return build_index(plain, where, checked=True, compressed=plain is not data)
+
+
+def _has_checksums(store: Store, m: Manifest, i: int) -> bool:
+    """Whether shard ``i`` of a dataset of this format has an index with each value's checksum (or
+    needs none: token and Arrow shards)."""
+    if m.shard_format not in TAR_COMPRESSION and m.shard_format != "parquet":
+        return True
+    if not m.index_sha256 or not m.index_sha256[i]:
+        return False
+    try:
+        raw = bytes(store.read_bytes(index_name(m.paths[i])))
+    except StorageError:
+        return False
+    if hashlib.sha256(raw).hexdigest() != m.index_sha256[i]:
+        return False
+    if m.shard_format == "parquet":
+        where, rows, size = store.url_of(m.paths[i]), int(m.stored_counts[i]), int(m.nbytes[i])
+        return parquet_format.parse_row_index(raw, where, rows, size).checksums is not None
+    return raw[: len(MAGIC_CHECKED)] == MAGIC_CHECKED
 
 
 def _moved_selection(m: Manifest) -> Any:

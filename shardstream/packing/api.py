@@ -85,9 +85,10 @@ def pack(  # noqa: PLR0913 - the public pack: one keyword per setting, as the co
     NumPy, Hugging Face ``save_to_disk`` folders and existing shards are packed too: ``fields`` picks
     HDF5 datasets or ``.npy`` files, ``field_name`` names an LMDB value's field (default ``bin``), and
     ``decode_value(key, value)`` turns an LMDB value into a sample dict.
-    ``index`` (default True): write each uncompressed tar shard's sample index (``.shardstream/<shard>.idx``):
-    readers open a shard from it without parsing its headers, and fetch an epoch's first samples from
-    object storage by ranged reads. ``False`` writes the tars alone.
+    ``index`` (default True): write each tar shard's sample index (``.shardstream/<shard>.idx``): each
+    member's checksum, which every read checks, and where each sample lies, so readers open a shard
+    without parsing its headers and fetch an epoch's first samples of uncompressed tars from object
+    storage by ranged reads. ``False`` writes the tars alone (read without per-sample checksums).
     ``image_sizes`` (default True): record each image field's width and height, read from its header
     (never decoded), in a side file the manifest names (:mod:`shardstream.manifest.image_sizes`), so
     :class:`~shardstream.dataset.bucketed.Bucketed` plans aspect-ratio buckets without reading a sample.

@@ -195,7 +195,7 @@ def _pack_folder_tar(
     # Shards go straight to this run's names; local workers check afterwards that the run still holds the folder.
     check = claim.token if store.local else None
     names = [claim.shard_name(i, shard_format) for i in range(len(plan))]
-    index = spec.index is not False and comp is None
+    index = spec.index is not False
     jobs = [
         (
             ShardJob(

@@ -21,6 +21,8 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from ..formats import checksums as checksums_format
+from ..formats.checksums import checksum
 from ..formats.tar import END_OF_ARCHIVE, ZERO_BLOCK, member_header
 from ..formats.tar_index import IndexBuilder
 from ..manifest.image_sizes import ShardSizes
@@ -97,14 +99,16 @@ def write_files(  # noqa: C901, PLR0915 - the pack's inner loop, one frame for i
     """Write ``samples`` as a tar shard to the open file ``fd``: (bytes written, their sha256 hex, members
     per field). Members are ``KEY.EXT`` per file and ``KEY.cls`` for a label, in field order, as
     :func:`.folder.write_shard` lays them out; ``read(path, size)`` reads a file this function does not.
-    With ``index``, each sample goes into it too (hashed while it is in the buffer); with ``sizes``, each
-    image's width and height are read from its header while it is in the buffer."""
+    With ``index``, each sample goes into it too (its sha256 and each member's checksum computed while it
+    is in the buffer); with ``sizes``, each image's width and height are read from its header while it is
+    in the buffer."""
     view = memoryview(bytearray(BUFFER_BYTES))
     digest = hashlib.sha256()
     counts: Counter[str] = Counter()
     pos = written = started = 0
     start_writeback = writeback_starter() if writeback else None
     folders = _Folders()
+    summing = index is not None and checksums_format.WRITE_ON_PACK  # (always, but when measured)
 
     def flush() -> None:
         nonlocal pos, written, started
@@ -142,6 +146,7 @@ def write_files(  # noqa: C901, PLR0915 - the pack's inner loop, one frame for i
                 members = sorted([*members, ("cls", None, len(label))], key=lambda m: m[0])
             sample_hash = hashlib.sha256() if index is not None else None
             laid_out: list[tuple[str, int, int]] = []
+            sums: list[int] = []  # each member's checksum, for the index
             for ext, path, size in members:
                 counts[ext] += 1
                 header = member_header(f"{sample.key}.{ext}", size)
@@ -158,6 +163,8 @@ def write_files(  # noqa: C901, PLR0915 - the pack's inner loop, one frame for i
                             view[start + size : start + size + pad] = ZERO_BLOCK[:pad]
                             if sample_hash is not None:
                                 sample_hash.update(view[pos : start + size + pad])
+                            if summing:
+                                sums.append(checksum(view[start : start + size]))
                             if sizes is not None:
                                 sizes.record(ext, view[start : start + size])
                             pos = start + size + pad
@@ -165,6 +172,8 @@ def write_files(  # noqa: C901, PLR0915 - the pack's inner loop, one frame for i
                 data = label if path is None else read(path, size)
                 if sizes is not None:
                     sizes.record(ext, data)  # type: ignore[arg-type]
+                if summing:
+                    sums.append(checksum(data))  # type: ignore[arg-type]
                 for piece in (header, data, ZERO_BLOCK[:pad]):
                     put(piece)  # type: ignore[arg-type]
                     if sample_hash is not None:
@@ -172,7 +181,11 @@ def write_files(  # noqa: C901, PLR0915 - the pack's inner loop, one frame for i
             if sizes is not None:
                 sizes.end_sample()
             if index is not None:
-                index.add_hashed(sample_hash.digest(), laid_out)  # type: ignore[union-attr]
+                index.add_hashed(
+                    sample_hash.digest(),  # type: ignore[union-attr]
+                    laid_out,
+                    sums if summing else None,
+                )
     finally:
         folders.close()
     put(END_OF_ARCHIVE)

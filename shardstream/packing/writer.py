@@ -47,9 +47,9 @@ class ShardWriter:
     without an error), never when the block raises: no half-written dataset is visible.
     Keys of tar shards are relative paths that stay inside the folder ``tar -xf`` extracts
     to. With ``fsync`` (default) shards and manifest are on disk before they appear.
-    ``index`` (default True): write each uncompressed tar shard's sample index (``.shardstream/<shard>.idx``): readers
-    open a shard from it without parsing its headers, and fetch single samples from object storage by
-    ranged reads.
+    ``index`` (default True): write each tar shard's sample index (``.shardstream/<shard>.idx``): readers
+    check every value against its checksum there, open a shard without parsing its headers, and fetch
+    single samples of uncompressed tars from object storage by ranged reads.
 
     Args:
         url: the dataset's folder (a local path or an fsspec URL).
@@ -63,7 +63,8 @@ class ShardWriter:
         classes: class names to record in the manifest (``ds.manifest.classes`` when read).
         schema: the Arrow schema of the rows (``format="arrow"``); default: from the first samples.
         fsync: flush shards and manifest to disk before each appears.
-        index: write sample indexes (default True; False: the tars alone).
+        index: write sample indexes (default True; False: the tars alone, read without per-sample
+            checksums).
         append: add to the dataset at ``url`` as its next version (not with ``overwrite``).
         image_sizes: record each image field's width and height, read from its header (never
             decoded), in a side file the manifest names (default True; see
@@ -101,7 +102,7 @@ class ShardWriter:
         self.samples: list[int] = []
         self.nbytes: list[int] = []
         self.sha256: list[str] = []
-        self.index = index is not False and self.shard_format == "tar" and self.compression is None
+        self.index = index is not False and self.shard_format == "tar"
         self.index_sha256: list[str] = []
         self.image_sizes: list[ShardSizes] | None = [] if image_sizes else None
         self.field_counts: Counter[str] = Counter()

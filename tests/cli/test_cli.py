@@ -444,8 +444,9 @@ def test_verify_ok(images_ds):
     _, dest = images_ds
     result = invoke("verify", dest, "-q")
     assert result.exit_code == 0, result.output
-    assert result.stdout.strip().startswith("ok: 3 shards, 6 samples, ")
-    assert result.stdout.strip().endswith(str(dest))
+    first, second = result.stdout.strip().splitlines()
+    assert first.startswith("ok: 3 shards, 6 samples, ") and first.endswith(str(dest))
+    assert second == "per-sample checksums (xxh3_64): every shard has them; every value matched"
 
 
 @pytest.mark.parametrize("verb", ["info", "ls", "cat", "verify"])

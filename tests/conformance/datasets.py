@@ -139,6 +139,34 @@ def build_arrow(b: Builder) -> Case:
     return b.case("arrow", b.root / "ds/arrow", samples=base.samples)
 
 
+def build_old_indexes(b: Builder) -> Case:
+    """The tar pack as 0.5.0 left it: format 3, each sample index beside its shard (version 1: no per-sample
+    checksums), read unchecked."""
+    import dataclasses
+    import shutil
+
+    from shardstream.formats.tar import build_index
+    from shardstream.manifest import dataset_store, load_manifest, write_manifest
+    from shardstream.manifest.side_names import index_name, old_index_name
+    from tests.folders import as_format_3
+
+    base = b.base()
+    folder = b.root / "ds/old-indexes"
+    shutil.copytree(base.url, folder)
+    store = dataset_store(str(folder))
+    m = load_manifest(store)
+    digests = []
+    for name in m.paths:
+        raw = build_index((folder / name).read_bytes(), name)
+        assert raw is not None and raw[:8] == b"SSTARIX1"
+        (folder / index_name(name)).unlink()
+        (folder / old_index_name(name)).write_bytes(raw)  # where 0.5.0 kept it: beside its shard
+        digests.append(hashlib.sha256(raw).hexdigest())
+    write_manifest(store, dataclasses.replace(m, index_sha256=digests))
+    as_format_3(folder)  # and the manifest as 0.5.0 wrote it
+    return b.case("0.5.0 sample indexes", folder, samples=base.samples)
+
+
 def build_parquet(b: Builder) -> Case:
     """Parquet files indexed in place (no class list: labels are the stored integers)."""
     import pyarrow as pa
@@ -297,6 +325,7 @@ def _token_file(path: Path) -> np.ndarray:
 BUILDERS: dict[str, Callable[[Builder], Case]] = {
     "tar": build_tar,
     "tar.zst": build_tar_zst,
+    "0.5.0 sample indexes": build_old_indexes,
     "arrow": build_arrow,
     "parquet in place": build_parquet,
     "index of webdataset tars": build_webdataset_index,

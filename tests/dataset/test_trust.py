@@ -365,10 +365,11 @@ def test_verify_checksums_refuses_a_local_shard_with_other_bytes(tmp_path):
     at = data.index(b"text 1")
     data[at : at + 6] = b"TEXT 1"  # same size, other payload
     path.write_bytes(bytes(data))
-    assert [s["txt"] for s in ShardDataset(url, decode=None, shuffle=False)][
-        1
-    ] == b"TEXT 1"  # not checked
-    with pytest.raises(CorruptShardError):
+    # by default the value is checked against its checksum in the sample index as it is read
+    with pytest.raises(CorruptShardError, match=r"sample 's0001' .*: field 'txt' differs"):
+        list(ShardDataset(url, decode=None, shuffle=False))
+    # verify_checksums: the whole shard's sha256 first, once per host
+    with pytest.raises(CorruptShardError, match="sha256 differs from the manifest's"):
         list(ShardDataset(url, decode=None, shuffle=False, verify_checksums=True))
 
 

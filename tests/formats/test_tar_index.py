@@ -177,9 +177,21 @@ def test_the_sample_count_must_be_the_manifests():
         parse_index(raw, "s.tar.idx", 6, len(tar))
 
 
-def test_compressed_shards_have_no_index():
-    with pytest.raises(ValueError, match="uncompressed"):
-        T.TarShardWriter(io.BytesIO(), "zstd", index=True)
+def test_a_compressed_shard_gets_an_index_of_its_tar_with_member_checksums():
+    from shardstream.formats.checksums import checksum
+    from shardstream.formats.compression import decompress
+
+    sink = io.BytesIO()
+    writer = T.TarShardWriter(sink, "zstd", index=True)
+    for key, fields in SAMPLES:
+        writer.add(key, fields)
+    writer.close()
+    tar = decompress(sink.getvalue(), "zstd", "s.tar.zst")
+    index = parse_index(writer.index.to_bytes(), "s.tar.zst", 5, len(tar))
+    assert index.compressed and not index.has_digests and index.samples("s") == T.index_samples(tar)
+    assert index.checksums.tolist() == [checksum(d) for _, fields in SAMPLES for _, d in fields]
+    with pytest.raises(ValueError, match="no per-sample digests"):
+        index.check(0, tar, "s.tar.zst")
 
 
 def test_the_shard_bytes_do_not_depend_on_the_index():

@@ -1,7 +1,8 @@
 """A local Parquet file changed after ``shardstream index`` is refused, not read, also when the change keeps
 its size and row count: its footer is checked against the row-group index when it is opened, each row group
-against its sha256 when first read. A one-value fix written with pyarrow's defaults often keeps the size,
-the statistics and so the whole footer (measured below): only the row group's sha256 tells."""
+against its sha256 when first read, and its values against their checksums in the row-group index (which
+name the row and the field that changed). A one-value fix written with pyarrow's defaults often keeps the
+size, the statistics and so the whole footer (measured below): only the row group tells."""
 
 from __future__ import annotations
 
@@ -67,9 +68,10 @@ def test_one_value_fixed_in_place_at_the_same_size_is_refused(tmp_path, reader):
             continue
         same_size += 1
         same_footer += footer_sha256(path) == footer
+        field = "label" if trial % 2 else "text"
         with pytest.raises(
             CorruptShardError,
-            match=r"a\.parquet: (sample[^:]*: )?row group \d differs from its sha256",
+            match=rf"a\.parquet: sample 'k{i:05d}' \(position {i} in the shard\): field '{field}' differs",
         ):
             read_with(reader, url)
     assert same_size >= 4 and same_footer == same_size  # such fixes keep the whole footer

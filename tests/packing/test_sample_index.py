@@ -52,7 +52,7 @@ def test_a_local_pack_with_index_publishes_checked_indexes_and_no_staged_files(
     assert names == sorted(["_manifest.json", *indexed(*(f"shard-00000{i}.tar" for i in range(3)))])
 
 
-def test_local_packs_have_indexes_by_default_unless_asked_not_to_and_compressed_shards_none(
+def test_local_packs_have_indexes_by_default_unless_asked_not_to_compressed_shards_too(
     folder, tmp_path
 ):
     plain = shardstream.pack(folder, tmp_path / "a", samples_per_shard=4, progress=False).manifest
@@ -60,12 +60,14 @@ def test_local_packs_have_indexes_by_default_unless_asked_not_to_and_compressed_
         folder, tmp_path / "c", samples_per_shard=4, index=False, progress=False
     ).manifest
     zst = shardstream.pack(
-        folder, tmp_path / "b", samples_per_shard=4, compression="zstd", index=True, progress=False
+        folder, tmp_path / "b", samples_per_shard=4, compression="zstd", progress=False
     ).manifest
     assert plain.index_sha256 is not None and len(plain.index_sha256) == len(plain.paths)
     assert indexes(tmp_path / "a") == sorted(index_name(path) for path in plain.paths)
-    assert bare.index_sha256 is None and zst.index_sha256 is None
-    assert not indexes(tmp_path / "c") and not indexes(tmp_path / "b")
+    assert bare.index_sha256 is None and not indexes(tmp_path / "c")
+    # a compressed shard's index: offsets in its tar, each member's checksum
+    assert zst.index_sha256 is not None and len(zst.index_sha256) == len(zst.paths)
+    assert indexes(tmp_path / "b") == sorted(index_name(path) for path in zst.paths)
 
 
 def test_a_repack_without_index_clears_the_old_indexes(folder, tmp_path):
