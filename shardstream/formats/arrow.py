@@ -109,7 +109,8 @@ Damage = dict[int, list[str]]  # row -> the fields whose values differ from thei
 
 
 def read_checked(buf, name: str = "shard", check: bool = True) -> tuple[pa.Table, Damage | None]:
-    """The whole shard as a table (every batch decompressed and fully validated) and, with ``check``, the
+    """The whole shard as a table (every batch decompressed and fully validated; images stored in ``Image``
+    structs as their bytes) and, with ``check``, the
     rows whose values differ from their record batch's checksums, with the fields that differ (``{}``: none;
     ``None``: the shard has no checksums, or ``check`` is off). A batch that does not read, or whose
     checksums do not, is a :class:`CorruptShardError` for the shard."""
@@ -133,7 +134,9 @@ def read_checked(buf, name: str = "shard", check: bool = True) -> tuple[pa.Table
                 damaged[start + row] = fields
         batches.append(batch)
         start += batch.num_rows
-    return pa.Table.from_batches(batches, schema=reader.schema), None if unchecked else damaged
+    # checked as stored; handed out with images stored in Image structs as their bytes
+    table = unwrap(pa.Table.from_batches(batches, schema=reader.schema), name)
+    return table, None if unchecked else damaged
 
 
 def iter_rows(buf, name: str = "shard") -> Iterator[dict[str, Any]]:

@@ -356,8 +356,8 @@ def outcome_problems(o: Outcome) -> list[str]:
         problems.append(f"raw control characters {', '.join(bad)}")
     lines = err.strip().splitlines()
     if o.exit_code == 0:
-        if any(not line.startswith("warning: ") for line in lines):
-            problems.append("exit 0 with stderr other than warning lines")
+        if any(not line.startswith(("warning: ", "note: ")) for line in lines):
+            problems.append("exit 0 with stderr other than warning or note lines")
         if "--json" in o.args:
             try:
                 [json.loads(line) for line in out.splitlines()] if o.args[

@@ -360,7 +360,11 @@ def test_arrow_readers_see_no_extra_column(pristine):
     path = str(Path(url) / m.paths[0])
     assert feather.read_table(path).column_names == ["__key__", "jpg", "cls"]
     with pa.ipc.open_file(path) as reader:
-        assert reader.schema.names == ["__key__", "jpg", "cls"] and not reader.schema.metadata
+        assert reader.schema.names == ["__key__", "jpg", "cls"]
+        # the schema's metadata is the Hugging Face features and the image columns: the checksums are the
+        # record batches'
+        assert set(reader.schema.metadata) == {b"huggingface", b"shardstream"}
+        assert b"checksum" not in reader.schema.metadata[b"shardstream"]
         _, metadata = reader.get_batch_with_custom_metadata(0)
         doc = json.loads(metadata[b"shardstream.checksums"])
         assert doc["hash"] == "xxh3_64" and len(doc["columns"]) == 3
