@@ -23,7 +23,6 @@ from typing import Any
 
 from ..errors import StorageError
 from ..formats import TAR_COMPRESSION
-from ..formats import parquet as parquet_format
 from ..formats.compression import decompress
 from ..formats.tar import build_index
 from ..formats.tar_index import MAGIC_CHECKED
@@ -96,6 +95,8 @@ def upgrade(
 def _index_of(store: Store, m: Manifest, i: int) -> bytes | None:
     """Shard ``i``'s index as a pack of today writes it, with each value's checksum (None for shards
     without one: tokens; Arrow shards carry theirs in their record batches, written by the pack)."""
+    from ..formats import parquet as parquet_format  # pyarrow, once needed
+
     path, where = m.paths[i], store.url_of(m.paths[i])
     if m.shard_format == "parquet":
         data = store.read_bytes(path, int(m.nbytes[i]))
@@ -121,6 +122,8 @@ def _has_checksums(store: Store, m: Manifest, i: int) -> bool:
     if hashlib.sha256(raw).hexdigest() != m.index_sha256[i]:
         return False
     if m.shard_format == "parquet":
+        from ..formats import parquet as parquet_format  # pyarrow, once needed
+
         where, rows, size = store.url_of(m.paths[i]), int(m.stored_counts[i]), int(m.nbytes[i])
         return parquet_format.parse_row_index(raw, where, rows, size).checksums is not None
     return raw[: len(MAGIC_CHECKED)] == MAGIC_CHECKED

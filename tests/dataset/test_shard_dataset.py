@@ -533,9 +533,13 @@ def test_a_remote_dataset_reads_the_plan_through_the_cache(remote_ds, tmp_path, 
     ds = ShardDataset(remote_ds, seed=3, decode=None, cache_dir=tmp_path, prefetch=prefetch)
     assert keys(ds) == planned_keys(COUNTS, 3, 0)
     m = ds.manifest
-    assert sorted(p.name for p in tmp_path.glob("*.shard")) == sorted(
-        f"{d}.shard" for d in m.sha256
-    )
+    cached = {p.name.removesuffix(".shard") for p in tmp_path.glob("*.shard")}
+    # whole shards, and the sample indexes of those whose first samples came by ranged reads (on a busy
+    # machine, a small shard's every sample may: its whole download is then never needed)
+    assert cached <= set(m.sha256) | set(m.index_sha256 or [])
+    assert cached & set(m.sha256)  # and shards were read through the cache
+    if not m.index_sha256:  # no ranged reads: every shard came whole
+        assert cached == set(m.sha256)
 
 
 @pytest.mark.parametrize("num_workers", [0, 2])

@@ -206,8 +206,9 @@ def test_the_command_line_packs_on_a_local_ray(tmp_path):
 
 
 def shard_bytes(dest: Path) -> dict[str, bytes]:
-    """The shards' bytes by their names without the run's token."""
-    return {without_run(p.name): p.read_bytes() for p in sorted(dest.glob("shard-*"))}
+    """The shards' and their sample indexes' bytes (``.shardstream/``) by their names without the run's token."""
+    found = [*dest.glob("shard-*"), *dest.glob(".shardstream/shard-*")]
+    return {without_run(p.relative_to(dest).as_posix()): p.read_bytes() for p in sorted(found)}
 
 
 def test_a_function_pack_on_ray_equals_the_local_one(local_ray, tmp_path):

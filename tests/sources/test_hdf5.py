@@ -18,8 +18,9 @@ N = 29
 
 
 def shard_bytes(dest: Path) -> dict[str, bytes]:
-    """The shards' bytes by their names without the run's token."""
-    return {without_run(p.name): p.read_bytes() for p in sorted(dest.glob("shard-*"))}
+    """The shards' and their sample indexes' bytes (``.shardstream/``) by their names without the run's token."""
+    found = [*dest.glob("shard-*"), *dest.glob(".shardstream/shard-*")]
+    return {without_run(p.relative_to(dest).as_posix()): p.read_bytes() for p in sorted(found)}
 
 
 def read_back(dest: Path) -> dict[str, dict]:
