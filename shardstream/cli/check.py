@@ -90,9 +90,9 @@ def _older_format(url: str, fmt: int) -> str:
 @click.argument("dataset")
 @storage_option
 def upgrade(dataset: str, storage_options: tuple[str, ...]) -> None:
-    """Bring DATASET, written by an older shardstream, to this format as its next version: its sample
-    indexes (with per-sample checksums) and side files in .shardstream/, no shard changed. The older
-    layout's files stay for the older versions ('shardstream gc' removes them)."""
+    """Bring DATASET, written by an older shardstream or packed with --no-index, to this format as its
+    next version: its sample indexes (with per-sample checksums) and side files in .shardstream/, no
+    shard changed. The older layout's files stay for the older versions ('shardstream gc' removes them)."""
     from ..manifest.upgrade import upgrade as run_upgrade
 
     result = run_upgrade(dataset, storage_options_for(storage_options, dataset))

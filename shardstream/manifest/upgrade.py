@@ -50,7 +50,8 @@ class UpgradeResult:
 def upgrade(
     url: str | os.PathLike[str], storage_options: dict[str, Any] | None = None
 ) -> UpgradeResult:
-    """Bring the dataset at ``url``, written by an older shardstream, to this format as its next version:
+    """Bring the dataset at ``url``, written by an older shardstream (or packed with ``index=False``: no
+    per-sample checksums), to this format as its next version:
     its sample indexes (with per-sample checksums) and side files written into ``.shardstream/``, no
     shard changed (``shardstream upgrade``). A dataset of this format already is left as it is.
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import tarfile
 from pathlib import Path
 
 import pyarrow as pa
@@ -181,3 +182,32 @@ def test_a_split_of_the_older_layout_is_read_and_upgraded(tmp_path):
     ss.upgrade(str(part))
     assert ss.load_manifest(str(part)).selection.reference["file"].startswith(NAMESPACE)
     assert keys(str(part)) == want == keys(str(part), version=1)
+
+
+def test_upgrade_adds_checksums_to_a_dataset_of_this_format_without_them(tmp_path):
+    """A tar pack written with --no-index (no per-sample checksums): upgrade writes each shard's index, with
+    its values' checksums, as the next version; a damaged value is then named; once done, nothing to do."""
+    src = image_folder(tmp_path / "src", 9)
+    ds = tmp_path / "ds"
+    ss.pack(src, ds, samples_per_shard=4, index=False, progress=False)
+    assert ss.load_manifest(str(ds)).index_sha256 is None
+    assert "per-sample checksums: none" in CliRunner().invoke(cli, ["verify", str(ds)]).output
+    shards = {p.name: p.read_bytes() for p in ds.glob("*.tar")}
+    done = CliRunner().invoke(cli, ["upgrade", str(ds)])
+    assert done.exit_code == 0 and "as version 2" in done.output, done.output
+    m = ss.load_manifest(str(ds))
+    assert m.version == 2 and m.index_sha256 is not None and all(m.index_sha256)
+    assert {p.name: p.read_bytes() for p in ds.glob("*.tar")} == shards  # no shard changed
+    assert sorted((ds / NAMESPACE).glob("*.idx")) and not list(ds.glob("*.idx"))
+    checked = CliRunner().invoke(cli, ["verify", str(ds)])
+    assert checked.exit_code == 0 and "every shard has them" in checked.output, checked.output
+    assert CliRunner().invoke(cli, ["upgrade", str(ds)]).output.strip().endswith("nothing to do")
+    # the checksums are read: one flipped bit inside a value is an error naming it
+    shard = ds / m.paths[0]
+    with tarfile.open(shard) as tar:
+        jpg = next(t for t in tar.getmembers() if t.name.endswith(".jpg"))
+    data = bytearray(shard.read_bytes())
+    data[jpg.offset_data + jpg.size // 2] ^= 1  # same size, valid headers
+    shard.write_bytes(bytes(data))
+    with pytest.raises(ss.CorruptSampleError, match=m.paths[0]):
+        keys(str(ds), shuffle=False)
