@@ -9,8 +9,9 @@ group of a Parquet file into its row-group index (:mod:`.parquet`). The value is
     {"version": 1, "hash": "xxh3_64", "columns": ["<16 hex>", ...], "rows": "<base64>"}
 
 ``columns``: per column, in the batch's order, :func:`column_checksum`, xxh3_64 over the column's values
-in a canonical form (its buffers, offsets made to start at 0, its nulls), computed with a few calls per
-column whatever its length, which is what a reader computes on every read. ``rows``: per row, the low 32
+in a canonical form (its buffers, offsets made to start at 0, its nulls; a column with nulls through its
+values' checksums, since the bytes in a null's slot are whatever its writer left), computed with a few
+calls per column whatever its length, which is what a reader computes on every read. ``rows``: per row, the low 32
 bits of :func:`row_checksums` (all the row's values mixed), little-endian, which a reader computes only
 when a column differs, to find the rows that changed. A value is found by its logical content, so the
 checksums hold for any slicing or chunking of the same values.
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import base64
 import json
+import threading
 from typing import Any
 
 import numpy as np
@@ -117,7 +119,10 @@ def column_checksum(array: pa.Array | pa.ChunkedArray) -> int:
     if nulls is not None:
         h.update(nulls.tobytes())
     width, offsets_type = _width(array.type), _binary(array.type)
-    if width:
+    if nulls is not None and not pa.types.is_null(array.type):
+        # a null's slot holds whatever its writer left there: through each value's checksum, nulls masked
+        h.update(cell_checksums(array).tobytes())
+    elif width:
         h.update(np.ascontiguousarray(_values(array, width)))
     elif offsets_type is not None:
         offsets = _offsets(array, offsets_type)
@@ -192,16 +197,24 @@ _PRIME = np.uint64(0x100000001B3)  # odd: a multiplication by it (mod 2^64) can 
 _PRIME_INVERSE = np.uint64(pow(0x100000001B3, -1, 1 << 64))
 _SMALL = 256  # mean bytes per value under which a binary column is hashed all at once (numpy)
 _CHUNK = 1 << 20  # bytes of values hashed at once that way
-_POWERS: list[np.ndarray] = []  # _PRIME ** j and its inverse's, j < _CHUNK (made on first use)
+_POWERS: tuple[np.ndarray, np.ndarray] | None = None  # _PRIME ** j and its inverse's, j < _CHUNK
+_POWERS_LOCK = threading.Lock()  # packs and readers compute checksums in several threads at once
 
 
 def _powers() -> tuple[np.ndarray, np.ndarray]:
-    if not _POWERS:
-        for base in (_PRIME, _PRIME_INVERSE):
-            steps = np.full(_CHUNK, base, dtype=np.uint64)
-            steps[0] = 1
-            _POWERS.append(np.cumprod(steps, dtype=np.uint64))
-    return _POWERS[0], _POWERS[1]
+    """The tables of :func:`_polynomial`, made once per process (both at once, under a lock: a thread
+    never sees half of them)."""
+    global _POWERS
+    if _POWERS is None:
+        with _POWERS_LOCK:
+            if _POWERS is None:
+                made = []
+                for base in (_PRIME, _PRIME_INVERSE):
+                    steps = np.full(_CHUNK, base, dtype=np.uint64)
+                    steps[0] = 1
+                    made.append(np.cumprod(steps, dtype=np.uint64))
+                _POWERS = (made[0], made[1])
+    return _POWERS
 
 
 def _binary_cells(array: pa.Array, dtype: np.dtype) -> np.ndarray:
