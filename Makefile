@@ -47,7 +47,7 @@ test: $(VENV)/.installed-test
 	$(BIN)/ruff check shardstream tests benchmarks examples docker docs/hooks.py
 	$(BIN)/ruff format --check shardstream tests benchmarks examples docker docs/hooks.py
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile
 
 # The documentation site (mkdocs.yml, docs/), rebuilt on every change; the packages are the test extras'.
 docs: $(VENV)/.installed-test

@@ -24,7 +24,7 @@ from tests.packing.races import Runner, run_races, summary
 
 from .data import image_folder, parquet_table
 
-RACES = int(os.environ.get("SHARDSTREAM_RACES", "20"))  # per variant
+RACES = int(os.environ.get("SHARDSTREAM_RACES", "12"))  # per variant
 
 
 @pytest.fixture(scope="module")
