@@ -21,7 +21,6 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import StorageError
 from ..formats import TAR_COMPRESSION
 from ..formats.compression import decompress
 from ..formats.tar import build_index
@@ -33,6 +32,7 @@ from .sample_set import samples_of
 from .schema import FORMAT_VERSION, Manifest, creation_info
 from .selection import encode_selection
 from .side_names import index_name
+from .verify import stored_index
 from .versions import publish_next, read_version
 
 
@@ -116,11 +116,8 @@ def _has_checksums(store: Store, m: Manifest, i: int) -> bool:
         return True
     if not m.index_sha256 or not m.index_sha256[i]:
         return False
-    try:
-        raw = bytes(store.read_bytes(index_name(m.paths[i])))
-    except StorageError:
-        return False
-    if hashlib.sha256(raw).hexdigest() != m.index_sha256[i]:
+    _, raw = stored_index(store, m.paths[i], m.index_sha256[i])
+    if raw is None:  # missing, or not the one the manifest names
         return False
     if m.shard_format == "parquet":
         from ..formats import parquet as parquet_format  # pyarrow, once needed
