@@ -32,8 +32,8 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
 
-from shardstream.dataset.checked_index import check_index_once  # noqa: E402
-from shardstream.dataset.mapped import file_identity  # noqa: E402
+from shardstream.dataset.shards.checked_index import check_index_once  # noqa: E402
+from shardstream.dataset.shards.mapped import file_identity  # noqa: E402
 from shardstream.formats import tar as tar_format  # noqa: E402
 from shardstream.formats.index_check import _plain_match, check_index  # noqa: E402
 from shardstream.formats.tar_index import parse_index  # noqa: E402

@@ -37,8 +37,8 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from shardstream import ShardDataset, ShardWriter  # noqa: E402
-from shardstream.dataset.lengths import LengthBucketing, cut  # noqa: E402
-from shardstream.dataset.packed import SequencePacking  # noqa: E402
+from shardstream.dataset.batches.lengths import LengthBucketing, cut  # noqa: E402
+from shardstream.dataset.batches.sequence_packing import SequencePacking  # noqa: E402
 from shardstream.plan.packing import best_fit_decreasing  # noqa: E402
 
 

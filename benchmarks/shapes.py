@@ -15,7 +15,7 @@ the same run:
 - ``per_source``: the same mix with ``batching="per_source", batch_size=64`` (peer: ``mix``);
 - ``windows``: ``plain``'s samples handed over a window of 1,024 at a time (the window batcher's
   general path, which ``SequencePacking`` and a ``Bucketed`` with its own ``collate_fn`` take: the
-  window's raw values copied once into shared memory, see ``shardstream.dataset.windowed.window_of``),
+  window's raw values copied once into shared memory, see ``shardstream.dataset.batches.windowed.window_of``),
   in batches of 64 in order (peer: ``plain``);
 - ``bucketed``: ``Bucketed(..., aspect_ratio("jpg"), [0.8, 1.25], 64)`` over a pack without recorded
   image sizes: each image's size read from its JPEG header in place, batches of one aspect bucket as
@@ -45,8 +45,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from _data import DEFAULT_DATA_DIR  # noqa: E402
 
 from shardstream import Bucketed, MixedDataset, Parallel, ShardDataset  # noqa: E402
-from shardstream.dataset.bucketed import aspect_ratio  # noqa: E402
-from shardstream.dataset.windowed import WindowedBatches  # noqa: E402
+from shardstream.dataset.batches.bucketed import aspect_ratio  # noqa: E402
+from shardstream.dataset.batches.windowed import WindowedBatches  # noqa: E402
 
 BATCH, WORKERS, WINDOW = 64, 1, 1024
 

@@ -21,7 +21,7 @@ import argparse
 import numpy as np
 
 from shardstream import plan
-from shardstream.dataset.ranged import RANGED_SAMPLES
+from shardstream.dataset.shards.ranged import RANGED_SAMPLES
 from shardstream.dataset.state import resolve_window
 
 

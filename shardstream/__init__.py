@@ -75,13 +75,13 @@ _LAZY = {  # name -> module: these import torch (seconds); packing and the comma
     "Parallel": "dataset",
     "Bucketed": "dataset",
     "SequencePacking": "dataset",
-    "aspect_ratio": "dataset.bucketed",
-    "image_area": "dataset.bucketed",
-    "length_of": "dataset.bucketed",
+    "aspect_ratio": "dataset.batches.bucketed",
+    "image_area": "dataset.batches.bucketed",
+    "length_of": "dataset.batches.bucketed",
     "ShardLoader": "loader",
     "DeviceLoader": "device",
-    "FieldCollate": "dataset.collate",
-    "pad_sequences": "dataset.collate",
+    "FieldCollate": "dataset.batches.collate",
+    "pad_sequences": "dataset.batches.collate",
 }
 
 

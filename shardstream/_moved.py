@@ -1,7 +1,7 @@
 """Module paths of release 0.1 that moved when the package was split into one folder per stage.
 
 They keep working for one more release, with a ``DeprecationWarning`` naming the new path:
-importing ``shardstream.collate`` gives the module ``shardstream.dataset.collate`` itself (the
+importing ``shardstream.collate`` gives the module ``shardstream.dataset.batches.collate`` itself (the
 same object, so patches and ``isinstance`` agree); a module whose contents went to several new
 ones (``shardstream.writer``) gives a stand-in that finds each name in them. CHANGELOG.md lists
 the same table.
@@ -18,8 +18,8 @@ from types import ModuleType
 
 MOVED: dict[str, str | tuple[str, ...]] = {
     "shardstream.cache": "shardstream.storage.cache",
-    "shardstream.collate": "shardstream.dataset.collate",
-    "shardstream.decode": "shardstream.dataset.decode",
+    "shardstream.collate": "shardstream.dataset.batches.collate",
+    "shardstream.decode": "shardstream.dataset.samples.decode",
     "shardstream.fetch": "shardstream.storage.fetch",
     "shardstream.guards": "shardstream.loader.guards",
     "shardstream.packing.sources": (
@@ -28,7 +28,7 @@ MOVED: dict[str, str | tuple[str, ...]] = {
         "shardstream.sources.table",
     ),
     "shardstream.prefetch": "shardstream.storage.prefetch",
-    "shardstream.reader": "shardstream.dataset.readers",
+    "shardstream.reader": "shardstream.dataset.shards.readers",
     "shardstream.seeding": "shardstream.dataset.seeding",
     "shardstream.transport": "shardstream.loader.transport",
     "shardstream.verify": "shardstream.manifest.verify",

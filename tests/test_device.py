@@ -17,7 +17,7 @@ import torch
 from PIL import Image
 
 from shardstream import DeviceLoader, ShardDataset
-from shardstream.dataset.collate import RaggedBytes, collate
+from shardstream.dataset.batches.collate import RaggedBytes, collate
 from shardstream.device import map_tensors
 from tests.sample_datasets import key_of, write_dataset
 

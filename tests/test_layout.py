@@ -236,17 +236,18 @@ def readme_tree() -> set[str]:
         1::2
     ]  # the section's code blocks; the tree is the one of the package
     tree = next(block for block in blocks if block.lstrip("\n").startswith("shardstream/"))
-    named, folder = set(), ""
+    named: set[str] = set()
+    folders: list[tuple[int, str]] = []  # (indent, "dataset/shards/") of the folders around a line
     for line in tree.splitlines()[2:]:
         if not line.strip():
             continue
-        entry = line.split()[0]
-        nested = len(line) - len(line.lstrip()) > 2
+        entry, indent = line.split()[0], len(line) - len(line.lstrip())
+        while folders and folders[-1][0] >= indent:
+            folders.pop()
+        path = (folders[-1][1] if folders and indent > 2 else "") + entry
+        named.add(path)
         if entry.endswith("/"):
-            folder = entry
-            named.add(entry)
-        else:
-            named.add(folder + entry if nested else entry)
+            folders.append((indent, path))
     return named
 
 
@@ -255,9 +256,45 @@ def test_the_layout_page_matches_the_tree():
     actual = set()
     for path in PACKAGE.rglob("*.py"):
         rel = path.relative_to(PACKAGE).as_posix()
-        if "/" in rel:
-            actual.add(rel.split("/")[0] + "/")
+        parts = rel.split("/")
+        actual.update("/".join(parts[: i + 1]) + "/" for i in range(len(parts) - 1))
         if not rel.endswith("/__init__.py"):
             actual.add(rel)
     assert actual - named == set(), "modules missing from docs/design/layout.md"
     assert named - actual == set(), "docs/design/layout.md names modules that do not exist"
+
+
+# The rooms of the dataset stage, and which of the others each may use: how shards are read knows nothing
+# of samples, batches or datasets; a mix's parts serve MixedDataset (and the batch shapes, which read mixes).
+DATASET_ROOMS = {
+    "shards": set(),
+    "samples": {"shards", "batches", "root"},
+    "batches": {"shards", "samples", "root"},
+    "mix": {"shards", "batches", "root"},
+    "root": {"shards", "samples", "batches", "mix"},
+}
+
+
+def dataset_room(module: str) -> str:
+    parts = module.split(".")
+    return parts[2] if len(parts) > 3 else "root"
+
+
+@pytest.mark.parametrize("module", sorted(m for m in GRAPH if m.startswith("shardstream.dataset.")))
+def test_dataset_rooms_follow_their_order(module):
+    own = dataset_room(module)
+    wrong = sorted(
+        t
+        for t in GRAPH[module]
+        if t.startswith("shardstream.dataset.")
+        and dataset_room(t) != own
+        and dataset_room(t) not in DATASET_ROOMS[own]
+    )
+    assert not wrong, (
+        f"{module} ({own}/) imports {wrong}; {own}/ may use only {sorted(DATASET_ROOMS[own])}"
+    )
+
+
+def test_every_dataset_room_is_known():
+    rooms = {dataset_room(m) for m in GRAPH if m.startswith("shardstream.dataset.")}
+    assert rooms == set(DATASET_ROOMS), "a new room of dataset/ needs its place in DATASET_ROOMS"

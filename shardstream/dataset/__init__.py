@@ -20,15 +20,15 @@ workers, or in the main process without workers.
 """
 
 from .base import PlannedDataset
-from .bucketed import Bucketed
-from .collate import FieldCollate, MappedBytes, RaggedBytes, pad_sequences
+from .batches.bucketed import Bucketed
+from .batches.collate import FieldCollate, MappedBytes, RaggedBytes, pad_sequences
+from .batches.lengths import LengthBucketing
+from .batches.sequence_packing import SequencePacking
 from .contract import PassStart, Readable, WorkerSlot
-from .decode import DecodeError, Decoder
-from .lengths import LengthBucketing
 from .mixed import MixedDataset
-from .packed import SequencePacking
 from .parallel import Parallel
 from .ranks import resolve_rank
+from .samples.decode import DecodeError, Decoder
 from .setup import LoaderSetup
 from .shard_dataset import ShardDataset
 from .shard_map import ShardMap

@@ -205,7 +205,7 @@ class PlannedDataset(IterableDataset):
 
     @property
     def default_collate(self) -> bool:
-        """Batches are made by :func:`shardstream.dataset.collate.collate` (which a transport sends cheaply)."""
+        """Batches are made by :func:`shardstream.dataset.batches.collate.collate` (which a transport sends cheaply)."""
         raise NotImplementedError
 
     def batches_per_chunk(self, batch_size: int, num_workers: int) -> int:
@@ -214,7 +214,7 @@ class PlannedDataset(IterableDataset):
 
     def split_chunk(self, chunk: Any, size: int) -> list[Any]:
         """A chunk of several batches cut into batches of ``size``."""
-        from .collate import split
+        from .batches.collate import split
 
         return split(chunk, size)
 

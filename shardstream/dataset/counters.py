@@ -18,8 +18,8 @@ from typing import Any
 import numpy as np
 from torch.utils.data import get_worker_info
 
-from .readers import ArrowShard, OpenShards, TarShard
-from .shared_memory import shared_zeros
+from .batches.shared_memory import shared_zeros
+from .shards.readers import ArrowShard, OpenShards, TarShard
 
 FIELDS = (
     "samples",  # samples made into batches (or yielded) by the readers

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from typing import Literal
 
+from .batches.shared_memory import shared_zeros
 from .ranks import agree
-from .shared_memory import shared_zeros
 
 OnNewVersion = Literal["stay", "next_epoch"]
 ON_NEW_VERSION = ("stay", "next_epoch")

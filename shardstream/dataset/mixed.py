@@ -31,11 +31,11 @@ from ..manifest.labels import read_labels
 from ..plan.batch_mix import BatchSchedule, expand
 from ..plan.mix import MixSchedule, quotas, stream_items
 from .base import PassRun, PlannedDataset
-from .collate import collate
+from .batches.collate import collate
 from .counters import StageCounters
-from .mix_batches import check_fields, gather_mapped, merge_tokens, tag
-from .mix_prefetch import SourcePrefetch
-from .mix_weights import label_weights, source_weights
+from .mix.batches import check_fields, gather_mapped, merge_tokens, tag
+from .mix.prefetch import SourcePrefetch
+from .mix.weights import label_weights, source_weights
 from .parallel import Parallel
 from .shard_dataset import ShardDataset
 from .tokens import TokenDataset
@@ -84,7 +84,7 @@ class MixedDataset(PlannedDataset):
         rank: as for :class:`ShardDataset`.
         world_size: as for :class:`ShardDataset`.
         parallel: as for :class:`ShardDataset`.
-        collate_fn: makes a batch from sample dicts (default: :func:`shardstream.dataset.collate.collate`).
+        collate_fn: makes a batch from sample dicts (default: :func:`shardstream.dataset.batches.collate.collate`).
         batching: ``"mixed"`` (default: sources mixed sample by sample, inside batches too) or
             ``"per_source"``: each batch of ``batch_size`` samples comes from one source, and batches
             (not samples) are dealt to the sources by their weights, exactly per epoch and within one

@@ -23,16 +23,16 @@ from ..errors import sample_name
 from ..storage import ShardFetcher
 from ..storage.settings import DEFAULT, StorageSettings
 from .base import PassRun, PlannedDataset
-from .collate import collate
+from .batches.collate import collate
 from .contract import Counters, PassStart, WorkerSlot
 from .counters import CountedShards
-from .decode import Decoder, DecodeSpec, FieldSpec, written_types
 from .following import OnNewVersion, VersionChoice, agreed_version
 from .parallel import Parallel
-from .readers import Chunk, OpenShards
-from .samples import SampleReader
+from .samples.decode import Decoder, DecodeSpec, FieldSpec, written_types
+from .samples.reader import SampleReader
 from .setup import LoaderSetup
 from .shard_pass import ShardPass, StoredDataset, open_stored
+from .shards.readers import Chunk, OpenShards
 from .state import resolve_window
 
 _CHUNK_BYTES = 8 << 20  # raw batches a worker sends at once: about this many bytes
@@ -50,7 +50,7 @@ class ShardDataset(StoredDataset, PlannedDataset):
             over remote shards at most 1 GiB of them, and at least four shards); 0 or 1: no shuffle
             within windows, shards still permuted.
         decode: ``"torch"``, ``"numpy"``, ``"pil"``, ``None`` (bytes), a callable on the
-            sample, or a per-field mapping; see :class:`shardstream.dataset.decode.Decoder`.
+            sample, or a per-field mapping; see :class:`shardstream.dataset.samples.decode.Decoder`.
         fields: the fields samples keep, after decoding, with alternatives for mixed extensions:
             ``["jpg;png", "cls"]`` (named ``jpg`` and ``cls``) or ``{"image": "jpg;png", "label": "cls"}``.
         transform: a callable applied to each decoded sample: it receives the sample as a dict
@@ -279,7 +279,7 @@ class ShardDataset(StoredDataset, PlannedDataset):
 
     @property
     def default_collate(self) -> bool:
-        """Batches are made by :func:`shardstream.dataset.collate.collate` (which a transport can send cheaply)."""
+        """Batches are made by :func:`shardstream.dataset.batches.collate.collate` (which a transport can send cheaply)."""
         return self.collate_fn is collate
 
     @property

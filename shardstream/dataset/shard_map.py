@@ -27,10 +27,10 @@ from ..errors import ShardstreamError, TransformError, UsageError, sample_name
 from ..manifest.sample_set import SampleSet
 from ..storage import ShardFetcher
 from ..storage.settings import DEFAULT, StorageSettings
-from .decode import Decoder, DecodeSpec, FieldSpec, written_types
-from .readers import OpenShards
+from .samples.decode import Decoder, DecodeSpec, FieldSpec, written_types
 from .shard_pass import Stored, StoredDataset, open_stored
-from .sparse import SparseReads
+from .shards.readers import OpenShards
+from .shards.sparse import SparseReads
 from .tokens import TokenDataset
 
 

@@ -22,7 +22,7 @@ from ..manifest.sample_set import SampleSet, samples_of
 from ..storage import DiskCache, Prefetcher, Store
 from ..storage.settings import StorageSettings
 from .base import PassRun
-from .readers import Chunk, OpenShards, RangedReads, looking_ahead, release_stale_maps
+from .shards.readers import Chunk, OpenShards, RangedReads, looking_ahead, release_stale_maps
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ import numpy as np
 
 from .. import plan
 from ..errors import ShardstreamError
-from .shared_memory import shared_zeros
+from .batches.shared_memory import shared_zeros
 
 STATE_VERSION = 1
 MAX_INTERVALS = 4096  # segment intervals the block holds (enough for resizes to 4,096 ranks)

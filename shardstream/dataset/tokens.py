@@ -28,12 +28,12 @@ from ..manifest.token_stats import shard_tokens
 from ..storage import ShardFetcher
 from ..storage.settings import DEFAULT, StorageSettings
 from .base import PassRun, PlannedDataset
-from .collate import empty_batch_tensor
+from .batches.collate import empty_batch_tensor
 from .contract import Counters
 from .counters import StageCounters
 from .parallel import Parallel
-from .readers import OpenShards, window_span
 from .shard_pass import ShardPass, StoredDataset, open_stored
+from .shards.readers import OpenShards, window_span
 from .state import resolve_window
 
 _CHUNK_BYTES = 4 << 20

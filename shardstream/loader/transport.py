@@ -26,8 +26,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..dataset.collate import RaggedBytes, allocating
-from ..dataset.shared_memory import shared_empty
+from ..dataset.batches.collate import RaggedBytes, allocating
+from ..dataset.batches.shared_memory import shared_empty
 
 _ALIGN = 64
 _WAIT_S = 0.005  # longest wait for a free arena before taking a new one

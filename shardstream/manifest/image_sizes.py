@@ -8,7 +8,7 @@ field (``jpg``, ``jpeg``, ``png``, ``gif``, ``bmp``, ``webp``) **from its header
 ``n``, the number of fields ``k``, each shard's sample count, then per field every sample's width, then
 every sample's height (samples in manifest order). 0 means unknown (the sample lacks the field, or its
 header does not parse). 8 bytes per sample and field; read only by what plans from it
-(:class:`~shardstream.dataset.bucketed.Bucketed`), never by a plain read.
+(:class:`~shardstream.dataset.batches.bucketed.Bucketed`), never by a plain read.
 
 Older readers ignore the head's key; the shards and their sample indexes are unchanged. The file
 is untrusted input: its sha256 is checked before it is parsed (``allow_pickle=False``), and its sample

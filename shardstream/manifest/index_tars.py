@@ -253,7 +253,7 @@ def _image_sizes(plain: Any, found: Any) -> ShardSizes:
 def _write_indexes(root: Store, result: IndexResult) -> None:
     """Write each tar's sample index into ``.shardstream/`` beside it (``.shardstream/<shard>.idx``) and name their sha256 in the manifest;
     where the folder cannot be written (a read-only mount, a bucket of someone else's), none: readers
-    then build each index once per host (see :mod:`shardstream.dataset.tar_indexes`)."""
+    then build each index once per host (see :mod:`shardstream.dataset.shards.tar_indexes`)."""
     if result.indexes is None:
         return
     m = result.manifest

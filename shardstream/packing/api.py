@@ -91,7 +91,7 @@ def pack(  # noqa: PLR0913 - the public pack: one keyword per setting, as the co
     storage by ranged reads. ``False`` writes the tars alone (read without per-sample checksums).
     ``image_sizes`` (default True): record each image field's width and height, read from its header
     (never decoded), in a side file the manifest names (:mod:`shardstream.manifest.image_sizes`), so
-    :class:`~shardstream.dataset.bucketed.Bucketed` plans aspect-ratio buckets without reading a sample.
+    :class:`~shardstream.dataset.batches.bucketed.Bucketed` plans aspect-ratio buckets without reading a sample.
     ``append``: add the source's samples to the dataset at ``dest`` as its next version, in new shards
     (same shard format and fields; the earlier versions stay readable; see
     :mod:`shardstream.manifest.versions`); into an empty ``dest`` it packs version 1.

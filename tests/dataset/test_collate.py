@@ -10,7 +10,7 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset
 
 from shardstream import ShardDataset, ShardWriter
-from shardstream.dataset.collate import (
+from shardstream.dataset.batches.collate import (
     FieldCollate,
     MappedBytes,
     RaggedBytes,
@@ -246,7 +246,7 @@ def test_pad_sequences_keeps_the_dtype_when_a_sequence_is_an_empty_list():
 def test_collate_allocates_from_the_active_allocator_only_inside_its_block():
     import threading
 
-    from shardstream.dataset.collate import allocating
+    from shardstream.dataset.batches.collate import allocating
 
     arena = torch.zeros(1 << 12, dtype=torch.uint8)
     used = []

@@ -15,7 +15,7 @@ import pytest
 from PIL import Image
 
 import shardstream as ss
-from shardstream.dataset.decode import DecodeError
+from shardstream.dataset.samples.decode import DecodeError
 from shardstream.manifest.index_parquet import index_parquet
 from shardstream.manifest.verify import verify
 from tests.sample_datasets import make_files

@@ -10,8 +10,8 @@ import pytest
 import torch
 from PIL import Image
 
-from shardstream.dataset import decode as decode_module
-from shardstream.dataset.decode import DecodeError, Decoder, decode_value
+from shardstream.dataset.samples import decode as decode_module
+from shardstream.dataset.samples.decode import DecodeError, Decoder, decode_value
 from shardstream.errors import ShardstreamError
 
 W, H = 6, 4  # image width and height: distinct so that HWC and CHW cannot be confused

@@ -132,7 +132,7 @@ def test_plain_shards_take_the_vectorised_path(tmp_path):
 def test_checked_once_per_host_for_each_version_of_the_file(tmp_path, monkeypatch, own_cache):
     """The check runs once per version of each shard file, whatever the number of readers (its record is
     in the private cache folder's ``checked/``); a file replaced since is checked again."""
-    from shardstream.dataset import checked_index
+    from shardstream.dataset.shards import checked_index
 
     dest, expected = packed(tmp_path)
     calls: list[str] = []

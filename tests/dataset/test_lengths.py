@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from shardstream import ShardDataset
-from shardstream.dataset.lengths import LengthBucketing, cut, split_to
+from shardstream.dataset.batches.lengths import LengthBucketing, cut, split_to
 from tests.sample_datasets import key_of, write_dataset
 
 BUDGET = 64

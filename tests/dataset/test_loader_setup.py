@@ -14,9 +14,9 @@ from torch.utils.data import DataLoader
 
 from shardstream import ShardDataset
 from shardstream.dataset import LoaderSetup
-from shardstream.dataset import collate as collate_module
-from shardstream.dataset.collate import collate
-from shardstream.dataset.decode import Decoder
+from shardstream.dataset.batches import collate as collate_module
+from shardstream.dataset.batches.collate import collate
+from shardstream.dataset.samples.decode import Decoder
 from shardstream.errors import ShardstreamError
 from shardstream.loader.transport import Ring, Shipment
 from tests.sample_datasets import key_of, write_dataset

@@ -12,8 +12,8 @@ from PIL import Image
 
 import shardstream
 from shardstream.dataset import ShardDataset
-from shardstream.dataset import decode as decode_module
-from shardstream.dataset.decode import DecodeError, PendingJpeg, decode_image
+from shardstream.dataset.samples import decode as decode_module
+from shardstream.dataset.samples.decode import DecodeError, PendingJpeg, decode_image
 
 pytestmark = pytest.mark.skipif(
     decode_module._simplejpeg is None, reason="simplejpeg is not installed"

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from shardstream.dataset.readers import ArrowShard, OpenShards, TarShard
+from shardstream.dataset.shards.readers import ArrowShard, OpenShards, TarShard
 from shardstream.errors import CorruptShardError
 from shardstream.formats import tar as tar_format
 from shardstream.manifest import load_manifest

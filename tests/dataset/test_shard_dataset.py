@@ -16,7 +16,7 @@ from torch.utils.data import DataLoader
 
 from shardstream import plan
 from shardstream.dataset import ShardDataset
-from shardstream.dataset.decode import DecodeError
+from shardstream.dataset.samples.decode import DecodeError
 from shardstream.errors import CorruptShardError, ShardstreamError
 from shardstream.manifest import MANIFEST_NAME, load_manifest
 from shardstream.packing.writer import ShardWriter

@@ -11,8 +11,8 @@ import pytest
 from torch.utils.data import DataLoader
 
 from shardstream.dataset import MappedBytes, ShardDataset
-from shardstream.dataset.decode import DecodeError
-from shardstream.dataset.samples import SkipCount, TransformError
+from shardstream.dataset.samples.decode import DecodeError
+from shardstream.dataset.samples.reader import SkipCount, TransformError
 from shardstream.errors import CorruptShardError, ShardstreamError
 from tests.sample_datasets import key_of, write_dataset
 

@@ -13,9 +13,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from shardstream.dataset import ShardDataset, mapped
-from shardstream.dataset.mapped import MappedBytes, file_identity
-from shardstream.dataset.readers import OpenShards
+from shardstream.dataset import ShardDataset
+from shardstream.dataset.shards import mapped
+from shardstream.dataset.shards.mapped import MappedBytes, file_identity
+from shardstream.dataset.shards.readers import OpenShards
 from shardstream.errors import CorruptShardError, ShardstreamError
 from shardstream.packing.writer import ShardWriter
 from tests.sample_datasets import key_of, write_dataset

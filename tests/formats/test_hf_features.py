@@ -12,7 +12,7 @@ import pyarrow.ipc
 import pytest
 
 from shardstream import ShardDataset, ShardMap, ShardWriter, merge, pack
-from shardstream.dataset.decode import IMAGE_EXTENSIONS as DECODED_AS_IMAGES
+from shardstream.dataset.samples.decode import IMAGE_EXTENSIONS as DECODED_AS_IMAGES
 from shardstream.errors import CorruptShardError, ManifestError
 from shardstream.formats import arrow as A
 from shardstream.formats import hf_features as H

@@ -21,7 +21,7 @@ import torch
 from PIL import Image
 
 from shardstream import ShardDataset, ShardWriter
-from shardstream.dataset.collate import collate, ragged_fields
+from shardstream.dataset.batches.collate import collate, ragged_fields
 from shardstream.loader import guards
 from shardstream.loader.guards import SharedMemoryError, WorkerDeviceError, WorkerPickleError
 from tests.sample_datasets import key_of, write_dataset

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from shardstream.dataset import ShardDataset
-from shardstream.dataset.readers import OpenShards, TarShard
+from shardstream.dataset.shards.readers import OpenShards, TarShard
 from shardstream.errors import ShardstreamError
 from tests.sample_datasets import key_of
 from tests.sample_datasets import write_dataset as _write_dataset

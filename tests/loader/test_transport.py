@@ -10,7 +10,7 @@ import torch
 
 import shardstream.loader.transport as transport
 from shardstream import ShardDataset, ShardWriter
-from shardstream.dataset.collate import MappedBytes, RaggedBytes, collate
+from shardstream.dataset.batches.collate import MappedBytes, RaggedBytes, collate
 from shardstream.loader.transport import ArenaRef, Receiver, Ring, Shipment
 
 

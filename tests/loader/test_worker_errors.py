@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import shardstream as ss
-from shardstream.dataset.decode import DecodeError
+from shardstream.dataset.samples.decode import DecodeError
 from shardstream.errors import CorruptShardError, ShardstreamError, TransformError, UsageError
 from shardstream.loader import SharedMemoryError, guards
 from shardstream.loader.worker_errors import WorkerTraceback, _portable, is_ours
@@ -176,7 +176,10 @@ def test_with_worker_tracebacks_the_workers_traceback_is_printed_above_the_same_
         exc.__cause__
     ) == exc.worker_traceback.rstrip("\n")
     text = "\n".join(printed(exc))
-    assert "In DataLoader worker process 0:" in text and "shardstream/dataset/samples.py" in text
+    assert (
+        "In DataLoader worker process 0:" in text
+        and "shardstream/dataset/samples/reader.py" in text
+    )
     assert printed(exc)[-1] == last_line(exc)
     # untouched, causes and all
     main = raised(reading(urls, "corrupt"), num_workers=0, worker_tracebacks=True)

@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import shardstream as ss
-from shardstream.dataset import tar_indexes
+from shardstream.dataset.shards import tar_indexes
 from shardstream.manifest import files, load_manifest
 from shardstream.manifest.index_parquet import index_parquet
 from shardstream.manifest.side_names import NAMESPACE, old_index_name

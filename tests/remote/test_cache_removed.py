@@ -13,7 +13,7 @@ import pytest
 
 import shardstream
 from shardstream import ShardDataset, ShardMap
-from shardstream.dataset import sparse
+from shardstream.dataset.shards import sparse
 from tests.oslimits import leave_free, tiny_tmpfs
 from tests.sample_datasets import make_files
 

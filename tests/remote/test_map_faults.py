@@ -11,7 +11,7 @@ import pytest
 
 import shardstream
 from shardstream import ShardMap, StorageSettings
-from shardstream.dataset import sparse
+from shardstream.dataset.shards import sparse
 from tests.sample_datasets import RUN, make_files
 
 from .proxy import s3_error

@@ -11,7 +11,8 @@ import threading
 import time
 
 import shardstream
-from shardstream.dataset import ShardDataset, ranged
+from shardstream.dataset import ShardDataset
+from shardstream.dataset.shards import ranged
 from shardstream.formats.tar_index import parse_index
 from shardstream.manifest.side_names import index_name
 

@@ -13,7 +13,7 @@ import torch
 
 import shardstream
 from shardstream import ShardDataset, ShardMap, StorageSettings, TokenDataset
-from shardstream.dataset import readers, sparse
+from shardstream.dataset.shards import readers, sparse
 from shardstream.errors import CorruptShardError
 from shardstream.formats import parquet as parquet_format
 from shardstream.manifest.index_parquet import index_parquet

@@ -14,7 +14,8 @@ import os
 import random
 
 import shardstream
-from shardstream.dataset import ShardDataset, ranged
+from shardstream.dataset import ShardDataset
+from shardstream.dataset.shards import ranged
 from tests.sample_datasets import make_files
 
 

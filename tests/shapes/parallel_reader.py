@@ -18,8 +18,8 @@ import torch.distributed as dist
 from torch.distributed.device_mesh import init_device_mesh
 
 from shardstream.dataset import MixedDataset, ShardDataset
-from shardstream.dataset.bucketed import Bucketed, aspect_ratio, length_of
-from shardstream.dataset.packed import SequencePacking
+from shardstream.dataset.batches.bucketed import Bucketed, aspect_ratio, length_of
+from shardstream.dataset.batches.sequence_packing import SequencePacking
 from shardstream.dataset.parallel import Parallel
 
 BATCH = 3

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from shardstream import ShardDataset
-from shardstream.dataset.bucketed import Bucketed, length_of
-from shardstream.dataset.packed import SequencePacking
+from shardstream.dataset.batches.bucketed import Bucketed, length_of
+from shardstream.dataset.batches.sequence_packing import SequencePacking
 from tests.sample_datasets import key_of, write_dataset
 
 N = 36

@@ -14,7 +14,7 @@ from PIL import Image
 
 from shardstream import ShardDataset
 from shardstream.dataset import MixedDataset
-from shardstream.dataset.bucketed import Bucketed, aspect_ratio, image_size, length_of
+from shardstream.dataset.batches.bucketed import Bucketed, aspect_ratio, image_size, length_of
 from shardstream.plan.packing import bucket_batches, bucket_of
 from tests.sample_datasets import key_of, write_dataset
 
@@ -186,7 +186,7 @@ def test_truncated_or_odd_headers_give_none(data):
 def test_raw_windows_cross_from_workers(url):
     # raw values are memoryviews into the shard: a worker sends a window's as bytes (a memoryview
     # cannot be pickled, and the DataLoader would wait for that window forever); timeout: fail, not hang
-    from shardstream.dataset.collate import collate
+    from shardstream.dataset.batches.collate import collate
 
     ds = ShardDataset(url, decode=None)
     b = Bucketed(ds, "cls", None, 4, window=10, collate_fn=collate, num_workers=1, timeout=120)
@@ -196,8 +196,8 @@ def test_raw_windows_cross_from_workers(url):
 
 
 def test_raw_local_batches_stay_in_place_and_hold_the_same_bytes(url):
-    from shardstream.dataset.collate import collate
-    from shardstream.dataset.mapped import MappedBytes
+    from shardstream.dataset.batches.collate import collate
+    from shardstream.dataset.shards.mapped import MappedBytes
 
     in_place = bucketed(url, workers=1)
     copied = Bucketed(

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from shardstream import ShardDataset
 from shardstream.dataset import MixedDataset
-from shardstream.dataset.packed import IGNORE, SequencePacking
+from shardstream.dataset.batches.sequence_packing import IGNORE, SequencePacking
 from shardstream.errors import UsageError
 from shardstream.plan.packing import best_fit_decreasing, split_largest
 from tests.sample_datasets import key_of, write_dataset

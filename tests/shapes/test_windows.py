@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 
 import shardstream as ss
-from shardstream.dataset.collate import RaggedBytes
-from shardstream.dataset.windowed import WINDOW, WindowedBatches, rows_of, window_of
+from shardstream.dataset.batches.collate import RaggedBytes
+from shardstream.dataset.batches.windowed import WINDOW, WindowedBatches, rows_of, window_of
 
 
 def test_a_window_of_dict_samples_crosses_as_columns_and_comes_back_as_rows():

@@ -11,7 +11,7 @@ from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
-from ..storage import Prefetcher
+from ...storage import Prefetcher
 
 # chunks whose shards are fetched ahead (the prefetchers' byte budgets bound the bytes)
 LOOK_AHEAD = 16

@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from .mix_batches import source_name
+from .batches import source_name
 
 
 def source_weights(sources: Sequence[Any], weights: Sequence[float] | None) -> np.ndarray:

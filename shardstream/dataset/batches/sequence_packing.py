@@ -18,9 +18,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..errors import UsageError
-from ..plan.packing import best_fit_decreasing, deal, split_largest
-from .tokens import varlen_fields
+from ...errors import UsageError
+from ...plan.packing import best_fit_decreasing, deal, split_largest
+from ..tokens import varlen_fields
 from .windowed import WindowedBatches
 
 IGNORE = -100  # the label no loss is taken of (PyTorch's cross_entropy ignore_index)

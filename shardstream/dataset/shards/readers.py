@@ -20,18 +20,18 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import CorruptShardError
-from ..formats import TAR_COMPRESSION
-from ..formats import checksums as checksums_format
-from ..formats import parquet as parquet_format
-from ..formats import tar as tar_format
-from ..formats.arrow_checksums import damaged_rows, parse_checksums
-from ..formats.checksums import checksum, mismatch
-from ..formats.compression import decompress
-from ..formats.tar_index import SampleIndex
-from ..manifest import Manifest
-from ..manifest.side_names import index_name
-from ..storage import DiskCache, Prefetcher, ShardFetcher, Store
+from ...errors import CorruptShardError
+from ...formats import TAR_COMPRESSION
+from ...formats import checksums as checksums_format
+from ...formats import parquet as parquet_format
+from ...formats import tar as tar_format
+from ...formats.arrow_checksums import damaged_rows, parse_checksums
+from ...formats.checksums import checksum, mismatch
+from ...formats.compression import decompress
+from ...formats.tar_index import SampleIndex
+from ...manifest import Manifest
+from ...manifest.side_names import index_name
+from ...storage import DiskCache, Prefetcher, ShardFetcher, Store
 from .checked_index import check_index_once
 from .integrity import unchecked
 from .mapped import FileIdentity, MappedBytes, file_identity, release_stale_maps  # noqa: F401 - their names here
@@ -172,7 +172,7 @@ class ArrowShard(CheckedRows):
     :attr:`checked`: the shard has checksums."""
 
     def __init__(self, data, name: str, expected_samples: int):
-        from ..formats import arrow as arrow_format
+        from ...formats import arrow as arrow_format
 
         self.name = name
         self.table, damaged = arrow_format.read_checked(data, name, checksums_format.checking())

@@ -9,10 +9,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..errors import UsageError
-from .collate import empty_batch_tensor
-from .mapped import MappedBytes
-from .tokens import varlen_fields
+from ...errors import UsageError
+from ..batches.collate import empty_batch_tensor
+from ..shards.mapped import MappedBytes
+from ..tokens import varlen_fields
 
 SOURCE = "__source__"
 TOKEN_FIELDS = ("input_ids", "labels", "position_ids")

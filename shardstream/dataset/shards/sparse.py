@@ -16,7 +16,7 @@ slice of a memory map: reads that dense would soon bring most of the shard anywa
 all, and the other processes of the host share it. Shards of at most :data:`SMALL_SHARD` bytes are
 fetched whole at once (at that size a GET costs its round trip, whatever it carries), as are tars
 without a sample index, Arrow and token shards; Parquet files are read by row group (see
-:func:`~shardstream.dataset.readers.ranged_parquet`).
+:func:`~shardstream.dataset.shards.readers.ranged_parquet`).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from ..formats.tar_index import SampleIndex
+from ...formats.tar_index import SampleIndex
 from .ranged import sample_of_span
 from .readers import OpenShards, load_sample_index
 

@@ -1,8 +1,8 @@
 """Bucketed batches planned for the whole epoch from image sizes recorded at pack time.
 
 Where a dataset's manifest names recorded image sizes (:mod:`shardstream.manifest.image_sizes`) for the
-field of an :func:`~shardstream.dataset.bucketed.aspect_ratio` or
-:func:`~shardstream.dataset.bucketed.image_area` key, every sample's bucket is known before
+field of an :func:`~shardstream.dataset.batches.bucketed.aspect_ratio` or
+:func:`~shardstream.dataset.batches.bucketed.image_area` key, every sample's bucket is known before
 anything is read: the epoch's batches come from :func:`shardstream.plan.buckets.epoch_batches` (the same
 for any world size and worker count), each rank's from :func:`~shardstream.plan.buckets.rank_batches`,
 and a DataLoader reads each batch's samples by index (:class:`~shardstream.dataset.shard_map.ShardMap`,
@@ -19,12 +19,12 @@ from typing import Any
 import numpy as np
 from torch.utils.data import DataLoader, Dataset
 
-from ..host import loader_workers
-from ..manifest.image_sizes import read_image_sizes
-from ..plan.buckets import epoch_batches, rank_batches
+from ...host import loader_workers
+from ...manifest.image_sizes import read_image_sizes
+from ...plan.buckets import epoch_batches, rank_batches
+from ..shard_dataset import ShardDataset
+from ..shard_map import ShardMap
 from .collate import collate
-from .shard_dataset import ShardDataset
-from .shard_map import ShardMap
 
 log = logging.getLogger("shardstream")
 
@@ -121,7 +121,7 @@ def _as_read(batches: Any) -> Any:
 
 
 class PlannedBuckets:
-    """The planned path of :class:`~shardstream.dataset.bucketed.Bucketed` (see the module's notes)."""
+    """The planned path of :class:`~shardstream.dataset.batches.bucketed.Bucketed` (see the module's notes)."""
 
     def __init__(  # noqa: PLR0913 - Bucketed's settings, passed on
         self,

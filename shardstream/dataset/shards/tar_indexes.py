@@ -23,12 +23,12 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from ..errors import ShardstreamError
-from ..formats.tar import build_index
-from ..formats.tar_index import MAGIC, SampleIndex, parse_index
-from ..manifest import Manifest
-from ..manifest.side_names import index_name, old_index_name
-from ..storage import DiskCache, ShardFetcher, Store
+from ...errors import ShardstreamError
+from ...formats.tar import build_index
+from ...formats.tar_index import MAGIC, SampleIndex, parse_index
+from ...manifest import Manifest
+from ...manifest.side_names import index_name, old_index_name
+from ...storage import DiskCache, ShardFetcher, Store
 
 log = logging.getLogger("shardstream")
 
@@ -78,7 +78,7 @@ def _taken(found: Any) -> bytes:
 
 
 class SampleIndexes:
-    """The sample indexes of one dataset's tar shards, for :class:`~shardstream.dataset.readers.OpenShards`.
+    """The sample indexes of one dataset's tar shards, for :class:`~shardstream.dataset.shards.readers.OpenShards`.
 
     ``cache``: makes the host's cache for built indexes when one is first needed (a local dataset
     reads its shards in place and has none until then)."""

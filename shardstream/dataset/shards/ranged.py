@@ -21,10 +21,10 @@ from typing import Any
 
 import numpy as np
 
-from ..formats import tar as tar_format
-from ..formats.tar_index import SampleIndex
-from ..manifest import Manifest
-from ..storage import Prefetcher, ShardFetcher
+from ...formats import tar as tar_format
+from ...formats.tar_index import SampleIndex
+from ...manifest import Manifest
+from ...storage import Prefetcher, ShardFetcher
 from .tar_indexes import SampleIndexes
 
 RANGED_SAMPLES = 256  # per pass and process: the first few batches of an epoch

@@ -21,8 +21,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..ranks import agree
 from .collate import collate, pad_sequences
-from .ranks import agree
 from .windowed import WindowResume
 
 

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import os
 
-from ..errors import StorageError
-from ..formats.index_check import check_index
-from ..formats.tar_index import SampleIndex
-from ..storage import ShardFetcher
-from ..storage.cache import DiskCache
-from ..storage.checked import once_per_host
+from ...errors import StorageError
+from ...formats.index_check import check_index
+from ...formats.tar_index import SampleIndex
+from ...storage import ShardFetcher
+from ...storage.cache import DiskCache
+from ...storage.checked import once_per_host
 
 
 def check_index_once(

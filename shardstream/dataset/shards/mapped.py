@@ -13,9 +13,9 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import CorruptShardError
-from ..formats import checksums as checksums_format
-from ..formats.checksums import checksum, mismatch
+from ...errors import CorruptShardError
+from ...formats import checksums as checksums_format
+from ...formats.checksums import checksum, mismatch
 
 FileIdentity = tuple[
     int, int, int, int

@@ -22,9 +22,11 @@ import numpy as np
 import torch
 from torch.utils.data import get_worker_info
 
-from ..errors import ShardstreamError
-from .decode import PendingJpeg
-from .mapped import MappedBytes as MappedBytes  # its home is mapped; re-exported, batches use it
+from ...errors import ShardstreamError
+from ..samples.decode import PendingJpeg
+from ..shards.mapped import (
+    MappedBytes as MappedBytes,  # its home is mapped; re-exported, batches use it
+)
 from .shared_memory import shared_empty
 
 Allocator = Callable[[tuple[int, ...], torch.dtype], "torch.Tensor | None"]

@@ -16,7 +16,7 @@ import warnings
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from ..errors import ShardstreamError, UsageError
+from ...errors import ShardstreamError, UsageError
 
 IMAGE_EXTENSIONS = frozenset(
     {"jpg", "jpeg", "png", "ppm", "pgm", "pbm", "pnm", "webp", "bmp", "gif", "tif", "tiff"}

@@ -22,9 +22,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
+from ..ranks import agree
+from ..shards.mapped import MappedBytes
 from .collate import RaggedBytes, ragged_fields
-from .mapped import MappedBytes
-from .ranks import agree
 
 WINDOW = "__window__"  # a window's samples, as :func:`window_of` ships them
 _RAW = (bytes, bytearray, memoryview)
@@ -43,7 +43,7 @@ def _as_sent(samples: list[Any]) -> list[Any]:
 def window_of(samples: list[Any]) -> dict[str, Any]:
     """A window's samples, made for the trip from a DataLoader worker to the main process: dict samples
     with the same fields as columns, every field whose values are all raw bytes in one shared-memory
-    arena (:func:`~shardstream.dataset.collate.ragged_fields`: one copy, no pickling; the transport
+    arena (:func:`~shardstream.dataset.batches.collate.ragged_fields`: one copy, no pickling; the transport
     hands the main process views of it), other fields as lists; other samples as they are, raw values
     as ``bytes``. :func:`rows_of` gives the samples back."""
     names = samples[0].keys() if samples and isinstance(samples[0], dict) else None

@@ -19,12 +19,12 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..errors import UsageError
-from ..formats.image_header import image_size as header_size
-from ..plan.packing import bucket_batches, bucket_of, split_largest
+from ...errors import UsageError
+from ...formats.image_header import image_size as header_size
+from ...plan.packing import bucket_batches, bucket_of, split_largest
+from ..shards.mapped import MappedBytes
 from .bucket_plan import PlannedBuckets, recorded_sizes
 from .collate import collate
-from .mapped import MappedBytes
 from .windowed import WindowedBatches, rows_of, window_of
 
 
@@ -184,7 +184,7 @@ class Bucketed(WindowedBatches):
         batch_size: the most samples per batch.
         window: samples grouped together; larger windows leave fewer short batches (each bucket's last
             batch of a window may be short).
-        collate_fn: makes the batch (default: :func:`shardstream.dataset.collate.collate`); batches
+        collate_fn: makes the batch (default: :func:`shardstream.dataset.batches.collate.collate`); batches
             also hold ``__bucket__``. Raw batches of local tars (``decode=None``, the default collate)
             stay locations in the shard files (:class:`MappedBytes`): each value's key is read in
             place, and no value is copied.
@@ -197,7 +197,7 @@ class Bucketed(WindowedBatches):
     With an :func:`aspect_ratio` or :func:`image_area` key over a :class:`ShardDataset` whose manifest records the image
     sizes of its field (``pack`` and ``shardstream index`` record them; no ``transform``; a split part
     plans from its selected samples' sizes), the whole epoch is planned from them before anything is read
-    (:mod:`shardstream.dataset.bucket_plan`; ``window`` is then unused) and resumes exactly on any
+    (:mod:`shardstream.dataset.batches.bucket_plan`; ``window`` is then unused) and resumes exactly on any
     world size; :attr:`planned_up_front` says so. Otherwise buckets are found per window as read.
     """
 

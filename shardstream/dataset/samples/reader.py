@@ -24,18 +24,18 @@ import numpy as np
 import torch
 from torch.utils.data import get_worker_info
 
-from ..errors import CorruptSampleError, ShardstreamError, TransformError, UsageError, sample_name
-from ..formats import checksums as checksums_format
-from ..manifest import Manifest
-from ..manifest.relabel import LABEL_FIELD
-from ..manifest.sample_set import SampleSet
-from ..storage import Store
-from .collate import MappedBytes
-from .counters import StageCounters
+from ...errors import CorruptSampleError, ShardstreamError, TransformError, UsageError, sample_name
+from ...formats import checksums as checksums_format
+from ...manifest import Manifest
+from ...manifest.relabel import LABEL_FIELD
+from ...manifest.sample_set import SampleSet
+from ...storage import Store
+from ..batches.collate import MappedBytes
+from ..batches.shared_memory import shared_zeros
+from ..counters import StageCounters
+from ..shards.mapped import Expected
+from ..shards.readers import OpenShards
 from .decode import Decoder, PendingJpeg
-from .mapped import Expected
-from .readers import OpenShards
-from .shared_memory import shared_zeros
 
 log = logging.getLogger("shardstream")
 

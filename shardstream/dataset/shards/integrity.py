@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 import threading
 
-from ..formats.checksums import NAME
+from ...formats.checksums import NAME
 
 log = logging.getLogger("shardstream")
 

@@ -1,0 +1,1 @@
+"""Samples from open shards: decoders by field extension, transform, skipping what fails."""
