@@ -144,3 +144,26 @@ def test_the_read_path_counts_samples_only_through_the_sample_set():
     assert not bad, "read a split's selection or a merge's relabelling through samples_of: " + str(
         bad
     )
+
+
+def test_datasets_hold_settings_as_a_value_not_behind_a_guard():
+    """A dataset's settings are one frozen ReadSettings and what it was made with is Fixed: no dataset
+    class overrides ``__setattr__``, and none writes into its own ``__dict__`` to get past one."""
+    bad = []
+    for module, tree in trees().items():
+        if not module.startswith("shardstream/dataset/"):
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.FunctionDef) and node.name == "__setattr__":
+                bad.append(f"{module}:{node.lineno} defines __setattr__")
+            writes_dict = (
+                isinstance(node, ast.Subscript)
+                and isinstance(node.ctx, ast.Store)
+                and ast.unparse(node.value) == "self.__dict__"
+            ) or (
+                isinstance(node, ast.Call)
+                and ast.unparse(node.func) in ("self.__dict__.update", "self.__dict__.setdefault")
+            )
+            if writes_dict:
+                bad.append(f"{module}:{node.lineno} {ast.unparse(node)[:80]}")
+    assert not bad

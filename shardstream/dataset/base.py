@@ -29,13 +29,7 @@ from .contract import Counters, PassStart, WorkerSlot
 from .parallel import Parallel, resolve_parallel
 from .ranks import process_group_ready, resolve_rank
 from .seeding import seed_batch
-from .setup import (
-    LoaderSetup,
-    reader_is,
-    refuse_change,
-    refuse_foreign_reader,
-    refuse_reconfiguration,
-)
+from .setup import LoaderSetup, reader_is, refuse_foreign_reader, refuse_reconfiguration
 from .state import (
     OrderKey,
     Position,
@@ -45,6 +39,59 @@ from .state import (
     progress_state,
     to_state,
 )
+
+
+@dataclass(frozen=True)
+class ReadSettings:
+    """The settings a dataset's batches and resume state depend on, as one frozen value. A dataset holds
+    one and replaces it whole when a setting changes, which is refused while a loader reads the dataset
+    (as a DataLoader refuses changes to its settings once iterating)."""
+
+    shuffle: bool = True
+    seed: int = 0
+    window: int = 1
+    drop_last: bool = False
+    batch_size: int | None = None
+    collate_fn: Callable[[list[Any]], Any] | None = None
+    seed_workers: bool = True
+    verify_checksums: bool = False
+    decoder: Any = None
+    transform: Callable[[dict[str, Any]], Any] | None = None
+    on_error: str = "raise"
+
+
+class Setting:
+    """A dataset's setting: a field of its :class:`ReadSettings`, settable until a loader reads it."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, obj: Any, owner: type | None = None) -> Any:
+        return self if obj is None else getattr(obj._settings, self.name)
+
+    def __set__(self, obj: PlannedDataset, value: Any) -> None:
+        obj._change(**{self.name: value})
+
+
+class Fixed:
+    """What a dataset was made with (its storage, what it read there): read-only, and a set is refused
+    with the fix (decorates the getter, as ``property`` does)."""
+
+    def __init__(self, get: Callable[[Any], Any]):
+        self.get, self.__doc__ = get, get.__doc__
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, obj: Any, owner: type | None = None) -> Any:
+        return self if obj is None else self.get(obj)
+
+    def __set__(self, obj: Any, value: Any) -> None:
+        kind = type(obj).__name__
+        raise ShardstreamError(
+            f"{self.name!r} of a {kind} is fixed when it is made; make a new {kind} with the storage "
+            "settings you want"
+        )
 
 
 class ProcessLocal(threading.local):
@@ -133,11 +180,13 @@ class PlannedDataset(IterableDataset):
     its batches (:attr:`raw`, :attr:`mapped`, :meth:`batch_bytes`, :attr:`counters`, ...).
     """
 
-    seed: int
-    shuffle: bool
-    window: int
-    drop_last: bool
-    collate_fn: Callable[[list[Any]], Any]
+    _settings = ReadSettings()  # replaced whole by _change
+    _loader: Callable[[], Any] | None = None  # a weak reference to the loader that reads it
+    shuffle = Setting()
+    seed = Setting()
+    window = Setting()
+    drop_last = Setting()
+    collate_fn = Setting()
     rank: int
     world_size: int
     epoch: int
@@ -153,12 +202,10 @@ class PlannedDataset(IterableDataset):
         ``parallel`` plans for the data-parallel groups instead of the processes."""
         rank, world_size = resolve_parallel(parallel, rank, world_size)
         self.parallel = parallel
-        self.batch_size = batch_size
         # without a loader's setup: reseed per batch (see shardstream.dataset.seeding)
-        self.seed_workers = True
+        self._change(batch_size=batch_size, seed_workers=True)
         # set by the loader that reads this dataset (configure)
         self._setup: LoaderSetup | None = None
-        self._loader: Callable[[], Any] | None = None  # a weak reference to that loader
         self._explicit_rank = (rank, world_size)
         # provisional: see begin_pass
         self.rank, self.world_size = resolve_rank(rank, world_size, strict=False)
@@ -238,33 +285,46 @@ class PlannedDataset(IterableDataset):
         raise NotImplementedError
 
     # -- settings, and the loader's one configuring call ------------------------------------------
-    def __setattr__(self, name: str, value: Any) -> None:
-        refuse_change(name, self._reading())
-        # properties over the dataset's own values (see setup)
-        if name in (
-            "seed_workers",
-            "batch_size",
-        ):
-            name = "_" + name
-        super().__setattr__(name, value)
+    @property
+    def settings(self) -> ReadSettings:
+        """The settings its batches and resume state depend on (each is also an attribute)."""
+        return self._settings
+
+    def _change(self, **values: Any) -> None:
+        """Replace settings; refused while a loader reads this dataset (its batches and resume state
+        depend on them)."""
+        if self._reading():
+            name, kind = next(iter(values)), type(self).__name__
+            raise ShardstreamError(
+                f"cannot set {name!r} of a {kind} that a loader reads: that loader's batches and resume "
+                f"state depend on it; make a new {kind} (and loader) with the setting you want"
+            )
+        self._settings = dataclasses.replace(self._settings, **values)
 
     def _reading(self) -> bool:
         """Whether a loader reads this dataset now (in the process that made the loader)."""
-        loader = self.__dict__.get("_loader")
-        return loader is not None and loader() is not None
+        return self._loader is not None and self._loader() is not None
 
     @property
     def batch_size(self) -> int | None:
         """Samples per batch it yields: its loader's while one reads it, else its own (``None``: samples),
         so that a dataset whose loader is gone yields samples to a plain DataLoader again."""
         setup = self._current_setup()
-        return self.__dict__["_batch_size"] if setup is None else setup.batch_size
+        return self._settings.batch_size if setup is None else setup.batch_size
+
+    @batch_size.setter
+    def batch_size(self, value: int | None) -> None:
+        self._change(batch_size=value)
 
     @property
     def seed_workers(self) -> bool:
         """Workers reseed ``random``, ``numpy`` and ``torch`` per batch (the loader's setting, if one reads)."""
         setup = self._current_setup()
-        return self.__dict__["_seed_workers"] if setup is None else setup.seed_workers
+        return self._settings.seed_workers if setup is None else setup.seed_workers
+
+    @seed_workers.setter
+    def seed_workers(self, value: bool) -> None:
+        self._change(seed_workers=value)
 
     def configure(self, loader: object, setup: LoaderSetup) -> None:
         """Let ``loader`` read this dataset with ``setup``: refused while another loader reads it; the
@@ -291,7 +351,7 @@ class PlannedDataset(IterableDataset):
     def setup(self) -> LoaderSetup:
         """How batches are made now: the loader's setup, or one from this dataset's own settings."""
         return self._current_setup() or LoaderSetup(
-            batch_size=self.batch_size or 1, seed_workers=self.__dict__["_seed_workers"]
+            batch_size=self.batch_size or 1, seed_workers=self._settings.seed_workers
         )
 
     def loader(
@@ -333,6 +393,7 @@ class PlannedDataset(IterableDataset):
         """Start epoch ``epoch`` (default: the current one) from its beginning."""
         self.rank, self.world_size = resolve_rank(*self._explicit_rank, strict=False)
         self.epoch = self.epoch if epoch is None else int(epoch)
+        self._local.progress = None  # a pass read here before belongs to the position replaced
         self._position.set(
             Position(
                 self.epoch, self.rank, self.world_size, [(0, self.num_samples)], self.world_size, 0
@@ -425,8 +486,6 @@ class PlannedDataset(IterableDataset):
         self.epoch = p.epoch
         self._position.set(p)
 
-    state, load_state = state_dict, load_state_dict  # the names of earlier releases
-
     # -- a pass (worker processes, or the main one) -----------------------------------------------
     def __iter__(self) -> Iterator[Any]:
         setup = self.setup
@@ -447,44 +506,35 @@ class PlannedDataset(IterableDataset):
             reseed=slot.in_worker and setup.seed_workers and user_code,
             seed=self.seed,
         )
-        yield from self._tracked(self.read_pass(run), run, own)
+        yield from self._tracked(self.read_pass(run), run, moves_epoch=not own)
 
     def _pass_start(self, slot: WorkerSlot) -> tuple[Position, int, bool]:
-        """Where this pass starts, chunks of this worker to skip, and whether the configuring loader reads."""
+        """Where this pass starts, chunks of this worker to skip, and whether the configuring loader reads
+        (which moves the epoch on itself; any other DataLoader's pass moves it at its end). One answer
+        whoever reads: a state loaded into this process (still current), else the shared position, with
+        rank and world size resolved now where no loader's pass resolved them."""
         current = self._current_setup()
         own = current is not None and reader_is(current, slot.in_worker)
         if current is not None and not own:
             refuse_foreign_reader(slot.in_worker)
-        p, skip = (self._position.get(), 0) if own else self._foreign_position(slot)
-        return p, skip, own
-
-    def _foreign_position(self, slot: WorkerSlot) -> tuple[Position, int]:
-        """The pass start for a DataLoader other than the configuring loader: a state loaded into this
-        process (still current), else the shared position with rank and world size resolved now."""
         loaded, self._local.loaded = self._local.loaded, None
         if loaded is not None and loaded[0] == self._position.generation:
-            return loaded[1], loaded[2]
+            return loaded[1], loaded[2], own
         if not slot.in_worker:
-            return self._resolve_rank(), 0
-        rank, world = resolve_rank(*self._explicit_rank, strict=True)
+            return self._resolve_rank(), 0, own
         p = self._position.get()
+        if own:  # the loader's begin_pass resolved them in the main process
+            return p, 0, own
+        rank, world = resolve_rank(*self._explicit_rank, strict=True)
         if world != p.segment_world:
-            return Position(
-                p.epoch,
-                rank,
-                world,
-                plan.remaining(p.segment, p.segment_world, p.consumed, self.drop_last),
-                world,
-                0,
-            ), 0
-        return dataclasses.replace(p, rank=rank, world_size=world), 0
+            segment = plan.remaining(p.segment, p.segment_world, p.consumed, self.drop_last)
+            return Position(p.epoch, rank, world, segment, world, 0), 0, own
+        return dataclasses.replace(p, rank=rank, world_size=world), 0, own
 
-    def _tracked(self, items: Iterable[Any], run: PassRun, own: bool) -> Iterator[Any]:
-        """``items``; read by another DataLoader (a StatefulDataLoader), keeping this process's progress
-        for ``state_dict()`` and moving a finished pass on to the next epoch."""
-        if own:
-            yield from items
-            return
+    def _tracked(self, items: Iterable[Any], run: PassRun, moves_epoch: bool) -> Iterator[Any]:
+        """``items``, keeping this process's progress for ``state_dict()`` whoever reads (a ShardLoader, a
+        StatefulDataLoader, a plain DataLoader); a finished pass moves on to the next epoch where
+        ``moves_epoch`` (no configuring loader does it)."""
         p, slot = run.position, run.slot
         key, done = self.order_key(), run.skip
         for item in items:
@@ -495,6 +545,8 @@ class PlannedDataset(IterableDataset):
             yield item
         following = next_epoch(p, self.num_samples)
         self._local.progress = to_state(following, key)
+        if not moves_epoch:
+            return
         if not slot.in_worker:
             self.reset(p.epoch + 1)
         else:
@@ -520,4 +572,12 @@ class PlannedDataset(IterableDataset):
         return state
 
 
-__all__ = ["Emitter", "PassRun", "PlannedDataset", "ProcessLocal"]
+__all__ = [
+    "Emitter",
+    "Fixed",
+    "PassRun",
+    "PlannedDataset",
+    "ProcessLocal",
+    "ReadSettings",
+    "Setting",
+]

@@ -30,7 +30,7 @@ from ..errors import UsageError
 from ..manifest.labels import read_labels
 from ..plan.batch_mix import BatchSchedule, expand
 from ..plan.mix import MixSchedule, quotas, stream_items
-from .base import PassRun, PlannedDataset
+from .base import PassRun, PlannedDataset, ReadSettings
 from .batches.collate import collate
 from .counters import StageCounters
 from .mix.batches import check_fields, gather_mapped, merge_tokens, tag
@@ -145,24 +145,16 @@ class MixedDataset(PlannedDataset):
         if batching == "per_source":
             key["batch_size"] = int(schedule.batch_size)
         per_sample = [s.manifest.total_bytes / max(s.num_samples, 1) for s in sources]
-        self.__dict__.update(
-            {  # set once: what the mix is
-                "sources": sources,
-                "weights": w,
-                "quota": q,
-                "schedule": schedule,
-                "tokens": all(tokens),
-                "batching": batching,
-                "unit": 1 if batching == "mixed" else int(schedule.batch_size),
-                "_units_per_epoch": units,
-                "_bytes_per_epoch": int(sum(b * n for b, n in zip(per_sample, q))),
-                "_mix_fingerprint": hashlib.sha256(
-                    json.dumps(key, sort_keys=True).encode()
-                ).hexdigest(),
-            }
+        # what the mix is, set once
+        self.sources, self.weights, self.quota, self.schedule = sources, w, q, schedule
+        self.tokens, self.batching = all(tokens), batching
+        self.unit = 1 if batching == "mixed" else int(schedule.batch_size)
+        self._units_per_epoch = units
+        self._bytes_per_epoch = int(sum(b * n for b, n in zip(per_sample, q)))
+        self._mix_fingerprint = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()
+        self._settings = ReadSettings(
+            seed=int(seed), window=1, drop_last=bool(drop_last), collate_fn=collate_fn or collate
         )
-        self.shuffle, self.seed, self.drop_last, self.window = True, int(seed), bool(drop_last), 1
-        self.collate_fn = collate_fn or collate
         self._counters = MixCounters(sources)
         self._start_planning(rank, world_size, None, parallel)
 

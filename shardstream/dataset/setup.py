@@ -11,27 +11,6 @@ from typing import Any
 
 from ..errors import ShardstreamError
 
-# What a loader's batches and resume state depend on: refused once a loader reads the dataset.
-SETTINGS = frozenset(
-    {
-        "shuffle",
-        "seed",
-        "window",
-        "decoder",
-        "transform",
-        "drop_last",
-        "batch_size",
-        "collate_fn",
-        "on_error",
-        "seed_workers",
-        "verify_checksums",
-    }
-)
-# Fixed when the dataset is made (its storage, and what it read from there).
-FIXED = frozenset(
-    {"stored", "store", "manifest", "storage", "disk_cache", "prefetch", "sample_set", "_windows"}
-)
-
 
 @dataclass(frozen=True)
 class LoaderSetup:
@@ -64,20 +43,6 @@ class LoaderSetup:
     def same_batches(self, other: LoaderSetup) -> bool:
         """Whether both make the same batches (they may differ in the transport alone)."""
         return dataclasses.replace(self, sender=None) == dataclasses.replace(other, sender=None)
-
-
-def refuse_change(name: str, reading: bool) -> None:
-    """Raise if ``name`` may not be set now (``reading``: a loader reads the dataset)."""
-    if name in FIXED:
-        raise ShardstreamError(
-            f"{name!r} of a ShardDataset is fixed when it is made; make a new ShardDataset "
-            "with the storage settings you want"
-        )
-    if reading and name in SETTINGS:
-        raise ShardstreamError(
-            f"cannot set {name!r} of a ShardDataset that a loader reads: that loader's batches and resume "
-            f"state depend on it; make a new ShardDataset (and loader) with the setting you want"
-        )
 
 
 def refuse_reconfiguration(current: LoaderSetup | None, new: LoaderSetup) -> None:

@@ -14,15 +14,17 @@ rows by column, or raw bytes of local tars as locations in the files.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from ..errors import sample_name
 from ..storage import ShardFetcher
 from ..storage.settings import DEFAULT, StorageSettings
-from .base import PassRun, PlannedDataset
+from .base import Fixed, PassRun, PlannedDataset, ReadSettings, Setting
 from .batches.collate import collate
 from .contract import Counters, PassStart, WorkerSlot
 from .counters import CountedShards
@@ -36,6 +38,16 @@ from .shards.readers import Chunk, OpenShards
 from .state import resolve_window
 
 _CHUNK_BYTES = 8 << 20  # raw batches a worker sends at once: about this many bytes
+
+
+@dataclass(frozen=True)
+class OpenedAs:
+    """What a dataset was opened from, to open another version of it: the URL, the shuffle window asked
+    for (each version's default differs), and which version it reads epoch by epoch."""
+
+    url: str | os.PathLike[str] | Sequence[str]
+    shuffle_window: int | None
+    versions: VersionChoice
 
 
 class ShardDataset(StoredDataset, PlannedDataset):
@@ -88,6 +100,12 @@ class ShardDataset(StoredDataset, PlannedDataset):
             epoch's start; see :mod:`shardstream.dataset.following`). Never mid-epoch.
     """
 
+    decoder = Setting()
+    transform = Setting()
+    on_error = Setting()
+    verify_checksums = Setting()
+    _checked_at: int | None = None  # the position's generation the latest version was checked at
+
     def __init__(  # noqa: PLR0913 - keyword settings with defaults, as a DataLoader's
         self,
         url_or_urls: str | os.PathLike[str] | Sequence[str],
@@ -135,56 +153,67 @@ class ShardDataset(StoredDataset, PlannedDataset):
             retries=retries,
             timeout=timeout,
         )
-        # set once: __setattr__ refuses it
-        self.__dict__["stored"] = open_stored(url_or_urls, storage, version)
+        self._stored = open_stored(url_or_urls, storage, version)
         manifest = self.manifest
-        self.shuffle, self.seed, self.drop_last = shuffle, int(seed), drop_last
-        self.window = resolve_window(
-            shuffle_window, self.sample_set.per_shard, manifest.nbytes, remote=not self.store.local
+        decoder = Decoder(decode, fields, written_types(manifest))
+        decoder.check_fields([f["name"] for f in manifest.fields if "name" in f], self.store.url)
+        self._settings = ReadSettings(
+            shuffle=shuffle,
+            seed=int(seed),
+            window=resolve_window(
+                shuffle_window,
+                self.sample_set.per_shard,
+                manifest.nbytes,
+                remote=not self.store.local,
+            ),
+            drop_last=drop_last,
+            collate_fn=collate_fn or collate,
+            verify_checksums=bool(verify_checksums),
+            decoder=decoder,
+            transform=transform,
+            on_error=on_error,
         )
-        self.decoder = Decoder(decode, fields, written_types(manifest))
-        self.decoder.check_fields(
-            [f["name"] for f in manifest.fields if "name" in f], self.store.url
-        )
-        self.transform = transform
-        self.collate_fn = collate_fn or collate
-        self.on_error = on_error
-        self.verify_checksums = bool(verify_checksums)
         if manifest.shard_format in ("arrow", "parquet"):
             import pyarrow.compute  # noqa: F401 - take() loads it lazily, inside the first batch otherwise
         self.sample_reader = SampleReader(self.store, self.sample_set)
         self._start_planning(rank, world_size, batch_size, parallel)
         # after the first reset: __init__ opened the version asked for
-        self._opened_as = (url_or_urls, shuffle_window, choice)
+        self._opened_as = OpenedAs(url_or_urls, shuffle_window, choice)
         choice.choose(manifest.version)
 
     # -- which version it reads (see .following) ---------------------------------------------------
     def _reopen(self, version: int | None) -> None:
         """Read ``version`` (``None``: the latest) from now on, in this process; nothing changes if that
         is the manifest it reads."""
-        url, shuffle_window, _ = self._opened_as
-        stored = open_stored(url, self.storage, version)
+        opened = self._opened_as
+        stored = open_stored(opened.url, self.storage, version)
         m = stored.manifest
         if m.version == self.manifest.version and m.fingerprint == self.manifest.fingerprint:
             return
-        # set past __setattr__: a loader may read this dataset, and this is an epoch's start
-        self.__dict__["stored"] = stored
-        self.__dict__["window"] = resolve_window(
-            shuffle_window, stored.samples.per_shard, m.nbytes, remote=not stored.store.local
+        # not through the settings' refusal: a loader may read this dataset, and this is an epoch's start
+        self._stored = stored
+        self._settings = dataclasses.replace(
+            self._settings,
+            window=resolve_window(
+                opened.shuffle_window,
+                stored.samples.per_shard,
+                m.nbytes,
+                remote=not stored.store.local,
+            ),
         )
         self.sample_reader.store, self.sample_reader.samples = stored.store, stored.samples
         self._local.shards = None
-        self.__dict__["_order_fingerprint"] = None
+        self._order_fingerprint = None
 
     def _move_to(self, version: int | None) -> None:
         """Main process: every process reads ``version`` (``None``: the latest) from the next pass on."""
         self._reopen(version)
-        self._opened_as[2].choose(self.manifest.version)
+        self._opened_as.versions.choose(self.manifest.version)
 
     def _start_epoch_on_latest(self) -> None:
         """Main process, as a pass starts: with ``on_new_version="next_epoch"``, an epoch not begun yet
         starts on the latest version (checked once per position set)."""
-        if not self._opened_as[2].follows or self.__dict__.get("_checked_at") == self.generation:
+        if not self._opened_as.versions.follows or self._checked_at == self.generation:
             return
         p = self._position.get()
         if self._fresh(p):
@@ -197,7 +226,7 @@ class ShardDataset(StoredDataset, PlannedDataset):
                 self._move_to(agreed)
             if self.manifest is not before:
                 super().reset(p.epoch)
-        self.__dict__["_checked_at"] = self.generation
+        self._checked_at = self.generation
 
     def begin_pass(self) -> PassStart:
         """A loader's pass starts (main process); see :meth:`PlannedDataset.begin_pass`."""
@@ -207,7 +236,7 @@ class ShardDataset(StoredDataset, PlannedDataset):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue from ``state``. With ``on_new_version="next_epoch"``, on the version it was saved on
         (reopened for the rest of its epoch; a state at an epoch's start starts it on the latest)."""
-        follows = self._opened_as[2].follows and not WorkerSlot.current().in_worker
+        follows = self._opened_as.versions.follows and not WorkerSlot.current().in_worker
         saved = state.get("dataset_version") if isinstance(state, dict) else None
         if follows and type(saved) is int and saved != self.manifest.version:
             self._move_to(saved)
@@ -215,11 +244,9 @@ class ShardDataset(StoredDataset, PlannedDataset):
         if follows:
             self._start_epoch_on_latest()
 
-    load_state = load_state_dict  # the name of earlier releases
-
     def __iter__(self) -> Iterator[Any]:
         if WorkerSlot.current().in_worker:
-            chosen = self._opened_as[2].other_than(self.manifest.version)
+            chosen = self._opened_as.versions.other_than(self.manifest.version)
             if chosen is not None:  # the main process moved to another version
                 self._reopen(chosen)
         else:
@@ -297,7 +324,7 @@ class ShardDataset(StoredDataset, PlannedDataset):
         """Stage times and counts of every process reading this dataset (see :mod:`.counters`)."""
         return self.sample_reader.stats
 
-    @property
+    @Fixed
     def prefetch(self) -> int:
         """Bytes each worker downloads ahead (``storage.prefetch``)."""
         return self.storage.prefetch_bytes

@@ -123,9 +123,9 @@ class ShardMap(StoredDataset, Dataset):
                 verify_checksums=verify_checksums,
                 version=version,
             )
-            self.stored, self.samples = self.tokens.stored, self.tokens.sample_set
+            self._stored, self.samples = self.tokens.stored, self.tokens.sample_set
         else:
-            self.stored = open_map_dataset(url, storage, version)
+            self._stored = open_map_dataset(url, storage, version)
             self.samples = self.stored.samples
             if self.manifest.shard_format == "tokens":
                 raise UsageError(

@@ -21,7 +21,7 @@ from ..manifest import Manifest, open_dataset
 from ..manifest.sample_set import SampleSet, samples_of
 from ..storage import DiskCache, Prefetcher, Store
 from ..storage.settings import StorageSettings
-from .base import PassRun
+from .base import Fixed, PassRun
 from .shards.readers import Chunk, OpenShards, RangedReads, looking_ahead, release_stale_maps
 
 
@@ -42,29 +42,34 @@ class StoredDataset:
     """A dataset that reads one stored dataset: what it was opened from, fixed when it is made (its
     ``stored``), and these views of it."""
 
-    stored: Stored
+    _stored: Stored
 
-    @property
+    @Fixed
+    def stored(self) -> Stored:
+        """What the dataset was opened from: its storage, manifest and samples."""
+        return self._stored
+
+    @Fixed
     def store(self) -> Store:
         """The dataset's storage location (folder or bucket prefix)."""
         return self.stored.store
 
-    @property
+    @Fixed
     def manifest(self) -> Manifest:
         """The dataset's manifest, as read when the dataset was made."""
         return self.stored.manifest
 
-    @property
+    @Fixed
     def sample_set(self) -> SampleSet:
         """Which samples of which shard the dataset reads, with which labels (the one answer)."""
         return self.stored.samples
 
-    @property
+    @Fixed
     def storage(self) -> StorageSettings:
         """The settings remote shards are read with."""
         return self.stored.storage
 
-    @property
+    @Fixed
     def disk_cache(self) -> DiskCache | None:
         """The host's shard cache (``None`` for a local dataset, read in place)."""
         return self.stored.disk_cache

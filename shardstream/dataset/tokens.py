@@ -22,12 +22,11 @@ import torch
 
 from ..errors import CorruptShardError, UsageError
 from ..formats.tokens import TokenShard
-from ..manifest import Manifest
 from ..manifest.sample_set import SampleSet, samples_of
 from ..manifest.token_stats import shard_tokens
 from ..storage import ShardFetcher
 from ..storage.settings import DEFAULT, StorageSettings
-from .base import PassRun, PlannedDataset
+from .base import Fixed, PassRun, PlannedDataset, ReadSettings, Setting
 from .batches.collate import empty_batch_tensor
 from .contract import Counters
 from .counters import StageCounters
@@ -138,6 +137,8 @@ class TokenDataset(StoredDataset, PlannedDataset):
         version: as for :class:`ShardDataset`: the dataset's version to read (default: the latest).
     """
 
+    verify_checksums = Setting()
+
     def __init__(  # noqa: PLR0913 - keyword settings with defaults, as ShardDataset's
         self,
         url: str | os.PathLike[str],
@@ -172,16 +173,14 @@ class TokenDataset(StoredDataset, PlannedDataset):
             retries=retries,
             timeout=timeout,
         )
-        self.__dict__["stored"] = open_stored(
-            url, storage, version
-        )  # set once: __setattr__ refuses it
+        self._stored = open_stored(url, storage, version)
         tokens = self.manifest
         if tokens.shard_format != "tokens":
             raise UsageError(
                 f"{self.store.url} holds {tokens.shard_format} shards, not tokens; read it with "
                 "ShardDataset, or pack text with format='tokens'"
             )
-        self.__dict__["_seq_len"] = int(seq_len)
+        self._seq_len = int(seq_len)
         windows = samples_of(tokens, self.seq_len)
         if not windows.total:
             per_shard = shard_tokens(tokens)
@@ -189,33 +188,31 @@ class TokenDataset(StoredDataset, PlannedDataset):
                 f"{self.store.url}: seq_len {self.seq_len} is larger than every shard (the largest "
                 f"holds {int(per_shard.max())} tokens); use a seq_len below that, or pack larger shards"
             )
-        self.__dict__["_windows"] = windows  # the plan's samples (set once: __setattr__ refuses it)
-        self.shuffle, self.seed, self.drop_last = shuffle, int(seed), drop_last
-        self.window = resolve_window(
-            shuffle_window, windows.per_shard, tokens.nbytes, remote=not self.store.local
+        self._windows = windows  # the plan's samples
+        self._settings = ReadSettings(
+            shuffle=shuffle,
+            seed=int(seed),
+            window=resolve_window(
+                shuffle_window, windows.per_shard, tokens.nbytes, remote=not self.store.local
+            ),
+            drop_last=drop_last,
+            collate_fn=token_collate,
+            verify_checksums=bool(verify_checksums),
         )
         self.mask_across_documents = bool(mask_across_documents)
-        self.verify_checksums = bool(verify_checksums)
-        self.collate_fn = token_collate
         self._counters = StageCounters()
         self._start_planning(rank, world_size, None, parallel)
 
     # -- where it reads from, and what the plan reads ----------------------------------------------
-    @property
-    def token_manifest(self) -> Manifest:
-        """The manifest (the name of earlier releases): its stored samples are documents; the dataset's
-        samples (:attr:`sample_set`) are windows."""
-        return self.manifest
-
-    @property
+    @Fixed
     def sample_set(self) -> SampleSet:
         """The dataset's samples: each shard's windows of ``seq_len + 1`` tokens."""
-        return self.__dict__["_windows"]
+        return self._windows
 
-    @property
+    @Fixed
     def seq_len(self) -> int:
         """Tokens per sample (fixed when the dataset is made: the plan's samples are its windows)."""
-        return self.__dict__["_seq_len"]
+        return self._seq_len
 
     @property
     def num_samples(self) -> int:

@@ -28,16 +28,16 @@ from collections.abc import Iterator
 from typing import Any
 
 import torch
-from torch.utils.data import DataLoader, get_worker_info
-from torch.utils.data.dataloader import _InfiniteConstantSampler
+from torch.utils.data import get_worker_info
 
 from ..dataset import LoaderSetup, Readable
-from ..dataset import setup as _readers
+from ..dataset.setup import READING, new_token, own_worker_init
 from ..errors import ShardstreamError
 from ..host import loader_workers
 from . import guards, worker_errors
 from .stats import Callback, LoaderStats, StatsRecorder
 from .threads import thread_count, threaded_pass
+from .torch_adapter import AdaptedDataLoader, InfiniteSampler, read_from
 from .transport import Receiver, Ring
 
 log = logging.getLogger("shardstream")
@@ -63,7 +63,7 @@ def in_flight(kwargs: dict[str, Any], ring: bool, ring_slots: int) -> tuple[floa
     return kwargs.get("prefetch_factor") or 2, 0 if kwargs.get("pin_memory") else 1
 
 
-class EpochSampler(_InfiniteConstantSampler):
+class EpochSampler(InfiniteSampler):
     """The loader's sampler (an IterableDataset's infinite one) whose ``set_epoch`` is the dataset's:
     Lightning, and accelerate's loaders, call ``sampler.set_epoch`` at each epoch."""
 
@@ -75,7 +75,7 @@ class EpochSampler(_InfiniteConstantSampler):
         self.dataset.set_epoch(epoch)
 
 
-class ShardLoader(DataLoader):
+class ShardLoader(AdaptedDataLoader):
     """A DataLoader over a :class:`ShardDataset` that can save and restore its position.
 
     Defaults, each overridable: ``num_workers`` = min(4 x GPUs, CPU cores - 1), at least 1 (raw local
@@ -206,15 +206,14 @@ class ShardLoader(DataLoader):
             batches_per_chunk=per_chunk,
             seed_workers=dataset.seed_workers if seed_workers is None else bool(seed_workers),
             check_first_batch=check,
-            token=_readers.new_token(),
+            token=new_token(),
         )
         if ring:
             self._receiver = Receiver(self._new_table(num_workers, ring_slots))
         super().__init__(dataset, batch_size=None, num_workers=num_workers, **kwargs)
         # last: a loader torch refuses leaves the dataset as it was
         dataset.configure(self, self._with_sender())
-        # torch refuses a sampler for an IterableDataset, in __init__ and by __setattr__ after it
-        object.__setattr__(self, "sampler", EpochSampler(dataset))
+        self.set_sampler(EpochSampler(dataset))
         self.samples_per_batch = batch_size
         self._start: dict[str, Any] | None = None
         self._batches = 0
@@ -246,10 +245,6 @@ class ShardLoader(DataLoader):
             path=guards.SHM_PATH,
         )
 
-    # accelerate's prepare() returns a loader marked so unchanged (accelerator.py, prepare_data_loader): this
-    # loader shards by rank itself, and a DataLoader rebuilt from its attributes would not
-    _is_accelerate_prepared = True
-
     def __len__(self) -> int:
         """Batches in a whole epoch on this rank, also after a mid-epoch load_state_dict (the torchdata
         StatefulDataLoader convention: Lightning adds the batches its restored progress counts)."""
@@ -258,27 +253,25 @@ class ShardLoader(DataLoader):
     def set_epoch(self, epoch: int) -> None:
         self.dataset.set_epoch(epoch)
 
-    def _get_iterator(self) -> Any:
+    def new_iterator(self) -> Any:
         """torch's iterator, with workers that know they are this loader's (see ShardDataset's foreign-reader
         check); with reader threads, torch's single-process iterator over the threads' chunks."""
         if self.reader_threads:
-            it = super()._get_iterator()
-            # torch's fetcher made a generator of the dataset that has not started: the threads read instead
-            it._dataset_fetcher.dataset_iter = threaded_pass(
-                self.dataset, self.reader_threads, self._setup.token, self._thread_depth
+            return read_from(
+                self.torch_iterator(),
+                threaded_pass(
+                    self.dataset, self.reader_threads, self._setup.token, self._thread_depth
+                ),
             )
-            return it
         if self.num_workers == 0:
-            return super()._get_iterator()
+            return self.torch_iterator()
         user = self.worker_init_fn
-        own = functools.partial(_readers.own_worker_init, self._setup.token, user)
-        object.__setattr__(
-            self, "worker_init_fn", functools.partial(worker_errors.worker_init, own)
-        )
+        own = functools.partial(own_worker_init, self._setup.token, user)
+        self.worker_init_fn = functools.partial(worker_errors.worker_init, own)
         try:
-            return super()._get_iterator()
+            return self.torch_iterator()
         finally:
-            object.__setattr__(self, "worker_init_fn", user)
+            self.worker_init_fn = user
 
     def _with_sender(self) -> LoaderSetup:
         """The setup for the dataset, with worker rings that report to this loader's current table."""
@@ -293,24 +286,13 @@ class ShardLoader(DataLoader):
         try:
             yield from self._pass()
         except Exception as exc:
-            self._stop_workers()
+            # its workers stop now, and the next pass starts new ones (left to the garbage collector, where
+            # the error holds the loader in a reference cycle, each would wait torch's 5 s join timeout)
+            self.stop_workers()
             # of ours: one line (see worker_errors); a user's: as it is
             if isinstance(exc, ShardstreamError) and worker_errors.cut(exc, self.worker_tracebacks):
                 raise exc  # shortened: exc.worker_traceback has the rest; ShardLoader(worker_tracebacks=True) prints it
             raise
-
-    def _stop_workers(self) -> None:
-        """After a pass died of an error: its workers stop now, and the next pass starts new ones. (Left to
-        the garbage collector, they would wait for the loader to go; where the error is kept in a reference
-        cycle with the loader (a frame that holds the error), the collector may close torch's queues first,
-        and then each worker waits torch's 5 s join timeout.)"""
-        it = self.__dict__.get("_iterator")
-        if it is None:
-            return
-        object.__setattr__(self, "_iterator", None)
-        shutdown = getattr(it, "_shutdown_workers", None)
-        if callable(shutdown):
-            shutdown()
 
     def _pass(self) -> Iterator[Any]:
         ds = self.dataset
@@ -323,7 +305,7 @@ class ShardLoader(DataLoader):
         per_chunk = self._setup.batches_per_chunk
         receiver = self._receiver
         check_ragged = ds.default_collate  # images of different sizes in a field: warned of once
-        if receiver is not None and not (self.persistent_workers and self._iterator is not None):
+        if receiver is not None and not (self.persistent_workers and self.has_workers_running()):
             # new worker processes start their rings afresh, with a table of their own
             receiver.reset(self._new_table(self.num_workers, self.ring_slots))
             self.dataset.configure(self, self._with_sender())
@@ -371,13 +353,13 @@ class ShardLoader(DataLoader):
         """torch's iterator, advanced with this loader marked as the reader (main-process reads check it)."""
         it = super().__iter__()
         while True:
-            token = _readers.READING.set(self._setup.token)
+            token = READING.set(self._setup.token)
             try:
                 chunk = next(it)
             except StopIteration:
                 return
             finally:
-                _readers.READING.reset(token)
+                READING.reset(token)
             yield chunk
 
     def _finish(self, start: dict[str, Any], generation: int, skipped: int) -> None:

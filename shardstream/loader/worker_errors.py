@@ -37,11 +37,9 @@ from collections.abc import Iterator
 from functools import lru_cache
 from typing import Any
 
-from torch._utils import ExceptionWrapper
-
 from ..errors import ShardstreamError, TransformError
+from .torch_adapter import ExceptionWrapper, wrap_worker_errors
 
-_WORKER_MODULE = "torch.utils.data._utils.worker"  # its worker loop wraps exceptions with its global ExceptionWrapper
 _PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -87,9 +85,7 @@ class WorkerError(ExceptionWrapper):
 
 def install() -> None:
     """In a worker process: torch's worker loop wraps the exceptions it sends with :class:`WorkerError`."""
-    module = sys.modules.get(_WORKER_MODULE)
-    if module is not None and getattr(module, "ExceptionWrapper", None) is ExceptionWrapper:
-        module.ExceptionWrapper = WorkerError  # type: ignore[attr-defined]
+    wrap_worker_errors(WorkerError)
 
 
 def worker_init(token_init: Any, worker_id: int) -> None:

@@ -64,14 +64,15 @@ class Case:
 
 
 def command(args: list[str]) -> str:
-    """Run a shardstream command in this process; its output (it must succeed)."""
+    """Run a shardstream command in this process; its standard output (it must succeed; warnings go to
+    standard error, and only the first reader of a dataset in a process sees its once-per-process ones)."""
     from click.testing import CliRunner
 
     from shardstream.cli import cli
 
     done = CliRunner().invoke(cli, args)
     assert done.exit_code == 0, f"shardstream {' '.join(args)}: {done.output}"
-    return done.output
+    return done.stdout
 
 
 def jpeg(width: int, height: int, shade: int) -> bytes:

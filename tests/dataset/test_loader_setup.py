@@ -208,15 +208,15 @@ def test_a_loader_that_torch_refuses_leaves_the_dataset_free(url):
     assert "prefetch_factor" in str(held)
 
 
-def test_state_dict_and_the_earlier_names_agree(url):
+def test_a_loader_state_loads_into_another_dataset(url):
     ds = ShardDataset(url, decode=None, seed=4)
     loader = ds.loader(batch_size=2, num_workers=0)
     it = iter(loader)
     next(it)
     saved = loader.state_dict()
     other = ShardDataset(url, decode=None, seed=4)
-    other.load_state(saved)
-    assert other.state_dict() == other.state() == saved
+    other.load_state_dict(saved)
+    assert other.state_dict() == saved
     rest = keys(other.loader(batch_size=2, num_workers=0))
     assert len(rest) == sum(COUNTS) - 2
 
