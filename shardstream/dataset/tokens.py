@@ -22,7 +22,6 @@ import torch
 
 from ..errors import CorruptShardError, UsageError
 from ..formats.tokens import TokenShard
-from ..manifest import Manifest
 from ..manifest.sample_set import SampleSet, samples_of
 from ..manifest.token_stats import shard_tokens
 from ..storage import ShardFetcher
@@ -201,12 +200,6 @@ class TokenDataset(StoredDataset, PlannedDataset):
         self._start_planning(rank, world_size, None, parallel)
 
     # -- where it reads from, and what the plan reads ----------------------------------------------
-    @property
-    def token_manifest(self) -> Manifest:
-        """The manifest (the name of earlier releases): its stored samples are documents; the dataset's
-        samples (:attr:`sample_set`) are windows."""
-        return self.manifest
-
     @property
     def sample_set(self) -> SampleSet:
         """The dataset's samples: each shard's windows of ``seq_len + 1`` tokens."""

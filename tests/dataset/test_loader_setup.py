@@ -208,19 +208,6 @@ def test_a_loader_that_torch_refuses_leaves_the_dataset_free(url):
     assert "prefetch_factor" in str(held)
 
 
-def test_state_dict_and_the_earlier_names_agree(url):
-    ds = ShardDataset(url, decode=None, seed=4)
-    loader = ds.loader(batch_size=2, num_workers=0)
-    it = iter(loader)
-    next(it)
-    saved = loader.state_dict()
-    other = ShardDataset(url, decode=None, seed=4)
-    other.load_state(saved)
-    assert other.state_dict() == other.state() == saved
-    rest = keys(other.loader(batch_size=2, num_workers=0))
-    assert len(rest) == sum(COUNTS) - 2
-
-
 def test_a_user_part_that_workers_run_is_named(url):
     def shout(sample):
         return sample

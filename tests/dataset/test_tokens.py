@@ -30,7 +30,7 @@ def shard_streams(url: str) -> list[np.ndarray]:
     from shardstream.manifest.token_stats import shard_tokens
 
     ds = TokenDataset(url, 1)
-    ends = np.cumsum(shard_tokens(ds.token_manifest))
+    ends = np.cumsum(shard_tokens(ds.manifest))
     return [np.arange(a, b) for a, b in zip(np.concatenate([[0], ends[:-1]]), ends)]
 
 

@@ -38,7 +38,7 @@ def test_torchrun_trains_stops_and_resumes_on_another_world_size(tmp_path):
     from shardstream import TokenDataset
     from shardstream.manifest.token_stats import shard_tokens
 
-    ends = np.cumsum(shard_tokens(TokenDataset(url, 4).token_manifest))
+    ends = np.cumsum(shard_tokens(TokenDataset(url, 4).manifest))
     possible = set()
     for a, b in zip(np.concatenate([[0], ends[:-1]]).tolist(), ends.tolist()):
         possible |= set(range(a + 1, a + 1 + (b - a - 1) // 4 * 4))

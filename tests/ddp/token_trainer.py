@@ -37,7 +37,7 @@ def main() -> None:
     if args.mode == "resume":
         with open(os.path.join(args.out, "state.json")) as f:
             loader.load_state_dict(json.load(f))
-    vocab = ds.token_manifest.tokens["vocab_size"]
+    vocab = ds.manifest.tokens["vocab_size"]
     model = nn.parallel.DistributedDataParallel(
         nn.Sequential(nn.Embedding(vocab, 8), nn.Linear(8, vocab))
     )
