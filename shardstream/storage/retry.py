@@ -110,7 +110,7 @@ class RetryPolicy:
             check_cancelled()
             try:
                 return fn()
-            except Exception as exc:  # noqa: BLE001 - _failed raises what is not retried
+            except Exception as exc:  # _failed raises what is not retried
                 self._failed(exc, attempt, describe)
             pause(self.wait(attempt))
             attempt += 1
@@ -131,7 +131,7 @@ class RetryPolicy:
             check_cancelled()
             try:
                 outcomes = attempt(todo)
-            except Exception as exc:  # noqa: BLE001 - the attempt as a whole: each of them failed
+            except Exception as exc:  # the attempt as a whole: each of them failed
                 outcomes = [exc] * len(todo)
             again = []
             for i, outcome in zip(todo, outcomes):
