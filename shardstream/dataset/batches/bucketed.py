@@ -214,7 +214,7 @@ class Bucketed(WindowedBatches):
         **loader_kwargs: Any,
     ):
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-            raise ValueError(f"batch_size must be 1 or more, not {batch_size!r}")
+            raise UsageError(f"batch_size must be 1 or more, not {batch_size!r}")
         self.key, self.batch_size = key, batch_size
         self.boundaries = None if boundaries is None else [float(b) for b in boundaries]
         if self.boundaries is not None:
