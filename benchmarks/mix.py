@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _data import DEFAULT_DATA_DIR, ensure_image_folder  # noqa: E402
+from _data import DEFAULT_DATA_DIR, ensure_image_folder
 
 WEIGHTS = [0.5, 0.3, 0.2]
 GROUPS = [range(0, 5), range(5, 8), range(8, 10)]  # classes of each source

@@ -36,10 +36,10 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from shardstream import ShardDataset, ShardWriter  # noqa: E402
-from shardstream.dataset.batches.lengths import LengthBucketing, cut  # noqa: E402
-from shardstream.dataset.batches.sequence_packing import SequencePacking  # noqa: E402
-from shardstream.plan.packing import best_fit_decreasing  # noqa: E402
+from shardstream import ShardDataset, ShardWriter
+from shardstream.dataset.batches.lengths import LengthBucketing, cut
+from shardstream.dataset.batches.sequence_packing import SequencePacking
+from shardstream.plan.packing import best_fit_decreasing
 
 
 def lengths_of(n: int, median: float, sigma: float, seq_len: int, seed: int = 0) -> np.ndarray:

@@ -42,11 +42,11 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from _data import DEFAULT_DATA_DIR  # noqa: E402
+from _data import DEFAULT_DATA_DIR
 
-from shardstream import Bucketed, MixedDataset, Parallel, ShardDataset  # noqa: E402
-from shardstream.dataset.batches.bucketed import aspect_ratio  # noqa: E402
-from shardstream.dataset.batches.windowed import WindowedBatches  # noqa: E402
+from shardstream import Bucketed, MixedDataset, Parallel, ShardDataset
+from shardstream.dataset.batches.bucketed import aspect_ratio
+from shardstream.dataset.batches.windowed import WindowedBatches
 
 BATCH, WORKERS, WINDOW = 64, 1, 1024
 

@@ -30,11 +30,11 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from shardstream import ShardDataset  # noqa: E402
-from shardstream.dataset import counters, samples  # noqa: E402
-from shardstream.errors import TransformError  # noqa: E402
-from shardstream.loader import stats  # noqa: E402
-from tests.sample_datasets import write_dataset  # noqa: E402
+from shardstream import ShardDataset
+from shardstream.dataset import counters, samples
+from shardstream.errors import TransformError
+from shardstream.loader import stats
+from tests.sample_datasets import write_dataset
 
 
 def _untimed_decode(

@@ -6,7 +6,6 @@ import os
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from . import _moved  # old module paths resolve to their new homes (see _moved.py)
 from .errors import (
     CorruptSampleError,
     CorruptShardError,
@@ -136,9 +135,6 @@ def index(
 def __getattr__(name: str):
     module = _LAZY.get(name)
     if module is None:
-        module = _moved.MOVED.get(f"{__name__}.{name}")
-        if module is not None:  # shardstream.collate and the like, as attributes
-            return _moved.resolve(f"{__name__}.{name}")
         raise AttributeError(f"module 'shardstream' has no attribute {name!r}")
     import importlib
 

@@ -53,8 +53,9 @@ class EncodeError(ShardstreamError):
     """A sample field cannot be encoded into a shard."""
 
 
-class UsageError(ShardstreamError):
-    """An error in the caller's code or settings, not in the data: never skipped by ``on_error="skip"``."""
+class UsageError(ShardstreamError, ValueError):
+    """An error in the caller's code or settings, not in the data: never skipped by ``on_error="skip"``.
+    Every bad argument or setting raises it; it is a ``ValueError`` too."""
 
 
 class TransformError(UsageError):

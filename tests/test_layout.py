@@ -45,7 +45,7 @@ FOUNDATIONS = {"sizes", "host"}  # byte sizes and machine facts: every stage may
 for _stage, _allowed in ALLOWED.items():
     if _stage not in FOUNDATIONS | {"errors", "version"}:
         _allowed.update(FOUNDATIONS)
-ENTRY_POINTS = {"__init__", "__main__", "_moved"}  # the package root may name any stage
+ENTRY_POINTS = {"__init__", "__main__"}  # the package root may name any stage
 # Imports by name at run time (importlib), which the import graph includes. The one that points up the
 # flow is deliberate: PlannedDataset.loader(), a convenience that makes the loader over the dataset.
 LATE_BOUND_UP = {("shardstream.dataset.base", "shardstream.loader")}
@@ -73,7 +73,7 @@ def imports(name: str, path: Path, known: dict[str, Path]) -> set[str]:
     """The package's modules that ``name`` imports anywhere in its code: lazy imports in functions,
     and modules named in strings (``importlib.import_module("shardstream.loader")``, registry entries
     ``"shardstream.sources.folder:image_folder"``), too. A name that is no module of the package (an
-    old path that ``_moved`` redirects, a typo) is kept as it is, so that the checks below fail on it."""
+    old path, a typo) is kept as it is, so that the checks below fail on it."""
     package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
     found: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text())):
@@ -129,12 +129,8 @@ GRAPH = {name: imports(name, path, modules()) for name, path in modules().items(
 
 @pytest.mark.parametrize("module", sorted(GRAPH))
 def test_every_import_names_a_module_of_today(module):
-    stale = sorted(
-        t for t in GRAPH[module] if t not in modules() and module != "shardstream._moved"
-    )
-    assert not stale, (
-        f"{module} imports {stale}: not modules of the package (old paths? see _moved.MOVED)"
-    )
+    stale = sorted(t for t in GRAPH[module] if t not in modules())
+    assert not stale, f"{module} imports {stale}: not modules of the package (old paths?)"
 
 
 def test_every_top_level_module_or_folder_is_a_known_stage():

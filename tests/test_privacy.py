@@ -8,7 +8,6 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1] / "shardstream"
-ENTRY_POINTS = {"_moved"}  # the package root imports its table of moved names
 
 
 def trees() -> dict[str, ast.Module]:
@@ -52,14 +51,12 @@ def test_no_module_reads_another_modules_private_names():
                 bad += [
                     f"{module}:{node.lineno} imports {a.name}"
                     for a in node.names
-                    if private(a.name)
-                    and a.name not in ENTRY_POINTS
-                    and (node.module or "").startswith(".")
+                    if private(a.name) and (node.module or "").startswith(".")
                 ]
                 bad += [
                     f"{module}:{node.lineno} imports {a.name}"
                     for a in node.names
-                    if private(a.name) and node.level > 0 and a.name not in ENTRY_POINTS
+                    if private(a.name) and node.level > 0
                 ]
             elif isinstance(node, ast.Attribute) and private(node.attr):
                 base = node.value

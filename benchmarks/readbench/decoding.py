@@ -1,4 +1,4 @@
-"""Decoding, as the other tools' users would write it (shardstream.decode does the same)."""
+"""Decoding, as the other tools' users would write it (shardstream.dataset.samples.decode does the same)."""
 
 from __future__ import annotations
 

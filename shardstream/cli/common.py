@@ -147,7 +147,7 @@ class _Cli(click.Group):
             _fail(ctx, f"{where}{exc.strerror or exc}")
         except (click.ClickException, click.exceptions.Exit, click.Abort):
             raise  # usage errors and exits: click reports them
-        except Exception as exc:  # noqa: BLE001 - the promise is one line, never a traceback
+        except Exception as exc:  # the promise is one line, never a traceback
             if ctx.params.get("traceback"):
                 raise
             _fail(ctx, _unexpected(exc))
@@ -266,7 +266,7 @@ def _lenient_output() -> None:
 
 
 class _NoTraceback(logging.Formatter):
-    def formatException(self, ei) -> str:  # noqa: N802 - logging's name
+    def formatException(self, ei) -> str:  # logging's name
         return ""
 
     def format(self, record: logging.LogRecord) -> str:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from typing import Literal
 
+from ..errors import UsageError
 from .batches.shared_memory import shared_zeros
 from .ranks import agree
 
@@ -33,7 +34,7 @@ class VersionChoice:
 
     def __init__(self, mode: OnNewVersion):
         if mode not in ON_NEW_VERSION:
-            raise ValueError(f"on_new_version must be 'stay' or 'next_epoch', not {mode!r}")
+            raise UsageError(f"on_new_version must be 'stay' or 'next_epoch', not {mode!r}")
         self.mode = mode
         self.block = shared_zeros(1)
 

@@ -110,7 +110,7 @@ class MixedDataset(PlannedDataset):
     ):
         sources = tuple(sources) if not isinstance(sources, PlannedDataset) else (sources,)
         if not sources:
-            raise ValueError("MixedDataset needs at least one source")
+            raise UsageError("MixedDataset needs at least one source")
         for i, s in enumerate(sources):
             if not isinstance(s, (ShardDataset, TokenDataset)):
                 raise TypeError(
@@ -136,7 +136,7 @@ class MixedDataset(PlannedDataset):
             sum(s.num_samples for s in sources) if samples_per_epoch is None else samples_per_epoch
         )
         if isinstance(total, bool) or not isinstance(total, (int, np.integer)) or total < 1:
-            raise ValueError(
+            raise UsageError(
                 f"samples_per_epoch must be a number of samples (1 or more), not {samples_per_epoch!r}"
             )
         schedule, units = _schedule(w, int(total), batching, batch_size)
@@ -194,7 +194,7 @@ class MixedDataset(PlannedDataset):
         else:
             named = dict(labels)
         if not named:
-            raise ValueError("by_label needs at least one label")
+            raise UsageError("by_label needs at least one label")
         sources = [
             v if isinstance(v, ShardDataset) else ShardDataset(v, **dataset_kwargs)
             for v in named.values()
@@ -278,7 +278,7 @@ class MixedDataset(PlannedDataset):
         for s in self.sources:
             s.skipped = 0
         if value:
-            raise ValueError("a mix's skipped count can only be reset to 0")
+            raise UsageError("a mix's skipped count can only be reset to 0")
 
     def describe(self, shard: int, sample: int) -> str:
         return f"sample {sample} of source {shard} of the mix"

@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import sample_name
+from ..errors import UsageError, sample_name
 from ..storage import ShardFetcher
 from ..storage.settings import DEFAULT, StorageSettings
 from .base import Fixed, PassRun, PlannedDataset, ReadSettings, Setting
@@ -136,14 +136,14 @@ class ShardDataset(StoredDataset, PlannedDataset):
     ):
         choice = VersionChoice(on_new_version)
         if choice.follows and not isinstance(url_or_urls, (str, os.PathLike)):
-            raise ValueError(
+            raise UsageError(
                 "on_new_version='next_epoch' follows a dataset's versions: give the folder or URL of "
                 "a dataset with a manifest, not a list of tars"
             )
         if on_error not in ("raise", "skip"):
-            raise ValueError(f"on_error must be 'raise' or 'skip', not {on_error!r}")
+            raise UsageError(f"on_error must be 'raise' or 'skip', not {on_error!r}")
         if batch_size is not None and batch_size < 1:
-            raise ValueError(f"batch_size must be at least 1, not {batch_size}")
+            raise UsageError(f"batch_size must be at least 1, not {batch_size}")
         storage = StorageSettings.combine(
             storage,
             options=storage_options,

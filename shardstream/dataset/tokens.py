@@ -163,7 +163,7 @@ class TokenDataset(StoredDataset, PlannedDataset):
         version: int | None = None,
     ):
         if isinstance(seq_len, bool) or not isinstance(seq_len, (int, np.integer)) or seq_len < 1:
-            raise ValueError(f"seq_len must be a number of tokens (1 or more), not {seq_len!r}")
+            raise UsageError(f"seq_len must be a number of tokens (1 or more), not {seq_len!r}")
         storage = StorageSettings.combine(
             storage,
             options=storage_options,
@@ -255,7 +255,7 @@ class TokenDataset(StoredDataset, PlannedDataset):
     @skipped.setter
     def skipped(self, value: int) -> None:
         if value:
-            raise ValueError("a TokenDataset's skipped count can only be reset to 0")
+            raise UsageError("a TokenDataset's skipped count can only be reset to 0")
 
     def describe(self, shard: int, sample: int) -> str:
         return f"{self.store.url_of(self.manifest.paths[shard])} window {sample}"

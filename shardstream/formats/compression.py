@@ -11,7 +11,7 @@ from __future__ import annotations
 import gzip
 from typing import IO, Any
 
-from ..errors import CorruptShardError
+from ..errors import CorruptShardError, UsageError
 
 
 def compressing_writer(
@@ -32,7 +32,7 @@ def compressing_writer(
         )
     if compression is None:
         return None
-    raise ValueError(f"unknown tar compression {compression!r}; use None, 'zstd' or 'gzip'")
+    raise UsageError(f"unknown tar compression {compression!r}; use None, 'zstd' or 'gzip'")
 
 
 # what each compressed format starts with (bzip2: "BZh", the block size, then a block or the end)

@@ -15,7 +15,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import CorruptShardError
-from .compression import decompress  # noqa: F401 - tar.decompress, as in 0.1
 from .tar_headers import (
     LINK,
     MAX_SPARSE_SIZE,

@@ -320,7 +320,7 @@ def _unpicklable(value: Any, path: str = "batch", depth: int = 0) -> Iterator[tu
     elif type(value) not in _PICKLES:
         try:
             pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
-        except Exception as exc:  # noqa: BLE001 - any failure is what the worker would meet
+        except Exception as exc:  # any failure is what the worker would meet
             yield path, f"{type(value).__name__}: {exc}"
         else:
             _PICKLES.add(type(value))

@@ -19,6 +19,8 @@ from collections.abc import Callable, Mapping
 from time import perf_counter_ns
 from typing import Any
 
+from ..errors import UsageError
+
 log = logging.getLogger("shardstream")
 
 STAGES = ("download", "read", "decode", "transform", "collate")
@@ -166,7 +168,7 @@ class StatsRecorder:
 
     def report_every(self, every: int, callback: Callback | None) -> None:
         if every < 0:
-            raise ValueError(f"every must be 0 (off) or more, not {every}")
+            raise UsageError(f"every must be 0 (off) or more, not {every}")
         self._every, self._callback = int(every), callback
 
     def report(self) -> None:

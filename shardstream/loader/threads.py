@@ -57,7 +57,7 @@ def _read(
                 if not _put(box, (_ITEM, item), stop):
                     return
         _put(box, (_END, None), stop)
-    except BaseException as exc:  # noqa: BLE001 - handed to the main thread, which raises it
+    except BaseException as exc:  # handed to the main thread, which raises it
         _put(box, (_ERROR, exc), stop)
     finally:
         READING.reset(reading)

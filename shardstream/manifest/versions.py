@@ -36,7 +36,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import ManifestError, StorageError
+from ..errors import ManifestError, StorageError, UsageError
 from ..storage import DiskCache, Store
 from ..storage.classify import is_missing
 from ..storage.conditional import Expect, WriteConflict
@@ -89,7 +89,7 @@ def read_version(
     if version is None:
         return _follow(store, head, cache)
     if isinstance(version, bool) or not isinstance(version, int) or version < 1:
-        raise ValueError(f"version must be a whole number of 1 or more, not {version!r}")
+        raise UsageError(f"version must be a whole number of 1 or more, not {version!r}")
     if version == head.version:
         return head
     found, name = version_file(store, version) or (None, version_name(version))

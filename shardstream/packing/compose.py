@@ -335,7 +335,7 @@ def _check_parts(parts: Mapping[str, float]) -> tuple[list[str], list[float]]:
     return names, fractions
 
 
-def _part(  # noqa: PLR0913 - one part's pieces
+def _part(  # one part's pieces
     source: tuple[Manifest, Store, ImageSizes | None],
     target: Store,
     rows: list[np.ndarray],

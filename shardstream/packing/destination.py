@@ -41,7 +41,7 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from ..errors import DatasetExistsError, ShardstreamError, StorageError
+from ..errors import DatasetExistsError, ShardstreamError, StorageError, UsageError
 from ..manifest import MANIFEST_NAME, Manifest, shard_name
 from ..manifest.combine import appended
 from ..manifest.files import IN_PROGRESS, manifest_files, sync_folder, write_durably
@@ -526,6 +526,8 @@ def _published(
     for number in list_versions(store):
         try:
             m = read_version(store, number)
+        except UsageError:
+            raise
         except ShardstreamError:
             return None
         manifests.append(m)

@@ -20,6 +20,7 @@ from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from ..errors import UsageError
 from ..host import usable_cores
 
 R = TypeVar("R")
@@ -196,7 +197,7 @@ def run_jobs(
     if engine == "local":
         return run_local(job, jobs, workers, processes, on_done)
     if engine not in ENGINES:
-        raise ValueError(f"unknown engine {engine!r}; use one of local, {', '.join(ENGINES)}")
+        raise UsageError(f"unknown engine {engine!r}; use one of local, {', '.join(ENGINES)}")
     module, _, name = ENGINES[engine].partition(":")
     run = getattr(importlib.import_module(module), name)
     return run(job, jobs, on_done, address=ray_address, describe=describe)

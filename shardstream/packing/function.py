@@ -23,7 +23,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from ..errors import ShardstreamError, SourceError
+from ..errors import ShardstreamError, SourceError, UsageError
 from ..manifest import Manifest, creation_info
 from ..storage import Store
 from .engine import default_workers, die_with_parent, pool_context, progress_bar
@@ -152,7 +152,7 @@ def map_ordered(
         )
         return
     if engine != "local":
-        raise ValueError(f"unknown engine {engine!r}; use local or ray")
+        raise UsageError(f"unknown engine {engine!r}; use local or ray")
     if workers <= 1 or len(items) <= 1:
         for i, item in enumerate(items):
             yield i, _call(fn, item, encode)

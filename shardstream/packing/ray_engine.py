@@ -172,7 +172,7 @@ class RayPool:
         def settle(done: Future[Any]) -> None:
             try:
                 out.set_result(_result(self.ray, ref, f"shard {n}", self.retries))
-            except BaseException as exc:  # noqa: BLE001 - handed to whoever waits on the future
+            except BaseException as exc:  # handed to whoever waits on the future
                 out.set_exception(exc)
 
         ref.future().add_done_callback(settle)

@@ -41,7 +41,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .. import errors
-from ..errors import CorruptShardError, ShardstreamError, StorageError
+from ..errors import CorruptShardError, ShardstreamError, StorageError, UsageError
 from .checked import checked_once, mark_checked, record_path
 from .classify import describe_os_error
 from .private import NOFOLLOW, lock, private_dir, unlink_if_same
@@ -86,7 +86,7 @@ class DiskCache:
         indexes, whose shard cache on the same disk says it)."""
         self.root = os.path.abspath(os.fspath(root)) if root is not None else default_cache_dir()
         if limit is not None and limit <= 0:
-            raise ValueError(f"cache_limit must be positive, not {limit}")
+            raise UsageError(f"cache_limit must be positive, not {limit}")
         self.healed = 0  # cached files found damaged by this process, removed and fetched again
         self._warned = self._warned_space = quiet
         # a limit of half the free space says nothing about shards in use: a full disk says it (once)

@@ -7,7 +7,7 @@ import contextlib
 import errno
 from collections.abc import Iterator
 
-from ..errors import StorageError
+from ..errors import StorageError, UsageError
 
 _FIXES = {
     errno.ENOSPC: "no space left on the device; free some space or choose another destination",
@@ -70,8 +70,8 @@ def storage_errors(action: str, url: str) -> Iterator[None]:
 def as_storage_error(action: str, url: str, exc: BaseException) -> BaseException:
     """What :func:`storage_errors` raises for ``exc``: a one-line :class:`StorageError` naming ``url`` (its
     cause ``exc``), or ``exc`` itself (one already, or a bug rather than a storage problem)."""
-    if isinstance(exc, StorageError) or not isinstance(exc, Exception):
-        return exc
+    if isinstance(exc, (StorageError, UsageError)) or not isinstance(exc, Exception):
+        return exc  # (a UsageError is a ValueError too, and no storage problem)
     if not isinstance(exc, (OSError, ValueError)) and (
         type(exc).__module__.split(".")[0] not in _NETWORK_MODULES
     ):

@@ -49,7 +49,7 @@ class FsspecStore(Store):
     _fs: Any = None  # the filesystem, made by _connect in the process that uses it
     _pid = 0
     # what a whole read of an object of unknown size passes to the filesystem (see S3Store)
-    WHOLE: dict[str, Any] = {}  # noqa: RUF012 - read only
+    WHOLE: dict[str, Any] = {}  # read only
 
     def _locate(self) -> str:
         return self._connect()[1].rstrip("/")
@@ -233,7 +233,7 @@ class FsspecStore(Store):
             advice,
         )
 
-    def _each(  # noqa: PLR0913 - the requests, and how to make one or several
+    def _each(  # the requests, and how to make one or several
         self,
         names: list[str],
         sizes: list[int],

@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import Future
 from typing import Generic, TypeVar
 
+from ..errors import UsageError
 from .retry import cancelled_by
 
 T = TypeVar("T")
@@ -34,7 +35,7 @@ class Prefetcher(Generic[T]):
         self, load: Callable[[int], T], size: Callable[[int], int], budget: int, threads: int = 4
     ):
         if threads < 1:
-            raise ValueError(f"threads must be at least 1, not {threads}")
+            raise UsageError(f"threads must be at least 1, not {threads}")
         self._load = load
         self._size = size
         self.budget = max(int(budget), 0)

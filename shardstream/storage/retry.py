@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from ..errors import CorruptShardError, StorageError
+from ..errors import CorruptShardError, StorageError, UsageError
 from .classify import describe_os_error, is_transient
 
 _T = TypeVar("_T")
@@ -90,9 +90,9 @@ class RetryPolicy:
 
     def __post_init__(self) -> None:
         if self.retries < 0:
-            raise ValueError(f"retries must be 0 or more, not {self.retries}")
+            raise UsageError(f"retries must be 0 or more, not {self.retries}")
         if self.timeout is not None and self.timeout <= 0:
-            raise ValueError(f"timeout must be positive seconds or None, not {self.timeout}")
+            raise UsageError(f"timeout must be positive seconds or None, not {self.timeout}")
 
     def wait(self, attempt: int) -> float:
         """Seconds to wait before retry number ``attempt`` (0-based): exponential, with full jitter."""
@@ -110,7 +110,7 @@ class RetryPolicy:
             check_cancelled()
             try:
                 return fn()
-            except Exception as exc:  # noqa: BLE001 - _failed raises what is not retried
+            except Exception as exc:  # _failed raises what is not retried
                 self._failed(exc, attempt, describe)
             pause(self.wait(attempt))
             attempt += 1
@@ -131,7 +131,7 @@ class RetryPolicy:
             check_cancelled()
             try:
                 outcomes = attempt(todo)
-            except Exception as exc:  # noqa: BLE001 - the attempt as a whole: each of them failed
+            except Exception as exc:  # the attempt as a whole: each of them failed
                 outcomes = [exc] * len(todo)
             again = []
             for i, outcome in zip(todo, outcomes):

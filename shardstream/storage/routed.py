@@ -59,7 +59,7 @@ def covers(allowed: str, root: str) -> bool:
 class RoutedStore(Store):
     """``home`` (the dataset's folder) and, by full-URL root, the other stores its shards are in."""
 
-    def __init__(self, home: Store, others: dict[str, Store]):  # noqa: D107 - no Store.__init__: home's
+    def __init__(self, home: Store, others: dict[str, Store]):  # no Store.__init__: home's
         self.home, self.others = home, dict(others)
         self.url, self.storage_options, self.retry = home.url, home.storage_options, home.retry
         self.protocol, self.read_only, self.root = home.protocol, home.read_only, home.root

@@ -24,7 +24,7 @@ class S3Store(FsspecStore):
     """One prefix in an S3 bucket (what ``Store(url)`` makes for ``s3://`` and ``s3a://``)."""
 
     # a GET from byte 0: without a range, s3fs asks for the object's size first (a HEAD per read)
-    WHOLE = {"start": 0}  # noqa: RUF012 - read only
+    WHOLE = {"start": 0}  # read only
 
     def write_if(
         self, name: str, data: bytes, expect: Expect, fsync: bool = False, locked: bool = False

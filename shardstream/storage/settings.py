@@ -8,7 +8,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import ShardstreamError
+from ..errors import ShardstreamError, UsageError
 from ..sizes import parse_size
 from .cache import DiskCache
 from .retry import RetryPolicy
@@ -66,7 +66,7 @@ class StorageSettings:
             {normalize_root(k): dict(v or {}) for k, v in (self.trusted_roots or {}).items()},
         )
         if self.prefetch_bytes < 0:
-            raise ValueError(f"prefetch must be 0 or more bytes, not {self.prefetch!r}")
+            raise UsageError(f"prefetch must be 0 or more bytes, not {self.prefetch!r}")
         self.retry  # noqa: B018 - checks retries and timeout now, not at the first download
 
     @classmethod

@@ -86,7 +86,7 @@ def run_case(commands: list[list[str]], timeout: float) -> tuple[list[Outcome], 
         try:
             os.close(r)
             _child(w, commands)
-        except BaseException:  # noqa: BLE001 - reported as the child's death
+        except BaseException:  # reported as the child's death
             traceback.print_exc()
             code = 3
         os._exit(code)

@@ -24,7 +24,7 @@ def squares():
     text = LAYOUT.read_text()
     code = re.search(r"runs this example\):\n\n```python\n(.*?)```", text, re.S).group(1)
     space: dict = {}
-    exec(compile(code.split("\nloader = ")[0], "layout example", "exec"), space)  # noqa: S102 - our docs
+    exec(compile(code.split("\nloader = ")[0], "layout example", "exec"), space)  # our docs
     return space["Squares"]
 
 

@@ -133,7 +133,7 @@ class SeaweedS3:
             try:
                 self.client().list_buckets()  # the S3 gateway, the filer behind it and the auth all answer
                 return True
-            except Exception:  # noqa: BLE001 - not up yet
+            except Exception:  # not up yet
                 time.sleep(0.2)
         return False
 

@@ -119,14 +119,6 @@ def test_every_old_readme_section_lives_on_in_the_site(old, page, phrase):
     )
 
 
-def test_the_history_the_readme_cited_is_in_the_changelog():
-    changelog = flat((ROOT / "CHANGELOG.md").read_text())
-    assert (
-        "What moved in 0.2" in changelog
-        and "`shardstream.writer` | `shardstream.packing.writer`" in changelog
-    )
-
-
 def test_the_readme_is_a_front_page():
     readme = (ROOT / "README.md").read_text()
     assert len(readme.splitlines()) <= 250

@@ -508,7 +508,7 @@ def _tarfile_read(buf: bytes):
                 for m in tf
                 if m.isreg() or m.islnk()
             }
-    except Exception:  # noqa: BLE001 - tarfile's own errors and worse: nothing to compare with
+    except Exception:  # tarfile's own errors and worse: nothing to compare with
         return None
 
 

@@ -14,8 +14,8 @@ import torch
 if not torch.cuda.is_available():
     pytest.skip("needs a CUDA GPU", allow_module_level=True)
 
-from shardstream import DeviceLoader, ShardDataset  # noqa: E402
-from tests.sample_datasets import key_of, write_dataset  # noqa: E402
+from shardstream import DeviceLoader, ShardDataset
+from tests.sample_datasets import key_of, write_dataset
 
 pytestmark = pytest.mark.filterwarnings("ignore:This DataLoader will create")
 

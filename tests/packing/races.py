@@ -349,7 +349,7 @@ def run_races(
                 races[i] = race_pair(
                     a, b, sources, dest_of(i, k), options, clean, spread, rng, storage_options
                 )
-            except BaseException as exc:  # noqa: BLE001 - re-raised below, in the caller's thread
+            except BaseException as exc:  # re-raised below, in the caller's thread
                 errors.append(exc)
                 return
 
@@ -406,7 +406,7 @@ def _serve() -> None:
     import shardstream
     import shardstream.formats.arrow
     import shardstream.packing.driver
-    import shardstream.packing.table  # noqa: F401 - imported before the first race, not during it
+    import shardstream.packing.table  # imported before the first race, not during it
 
     with contextlib.suppress(ImportError):
         import s3fs  # noqa: F401
@@ -433,7 +433,7 @@ def _serve() -> None:
             answer = {"ok": True, "error": "", **_run(job)}
         except shardstream.ShardstreamError as exc:
             answer = {"ok": False, "error": str(exc), "kind": type(exc).__name__}
-        except Exception as exc:  # noqa: BLE001 - reported to the test, which fails on it
+        except Exception as exc:  # reported to the test, which fails on it
             answer = {
                 "ok": False,
                 "error": f"unexpected {type(exc).__name__}: {exc}",

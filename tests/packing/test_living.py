@@ -271,7 +271,7 @@ def _append_in_child(src: Path, dest: Path, out: Path) -> int:
             out.write_text("ok")
         except DestinationLost as exc:
             out.write_text(f"lost: {exc}")
-        except BaseException as exc:  # noqa: BLE001 - reported to the parent
+        except BaseException as exc:  # reported to the parent
             out.write_text(f"error: {type(exc).__name__}: {exc}")
             code = 1
         os._exit(code)

@@ -9,15 +9,15 @@ from pathlib import Path
 import pytest
 
 pytest.importorskip("ray")
-import ray  # noqa: E402
+import ray
 
-from shardstream.errors import ShardstreamError, SourceError  # noqa: E402
-from shardstream.packing import engine  # noqa: E402
-from shardstream.packing.folder import ShardJob, plan_shards  # noqa: E402
-from shardstream.sources import open_source  # noqa: E402
-from tests.folders import folder_files  # noqa: E402
-from tests.packing import ray_jobs  # noqa: E402
-from tests.sample_datasets import doc_without_runs, make_files, without_run  # noqa: E402
+from shardstream.errors import ShardstreamError, SourceError
+from shardstream.packing import engine
+from shardstream.packing.folder import ShardJob, plan_shards
+from shardstream.sources import open_source
+from tests.folders import folder_files
+from tests.packing import ray_jobs
+from tests.sample_datasets import doc_without_runs, make_files, without_run
 
 REPO = str(Path(__file__).resolve().parents[2])
 

@@ -440,7 +440,7 @@ class RangeRequestHandler(http.server.SimpleHTTPRequestHandler):
         # headers and body go out in separate sends: without this, Nagle and delayed ACKs add 40 ms a request
         self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's name
+    def log_message(self, format: str, *args: Any) -> None:  # the base class's name
         pass
 
     def _record(self) -> None:

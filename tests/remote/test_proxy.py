@@ -51,7 +51,7 @@ class BackendHandler(http.server.BaseHTTPRequestHandler):
         with self.server.lock:
             self.server.connections += 1
 
-    def log_message(self, format, *args) -> None:  # noqa: A002
+    def log_message(self, format, *args) -> None:
         pass
 
     def _record(self) -> None:

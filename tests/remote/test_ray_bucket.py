@@ -8,13 +8,13 @@ from pathlib import Path
 import pytest
 
 pytest.importorskip("ray")
-import ray  # noqa: E402
+import ray
 
-import shardstream  # noqa: E402
-from shardstream.manifest.side_names import index_name  # noqa: E402
-from tests.sample_datasets import doc_without_runs  # noqa: E402
+import shardstream
+from shardstream.manifest.side_names import index_name
+from tests.sample_datasets import doc_without_runs
 
-from .data import image_folder  # noqa: E402
+from .data import image_folder
 
 
 @pytest.fixture(scope="module")

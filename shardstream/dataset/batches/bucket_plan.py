@@ -123,7 +123,7 @@ def _as_read(batches: Any) -> Any:
 class PlannedBuckets:
     """The planned path of :class:`~shardstream.dataset.batches.bucketed.Bucketed` (see the module's notes)."""
 
-    def __init__(  # noqa: PLR0913 - Bucketed's settings, passed on
+    def __init__(  # Bucketed's settings, passed on
         self,
         dataset: ShardDataset,
         buckets: np.ndarray,

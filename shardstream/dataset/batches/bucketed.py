@@ -50,7 +50,7 @@ def image_size(value: Any) -> tuple[int, int]:
 
 
 @dataclass(frozen=True)
-class aspect_ratio:  # noqa: N801 - a key, used like a function
+class aspect_ratio:  # a key, used like a function
     """A key: the width / height of the image in ``field`` (from its header when it is encoded).
 
     Args:
@@ -69,7 +69,7 @@ class aspect_ratio:  # noqa: N801 - a key, used like a function
 
 
 @dataclass(frozen=True)
-class image_area:  # noqa: N801 - a key, used like a function
+class image_area:  # a key, used like a function
     """A key: the width × height, in pixels, of the image in ``field`` (from its header when it is
     encoded): buckets of similar size, for resolution-dependent batch sizes or crops.
 
@@ -89,7 +89,7 @@ class image_area:  # noqa: N801 - a key, used like a function
 
 
 @dataclass(frozen=True)
-class length_of:  # noqa: N801 - a key, used like a function
+class length_of:  # a key, used like a function
     """A key: the length of the sequence in ``field``.
 
     Args:
@@ -201,7 +201,7 @@ class Bucketed(WindowedBatches):
     world size; :attr:`planned_up_front` says so. Otherwise buckets are found per window as read.
     """
 
-    def __init__(  # noqa: PLR0913 - keyword settings with defaults, as LengthBucketing's
+    def __init__(  # keyword settings with defaults, as LengthBucketing's
         self,
         dataset: Any,
         key: str | Callable[[Any], Any],
@@ -214,7 +214,7 @@ class Bucketed(WindowedBatches):
         **loader_kwargs: Any,
     ):
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-            raise ValueError(f"batch_size must be 1 or more, not {batch_size!r}")
+            raise UsageError(f"batch_size must be 1 or more, not {batch_size!r}")
         self.key, self.batch_size = key, batch_size
         self.boundaries = None if boundaries is None else [float(b) for b in boundaries]
         if self.boundaries is not None:

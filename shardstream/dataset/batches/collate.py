@@ -22,7 +22,7 @@ import numpy as np
 import torch
 from torch.utils.data import get_worker_info
 
-from ...errors import ShardstreamError
+from ...errors import ShardstreamError, UsageError
 from ..samples.decode import PendingJpeg
 from ..shards.mapped import (
     MappedBytes as MappedBytes,  # its home is mapped; re-exported, batches use it
@@ -288,16 +288,16 @@ def pad_sequences(
         ``(padded, lengths, mask)``.
     """
     if len(values) == 0:
-        raise ValueError("pad_sequences needs at least one sequence")
+        raise UsageError("pad_sequences needs at least one sequence")
     tensors = [_as_tensor(v) for v in values]
     first = tensors[0]
     if any(t.dim() == 0 for t in tensors):
-        raise ValueError(
+        raise UsageError(
             "pad_sequences needs sequences (tensors of at least one dimension), not scalars"
         )
     if any(t.shape[1:] != first.shape[1:] for t in tensors):
         shapes = sorted({tuple(t.shape[1:]) for t in tensors})
-        raise ValueError(f"pad_sequences needs one trailing shape after the length, not {shapes}")
+        raise UsageError(f"pad_sequences needs one trailing shape after the length, not {shapes}")
     untyped = [len(t) == 0 and isinstance(v, (list, tuple)) for t, v in zip(tensors, values)]
     if any(untyped):  # an empty list says nothing of the dtype (torch would make it float32)
         typed = [t for t, u in zip(tensors, untyped) if not u]
@@ -308,7 +308,7 @@ def pad_sequences(
     for t in tensors[1:]:
         dtype = torch.promote_types(dtype, t.dtype)
     if max_length is not None and max_length < 0:
-        raise ValueError(f"max_length must not be negative, not {max_length}")
+        raise UsageError(f"max_length must not be negative, not {max_length}")
     counts = [len(t) if max_length is None else min(len(t), max_length) for t in tensors]
     longest = max(counts)
     padded = empty_batch_tensor((len(tensors), longest, *first.shape[1:]), dtype)
@@ -362,7 +362,7 @@ class FieldCollate:
         self.lists = list(lists)
         both = set(self.pad) & set(self.lists)
         if both:
-            raise ValueError(f"fields {sorted(both)} cannot be both padded and kept as lists")
+            raise UsageError(f"fields {sorted(both)} cannot be both padded and kept as lists")
         self.max_length = max_length
         self._checked = False
 
@@ -389,7 +389,7 @@ class FieldCollate:
             if name in self.pad:
                 values = [s.get(name) for s in samples]
                 if any(v is None for v in values):
-                    raise ValueError(
+                    raise UsageError(
                         f"field {name!r} is missing from some samples, so it cannot be padded"
                     )
                 padded, lengths, mask = pad_sequences(

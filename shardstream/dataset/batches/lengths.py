@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from ...errors import UsageError
 from ..ranks import agree
 from .collate import collate, pad_sequences
 from .windowed import WindowResume
@@ -78,7 +79,7 @@ class LengthBucketing(WindowResume):
         **loader_kwargs: Any,
     ):
         if batch_tokens < 1 or window < 1:
-            raise ValueError(
+            raise UsageError(
                 f"batch_tokens and window must be at least 1, not {batch_tokens} and {window}"
             )
         self.batch_tokens, self.window = int(batch_tokens), int(window)

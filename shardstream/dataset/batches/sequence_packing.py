@@ -68,7 +68,7 @@ class SequencePacking(WindowedBatches):
     ):
         for name, value in (("seq_len", seq_len), ("batch_rows", batch_rows)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be 1 or more, not {value!r}")
+                raise UsageError(f"{name} must be 1 or more, not {value!r}")
         self.seq_len, self.batch_rows = seq_len, batch_rows
         self.field, self.labels, self.loss_mask, self.pad_id = field, labels, loss_mask, pad_id
         super().__init__(dataset, window, num_workers, loader_kwargs)

@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
+from ...errors import UsageError
 from ..ranks import agree
 from ..shards.mapped import MappedBytes
 from .collate import RaggedBytes, ragged_fields
@@ -165,7 +166,7 @@ class WindowedBatches(WindowResume):
         what a shape computes there besides, such as each sample's bucket key); ``None`` keeps the
         dataset's own batches (a shape that reads raw batches of locations)."""
         if isinstance(window, bool) or not isinstance(window, int) or window < 1:
-            raise ValueError(f"window must be a number of samples (1 or more), not {window!r}")
+            raise UsageError(f"window must be a number of samples (1 or more), not {window!r}")
         self.window = window
         if collate is window_of and dataset.mapped:
             collate = (

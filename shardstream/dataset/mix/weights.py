@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 
+from ...errors import UsageError
 from .batches import source_name
 
 
@@ -18,18 +19,18 @@ def source_weights(sources: Sequence[Any], weights: Sequence[float] | None) -> n
         return sizes / sizes.sum()
     if isinstance(weights, dict) or len(weights) != len(sources):
         found = len(weights) if hasattr(weights, "__len__") else type(weights).__name__
-        raise ValueError(
+        raise UsageError(
             f"MixedDataset got {found} weights for {len(sources)} sources; give one weight per source"
         )
     w = np.asarray([float(x) for x in weights], dtype=np.float64)
     for i, x in enumerate(w):
         if not np.isfinite(x) or x < 0:
-            raise ValueError(
+            raise UsageError(
                 f"weight {weights[i]!r} of source {i} ({source_name(sources[i])}) is not a number of 0 or "
                 "more; weights are relative, e.g. [0.7, 0.2, 0.1]"
             )
     if w.sum() <= 0:
-        raise ValueError(
+        raise UsageError(
             "every weight of the mix is 0: at least one source needs a positive weight"
         )
     return w / w.sum()
@@ -56,12 +57,12 @@ def label_weights(
                 if unknown
                 else f"lack label {missing[0]!r}"
             )
-            raise ValueError(
+            raise UsageError(
                 f"the weights {what}; give a weight for every label of {sorted(map(str, names))} "
                 "(0 leaves one out)"
             )
         return [weights[k] for k in names]
-    raise ValueError(
+    raise UsageError(
         f"weights must be 'balanced', 'sqrt', None or a {{label: weight}} mapping, not {weights!r}"
     )
 

@@ -253,13 +253,13 @@ class Decoder:
             self.default = self.fields.pop("*", "torch")
             for name, how in self.fields.items():
                 if not (callable(how) or how is None or how in MODES):
-                    raise ValueError(
+                    raise UsageError(
                         f"decode[{name!r}] must be a callable, None or one of {MODES}, not {how!r}"
                     )
         else:
             self.default = spec
         if not (self.default is None or self.default in MODES):
-            raise ValueError(
+            raise UsageError(
                 f"decode must be one of {MODES}, None, a callable or a mapping, not {spec!r}"
             )
         self._checked = not self.fields

@@ -402,7 +402,7 @@ def local_parquet(fetcher: ShardFetcher, manifest: Manifest, shard: int, data: A
     where, rows = fetcher.store.url_of(manifest.paths[shard]), int(manifest.stored_counts[shard])
     try:
         index = parquet_row_index(fetcher, manifest, shard)
-    except Exception:  # noqa: BLE001 - the whole file is checked instead
+    except Exception:  # the whole file is checked instead
         index = None
     if index is None or fetcher.verify_local:
         data = fetcher.checked_local(shard)
@@ -462,7 +462,7 @@ def ranged_parquet(fetcher: ShardFetcher, manifest: Manifest, shard: int) -> Par
             return None
         footer = span(*index.footer, index.footer_sha256)
         metadata = parquet_format.metadata_of(footer, where)
-    except Exception:  # noqa: BLE001 - the whole file is read instead, checked against the manifest
+    except Exception:  # the whole file is read instead, checked against the manifest
         return None
     pieces: dict[int, Any] = {index.footer[0]: footer}
 
@@ -623,7 +623,7 @@ class OpenShards:
                 return reader.keys[offset]
             if isinstance(reader, (ArrowShard, ParquetShard)) and offset >= 0:
                 return reader.key(offset)
-        except Exception:  # noqa: BLE001 - a key that does not read is left out of the message
+        except Exception:  # a key that does not read is left out of the message
             return None
         return None
 

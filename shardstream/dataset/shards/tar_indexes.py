@@ -50,7 +50,7 @@ def read_stored_indexes(
                 [where(paths[i]) for i in todo], [digests[i] for i in todo]
             )
             pairs = list(zip(todo, found))
-        except Exception:  # noqa: BLE001 - some are not there: each on its own
+        except Exception:  # some are not there: each on its own
             pairs = [(i, _one(fetcher, where(paths[i]), digests[i])) for i in todo]
         for i, data in pairs:
             out[i] = data
@@ -61,7 +61,7 @@ def read_stored_indexes(
 def _one(fetcher: ShardFetcher, name: str, digest: str) -> bytes | None:
     try:
         return fetcher.read_checked_many([name], [digest])[0]
-    except Exception:  # noqa: BLE001 - missing, or not the one the manifest names
+    except Exception:  # missing, or not the one the manifest names
         return None
 
 
@@ -148,7 +148,7 @@ class SampleIndexes:
             try:
                 got = cache.get(digests[shard], lambda: self._read([shard])[shard], content=True)
                 return shard, _taken(got)
-            except Exception:  # noqa: BLE001 - the tar is read whole instead, and says what is wrong
+            except Exception:  # the tar is read whole instead, and says what is wrong
                 return shard, None
 
         with ThreadPoolExecutor(min(16, len(shards))) as pool:
