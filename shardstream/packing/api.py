@@ -25,7 +25,7 @@ from .rules import DEFAULT_SHARD_SIZE
 REQUESTS = {
     "inputs": "shardstream.packing.function:pack_inputs",
     "split": "shardstream.packing.split:pack_split",
-    "text": "shardstream.packing.tokens:pack_text",
+    "text": "shardstream.packing.tokens:pack_tokens",
     "source": "shardstream.packing.driver:pack_source",
 }
 
@@ -72,8 +72,8 @@ def pack(  # noqa: PLR0913 - the public pack: one keyword per setting, as the co
     unchanged), so no shard holds one class; a table is then shuffled in memory (``shuffle=False``
     streams a table larger than memory, in its own order).
     ``format="tokens"`` tokenizes a text corpus into token shards: ``token_options`` (``tokenizer``,
-    ``text_field``, ``eos``, ``eos_id``, ``vocab_size``, ``dtype``, ``per_file``) go to
-    :func:`shardstream.packing.tokens.pack_tokens`.
+    ``text_field``, ``eos``, ``eos_id``, ``vocab_size``, ``dtype``, ``per_file``) are a
+    :class:`~shardstream.packing.options.TokenOptions`, for :func:`shardstream.packing.tokens.pack_tokens`.
     ``engine="ray"`` runs the shard jobs of a folder pack as Ray tasks (the cluster at ``ray_address``,
     else ``RAY_ADDRESS``, else a local instance), with the same output bytes as ``engine="local"``
     (:mod:`shardstream.packing.ray_engine`); for ``fn=`` and the sources read sample by sample, Ray
