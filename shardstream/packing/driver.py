@@ -196,14 +196,7 @@ def _pack_folder_tar(
 
     with progress_bar(run.progress, src.total_bytes) as bar:
         results = run_jobs(
-            run.engine,
-            write_shard,
-            jobs,
-            run.workers,
-            store.local,
-            done,
-            ray_address=run.ray_address,
-            describe=lambda i: plan[i][0].files[0][1],
+            run, write_shard, jobs, store.local, done, lambda i: plan[i][0].files[0][1]
         )
     # written elsewhere: each shard is where it should be, as large as its task said
     if run.engine != "local":
