@@ -1,9 +1,10 @@
 """``PackOptions``: everything a pack is told besides its source and destination, as one frozen value.
 
 :func:`shardstream.pack` takes them as keywords (one per setting, as the command's options) and
-hands this object on; what a pack does is then chosen by what it is asked (:attr:`PackOptions.request`)
-and by the kind of source and the shard format (the tables in :mod:`.api` and :mod:`.driver`), never by
-which keywords were given.
+``shardstream pack`` as options: both make one, checked here once, and hand it to
+:func:`~shardstream.packing.api.pack_with`, whose packers take ``(source, dest, options)``. What a pack
+does is chosen by what it is asked (:attr:`PackOptions.request`) and by the kind of source and the
+shard format (the tables in :mod:`.api` and :mod:`.driver`), never by which keywords were given.
 """
 
 from __future__ import annotations
