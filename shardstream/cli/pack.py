@@ -147,7 +147,7 @@ def pack(  # noqa: PLR0913 - one per option
 ) -> None:
     """Pack SOURCE (a folder tree, table files, an HDF5 file, an LMDB environment, .npy files, a Hugging Face
     save_to_disk folder, or shards to reshard) into a dataset at DEST."""
-    from ..packing import pack as run_pack
+    from ..packing import PackOptions, pack_with
 
     tokens = {
         "tokenizer": tokenizer,
@@ -162,9 +162,7 @@ def pack(  # noqa: PLR0913 - one per option
         raise click.UsageError(
             "--tokenizer, --text-field, --no-eos, --eos-id and --dtype go with --format tokens"
         )
-    result = run_pack(
-        source,
-        dest,
+    options = PackOptions(
         format=fmt,
         shard_size=shard_size,
         samples_per_shard=samples_per_shard,
@@ -185,6 +183,6 @@ def pack(  # noqa: PLR0913 - one per option
         engine=engine,
         ray_address=ray_address,
         fields=[f.strip() for f in fields.split(",") if f.strip()] if fields else None,
-        **(tokens if fmt == "tokens" else {}),
+        token_options=tokens if fmt == "tokens" else {},
     )
-    click.echo(safe(result.summary()))
+    click.echo(safe(pack_with(source, dest, options).summary()))

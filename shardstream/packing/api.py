@@ -25,7 +25,7 @@ from .rules import DEFAULT_SHARD_SIZE
 REQUESTS = {
     "inputs": "shardstream.packing.function:pack_inputs",
     "split": "shardstream.packing.split:pack_split",
-    "text": "shardstream.packing.tokens:pack_text",
+    "text": "shardstream.packing.tokens:pack_tokens",
     "source": "shardstream.packing.driver:pack_source",
 }
 
@@ -72,8 +72,8 @@ def pack(  # noqa: PLR0913 - the public pack: one keyword per setting, as the co
     unchanged), so no shard holds one class; a table is then shuffled in memory (``shuffle=False``
     streams a table larger than memory, in its own order).
     ``format="tokens"`` tokenizes a text corpus into token shards: ``token_options`` (``tokenizer``,
-    ``text_field``, ``eos``, ``eos_id``, ``vocab_size``, ``dtype``, ``per_file``) go to
-    :func:`shardstream.packing.tokens.pack_tokens`.
+    ``text_field``, ``eos``, ``eos_id``, ``vocab_size``, ``dtype``, ``per_file``) are a
+    :class:`~shardstream.packing.options.TokenOptions`, for :func:`shardstream.packing.tokens.pack_tokens`.
     ``engine="ray"`` runs the shard jobs of a folder pack as Ray tasks (the cluster at ``ray_address``,
     else ``RAY_ADDRESS``, else a local instance), with the same output bytes as ``engine="local"``
     (:mod:`shardstream.packing.ray_engine`); for ``fn=`` and the sources read sample by sample, Ray
@@ -136,34 +136,10 @@ def pack(  # noqa: PLR0913 - the public pack: one keyword per setting, as the co
         TypeError: a keyword that is neither a setting nor a token option (naming the likely one).
         UsageError: a setting this pack would ignore (e.g. ``compression`` with ``format="tokens"``).
     """
+    # the parameters but source and dest: each names a PackOptions field
+    settings = {k: v for k, v in locals().items() if k not in ("source", "dest", "token_options")}
     check_keywords(token_options)
-    options = PackOptions(
-        format=format,
-        shard_size=shard_size,
-        samples_per_shard=samples_per_shard,
-        compression=compression,
-        workers=workers,
-        layout=layout,
-        overwrite=overwrite,
-        append=append,
-        storage_options=storage_options,
-        progress=progress,
-        fsync=fsync,
-        shuffle=shuffle,
-        seed=seed,
-        split_by=split_by,
-        fn=fn,
-        fields=fields,
-        field_name=field_name,
-        decode_value=decode_value,
-        engine=engine,
-        ray_address=ray_address,
-        source_options=source_options,
-        index=index,
-        image_sizes=image_sizes,
-        token_options=token_options,
-    )
-    return pack_with(source, dest, options)
+    return pack_with(source, dest, PackOptions(**settings, token_options=token_options))
 
 
 def check_keywords(extra: dict[str, Any]) -> None:

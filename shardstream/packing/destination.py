@@ -63,6 +63,7 @@ from ..manifest.versions import (
     version_name,
     version_of,
 )
+from ..sources.remote import is_remote
 from ..storage import Store
 from ..storage.conditional import Expect, WriteConflict
 
@@ -74,6 +75,7 @@ __all__ = [
     "own_beside_indexes",
     "DestinationLost",
     "check_claim",
+    "check_outside",
     "check_written",
     "is_probe",
     "made_by_shardstream",
@@ -490,6 +492,23 @@ def prepare_destination(
         base=base,
         replaced_version=0 if current is None else version_of(current[0]),
     )
+
+
+def check_outside(source: str, store: Store) -> None:
+    """Refuse a destination (``store``) that is ``source`` or inside it: the pack would read what it writes."""
+    if is_remote(source):
+        if store.url == source.rstrip("/") or store.url.startswith(source.rstrip("/") + "/"):
+            raise ShardstreamError(
+                f"destination {store.url} is inside the source {source}; choose one outside it"
+            )
+        return
+    if not store.local:
+        return
+    src, dst = os.path.realpath(source), os.path.realpath(store.root)
+    if dst == src or dst.startswith(src.rstrip(os.sep) + os.sep):
+        raise ShardstreamError(
+            f"destination {store.root} is inside the source {source}; choose a folder outside it"
+        )
 
 
 def _leftovers(

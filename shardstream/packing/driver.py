@@ -21,7 +21,7 @@ from ..manifest.image_sizes import encode_image_sizes
 from ..sources import FolderSource, TableSource, open_source, sample_permutation
 from ..sources.remote import is_remote
 from ..storage import Store
-from .destination import Claim, check_written, prepare_destination
+from .destination import Claim, check_outside, check_written, prepare_destination
 from .engine import Execution, progress_bar, run_jobs
 from .folder import ShardJob, ShardResult, check_sample_names, plan_shards, read_file, write_shard
 from .options import PackOptions
@@ -43,22 +43,6 @@ def _no_gc() -> Iterator[None]:
             gc.enable()
 
 
-def _check_not_inside(source: str, store: Store) -> None:
-    if is_remote(source):
-        if store.url == source.rstrip("/") or store.url.startswith(source.rstrip("/") + "/"):
-            raise ShardstreamError(
-                f"destination {store.url} is inside the source {source}; choose one outside it"
-            )
-        return
-    if not store.local:
-        return
-    src, dst = os.path.realpath(source), os.path.realpath(store.root)
-    if dst == src or dst.startswith(src.rstrip(os.sep) + os.sep):
-        raise ShardstreamError(
-            f"destination {store.root} is inside the source {source}; choose a folder outside it"
-        )
-
-
 def pack_source(
     source: str | os.PathLike[str],
     dest: str | os.PathLike[str],
@@ -75,20 +59,13 @@ def pack_source(
     if src is None:
         src = open_listed(source, options)
     kind = source_kind(src)
+    store = Store(dest, options.storage_options)
+    check_outside(source, store)
     # HDF5, LMDB, NumPy, tar shards: samples read in workers (packing.function)
     if kind == "samples":
-        from .function import pack_source as pack_samples
+        from .function import pack_sample_source
 
-        return PackResult(
-            *pack_samples(
-                src,
-                dest,
-                format=options.format,
-                shuffle=options.shuffle,
-                seed=options.seed,
-                **options.common(),
-            )
-        )
+        return pack_sample_source(src, dest, options)
     if kind == "folder" and options.shuffle:
         src.samples = [
             src.samples[i] for i in sample_permutation(len(src.samples), options.seed).tolist()
@@ -101,8 +78,6 @@ def pack_source(
     )
     if kind == "folder":
         check_sample_names(src.samples, shard_format)
-    store = Store(dest, options.storage_options)
-    _check_not_inside(source, store)
     packer = PACKERS[(kind, "arrow" if shard_format == "arrow" else "tar")]
     if run.engine != "local" and packer is _pack_with_writer:  # refused before anything is written
         raise ShardstreamError(
@@ -221,14 +196,7 @@ def _pack_folder_tar(
 
     with progress_bar(run.progress, src.total_bytes) as bar:
         results = run_jobs(
-            run.engine,
-            write_shard,
-            jobs,
-            run.workers,
-            store.local,
-            done,
-            ray_address=run.ray_address,
-            describe=lambda i: plan[i][0].files[0][1],
+            run, write_shard, jobs, store.local, done, lambda i: plan[i][0].files[0][1]
         )
     # written elsewhere: each shard is where it should be, as large as its task said
     if run.engine != "local":

@@ -180,24 +180,23 @@ ENGINES: dict[str, str] = {"ray": "shardstream.packing.ray_engine:run_ray"}
 
 
 def run_jobs(
-    engine: str,
+    run: Execution,
     job: Callable[..., R],
     jobs: Sequence[tuple[Any, ...]],
-    workers: int,
     processes: bool,
     on_done: Callable[[int], None],
-    *,
-    ray_address: str | None = None,
     describe: Callable[[int], str] | None = None,
 ) -> list[R]:
-    """``job(*args)`` for each of ``jobs`` on ``engine`` (``"local"``: a pool of ``workers``; ``"ray"``: Ray
-    tasks, on the cluster at ``ray_address``), results in plan order, ``on_done(i)`` after each."""
+    """``job(*args)`` for each of ``jobs`` on ``run.engine`` (``"local"``: a pool of ``run.workers``;
+    ``"ray"``: Ray tasks, on the cluster at ``run.ray_address``), results in plan order, ``on_done(i)``
+    after each; ``describe(i)`` names job ``i``'s input in errors."""
     import importlib
 
+    engine = run.engine
     if engine == "local":
-        return run_local(job, jobs, workers, processes, on_done)
+        return run_local(job, jobs, run.workers, processes, on_done)
     if engine not in ENGINES:
         raise UsageError(f"unknown engine {engine!r}; use one of local, {', '.join(ENGINES)}")
     module, _, name = ENGINES[engine].partition(":")
-    run = getattr(importlib.import_module(module), name)
-    return run(job, jobs, on_done, address=ray_address, describe=describe)
+    run_on = getattr(importlib.import_module(module), name)
+    return run_on(job, jobs, on_done, address=run.ray_address, describe=describe)

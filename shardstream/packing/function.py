@@ -19,18 +19,17 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Executor, Future, ProcessPoolExecutor, ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import numpy as np
 
 from ..errors import ShardstreamError, SourceError, UsageError
-from ..manifest import Manifest, creation_info
-from ..storage import Store
-from .engine import default_workers, die_with_parent, pool_context, progress_bar
+from ..manifest import creation_info
+from .engine import Execution, die_with_parent, pool_context, progress_bar
 from .fields import encode_field
 from .options import PackOptions
 from .result import PackResult
-from .rules import DEFAULT_SHARD_SIZE
 from .writer import ShardWriter
 
 log = logging.getLogger(__name__)
@@ -131,22 +130,21 @@ def _picklable(fn: SampleFn) -> bool:
 def map_ordered(
     fn: SampleFn,
     items: Sequence[Any],
-    workers: int,
+    run: Execution,
     encode: bool = False,
     ahead: int | None = None,
-    engine: str = "local",
-    ray_address: str | None = None,
 ) -> Iterator[tuple[int, tuple[bool, Any]]]:
-    """``(i, _call(fn, items[i]))`` for every item, in order; ``workers`` processes (or, with
-    ``engine="ray"``, Ray tasks) run up to ``ahead`` items beyond the one being consumed (default: two
-    per worker)."""
+    """``(i, _call(fn, items[i]))`` for every item, in order; ``run.workers`` processes (or, on the Ray
+    engine, Ray tasks) run up to ``ahead`` items beyond the one being consumed (default: two per
+    worker)."""
+    workers, engine = run.workers, run.engine
     if engine == "ray":
         from .ray_engine import map_ray
 
         yield from map_ray(
             functools.partial(_call, fn, encode=encode),
             items,
-            address=ray_address,
+            address=run.ray_address,
             ahead=ahead,
             describe=lambda i: describe_input(items[i]),
         )
@@ -197,55 +195,42 @@ def map_ordered(
                 future.cancel()
 
 
-def write_samples(  # noqa: PLR0913 - pack's settings, passed on by keyword
-    fn: SampleFn,
-    items: Sequence[Any],
-    dest: str,
-    *,
-    what: Callable[[int], str],
-    format: str = "tar",
-    shard_size: int | str = DEFAULT_SHARD_SIZE,
-    samples_per_shard: int | None = None,
-    compression: str | None = None,
-    workers: int | None = None,
-    overwrite: bool = False,
-    append: bool = False,
-    storage_options: dict[str, Any] | None = None,
-    progress: bool = True,
-    fsync: bool = True,
-    info: dict[str, Any] | None = None,
-    total: int | None = None,
-    classes: list[str] | None = None,
-    engine: str = "local",
-    ray_address: str | None = None,
-    index: bool = True,
-    image_sizes: bool = True,
-) -> tuple[str, Manifest]:
-    """Map ``fn`` over ``items`` in parallel and write the samples in order; publish the manifest last.
-    ``what(i)`` names input ``i`` in an error. Returns (the dataset's URL, its manifest)."""
-    workers = default_workers() if workers is None else int(workers)
-    if isinstance(workers, bool) or workers < 1:
-        raise ShardstreamError(f"workers must be at least 1, not {workers!r}")
+@dataclass(frozen=True)
+class Inputs:
+    """What :func:`write_samples` maps and writes: ``fn`` over ``items``; ``what(i)`` names input ``i`` in an
+    error (``what(-1)``: all of them); ``info``: the manifest's creation info; ``total``: the samples to
+    expect (the progress bar's end), and ``classes`` for the manifest."""
+
+    fn: SampleFn
+    items: Sequence[Any]
+    what: Callable[[int], str]
+    info: dict[str, Any]
+    total: int | None = None
+    classes: list[str] | None = None
+
+
+def write_samples(inputs: Inputs, dest: str, options: PackOptions, started: float) -> PackResult:
+    """Map ``inputs.fn`` over ``inputs.items`` in parallel and write the samples in order; publish the
+    manifest last. The result's time counts from ``started``."""
+    run, what = options.execution(), inputs.what
     writer = ShardWriter(
         dest,
-        format,
-        shard_size,
-        samples_per_shard,
-        compression,
-        storage_options,
-        overwrite=overwrite,
-        append=append,
-        classes=classes,
-        fsync=fsync,
-        index=index,
-        image_sizes=image_sizes,
+        options.format or "tar",
+        options.shard_size,
+        options.samples_per_shard,
+        options.compression,
+        options.storage_options,
+        overwrite=options.overwrite,
+        append=options.append,
+        classes=inputs.classes,
+        fsync=options.fsync,
+        index=options.index,
+        image_sizes=options.image_sizes,
     )
     encode = writer.shard_format != "arrow"
     try:
-        with progress_bar(progress, total, unit=" samples") as bar:
-            for i, (ok, out) in map_ordered(
-                fn, items, workers, encode, engine=engine, ray_address=ray_address
-            ):
+        with progress_bar(run.progress, inputs.total, unit=" samples") as bar:
+            for i, (ok, out) in map_ordered(inputs.fn, inputs.items, run, encode):
                 if not ok:
                     ours, message = out
                     raise (
@@ -267,21 +252,18 @@ def write_samples(  # noqa: PLR0913 - pack's settings, passed on by keyword
     except BaseException:
         writer.abort()
         raise
-    manifest.created = info or creation_info(writer="pack(fn=)")
-    return writer.store.url, writer.claim.publish(manifest)
+    manifest.created = inputs.info
+    manifest = writer.claim.publish(manifest)
+    return PackResult(writer.store.url, manifest, time.perf_counter() - started)
 
 
-def pack_function(
-    inputs: Iterable[Any],
-    dest: str | os.PathLike[str],
-    fn: SampleFn,
-    *,
-    format: str | None = None,
-    **options: Any,
-) -> tuple[str, Manifest, float]:
-    """``ss.pack(inputs, dest, fn=...)``: ``fn(input)`` returns or yields sample dicts (``__key__``
-    optional: the sample's number otherwise); they are written in input order. Returns (url, manifest, seconds)."""
+def pack_inputs(
+    inputs: Iterable[Any], dest: str | os.PathLike[str], options: PackOptions
+) -> PackResult:
+    """``pack(inputs, dest, fn=...)``: ``fn(input)`` returns or yields sample dicts (``__key__``
+    optional: the sample's number otherwise); they are written in input order."""
     started = time.perf_counter()
+    fn = options.fn
     if isinstance(inputs, (str, bytes, os.PathLike)) or not isinstance(inputs, Iterable):
         raise ShardstreamError(
             f"with fn=, the source is a list of inputs for fn, not {describe_input(inputs)}; "
@@ -298,32 +280,15 @@ def pack_function(
         return f"fn {name} on input {i} ({describe_input(items[i])})" if i >= 0 else f"fn {name}"
 
     info = creation_info(source=f"{name} over {len(items)} inputs", layout="function")
-    url, manifest = write_samples(
-        fn, items, os.fspath(dest), what=what, format=format or "tar", info=info, **options
-    )
-    return url, manifest, time.perf_counter() - started
+    return write_samples(Inputs(fn, items, what, info), os.fspath(dest), options, started)
 
 
-def pack_source(
-    src: SampleSource,
-    dest: str | os.PathLike[str],
-    *,
-    format: str | None = None,
-    shuffle: bool = True,
-    seed: int = 0,
-    **options: Any,
-) -> tuple[str, Manifest, float]:
-    """Pack a source read in workers (HDF5, LMDB, NumPy, existing shards). Returns (url, manifest, seconds)."""
+def pack_sample_source(
+    src: SampleSource, dest: str | os.PathLike[str], options: PackOptions
+) -> PackResult:
+    """Pack a source read in workers (HDF5, LMDB, NumPy, existing shards), already opened, into ``dest``."""
     started = time.perf_counter()
-    reader, jobs = src.sample_jobs(int(seed) if shuffle else None)
-    store = Store(os.fspath(dest), options.get("storage_options"))
-    if store.local and os.path.exists(src.root):
-        root, target = os.path.realpath(src.root), os.path.realpath(store.root)
-        if target == root or target.startswith(root.rstrip(os.sep) + os.sep):
-            raise ShardstreamError(
-                f"destination {store.root} is inside the source {src.root}; choose a folder "
-                "outside it"
-            )
+    reader, jobs = src.sample_jobs(int(options.seed) if options.shuffle else None)
 
     def what(i: int) -> str:
         return f"{src.layout} source {src.root}"
@@ -331,24 +296,5 @@ def pack_source(
     info = creation_info(
         source=os.path.abspath(src.root) if "://" not in src.root else src.root, layout=src.layout
     )
-    url, manifest = write_samples(
-        reader,
-        jobs,
-        os.fspath(dest),
-        what=what,
-        format=format or "tar",
-        info=info,
-        total=src.num_samples,
-        classes=getattr(src, "classes", None),
-        **options,
-    )
-    return url, manifest, time.perf_counter() - started
-
-
-def pack_inputs(
-    inputs: Iterable[Any], dest: str | os.PathLike[str], options: PackOptions
-) -> PackResult:
-    """``pack(inputs, dest, fn=...)``: :func:`pack_function` with the pack's settings."""
-    return PackResult(
-        *pack_function(inputs, dest, options.fn, format=options.format, **options.common())
-    )
+    inputs = Inputs(reader, jobs, what, info, src.num_samples, getattr(src, "classes", None))
+    return write_samples(inputs, os.fspath(dest), options, started)

@@ -1,9 +1,10 @@
 """``PackOptions``: everything a pack is told besides its source and destination, as one frozen value.
 
 :func:`shardstream.pack` takes them as keywords (one per setting, as the command's options) and
-hands this object on; what a pack does is then chosen by what it is asked (:attr:`PackOptions.request`)
-and by the kind of source and the shard format (the tables in :mod:`.api` and :mod:`.driver`), never by
-which keywords were given.
+``shardstream pack`` as options: both make one, checked here once, and hand it to
+:func:`~shardstream.packing.api.pack_with`, whose packers take ``(source, dest, options)``. What a pack
+does is chosen by what it is asked (:attr:`PackOptions.request`) and by the kind of source and the
+shard format (the tables in :mod:`.api` and :mod:`.driver`), never by which keywords were given.
 """
 
 from __future__ import annotations
@@ -17,8 +18,26 @@ from ..errors import ShardstreamError, UsageError
 from .engine import Execution, default_workers
 from .rules import DEFAULT_SHARD_SIZE
 
-# the keywords of pack(format="tokens") besides the settings every pack takes (packing.tokens.pack_tokens)
-TOKEN_OPTIONS = ("tokenizer", "text_field", "eos", "eos_id", "vocab_size", "dtype", "per_file")
+
+@dataclass(frozen=True)
+class TokenOptions:
+    """The settings of ``pack(format="tokens")`` besides those every pack takes (see
+    :func:`shardstream.packing.tokens.pack_tokens`): the ``tokenizer`` (a ``tokenizer.json`` path, a
+    ``tokenizers.Tokenizer`` or a callable), the ``text_field`` of JSONL and tables, ``eos`` (end each
+    document with ``eos_id``, default the tokenizer's), ``vocab_size`` (fixes a callable's dtype), the
+    ``dtype`` of flat ``.bin`` token files, and ``per_file`` (one document per plain text file)."""
+
+    tokenizer: Any = None
+    text_field: str = "text"
+    eos: bool = True
+    eos_id: int | None = None
+    vocab_size: int | None = None
+    dtype: str | None = None
+    per_file: bool = False
+
+
+# the keywords of pack(format="tokens") besides the settings every pack takes
+TOKEN_OPTIONS = tuple(f.name for f in dataclasses.fields(TokenOptions))
 
 _EVERY = frozenset(
     {
@@ -103,6 +122,9 @@ class PackOptions:
     token_options: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        workers = self.workers
+        if workers is not None and (isinstance(workers, bool) or int(workers) < 1):
+            raise ShardstreamError(f"workers must be at least 1, not {workers!r}")
         if self.append and self.overwrite:
             raise UsageError(
                 "append adds to the dataset and overwrite replaces it: pass one of them, not both"
@@ -170,34 +192,13 @@ class PackOptions:
             )
 
     def execution(self) -> Execution:
-        """How the shard jobs run: the workers checked (at least 1; default: every usable core)."""
-        workers = self.workers
-        if workers is not None and (isinstance(workers, bool) or int(workers) < 1):
-            raise ShardstreamError(f"workers must be at least 1, not {workers!r}")
-        return Execution(
-            default_workers() if workers is None else int(workers),
-            self.progress,
-            self.engine,
-            self.ray_address,
-        )
+        """How the shard jobs run: ``workers`` (checked at least 1 when made; default: every usable core)."""
+        workers = default_workers() if self.workers is None else int(self.workers)
+        return Execution(workers, self.progress, self.engine, self.ray_address)
 
-    def common(self) -> dict[str, Any]:
-        """The settings every kind of pack takes, as keywords."""
-        return {
-            "shard_size": self.shard_size,
-            "samples_per_shard": self.samples_per_shard,
-            "compression": self.compression,
-            "workers": self.workers,
-            "overwrite": self.overwrite,
-            "append": self.append,
-            "storage_options": self.storage_options,
-            "progress": self.progress,
-            "fsync": self.fsync,
-            "engine": self.engine,
-            "ray_address": self.ray_address,
-            "index": self.index,
-            "image_sizes": self.image_sizes,
-        }
+    def tokens(self) -> TokenOptions:
+        """The token options of ``format="tokens"``, their defaults filled in."""
+        return TokenOptions(**self.token_options)
 
     def source_settings(self) -> dict[str, Any]:
         """What the sources of samples take (HDF5 ``fields``, LMDB ``field_name`` and ``decode_value``)."""
@@ -216,4 +217,4 @@ def _default(f: dataclasses.Field[Any]) -> Any:
     return f.default_factory() if f.default is dataclasses.MISSING else f.default  # type: ignore[misc]
 
 
-__all__ = ["TAKES", "TOKEN_OPTIONS", "PackOptions"]
+__all__ = ["TAKES", "TOKEN_OPTIONS", "PackOptions", "TokenOptions"]

@@ -27,7 +27,7 @@ from ..sources import REGISTRY
 from ..sources.text import TextSource
 from ..storage import Store
 from .destination import prepare_destination
-from .engine import default_workers, progress_bar
+from .engine import progress_bar
 from .options import PackOptions
 from .result import PackResult
 
@@ -173,65 +173,52 @@ def _encoded(
             yield pending.popleft().result()
 
 
-def pack_tokens(  # noqa: PLR0913 - pack(format="tokens"): one keyword per setting
-    source: str | os.PathLike[str],
-    dest: str | os.PathLike[str],
-    *,
-    tokenizer: Any = None,
-    text_field: str = "text",
-    eos: bool = True,
-    eos_id: int | None = None,
-    vocab_size: int | None = None,
-    dtype: str | None = None,
-    per_file: bool = False,
-    shard_size: int | str = "256MB",
-    workers: int | None = None,
-    overwrite: bool = False,
-    storage_options: dict[str, Any] | None = None,
-    progress: bool = True,
-    fsync: bool = True,
-) -> tuple[str, Manifest, float]:
-    """Tokenize ``source`` (JSONL, Parquet, Arrow, plain text) with ``tokenizer`` into token shards at
-    ``dest``, or copy Megatron ``.bin/.idx`` pairs or flat ``.bin`` files (``dtype``) into them.
+def pack_tokens(
+    source: str | os.PathLike[str], dest: str | os.PathLike[str], options: PackOptions
+) -> PackResult:
+    """``pack(..., format="tokens")``: tokenize ``source`` (JSONL, Parquet, Arrow, plain text) with
+    ``options``' ``tokenizer`` into token shards at ``dest``, or copy Megatron ``.bin/.idx`` pairs or flat
+    ``.bin`` files (``dtype``) into them; the token options are :class:`~.options.TokenOptions`.
 
     ``eos``: end each document with the EOS id (the tokenizer's, else ``eos_id``). ``vocab_size``
     fixes the shards' dtype for a callable tokenizer (uint16 when it fits, else uint32).
-    Returns the dataset's URL, its manifest and the seconds it took (``pack`` makes them a ``PackResult``).
     """
     started = time.perf_counter()
     source = os.fspath(source)
-    limit = parse_size(shard_size)
-    workers = default_workers() if workers is None else int(workers)
-    if workers < 1:
-        raise ShardstreamError(f"workers must be at least 1, not {workers}")
+    limit, workers, t = (
+        parse_size(options.shard_size),
+        options.execution().workers,
+        options.tokens(),
+    )
+    eos_id, vocab_size = t.eos_id, t.vocab_size
     src: TextSource = REGISTRY["text"].load("text")(
         source,
-        text_field=text_field,
-        per_file=per_file,
-        dtype=dtype,
+        text_field=t.text_field,
+        per_file=t.per_file,
+        dtype=t.dtype,
         eos_id=eos_id,
-        storage_options=storage_options,
+        storage_options=options.storage_options,
     )
-    store = Store(dest, storage_options)
+    store = Store(dest, options.storage_options)
     if src.tokenized:
         chunks = list(src.token_chunks())
         vocab = int(vocab_size or max([bound for _, _, bound in chunks] + [1]))
         name, end = src.kind, eos_id
     else:
-        if tokenizer is None:
+        if t.tokenizer is None:
             raise UsageError(f"{source} holds text: pass a tokenizer (--tokenizer tokenizer.json)")
-        tok = Tokenizer(tokenizer, vocab_size)
+        tok = Tokenizer(t.tokenizer, vocab_size)
         vocab, name = tok.vocab_size, tok.name
-        end = (tok.eos_id if eos_id is None else int(eos_id)) if eos else None
-        if eos and end is None:
+        end = (tok.eos_id if eos_id is None else int(eos_id)) if t.eos else None
+        if t.eos and end is None:
             raise UsageError(
                 f"the tokenizer {name} declares no end-of-document token: pass --eos-id (eos_id=) "
                 "or --no-eos (eos=False)"
             )
     out_dtype = token_format.dtype_for(vocab)
-    claim = prepare_destination(store, overwrite, fsync, appendable=False)
+    claim = prepare_destination(store, options.overwrite, options.fsync, appendable=False)
     cutter = _ShardCutter(store, out_dtype, limit, claim.token)
-    with progress_bar(progress, None, unit=" docs") as bar:
+    with progress_bar(options.progress, None, unit=" docs") as bar:
         if src.tokenized:
             for tokens, offsets, _ in chunks:
                 # a file's documents, a piece at a time
@@ -268,23 +255,4 @@ def pack_tokens(  # noqa: PLR0913 - pack(format="tokens"): one keyword per setti
         tokens=stats,
     )
     claim.publish(manifest)
-    return store.url, manifest, time.perf_counter() - started
-
-
-def pack_text(
-    source: str | os.PathLike[str], dest: str | os.PathLike[str], options: PackOptions
-) -> PackResult:
-    """``pack(..., format="tokens")``: :func:`pack_tokens` with the pack's settings and token options."""
-    return PackResult(
-        *pack_tokens(
-            source,
-            dest,
-            shard_size=options.shard_size,
-            workers=options.workers,
-            overwrite=options.overwrite,
-            storage_options=options.storage_options,
-            progress=options.progress,
-            fsync=options.fsync,
-            **options.token_options,
-        )
-    )
+    return PackResult(store.url, manifest, time.perf_counter() - started)

@@ -240,13 +240,14 @@ def test_sources_with_other_fields_are_refused_naming_the_field(urls):
 
 
 def token_dataset(root: Path, name: str, docs: list[list[int]]) -> str:
-    from shardstream.packing.tokens import pack_tokens
+    from shardstream.packing import pack
 
     src = root / f"{name}.jsonl"
     src.write_text("".join(json.dumps({"text": " ".join(map(str, d))}) + "\n" for d in docs))
-    pack_tokens(
+    pack(
         str(src),
         str(root / name),
+        format="tokens",
         tokenizer=lambda text: [int(t) for t in text.split()],
         eos_id=0,
         vocab_size=1000,

@@ -4,7 +4,6 @@ ignore is refused with one line naming it; the ones every packer takes are honou
 from __future__ import annotations
 
 import dataclasses
-import inspect
 import io
 from pathlib import Path
 
@@ -15,8 +14,7 @@ from PIL import Image
 import shardstream as ss
 from shardstream.errors import SourceError, UsageError
 from shardstream.manifest.side_names import index_name
-from shardstream.packing.options import SAME, TAKES, TOKEN_OPTIONS, PackOptions
-from shardstream.packing.tokens import pack_tokens
+from shardstream.packing.options import SAME, TAKES, TOKEN_OPTIONS, PackOptions, TokenOptions
 from tests.folders import folder_files
 from tests.sample_datasets import make_files
 
@@ -199,12 +197,8 @@ def test_a_split_pack_refuses_sample_source_settings(tmp_path: Path) -> None:
         ss.pack(src, tmp_path / "out", split_by="cls", field_name="v", progress=False)
 
 
-def test_token_options_are_the_keywords_of_pack_tokens() -> None:
-    keywords = [
-        p.name
-        for p in inspect.signature(pack_tokens).parameters.values()
-        if p.kind is p.KEYWORD_ONLY
-    ]
+def test_token_options_are_the_fields_of_token_options() -> None:
+    keywords = [f.name for f in dataclasses.fields(TokenOptions)]
     forwarded = {"shard_size", "workers", "overwrite", "storage_options", "progress", "fsync"}
     assert tuple(k for k in keywords if k not in forwarded) == TOKEN_OPTIONS
     assert forwarded <= TAKES["text"]

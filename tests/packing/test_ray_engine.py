@@ -13,6 +13,7 @@ import ray
 
 from shardstream.errors import ShardstreamError, SourceError
 from shardstream.packing import engine
+from shardstream.packing.engine import Execution
 from shardstream.packing.folder import ShardJob, plan_shards
 from shardstream.sources import open_source
 from tests.folders import folder_files
@@ -20,6 +21,7 @@ from tests.packing import ray_jobs
 from tests.sample_datasets import doc_without_runs, make_files, without_run
 
 REPO = str(Path(__file__).resolve().parents[2])
+RAY = Execution(2, engine="ray")
 
 
 @pytest.fixture(scope="module")
@@ -37,7 +39,7 @@ def local_ray():
 
 def test_results_come_back_in_plan_order(local_ray):
     done: list[int] = []
-    got = engine.run_jobs("ray", ray_jobs.square, [(i,) for i in range(12)], 2, True, done.append)
+    got = engine.run_jobs(RAY, ray_jobs.square, [(i,) for i in range(12)], True, done.append)
     assert got == [i * i for i in range(12)] and sorted(done) == list(range(12))
 
 
@@ -54,12 +56,12 @@ def shard_jobs(tmp_path: Path, dest: Path) -> list[tuple]:
 def test_a_worker_killed_mid_task_is_retried_and_the_shards_are_identical(local_ray, tmp_path):
     local = tmp_path / "local"
     local_results = engine.run_jobs(
-        "local", ray_jobs.write_shard, shard_jobs(tmp_path, local), 1, True, lambda i: None
+        Execution(1), ray_jobs.write_shard, shard_jobs(tmp_path, local), True, lambda i: None
     )
     killed = tmp_path / "ray"
     marker = tmp_path / "killed.pid"
     jobs = [(str(marker), 1, *args) for args in shard_jobs(tmp_path, killed)]
-    results = engine.run_jobs("ray", ray_jobs.killed_once, jobs, 2, True, lambda i: None)
+    results = engine.run_jobs(RAY, ray_jobs.killed_once, jobs, True, lambda i: None)
     assert marker.exists()  # the worker did die once, after writing shard 1
     assert [r.sha256 for r in results] == [r.sha256 for r in local_results]
     for i in range(3):
@@ -87,16 +89,16 @@ def test_a_worker_that_always_dies_ends_with_one_line_naming_the_input(local_ray
 
 def test_an_error_in_the_data_is_raised_as_is(local_ray):
     with pytest.raises(SourceError, match=r"^x.jpg: not a JPEG"):
-        engine.run_jobs("ray", ray_jobs.bad_file, [("x.jpg",)], 2, True, lambda i: None)
+        engine.run_jobs(RAY, ray_jobs.bad_file, [("x.jpg",)], True, lambda i: None)
     with pytest.raises(
         ShardstreamError, match=r"^shard 0 failed on Ray: TypeError: cannot handle 3$"
     ):
-        engine.run_jobs("ray", ray_jobs.type_error, [(3,)], 2, True, lambda i: None)
+        engine.run_jobs(RAY, ray_jobs.type_error, [(3,)], True, lambda i: None)
 
 
 def test_an_unknown_engine_and_an_unreachable_cluster():
     with pytest.raises(ValueError, match="unknown engine 'spark'"):
-        engine.run_jobs("spark", ray_jobs.square, [(1,)], 1, True, lambda i: None)
+        engine.run_jobs(Execution(1, engine="spark"), ray_jobs.square, [(1,)], True, lambda i: None)
     code = (
         "from shardstream.packing.ray_engine import connect\n"
         "try:\n    connect('127.0.0.1:9')\nexcept Exception as e:\n    print(type(e).__name__, e)"
