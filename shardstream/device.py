@@ -28,6 +28,7 @@ from typing import Any
 
 import torch
 
+from .errors import UsageError
 from .loader.stats import Callback, DeviceStats, LoaderStats, StepClock, report
 
 log = logging.getLogger("shardstream")
@@ -91,7 +92,7 @@ class _Converter:
         if normalize is not None and dtype is None:
             dtype = torch.float32
         if normalize is not None and not dtype.is_floating_point:
-            raise ValueError(f"normalize needs a floating dtype, not {dtype}")
+            raise UsageError(f"normalize needs a floating dtype, not {dtype}")
         self.dtype, self.scale, self.channels_last = dtype, scale, channels_last
         self.mean = self.std = None
         if normalize is not None:
@@ -100,7 +101,7 @@ class _Converter:
             self.mean = torch.as_tensor(mean, dtype=dtype).reshape(-1, 1, 1)
             self.std = torch.as_tensor(std, dtype=dtype).reshape(-1, 1, 1)
             if (self.std == 0).any():
-                raise ValueError("normalize: std must not be 0")
+                raise UsageError("normalize: std must not be 0")
         self.keys = None if fields is None or callable(fields) else set(fields)
         self.predicate: Callable[[torch.Tensor], bool] = (
             fields if callable(fields) else _is_image_batch
@@ -193,7 +194,7 @@ class DeviceLoader:
         fields: Fields = None,
     ):
         if prefetch < 1:
-            raise ValueError(f"prefetch must be at least 1, not {prefetch}")
+            raise UsageError(f"prefetch must be at least 1, not {prefetch}")
         self.loader = loader
         self.prefetch, self.non_blocking, self.pin = prefetch, non_blocking, pin
         self.device = _resolve(device)
@@ -239,7 +240,7 @@ class DeviceLoader:
         """Every ``every`` batches, pass ``stats().scalars()`` to ``callback`` (``wandb.log``, Lightning's
         ``log_dict``), or without one log a line at INFO with the verdict; ``every=0`` stops."""
         if every < 0:
-            raise ValueError(f"every must be 0 (off) or more, not {every}")
+            raise UsageError(f"every must be 0 (off) or more, not {every}")
         self._steps.every, self._steps.report = every, (lambda: report(self.stats(), callback))
 
     # -- without CUDA streams ----------------------------------------------------------

@@ -27,7 +27,7 @@ ALLOWED = {
     "plan": set(),
     "dataset": {"errors", "sizes", "formats", "storage", "manifest", "plan"},
     "loader": {"errors", "plan", "dataset"},
-    "device": {"loader"},
+    "device": {"errors", "loader"},
     "cli": {
         "errors",
         "version",

@@ -9,7 +9,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import ShardstreamError
+from ..errors import ShardstreamError, UsageError
 
 
 @dataclass(frozen=True)
@@ -38,7 +38,7 @@ class LoaderSetup:
 
     def check(self) -> None:
         if self.batch_size < 1 or self.batches_per_chunk < 1:
-            raise ValueError(f"batch_size and batches_per_chunk must be at least 1, not {self}")
+            raise UsageError(f"batch_size and batches_per_chunk must be at least 1, not {self}")
 
     def same_batches(self, other: LoaderSetup) -> bool:
         """Whether both make the same batches (they may differ in the transport alone)."""

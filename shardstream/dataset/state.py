@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from .. import plan
-from ..errors import ShardstreamError
+from ..errors import ShardstreamError, UsageError
 from .batches.shared_memory import shared_zeros
 
 STATE_VERSION = 1
@@ -115,7 +115,7 @@ def resolve_window(
         or not isinstance(shuffle_window, (int, np.integer))
         or shuffle_window < 0
     ):
-        raise ValueError(
+        raise UsageError(
             f"shuffle_window must be a number of samples (0 or more) or None, not {shuffle_window!r}"
         )
     return max(int(shuffle_window), 1)

@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..errors import ShardstreamError
+from ..errors import ShardstreamError, UsageError
 from ..host import SHM_PATH, local_ranks, shm_free_bytes
 from ..sizes import format_size
 
@@ -83,7 +83,7 @@ def check_shm(
     batch_bytes``; ``free`` is measured now unless given. Returns the estimate in bytes.
     """
     if action not in ("raise", "warn", "off"):
-        raise ValueError(f"shm_check must be 'raise', 'warn' or 'off', not {action!r}")
+        raise UsageError(f"shm_check must be 'raise', 'warn' or 'off', not {action!r}")
     ranks = local_ranks()
     needed = int(ranks * (num_workers * batches_per_worker + extra_batches) * batch_bytes)
     free = shm_free_bytes(path) if free is None else free

@@ -32,7 +32,7 @@ from torch.utils.data import get_worker_info
 
 from ..dataset import LoaderSetup, Readable
 from ..dataset.setup import READING, new_token, own_worker_init
-from ..errors import ShardstreamError
+from ..errors import ShardstreamError, UsageError
 from ..host import loader_workers
 from . import guards, worker_errors
 from .stats import Callback, LoaderStats, StatsRecorder
@@ -138,16 +138,16 @@ class ShardLoader(AdaptedDataLoader):
                 "batch_size=...) over a dataset of its own, or iterate the ShardLoader yourself"
             )
         if batch_size < 1:
-            raise ValueError(f"batch_size must be at least 1, not {batch_size}")
+            raise UsageError(f"batch_size must be at least 1, not {batch_size}")
         if shm_check not in ("raise", "warn", "off"):
-            raise ValueError(f"shm_check must be 'raise', 'warn' or 'off', not {shm_check!r}")
+            raise UsageError(f"shm_check must be 'raise', 'warn' or 'off', not {shm_check!r}")
         if "drop_last" in kwargs:
-            raise ValueError(
+            raise UsageError(
                 "ShardLoader takes no drop_last: its dataset decides it, so that every rank reads "
                 "len(ds) samples; pass ShardDataset(..., drop_last=True) instead"
             )
         if not kwargs.get("in_order", True):
-            raise ValueError(
+            raise UsageError(
                 "ShardLoader needs in_order=True: batches out of order break the planned order and its "
                 "resume state; for more throughput raise num_workers or prefetch_factor instead"
             )

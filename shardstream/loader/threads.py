@@ -24,6 +24,7 @@ from typing import Any
 
 from ..dataset.contract import WorkerSlot, reading_as
 from ..dataset.setup import READING
+from ..errors import UsageError
 
 log = logging.getLogger("shardstream")
 
@@ -77,7 +78,7 @@ def thread_count(
     ``"threads"``, ``"processes"``, or ``"auto"``: threads where they were measured to win
     (:func:`threads_win`) and no argument of the loader's is one that only worker processes take."""
     if workers not in WORKER_MODES:
-        raise ValueError(
+        raise UsageError(
             f"workers must be one of {', '.join(map(repr, WORKER_MODES))}, not {workers!r}"
         )
     if num_workers <= 0 or workers == "processes":
@@ -89,7 +90,7 @@ def thread_count(
     ):
         return 0
     if dataset.replaces_failures:
-        raise ValueError(
+        raise UsageError(
             "workers='threads' cannot read a dataset with on_error='skip': the sample that stands in "
             "for a failing one is each worker's last good one, kept per process; use "
             "workers='processes' (or 'auto')"

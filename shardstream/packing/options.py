@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import ShardstreamError, UsageError
+from ..errors import UsageError
 from .engine import Execution, default_workers
 from .rules import DEFAULT_SHARD_SIZE
 
@@ -124,7 +124,7 @@ class PackOptions:
     def __post_init__(self) -> None:
         workers = self.workers
         if workers is not None and (isinstance(workers, bool) or int(workers) < 1):
-            raise ShardstreamError(f"workers must be at least 1, not {workers!r}")
+            raise UsageError(f"workers must be at least 1, not {workers!r}")
         if self.append and self.overwrite:
             raise UsageError(
                 "append adds to the dataset and overwrite replaces it: pass one of them, not both"
@@ -148,7 +148,7 @@ class PackOptions:
         if self.format == "tokens" or self.token_options:
             if self.format != "tokens":
                 names = sorted(self.token_options)
-                raise ShardstreamError(
+                raise UsageError(
                     f"{', '.join(names)} {'applies' if len(names) == 1 else 'apply'} to "
                     "format='tokens' only: pass format='tokens', or leave "
                     f"{'it' if len(names) == 1 else 'them'} out"
