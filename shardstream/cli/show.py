@@ -71,9 +71,11 @@ def info(
         "created": m.created,
     }
     if m.tokens is not None:
-        from ..manifest.token_stats import describe, window_stats
+        from ..manifest.token_stats import describe, token_window_stats
 
-        doc["tokens"] = dict(m.tokens, **({"windows": window_stats(m, seq_len)} if seq_len else {}))
+        doc["tokens"] = dict(
+            m.tokens, **({"windows": token_window_stats(m, seq_len)} if seq_len else {})
+        )
     if quality:
         doc["shuffle_quality"] = _shuffle_quality(dataset, m, batch_size, storage_options)
     if as_json:

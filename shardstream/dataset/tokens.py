@@ -275,7 +275,7 @@ class TokenDataset(StoredDataset, PlannedDataset):
         per_batch = batch_size * self.seq_len * 8 * 3  # input_ids, labels, position_ids: int64
         return int(min(max(_CHUNK_BYTES // per_batch, 1), 16))
 
-    def split_chunk(self, chunk: dict[str, Any], size: int) -> list[dict[str, Any]]:
+    def cut_chunk(self, chunk: dict[str, Any], size: int) -> list[dict[str, Any]]:
         """A chunk of windows cut into batches of ``size`` rows (views), each with its own ``cu_seqlens``."""
         rows = len(chunk["input_ids"])
         out = []

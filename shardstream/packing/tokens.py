@@ -216,7 +216,7 @@ def pack_tokens(  # noqa: PLR0913 - pack(format="tokens"): one keyword per setti
     if src.tokenized:
         chunks = list(src.token_chunks())
         vocab = int(vocab_size or max([bound for _, _, bound in chunks] + [1]))
-        name, end = src.kind, eos_id
+        name, end = src.layout, eos_id
     else:
         if tokenizer is None:
             raise UsageError(f"{source} holds text: pass a tokenizer (--tokenizer tokenizer.json)")
@@ -263,7 +263,7 @@ def pack_tokens(  # noqa: PLR0913 - pack(format="tokens"): one keyword per setti
         [x[2] for x in r],
         [x[3] for x in r],
         created=creation_info(
-            source=source if "://" in source else os.path.abspath(source), layout=src.kind
+            source=source if "://" in source else os.path.abspath(source), layout=src.layout
         ),
         tokens=stats,
     )

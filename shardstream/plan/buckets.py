@@ -8,7 +8,7 @@ workers.
 
 Ranks deal it out: rank ``r`` of ``W`` takes batches ``r, r + W, r + 2W, ...``. To give every rank the
 same number of batches the list is made a multiple of ``W`` by halving its largest batches (within their
-bucket, :func:`~shardstream.plan.packing.split_largest`); only where fewer samples are left than ranks
+bucket, :func:`~shardstream.plan.bins.cut_largest`); only where fewer samples are left than ranks
 are batches of the epoch's start repeated. A resume state is the batches each rank has consumed (and on what world
 size): on any world size the consumed prefix (``consumed × W_saved`` batches of the list as the saving
 world size cut it) is left out and the rest dealt anew, so each sample is read exactly once.
@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .packing import bucket_batches, split_largest
+from .bins import bucket_batches, cut_largest
 
 
 def epoch_batches(
@@ -44,7 +44,7 @@ def equal_split(batches: list[np.ndarray], world_size: int) -> list[np.ndarray]:
     if not batches or world_size == 1:
         return list(batches)
     target = -(-len(batches) // world_size) * world_size
-    out = split_largest(batches, target)
+    out = cut_largest(batches, target)
     while len(out) % world_size:  # fewer samples than ranks: repeat the first (documented)
         out.append(out[len(out) % max(len(batches), 1)])
     return out
