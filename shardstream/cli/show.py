@@ -44,7 +44,7 @@ from .common import (
     "--seq-len",
     type=click.IntRange(min=1),
     default=None,
-    help="Token datasets: the windows of this length, and the tokens they leave out.",
+    help="Token datasets: the token windows of this length, and the tokens they leave out.",
 )
 @dataset_version_option
 @storage_option
@@ -115,7 +115,7 @@ def info(
             (
                 "shuffle",
                 f"{q['classes_per_batch']:.1f} classes per batch of {batch_size} "
-                f"(i.i.d.: {q['iid_classes_per_batch']:.1f}; default window {window})",
+                f"(i.i.d.: {q['iid_classes_per_batch']:.1f}; default shuffle window {window})",
             )
         )
     created = m.created

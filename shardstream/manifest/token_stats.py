@@ -62,7 +62,7 @@ def token_windows(m: Any, seq_len: int) -> np.ndarray:
 
 
 def describe(m: Any, seq_len: int | None = None) -> list[tuple[str, Any]]:
-    """``info`` lines for a token dataset: (label, value); with ``seq_len``, its windows and the tokens
+    """``info`` lines for a token dataset: (label, value); with ``seq_len``, its token windows and the tokens
     that are no label in an epoch (each shard's first, and its tail of fewer than ``seq_len``)."""
     t = m.tokens
     lines: list[tuple[str, Any]] = [
@@ -76,7 +76,7 @@ def describe(m: Any, seq_len: int | None = None) -> list[tuple[str, Any]]:
         w = token_window_stats(m, seq_len)
         lines.append(
             (
-                "windows",
+                "token windows",
                 f"{w['windows']:,} of {seq_len + 1} tokens (seq_len {seq_len}); "
                 f"{w['no_label']:,} tokens are no label per epoch (shard heads and tails)",
             )

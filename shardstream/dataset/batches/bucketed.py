@@ -182,8 +182,8 @@ class Bucketed(PooledBatches):
         boundaries: increasing edges: bucket ``b`` holds keys in ``[boundaries[b-1], boundaries[b])``;
             ``None``: each distinct key is a bucket (classes).
         batch_size: the most samples per batch.
-        window: samples grouped together; larger pools leave fewer short batches (each bucket's last
-            batch of a pool may be short).
+        window: the pool's size, the samples grouped together; larger pools leave fewer short
+            batches (each bucket's last batch of a pool may be short).
         collate_fn: makes the batch (default: :func:`shardstream.dataset.batches.collate.collate`); batches
             also hold ``__bucket__``. Raw batches of local tars (``decode=None``, the default collate)
             stay locations in the shard files (:class:`MappedBytes`): each value's key is read in

@@ -57,7 +57,7 @@ class LengthBucketing(PoolResume):
     Args:
         dataset: a :class:`ShardDataset` whose samples hold a sequence ``field`` (a tensor, array or list).
         batch_tokens: the most padded tokens in a batch (rows x the longest sequence).
-        window: samples sorted together; larger pools pad less and mix less.
+        window: the pool's size, the samples sorted together; larger pools pad less and mix less.
         field: the sequence field; batches hold it padded with ``padding_value``, with ``lengths``,
             ``attention_mask``, ``position_ids``, ``cu_seqlens`` and ``max_seqlen`` (see :meth:`batch`);
             the other fields are collated as usual.

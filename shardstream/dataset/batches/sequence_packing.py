@@ -39,7 +39,8 @@ class SequencePacking(PooledBatches):
             -100 where no loss is taken) or ``loss_mask`` (the same length, 1 where a loss is taken).
         seq_len: tokens per row; a longer sample is an error naming it (truncate or filter it in the
             dataset's transform).
-        window: samples packed together; larger pools pad less (the loader reads a pool of ``window`` samples at a time).
+        window: the pool's size, the samples packed together (the loader reads a pool at a time);
+            larger pools pad less.
         batch_rows: rows per batch (the batch's shape is always ``batch_rows x seq_len``).
         field: the samples' field of token ids.
         labels: the samples' field of labels, if they have one.
