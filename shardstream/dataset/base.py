@@ -214,9 +214,9 @@ class PlannedDataset(IterableDataset):
 
     def cut_chunk(self, chunk: Any, size: int) -> list[Any]:
         """A chunk of several batches cut into batches of ``size``."""
-        from .batches.collate import cut
+        from .batches.collate import cut_batch
 
-        return cut(chunk, size)
+        return cut_batch(chunk, size)
 
     def batch_bytes(self, samples: int) -> int:
         """Bytes ``samples`` stored samples take, from the manifest (a batch's size, before decoding)."""

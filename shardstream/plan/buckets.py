@@ -39,7 +39,7 @@ def epoch_batches(
     return [batches[i] for i in rng.permutation(len(batches)).tolist()]
 
 
-def equal_split(batches: list[np.ndarray], world_size: int) -> list[np.ndarray]:
+def equal_shares(batches: list[np.ndarray], world_size: int) -> list[np.ndarray]:
     """``batches`` made a multiple of ``world_size`` long: the largest halved, else the first repeated."""
     if not batches or world_size == 1:
         return list(batches)
@@ -61,9 +61,9 @@ def rank_batches(
     each rank read, that world size), in order (one entry per resume on another world size)."""
     rest = list(batches)
     for done, world in consumed or []:
-        dealt = equal_split(rest, world)
+        dealt = equal_shares(rest, world)
         rest = dealt[min(done * world, len(dealt)) :]
-    return equal_split(rest, world_size)[rank::world_size]
+    return equal_shares(rest, world_size)[rank::world_size]
 
 
-__all__ = ["epoch_batches", "equal_split", "rank_batches"]
+__all__ = ["epoch_batches", "equal_shares", "rank_batches"]

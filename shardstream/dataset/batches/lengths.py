@@ -1,11 +1,11 @@
 """``LengthBucketing``: variable-size batches filled up to a token budget (SFT-style sequences).
 
 The dataset's loader reads ``window`` samples at a time (one of its batches, so every rank reads
-the same number of pools: the plan's equal split). Each pool is sorted by length (ties by
+the same number of pools: the plan's equal spans). Each pool is sorted by length (ties by
 position, so it is deterministic) and cut into batches whose padded size ``rows x longest``
 stays within ``batch_tokens``. The number of batches of a pool depends on its lengths, so
 under ``torch.distributed`` the ranks agree on it with one ``all_reduce(MAX)`` of one integer
-per pool, and a rank that needs fewer splits its largest batches: every rank yields the same
+per pool, and a rank that needs fewer cuts its largest batches: every rank yields the same
 number of batches, and none waits for another in a collective.
 
 Resume: :meth:`state_dict` is the loader's state at the start of the current pool plus the
@@ -38,7 +38,7 @@ def cut(lengths: np.ndarray, budget: int) -> list[int]:
     return ends
 
 
-def split_to(ends: list[int], count: int) -> list[int]:
+def cut_to(ends: list[int], count: int) -> list[int]:
     """``ends`` with its largest batches halved until there are ``count`` (never more than rows)."""
     ends = list(ends)
     while len(ends) < count:
@@ -124,7 +124,7 @@ class LengthBucketing(PoolResume):
             lengths = np.array([len(s[self.field]) for s in pool], np.int64)
             order = np.argsort(lengths, kind="stable")
             ends = cut(lengths[order], self.batch_tokens)
-            ends = split_to(ends, agree(len(ends), "max"))
+            ends = cut_to(ends, agree(len(ends), "max"))
             begin = 0
             for k, end in enumerate(ends):
                 if k >= self._skip:
@@ -135,4 +135,4 @@ class LengthBucketing(PoolResume):
         self._start, self._emitted = self.loader.state_dict(), 0
 
 
-__all__ = ["LengthBucketing", "cut", "split_to"]
+__all__ = ["LengthBucketing", "cut", "cut_to"]
