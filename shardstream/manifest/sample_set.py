@@ -102,8 +102,8 @@ class SampleSet:
         count = int(self.per_shard[shard])
         return self.stored_rows(np.full(count, shard, dtype=np.int64), np.arange(count))
 
-    def stored_indexes(self) -> np.ndarray:
-        """Each of the dataset's samples, in order, as an index among all the stored samples of its shards
+    def stored_numbers(self) -> np.ndarray:
+        """Each of the dataset's samples, in order, as a number among all the stored samples of its shards
         in manifest order (what a per-stored-sample side file, as recorded image sizes, is indexed by)."""
         if self.seq_len is not None:
             raise ValueError("windows are no stored samples")
