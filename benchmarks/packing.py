@@ -39,7 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from shardstream import ShardDataset, ShardWriter
 from shardstream.dataset.batches.lengths import LengthBucketing, cut
 from shardstream.dataset.batches.sequence_packing import SequencePacking
-from shardstream.plan.packing import best_fit_decreasing
+from shardstream.plan.bins import best_fit_decreasing
 
 
 def lengths_of(n: int, median: float, sigma: float, seq_len: int, seed: int = 0) -> np.ndarray:

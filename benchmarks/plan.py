@@ -145,7 +145,7 @@ def main() -> int:
     print(
         f"\narrays a worker's plan holds: shard_order {order.shard_order.nbytes / MB:.3f} MB + ends "
         f"{order.ends.nbytes / MB:.3f} MB = {held / MB:.3f} MB "
-        f"(+ the manifest's counts, {order.counts.nbytes / MB:.1f} MB, loaded once per rank and shared "
+        f"(+ the manifest's counts, {order.per_shard.nbytes / MB:.1f} MB, loaded once per rank and shared "
         f"copy-on-write with its workers)"
     )
     print(

@@ -15,7 +15,7 @@ the same run:
 - ``per_source``: the same mix with ``batching="per_source", batch_size=64`` (peer: ``mix``);
 - ``windows``: ``plain``'s samples handed over a window of 1,024 at a time (the window batcher's
   general path, which ``SequencePacking`` and a ``Bucketed`` with its own ``collate_fn`` take: the
-  window's raw values copied once into shared memory, see ``shardstream.dataset.batches.windowed.window_of``),
+  window's raw values copied once into shared memory, see ``shardstream.dataset.batches.pooled.pool_of``),
   in batches of 64 in order (peer: ``plain``);
 - ``bucketed``: ``Bucketed(..., aspect_ratio("jpg"), [0.8, 1.25], 64)`` over a pack without recorded
   image sizes: each image's size read from its JPEG header in place, batches of one aspect bucket as
@@ -46,12 +46,12 @@ from _data import DEFAULT_DATA_DIR
 
 from shardstream import Bucketed, MixedDataset, Parallel, ShardDataset
 from shardstream.dataset.batches.bucketed import aspect_ratio
-from shardstream.dataset.batches.windowed import WindowedBatches
+from shardstream.dataset.batches.pooled import PooledBatches
 
-BATCH, WORKERS, WINDOW = 64, 1, 1024
+BATCH, WORKERS, POOL = 64, 1, 1024
 
 
-class Windows(WindowedBatches):
+class Windows(PooledBatches):
     """The window batcher with the plainest rule: a window's samples as batches of 64 in order."""
 
     def plan(self, samples: list[Any]) -> list[np.ndarray]:
@@ -85,7 +85,7 @@ def variant(name: str, url: str, count: int, sized: str | None = None) -> Any:
         mix = MixedDataset([one(), one()], [0.5, 0.5], samples_per_epoch=count, seed=1, **extra)
         return mix.loader(BATCH, WORKERS)
     if name == "windows":
-        return Windows(one(), WINDOW, WORKERS, {})
+        return Windows(one(), POOL, WORKERS, {})
     if name == "planned":
         shape = Bucketed(
             ShardDataset(sized, decode=None, seed=1),
@@ -97,7 +97,7 @@ def variant(name: str, url: str, count: int, sized: str | None = None) -> Any:
         assert shape.planned_up_front, f"{sized} records no image sizes: index it (see --sized)"
         return shape
     return Bucketed(
-        one(), aspect_ratio("jpg"), [0.8, 1.25], BATCH, window=WINDOW, num_workers=WORKERS
+        one(), aspect_ratio("jpg"), [0.8, 1.25], BATCH, window=POOL, num_workers=WORKERS
     )
 
 

@@ -44,7 +44,7 @@ from .common import (
     "--seq-len",
     type=click.IntRange(min=1),
     default=None,
-    help="Token datasets: the windows of this length, and the tokens they leave out.",
+    help="Token datasets: the token windows of this length, and the tokens they leave out.",
 )
 @dataset_version_option
 @storage_option
@@ -71,9 +71,11 @@ def info(
         "created": m.created,
     }
     if m.tokens is not None:
-        from ..manifest.token_stats import describe, window_stats
+        from ..manifest.token_stats import describe, token_window_stats
 
-        doc["tokens"] = dict(m.tokens, **({"windows": window_stats(m, seq_len)} if seq_len else {}))
+        doc["tokens"] = dict(
+            m.tokens, **({"windows": token_window_stats(m, seq_len)} if seq_len else {})
+        )
     if quality:
         doc["shuffle_quality"] = _shuffle_quality(dataset, m, batch_size, storage_options)
     if as_json:
@@ -113,7 +115,7 @@ def info(
             (
                 "shuffle",
                 f"{q['classes_per_batch']:.1f} classes per batch of {batch_size} "
-                f"(i.i.d.: {q['iid_classes_per_batch']:.1f}; default window {window})",
+                f"(i.i.d.: {q['iid_classes_per_batch']:.1f}; default shuffle window {window})",
             )
         )
     created = m.created

@@ -256,14 +256,14 @@ class PlannedDataset(IterableDataset):
         raise NotImplementedError
 
     def batches_per_chunk(self, batch_size: int, num_workers: int) -> int:
-        """Batches a worker makes and sends at once (the loader cuts them apart with :meth:`split_chunk`)."""
+        """Batches a worker makes and sends at once (the loader cuts them apart with :meth:`cut_chunk`)."""
         return 1
 
-    def split_chunk(self, chunk: Any, size: int) -> list[Any]:
+    def cut_chunk(self, chunk: Any, size: int) -> list[Any]:
         """A chunk of several batches cut into batches of ``size``."""
-        from .batches.collate import split
+        from .batches.collate import cut_batch
 
-        return split(chunk, size)
+        return cut_batch(chunk, size)
 
     def batch_bytes(self, samples: int) -> int:
         """Bytes ``samples`` stored samples take, from the manifest (a batch's size, before decoding)."""

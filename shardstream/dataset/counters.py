@@ -94,14 +94,14 @@ class StageCounters:
 class CountedShards(OpenShards):
     """:class:`OpenShards` that count the shards they open, and the time a reader waits on the prefetcher."""
 
-    def __init__(self, *args: Any, stats: StageCounters, **kwargs: Any):
+    def __init__(self, *args: Any, counters: StageCounters, **kwargs: Any):
         super().__init__(*args, **kwargs)
-        self.stats = stats
+        self.counters = counters
         self.waited_ns = 0  # since the last batch was accounted (SampleReader takes and clears it)
         self.fetcher.on_download = self._downloaded
 
     def _downloaded(self, nbytes: int, nanoseconds: int) -> None:
-        self.stats.add(downloads=1, downloaded_bytes=nbytes, download_ns=nanoseconds)
+        self.counters.add(downloads=1, downloaded_bytes=nbytes, download_ns=nanoseconds)
 
     def timed(
         self, take: Callable[[int], TarShard | ArrowShard]
@@ -121,7 +121,7 @@ class CountedShards(OpenShards):
         opened = super()._load(shard)
         nbytes = int(self.manifest.nbytes[shard])
         if self.store.is_local(self.manifest.paths[shard]):
-            self.stats.add(local_bytes=nbytes)
+            self.counters.add(local_bytes=nbytes)
         else:
-            self.stats.add(opened=1, opened_bytes=nbytes)
+            self.counters.add(opened=1, opened_bytes=nbytes)
         return opened

@@ -322,7 +322,7 @@ class ShardDataset(StoredDataset, PlannedDataset):
     @property
     def counters(self) -> Counters:
         """Stage times and counts of every process reading this dataset (see :mod:`.counters`)."""
-        return self.sample_reader.stats
+        return self.sample_reader.counters
 
     @Fixed
     def prefetch(self) -> int:
@@ -371,7 +371,7 @@ class ShardDataset(StoredDataset, PlannedDataset):
     # -- reading (worker processes, or the main one) -------------------------------------
     def read_pass(self, run: PassRun) -> Iterator[Any]:
         batched = self.batch_size is not None
-        self.decoder.copied_later = batched and self.transform is None and self.default_collate
+        self.decoder.collated = batched and self.transform is None and self.default_collate
         shards = self.open_shards()
         shards.forget_failures()
         with ShardPass(
@@ -389,7 +389,7 @@ class ShardDataset(StoredDataset, PlannedDataset):
                 self.on_error,
                 self.raw,
                 pass_.candidates,
-                self.decoder.copied_later,
+                self.decoder.collated,
             )
             yield from self._batches(pass_.chunks(), shards, run)
 
@@ -426,7 +426,7 @@ class ShardDataset(StoredDataset, PlannedDataset):
                 self.store,
                 self.manifest,
                 fetcher=fetcher,
-                stats=self.sample_reader.stats,
+                counters=self.sample_reader.counters,
                 index_cache=self.storage.disk_cache,
             )
             self._local.shards = (self.verify_checksums, shards)

@@ -44,12 +44,12 @@ _LOWEST = np.iinfo(np.int64).min
 class TokenShards(OpenShards):
     """The token shards a process has open: views of their memory maps, nothing decoded."""
 
-    def __init__(self, store: Any, manifest: Any, windows: np.ndarray, fetcher: ShardFetcher):
+    def __init__(self, store: Any, manifest: Any, per_shard: np.ndarray, fetcher: ShardFetcher):
         super().__init__(store, manifest, fetcher=fetcher)
-        self.windows = windows
+        self.per_shard = per_shard
 
     def fit_window(self, window: int) -> None:
-        self.capacity = max(16, 2 * window_span(self.windows, window) + 1)
+        self.capacity = max(16, 2 * window_span(self.per_shard, window) + 1)
 
     def _load(self, shard: int) -> TokenShard:
         m = self.manifest
@@ -65,7 +65,7 @@ class TokenShards(OpenShards):
         return reader
 
 
-def window_positions(offsets: np.ndarray, start: int, length: int) -> np.ndarray:
+def token_window_positions(offsets: np.ndarray, start: int, length: int) -> np.ndarray:
     """The ``position_ids`` of tokens ``start .. start + length - 1`` as one row: 0 at the row's start and
     at every document start inside it, counting up in between (a sequence starts exactly where a
     position is 0, as ``cu_seqlens`` says; Megatron's ``reset_position_ids``)."""
@@ -91,7 +91,7 @@ def token_collate(samples: Sequence[dict[str, Any]]) -> dict[str, Any]:
 
 def varlen_fields(position_ids: np.ndarray) -> dict[str, Any]:
     """``cu_seqlens`` and ``max_seqlen`` for rows of ``position_ids``: a sequence starts wherever a
-    position is 0 (each row's start and each document start: :func:`window_positions`) and ends at the
+    position is 0 (each row's start and each document start: :func:`token_window_positions`) and ends at the
     next start or the row's end, so ``cu_seqlens[:-1]`` are the flat indices of the zeros."""
     rows, length = position_ids.shape
     starts = position_ids == 0
@@ -272,7 +272,7 @@ class TokenDataset(StoredDataset, PlannedDataset):
         per_batch = batch_size * self.seq_len * 8 * 3  # input_ids, labels, position_ids: int64
         return int(min(max(_CHUNK_BYTES // per_batch, 1), 16))
 
-    def split_chunk(self, chunk: dict[str, Any], size: int) -> list[dict[str, Any]]:
+    def cut_chunk(self, chunk: dict[str, Any], size: int) -> list[dict[str, Any]]:
         """A chunk of windows cut into batches of ``size`` rows (views), each with its own ``cu_seqlens``."""
         rows = len(chunk["input_ids"])
         out = []
@@ -337,7 +337,7 @@ class TokenDataset(StoredDataset, PlannedDataset):
         length, rows = self.seq_len, len(ids)
         out = {name: empty_batch_tensor((rows, length), torch.int64) for name in TOKEN_FIELDS}
         inputs, labels, positions = (t.numpy() for t in out.values())
-        # positions: 0 at each row's start and at each document start inside it (see window_positions)
+        # positions: 0 at each row's start and at each document start inside it (see token_window_positions)
         base = np.full((rows, length + 1), _LOWEST, np.int64)
         base[:, 0] = 0
         inner: list[np.ndarray] = []
@@ -362,4 +362,10 @@ class TokenDataset(StoredDataset, PlannedDataset):
         return out
 
 
-__all__ = ["IGNORE_INDEX", "TokenDataset", "token_collate", "varlen_fields", "window_positions"]
+__all__ = [
+    "IGNORE_INDEX",
+    "TokenDataset",
+    "token_collate",
+    "varlen_fields",
+    "token_window_positions",
+]

@@ -322,9 +322,7 @@ class ShardLoader(AdaptedDataLoader):
                     self.ring_slots,
                     "measured on the first batch",
                 )
-            for batch in (
-                ds.split_chunk(chunk, self.samples_per_batch) if per_chunk > 1 else (chunk,)
-            ):
+            for batch in ds.cut_chunk(chunk, self.samples_per_batch) if per_chunk > 1 else (chunk,):
                 if check_ragged and not self._ragged_warned:
                     self._check_ragged(batch)
                 self._batches += 1

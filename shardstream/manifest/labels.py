@@ -1,4 +1,4 @@
-"""A label index: one dataset per label under a folder, listed in ``_labels.json``.
+"""A labels file: one dataset per label under a folder, listed in ``_labels.json``.
 
 ``pack --split-by cls`` writes it after every label's dataset (each with its own manifest), so a
 class-balanced mix opens each label as a source without reading a single sample. The file is
@@ -51,14 +51,14 @@ class LabelIndex:
 
 
 def write_labels(store: Store, index: LabelIndex, fsync: bool = True) -> None:
-    """Publish the label index (last, atomically, durably with ``fsync``)."""
+    """Publish the labels file (last, atomically, durably with ``fsync``)."""
     write_durably(store, LABELS_NAME, index.to_json(), fsync)
 
 
 def read_labels(
     url: str, storage_options: dict[str, Any] | None = None, retry: RetryPolicy | None = None
 ) -> tuple[Store, LabelIndex]:
-    """The label index of the split pack at ``url``; a :class:`ManifestError` naming the file and the
+    """The labels file of the split pack at ``url``; a :class:`ManifestError` naming the file and the
     fix when it is missing or malformed."""
     store = Store(url, storage_options, retry) if retry is not None else Store(url, storage_options)
     where = store.url_of(LABELS_NAME)

@@ -102,8 +102,8 @@ class SampleSet:
         count = int(self.per_shard[shard])
         return self.stored_rows(np.full(count, shard, dtype=np.int64), np.arange(count))
 
-    def stored_indexes(self) -> np.ndarray:
-        """Each of the dataset's samples, in order, as an index among all the stored samples of its shards
+    def stored_numbers(self) -> np.ndarray:
+        """Each of the dataset's samples, in order, as a number among all the stored samples of its shards
         in manifest order (what a per-stored-sample side file, as recorded image sizes, is indexed by)."""
         if self.seq_len is not None:
             raise ValueError("windows are no stored samples")
@@ -145,9 +145,9 @@ def samples_of(manifest: Manifest, seq_len: int | None = None) -> SampleSet:
     """The samples ``manifest`` names: each shard's selected samples (all of its stored ones but for a
     split), or, for a token dataset read with ``seq_len``, its windows of ``seq_len + 1`` tokens."""
     if seq_len is not None:
-        from .token_stats import windows
+        from .token_stats import token_windows
 
-        return SampleSet(manifest, windows(manifest, seq_len).astype(np.int64), int(seq_len))
+        return SampleSet(manifest, token_windows(manifest, seq_len).astype(np.int64), int(seq_len))
     per_shard = selected_counts(manifest.stored_counts, manifest.selection)
     return SampleSet(manifest, np.asarray(per_shard, dtype=np.int64))
 

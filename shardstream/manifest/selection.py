@@ -29,7 +29,7 @@ SELECTION_PREFIX, SELECTION_SUFFIX = "selection-", ".npy"
 class Selection:
     """Per shard, the samples a dataset reads of it (``rows[starts[i]:starts[i + 1]]``, increasing)."""
 
-    counts: np.ndarray  # int64, per shard
+    per_shard: np.ndarray  # int64: the selected samples of each shard
     rows: np.ndarray  # uint32, all shards' selected sample numbers
     reference: dict[str, Any] = field(
         default_factory=dict
@@ -40,13 +40,13 @@ class Selection:
         cached = self.__dict__.get("_starts")
         if cached is None:
             cached = self.__dict__["_starts"] = np.concatenate(
-                [[0], np.cumsum(self.counts, dtype=np.int64)]
+                [[0], np.cumsum(self.per_shard, dtype=np.int64)]
             )
         return cached
 
     def data(self) -> bytes:
         """The side file's bytes (those its reference's sha256 is of)."""
-        array = np.concatenate([[len(self.counts)], self.counts, self.rows]).astype(np.uint32)
+        array = np.concatenate([[len(self.per_shard)], self.per_shard, self.rows]).astype(np.uint32)
         sink = io.BytesIO()
         np.save(sink, array, allow_pickle=False)
         return sink.getvalue()
@@ -57,12 +57,12 @@ class Selection:
 
     def problem(self, samples: np.ndarray) -> str | None:
         """What keeps this selection from selecting of shards of ``samples`` samples, or None."""
-        if len(self.counts) != len(samples):
-            return f"its selection lists {len(self.counts)} shards, the manifest {len(samples)}"
-        if (self.counts > samples).any():
-            i = int(np.argmax(self.counts > samples))
-            return f"its selection takes {int(self.counts[i])} samples of shard {i}, which has {int(samples[i])}"
-        if len(self.rows) and (self.rows >= np.repeat(samples, self.counts)).any():
+        if len(self.per_shard) != len(samples):
+            return f"its selection lists {len(self.per_shard)} shards, the manifest {len(samples)}"
+        if (self.per_shard > samples).any():
+            i = int(np.argmax(self.per_shard > samples))
+            return f"its selection takes {int(self.per_shard[i])} samples of shard {i}, which has {int(samples[i])}"
+        if len(self.rows) and (self.rows >= np.repeat(samples, self.per_shard)).any():
             return "its selection names a sample past the end of its shard"
         steps = np.diff(self.rows.astype(np.int64))
         inner = np.ones(len(steps), bool)
@@ -76,7 +76,7 @@ class Selection:
 def selected_counts(stored_counts: np.ndarray, selection: Selection | None) -> np.ndarray:
     """Per shard, the samples a dataset reads of it: a split's selected ones, else every stored one
     (the rule :func:`~shardstream.manifest.sample_set.samples_of` and ``Manifest.num_samples`` share)."""
-    return stored_counts if selection is None else selection.counts
+    return stored_counts if selection is None else selection.per_shard
 
 
 def encode_selection(per_shard: Sequence[np.ndarray]) -> tuple[bytes, Selection]:

@@ -56,13 +56,13 @@ def shard_tokens(m: Any) -> np.ndarray:
     return token_format.tokens_in(m.nbytes, m.stored_counts, m.tokens["dtype"]).astype(np.int64)
 
 
-def windows(m: Any, seq_len: int) -> np.ndarray:
+def token_windows(m: Any, seq_len: int) -> np.ndarray:
     """Windows of ``seq_len + 1`` tokens (overlapping by one) per shard."""
     return np.maximum(shard_tokens(m) - 1, 0) // seq_len
 
 
 def describe(m: Any, seq_len: int | None = None) -> list[tuple[str, Any]]:
-    """``info`` lines for a token dataset: (label, value); with ``seq_len``, its windows and the tokens
+    """``info`` lines for a token dataset: (label, value); with ``seq_len``, its token windows and the tokens
     that are no label in an epoch (each shard's first, and its tail of fewer than ``seq_len``)."""
     t = m.tokens
     lines: list[tuple[str, Any]] = [
@@ -73,10 +73,10 @@ def describe(m: Any, seq_len: int | None = None) -> list[tuple[str, Any]]:
         ("tokenizer", t["tokenizer"] or "unknown"),
     ]
     if seq_len is not None:
-        w = window_stats(m, seq_len)
+        w = token_window_stats(m, seq_len)
         lines.append(
             (
-                "windows",
+                "token windows",
                 f"{w['windows']:,} of {seq_len + 1} tokens (seq_len {seq_len}); "
                 f"{w['no_label']:,} tokens are no label per epoch (shard heads and tails)",
             )
@@ -84,7 +84,7 @@ def describe(m: Any, seq_len: int | None = None) -> list[tuple[str, Any]]:
     return lines
 
 
-def window_stats(m: Any, seq_len: int) -> dict[str, int]:
+def token_window_stats(m: Any, seq_len: int) -> dict[str, int]:
     """The windows of ``seq_len`` and the tokens that are no label in an epoch."""
-    count = int(windows(m, seq_len).sum())
+    count = int(token_windows(m, seq_len).sum())
     return {"seq_len": seq_len, "windows": count, "no_label": m.tokens["total"] - count * seq_len}

@@ -115,7 +115,7 @@ def pack(  # noqa: PLR0913 - the public pack: one keyword per setting, as the co
         fsync: flush shards and manifest to disk before each appears.
         shuffle: write samples in a random order drawn from ``seed``.
         seed: the seed of that order.
-        split_by: ``"cls"``: one dataset per class and a label index.
+        split_by: ``"cls"``: one dataset per class and a labels file.
         fn: a function from one input of ``source`` to sample dicts (returned or yielded).
         fields: the HDF5 datasets or ``.npy`` files to pack (default: all).
         field_name: the field an LMDB value is stored under (default ``bin``).

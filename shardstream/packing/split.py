@@ -1,4 +1,4 @@
-"""``pack(..., split_by="cls")``: one dataset per class, and a label index written last.
+"""``pack(..., split_by="cls")``: one dataset per class, and a labels file written last.
 
 A class-balanced (or any per-label weighted) mix needs each label as a source of its own; splitting
 at pack time costs nothing extra and lets the reader open the labels without reading a sample.

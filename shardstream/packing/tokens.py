@@ -203,7 +203,7 @@ def pack_tokens(
     if src.tokenized:
         chunks = list(src.token_chunks())
         vocab = int(vocab_size or max([bound for _, _, bound in chunks] + [1]))
-        name, end = src.kind, eos_id
+        name, end = src.layout, eos_id
     else:
         if t.tokenizer is None:
             raise UsageError(f"{source} holds text: pass a tokenizer (--tokenizer tokenizer.json)")
@@ -250,7 +250,7 @@ def pack_tokens(
         [x[2] for x in r],
         [x[3] for x in r],
         created=creation_info(
-            source=source if "://" in source else os.path.abspath(source), layout=src.kind
+            source=source if "://" in source else os.path.abspath(source), layout=src.layout
         ),
         tokens=stats,
     )

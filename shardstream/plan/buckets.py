@@ -8,7 +8,7 @@ workers.
 
 Ranks deal it out: rank ``r`` of ``W`` takes batches ``r, r + W, r + 2W, ...``. To give every rank the
 same number of batches the list is made a multiple of ``W`` by halving its largest batches (within their
-bucket, :func:`~shardstream.plan.packing.split_largest`); only where fewer samples are left than ranks
+bucket, :func:`~shardstream.plan.bins.cut_largest`); only where fewer samples are left than ranks
 are batches of the epoch's start repeated. A resume state is the batches each rank has consumed (and on what world
 size): on any world size the consumed prefix (``consumed × W_saved`` batches of the list as the saving
 world size cut it) is left out and the rest dealt anew, so each sample is read exactly once.
@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .packing import bucket_batches, split_largest
+from .bins import bucket_batches, cut_largest
 
 
 def epoch_batches(
@@ -39,12 +39,12 @@ def epoch_batches(
     return [batches[i] for i in rng.permutation(len(batches)).tolist()]
 
 
-def equal_split(batches: list[np.ndarray], world_size: int) -> list[np.ndarray]:
+def equal_shares(batches: list[np.ndarray], world_size: int) -> list[np.ndarray]:
     """``batches`` made a multiple of ``world_size`` long: the largest halved, else the first repeated."""
     if not batches or world_size == 1:
         return list(batches)
     target = -(-len(batches) // world_size) * world_size
-    out = split_largest(batches, target)
+    out = cut_largest(batches, target)
     while len(out) % world_size:  # fewer samples than ranks: repeat the first (documented)
         out.append(out[len(out) % max(len(batches), 1)])
     return out
@@ -61,9 +61,9 @@ def rank_batches(
     each rank read, that world size), in order (one entry per resume on another world size)."""
     rest = list(batches)
     for done, world in consumed or []:
-        dealt = equal_split(rest, world)
+        dealt = equal_shares(rest, world)
         rest = dealt[min(done * world, len(dealt)) :]
-    return equal_split(rest, world_size)[rank::world_size]
+    return equal_shares(rest, world_size)[rank::world_size]
 
 
-__all__ = ["epoch_batches", "equal_split", "rank_batches"]
+__all__ = ["epoch_batches", "equal_shares", "rank_batches"]

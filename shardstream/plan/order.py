@@ -64,7 +64,7 @@ class EpochOrder:
     starting at ``first``.
     """
 
-    counts: np.ndarray  # samples per shard, int64
+    per_shard: np.ndarray  # the dataset's samples per shard, int64
     seed: int
     epoch: int
     shuffle: bool
@@ -113,7 +113,7 @@ class EpochOrder:
         k0 = int(np.searchsorted(self.ends, w_lo, side="right"))
         k1 = int(np.searchsorted(self.ends, max(w_hi - 1, w_lo), side="right")) + 1
         return EpochOrder(
-            self.counts,
+            self.per_shard,
             self.seed,
             self.epoch,
             self.shuffle,
@@ -156,7 +156,7 @@ class EpochOrder:
             src = positions  # identity windows
         k = np.searchsorted(self.ends, src, side="right")
         shards = self.shard_order[k]
-        offsets = src - (self.ends[k] - self.counts[shards])
+        offsets = src - (self.ends[k] - self.per_shard[shards])
         return shards, offsets
 
 
@@ -177,7 +177,7 @@ def batch_diversity(
     )
     if len(flat) != order.total:
         raise ValueError(f"labels cover {len(flat)} samples, the order {order.total}")
-    starts = np.cumsum(order.counts) - order.counts
+    starts = np.cumsum(order.per_shard) - order.per_shard
     seen: list[int] = []
     for lo in range(0, order.total, batch_size):
         shards, offsets = order.samples(np.arange(lo, min(lo + batch_size, order.total)))

@@ -12,7 +12,7 @@ def remaining(
     """The segment left once every rank consumed ``consumed`` positions of its span.
 
     Padding (indices past the segment's end) is never carried over, so every real sample
-    still unread appears exactly once; a new world size splits the result anew.
+    still unread appears exactly once; a new world size cuts the result into spans anew.
     """
     total = segment_length(segment)
     n = per_rank(total, world_size, drop_last)

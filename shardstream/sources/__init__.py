@@ -2,7 +2,7 @@
 
 Each kind of source is a dotted path to the function that lists it, imported only when a
 pack uses it, with the install hint to give when its library is missing. Every source lists
-its samples in a deterministic order; ``open_source`` works out which kind a path holds.
+its samples in a deterministic order; ``open_source`` works out which layout a path holds.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from .table import TABLE_SUFFIXES, TableSource, sample_permutation
 
 LAYOUTS = ("auto", "imagefolder", "files", "table", "hdf5", "lmdb", "numpy", "hf", "shards")
 # listed by their own modules, which take options
-SAMPLE_KINDS = (
+SAMPLE_LAYOUTS = (
     "hdf5",
     "lmdb",
     "numpy",
@@ -73,8 +73,8 @@ REGISTRY: dict[str, SourceKind] = {
 }
 
 
-def detect_kind(path: str) -> str | None:
-    """Which of :data:`SAMPLE_KINDS` the file or folder ``path`` holds, by its names alone; None if none."""
+def detect_layout(path: str) -> str | None:
+    """Which of :data:`SAMPLE_LAYOUTS` the file or folder ``path`` holds, by its names alone; None if none."""
     lower = path.lower().rstrip("/")
     if os.path.isfile(path):
         if lower.endswith((".h5", ".hdf5", ".he5")):
@@ -118,9 +118,11 @@ def open_source(
     if not os.path.exists(path):
         kind = "broken symbolic link" if os.path.islink(path) else "no such file or folder"
         raise SourceError(f"source {path} does not exist ({kind})")
-    kind = layout if layout in SAMPLE_KINDS else detect_kind(path) if layout == "auto" else None
-    if kind is not None:
-        return _open_samples(kind, path, options)
+    sample_layout = (
+        layout if layout in SAMPLE_LAYOUTS else detect_layout(path) if layout == "auto" else None
+    )
+    if sample_layout is not None:
+        return _open_samples(sample_layout, path, options)
     if options:
         raise SourceError(
             f"{', '.join(sorted(options))} apply to HDF5, LMDB and NumPy sources, not to {path}"
@@ -130,12 +132,12 @@ def open_source(
     return _open_folder(path, layout)
 
 
-def _open_samples(kind: str, path: str, options: dict[str, Any]) -> Any:
-    """A source of samples of one of :data:`SAMPLE_KINDS` (HDF5, LMDB, NumPy, Hugging Face, shards)."""
-    lister = REGISTRY[kind].load(kind)
+def _open_samples(layout: str, path: str, options: dict[str, Any]) -> Any:
+    """A source of samples of one of :data:`SAMPLE_LAYOUTS` (HDF5, LMDB, NumPy, Hugging Face, shards)."""
+    lister = REGISTRY[layout].load(layout)
     unknown = sorted(set(options) - set(inspect.signature(lister).parameters))
     if unknown:
-        raise SourceError(f"{', '.join(unknown)} do not apply to {path}, a {kind} source")
+        raise SourceError(f"{', '.join(unknown)} do not apply to {path}, a {layout} source")
     return lister(path, **options)
 
 
@@ -227,8 +229,8 @@ def _refuse_strays(path: str, files: list[tuple[str, str, int]]) -> None:
 __all__ = [
     "LAYOUTS",
     "REGISTRY",
-    "SAMPLE_KINDS",
-    "detect_kind",
+    "SAMPLE_LAYOUTS",
+    "detect_layout",
     "FileSample",
     "FolderSource",
     "SourceKind",

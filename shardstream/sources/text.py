@@ -45,10 +45,10 @@ MEGATRON_DTYPES = {
 
 @dataclass
 class TextSource:
-    """The files of a corpus (``kind``: jsonl, parquet, arrow, text, megatron or nanogpt), sorted."""
+    """The files of a corpus (``layout``: jsonl, parquet, arrow, text, megatron or nanogpt), sorted."""
 
     root: str
-    kind: str
+    layout: str
     files: list[str]
     text_field: str = "text"
     per_file: bool = False  # plain text: one document per file, not per line
@@ -59,7 +59,7 @@ class TextSource:
     @property
     def tokenized(self) -> bool:
         """Holds token ids already (Megatron, nanoGPT), not text."""
-        return self.kind in ("megatron", "nanogpt")
+        return self.layout in ("megatron", "nanogpt")
 
     def _open(self, path: str) -> Any:
         import fsspec
@@ -73,7 +73,7 @@ class TextSource:
             "parquet": self._parquet,
             "arrow": self._arrow,
             "text": self._text,
-        }[self.kind]
+        }[self.layout]
         for path in self.files:
             yield from reader(path, batch)
 
@@ -169,7 +169,7 @@ class TextSource:
     def token_chunks(self) -> Iterator[tuple[np.ndarray, np.ndarray, int]]:
         """Token sources: (tokens, document offsets from 0, vocabulary bound: max id + 1) per file."""
         for path in self.files:
-            tokens, offsets = read_megatron(path) if self.kind == "megatron" else self._flat(path)
+            tokens, offsets = read_megatron(path) if self.layout == "megatron" else self._flat(path)
             yield tokens, offsets, int(tokens.max()) + 1 if len(tokens) else 1
 
     def _flat(self, path: str) -> tuple[np.ndarray, np.ndarray]:

@@ -15,9 +15,9 @@ from shardstream.dataset.batches.collate import (
     MappedBytes,
     RaggedBytes,
     collate,
+    cut_batch,
     pad_sequences,
     ragged_fields,
-    split,
 )
 from shardstream.errors import ShardstreamError
 
@@ -74,7 +74,7 @@ def test_collate_keeps_every_field_even_when_the_first_sample_lacks_it():
 
 def test_split_cuts_a_batch_into_views():
     batch = collate([{"__key__": str(i), "v": i, "raw": bytes([i])} for i in range(5)])
-    parts = split(batch, 2)
+    parts = cut_batch(batch, 2)
     assert [p["__key__"] for p in parts] == [["0", "1"], ["2", "3"], ["4"]]
     assert [p["v"].tolist() for p in parts] == [[0, 1], [2, 3], [4]]
     assert [list(p["raw"]) for p in parts] == [[b"\x00", b"\x01"], [b"\x02", b"\x03"], [b"\x04"]]

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from shardstream import ShardDataset
-from shardstream.dataset.batches.lengths import LengthBucketing, cut, split_to
+from shardstream.dataset.batches.lengths import LengthBucketing, cut, cut_to
 from tests.sample_datasets import key_of, write_dataset
 
 BUDGET = 64
@@ -78,8 +78,8 @@ def test_resume_mid_window_goes_on_exactly(url):
 
 def test_cut_and_split():
     assert cut(np.array([1, 2, 3, 30, 40]), 60) == [3, 4, 5]
-    assert split_to([3, 4, 5], 5) == [1, 2, 3, 4, 5] or len(split_to([3, 4, 5], 5)) == 5
-    assert split_to([1], 3) == [1]  # never more batches than rows
+    assert cut_to([3, 4, 5], 5) == [1, 2, 3, 4, 5] or len(cut_to([3, 4, 5], 5)) == 5
+    assert cut_to([1], 3) == [1]  # never more batches than rows
 
 
 def _rank(rank: int, world: int, url: str, init: str, out: str) -> None:

@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from shardstream import TokenDataset
-from shardstream.dataset.tokens import IGNORE_INDEX, window_positions
+from shardstream.dataset.tokens import IGNORE_INDEX, token_window_positions
 from shardstream.errors import UsageError
 from tests.token_corpus import pack_positions
 
@@ -111,7 +111,7 @@ def test_samples_without_a_loader_are_single_windows(dataset):
 
 def test_window_positions_restart_at_the_row_and_at_each_document():
     offsets = np.array([0, 3, 3, 4, 10])
-    assert window_positions(offsets, 2, 6).tolist() == [
+    assert token_window_positions(offsets, 2, 6).tolist() == [
         0,
         0,
         0,
@@ -119,9 +119,9 @@ def test_window_positions_restart_at_the_row_and_at_each_document():
         2,
         3,
     ]  # the row starts mid-document
-    assert window_positions(offsets, 0, 3).tolist() == [0, 1, 2]
-    assert window_positions(offsets, 5, 4).tolist() == [0, 1, 2, 3]
-    assert window_positions(offsets, 3, 3).tolist() == [0, 0, 1]
+    assert token_window_positions(offsets, 0, 3).tolist() == [0, 1, 2]
+    assert token_window_positions(offsets, 5, 4).tolist() == [0, 1, 2, 3]
+    assert token_window_positions(offsets, 3, 3).tolist() == [0, 0, 1]
 
 
 def run_ranks(url, world, k, state=None, workers=0):

@@ -1,4 +1,4 @@
-"""pack(split_by="cls"): one dataset per class with the tree's classes, a label index written last."""
+"""pack(split_by="cls"): one dataset per class with the tree's classes, a labels file written last."""
 
 from __future__ import annotations
 

@@ -199,7 +199,7 @@ def test_window_permutation_is_a_permutation_and_the_last_window_is_shorter(
     # the shuffle stays inside its window: position p of window w reads what the same shard order
     # without the in-window shuffle has at w * window + perm[p - w * window]
     unshuffled = EpochOrder(
-        order.counts, seed, epoch, False, window, order.shard_order, order.ends, order.total
+        order.per_shard, seed, epoch, False, window, order.shard_order, order.ends, order.total
     )
     for w in range(nwin):
         pos = np.arange(w * window, min((w + 1) * window, n))

@@ -1,4 +1,4 @@
-"""Window shapes on 2 and 3 real gloo processes: the ranks agree on each window's batch count, so every
+"""Pool shapes on 2 and 3 real gloo processes: the ranks agree on each pool's batch count, so every
 rank yields the same number of batches although their samples need different counts."""
 
 from __future__ import annotations

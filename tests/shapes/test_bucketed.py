@@ -15,7 +15,7 @@ from PIL import Image
 from shardstream import ShardDataset
 from shardstream.dataset import MixedDataset
 from shardstream.dataset.batches.bucketed import Bucketed, aspect_ratio, image_size, length_of
-from shardstream.plan.packing import bucket_batches, bucket_of
+from shardstream.plan.bins import bucket_batches, bucket_of
 from tests.sample_datasets import key_of, write_dataset
 
 N = 37

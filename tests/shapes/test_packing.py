@@ -16,7 +16,7 @@ from shardstream import ShardDataset
 from shardstream.dataset import MixedDataset
 from shardstream.dataset.batches.sequence_packing import IGNORE, SequencePacking
 from shardstream.errors import UsageError
-from shardstream.plan.packing import best_fit_decreasing, split_largest
+from shardstream.plan.bins import best_fit_decreasing, cut_largest
 from tests.sample_datasets import key_of, write_dataset
 
 SEQ = 32
@@ -61,7 +61,7 @@ def test_best_fit_decreasing_places_every_item_once_within_capacity(lengths, cap
     assert all(sum(lengths[i] for i in r) <= capacity for r in rows)
     # no two rows could be merged: best fit leaves at most one row at most half full
     assert sum(1 for r in rows if sum(lengths[i] for i in r) <= capacity // 2) <= 1
-    more = split_largest(rows, len(rows) + 3)
+    more = cut_largest(rows, len(rows) + 3)
     assert sorted(i for r in more for i in r) == sorted(i for r in rows for i in r)
 
 

@@ -58,7 +58,7 @@ def test_megatron_pairs_round_trip_and_a_mismatched_idx_is_refused(tmp_path):
     assert offsets.tolist() == [0, 5, 6, 23, 26]
     assert tokens.tolist() == np.concatenate(docs).tolist()
     src = open_text_source(str(tmp_path))
-    assert src.kind == "megatron" and src.files == [str(tmp_path / "m.bin")]
+    assert src.layout == "megatron" and src.files == [str(tmp_path / "m.bin")]
     with open(tmp_path / "m.bin", "ab") as f:
         f.write(b"\0\0")
     with pytest.raises(

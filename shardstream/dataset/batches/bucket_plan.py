@@ -44,7 +44,7 @@ def recorded_sizes(dataset: Any, field: str) -> tuple[np.ndarray, np.ndarray] | 
     )
     widths, heights = sizes.widths[field], sizes.heights[field]
     if samples.selected:  # the stored samples the split reads, in the dataset's order
-        picked = samples.stored_indexes()
+        picked = samples.stored_numbers()
         widths, heights = widths[picked], heights[picked]
     if len(widths) == 0 or not (widths > 0).all():
         log.info(

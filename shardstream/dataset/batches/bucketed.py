@@ -1,7 +1,7 @@
 """``Bucketed``: batches whose samples share a bucket (an aspect ratio, a size, a length, a class).
 
 Where image sizes were recorded at pack time, the epoch is planned from them up front
-(:mod:`.bucket_plan`). Otherwise each window of samples is grouped by bucket (:func:`shardstream.plan.packing.bucket_batches`) and each
+(:mod:`.bucket_plan`). Otherwise each pool of samples is grouped by bucket (:func:`shardstream.plan.bins.bucket_batches`) and each
 bucket cut into batches of ``batch_size``; the key of a sample is a number it holds (a field such as
 ``cls`` or a length) or one read from a value without decoding it: :func:`image_size` and
 :func:`aspect_ratio` read an image's width and height from its header (Pillow's lazy open reads the
@@ -21,11 +21,11 @@ import torch
 
 from ...errors import UsageError
 from ...formats.image_header import image_size as header_size
-from ...plan.packing import bucket_batches, bucket_of, split_largest
+from ...plan.bins import bucket_batches, bucket_of, cut_largest
 from ..shards.mapped import MappedBytes
 from .bucket_plan import PlannedBuckets, recorded_sizes
 from .collate import collate
-from .windowed import WindowedBatches, rows_of, window_of
+from .pooled import PooledBatches, pool_of, pool_samples
 
 
 def image_size(value: Any) -> tuple[int, int]:
@@ -115,18 +115,18 @@ KEYS = "__keys__"
 
 
 @dataclass
-class KeyedWindow:
-    """A window's samples and each one's key (computed in the DataLoader worker)."""
+class KeyedPool:
+    """A pool's samples and each one's key (computed in the DataLoader worker)."""
 
     samples: Sequence[Any]
     keys: np.ndarray
 
 
-def keyed_window(key: str | Callable[[Any], Any], samples: list[Any]) -> dict[str, Any]:
-    """The window's samples (as :func:`window_of` ships them) with their keys: computed in the worker,
+def keyed_pool(key: str | Callable[[Any], Any], samples: list[Any]) -> dict[str, Any]:
+    """The pool's samples (as :func:`pool_of` ships them) with their keys: computed in the worker,
     next to the read, so the main process only groups numbers."""
     keys = np.array([_value(s, key) for s in samples], dtype=np.float64)
-    return {**window_of(samples), KEYS: keys}
+    return {**pool_of(samples), KEYS: keys}
 
 
 def _mapped_keys(batch: dict[str, Any], key: str | Callable[[Any], Any]) -> np.ndarray:
@@ -154,7 +154,7 @@ def _mapped_keys(batch: dict[str, Any], key: str | Callable[[Any], Any]) -> np.n
 
 
 def _as_bytes(sample: Any) -> Any:
-    """A window's sample with its raw values (views of the window's memory) as ``bytes``."""
+    """A pool's sample with its raw values (views of the pool's memory) as ``bytes``."""
     if not isinstance(sample, dict):
         return sample
     return {k: bytes(v) if isinstance(v, memoryview) else v for k, v in sample.items()}
@@ -172,7 +172,7 @@ def _take(value: Any, rows: np.ndarray) -> Any:
     return [value[i] for i in rows.tolist()]
 
 
-class Bucketed(WindowedBatches):
+class Bucketed(PooledBatches):
     """Batches of up to ``batch_size`` samples of one bucket each.
 
     Args:
@@ -182,8 +182,8 @@ class Bucketed(WindowedBatches):
         boundaries: increasing edges: bucket ``b`` holds keys in ``[boundaries[b-1], boundaries[b])``;
             ``None``: each distinct key is a bucket (classes).
         batch_size: the most samples per batch.
-        window: samples grouped together; larger windows leave fewer short batches (each bucket's last
-            batch of a window may be short).
+        window: the pool's size, the samples grouped together; larger pools leave fewer short
+            batches (each bucket's last batch of a pool may be short).
         collate_fn: makes the batch (default: :func:`shardstream.dataset.batches.collate.collate`); batches
             also hold ``__bucket__``. Raw batches of local tars (``decode=None``, the default collate)
             stay locations in the shard files (:class:`MappedBytes`): each value's key is read in
@@ -198,7 +198,7 @@ class Bucketed(WindowedBatches):
     sizes of its field (``pack`` and ``shardstream index`` record them; no ``transform``; a split part
     plans from its selected samples' sizes), the whole epoch is planned from them before anything is read
     (:mod:`shardstream.dataset.batches.bucket_plan`; ``window`` is then unused) and resumes exactly on any
-    world size; :attr:`planned_up_front` says so. Otherwise buckets are found per window as read.
+    world size; :attr:`planned_up_front` says so. Otherwise buckets are found per pool as read.
     """
 
     def __init__(  # keyword settings with defaults, as LengthBucketing's
@@ -224,12 +224,12 @@ class Bucketed(WindowedBatches):
         if self.planned is not None:
             self.dataset, self.window, self.in_place = dataset, window, False
             return
-        # raw local tars: windows of locations, grouped without copying a value
+        # raw local tars: pools of locations, grouped without copying a value
         self.in_place = collate_fn is None and bool(dataset.mapped)
-        keyed = None if self.in_place else functools.partial(keyed_window, key)
+        keyed = None if self.in_place else functools.partial(keyed_pool, key)
         super().__init__(dataset, window, num_workers, loader_kwargs, collate=keyed)
 
-    # -- planned from recorded sizes, or per window -----------------------------------------------
+    # -- planned from recorded sizes, or per pool -------------------------------------------------
     def __iter__(self) -> Iterator[Any]:
         return iter(self.planned) if self.planned is not None else super().__iter__()
 
@@ -240,7 +240,7 @@ class Bucketed(WindowedBatches):
             super().set_epoch(epoch)
 
     def state_dict(self) -> dict[str, Any]:
-        """Where to go on: planned, the batches read per rank (and on what world size); else the window's."""
+        """Where to go on: planned, the batches read per rank (and on what world size); else the pool's."""
         return self.planned.state_dict() if self.planned is not None else super().state_dict()
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -262,14 +262,14 @@ class Bucketed(WindowedBatches):
 
     @property
     def planned_up_front(self) -> bool:
-        """Whether the epoch's batches were planned from sizes recorded at pack time (no window reads)."""
+        """Whether the epoch's batches were planned from sizes recorded at pack time (no pools read)."""
         return self.planned is not None
 
-    def received(self, window: Any) -> Any:
-        """A window of locations as it is; one made by :func:`keyed_window`: its samples and keys."""
-        if isinstance(window, dict) and KEYS in window:
-            return KeyedWindow(rows_of(window), window[KEYS])
-        return window
+    def received(self, pool: Any) -> Any:
+        """A pool of locations as it is; one made by :func:`keyed_pool`: its samples and keys."""
+        if isinstance(pool, dict) and KEYS in pool:
+            return KeyedPool(pool_samples(pool), pool[KEYS])
+        return pool
 
     def buckets(self, keys: np.ndarray) -> np.ndarray:
         """The bucket of each key (with ``boundaries=None``: the key, as an integer)."""
@@ -277,17 +277,17 @@ class Bucketed(WindowedBatches):
             return bucket_of(keys, self.boundaries)
         return keys.astype(np.int64)
 
-    def plan(self, samples: KeyedWindow | dict[str, Any]) -> list[np.ndarray]:
-        """The window's batches; ``last_buckets`` keeps each of its samples' bucket."""
-        keys = samples.keys if isinstance(samples, KeyedWindow) else _mapped_keys(samples, self.key)
+    def plan(self, samples: KeyedPool | dict[str, Any]) -> list[np.ndarray]:
+        """The pool's batches; ``last_buckets`` keeps each of its samples' bucket."""
+        keys = samples.keys if isinstance(samples, KeyedPool) else _mapped_keys(samples, self.key)
         buckets = self.buckets(keys)
         self.last_buckets = buckets
         return bucket_batches(buckets, self.batch_size)
 
     def fit(self, groups: list[np.ndarray], count: int) -> list[np.ndarray]:
-        return split_largest(groups, count)
+        return cut_largest(groups, count)
 
-    def make(self, samples: KeyedWindow | dict[str, Any], group: np.ndarray) -> Any:
+    def make(self, samples: KeyedPool | dict[str, Any], group: np.ndarray) -> Any:
         if isinstance(samples, dict):
             batch = {name: _take(value, group) for name, value in samples.items()}
         else:
@@ -320,10 +320,10 @@ def _planned(
 
 __all__ = [
     "Bucketed",
-    "KeyedWindow",
+    "KeyedPool",
     "aspect_ratio",
     "image_area",
     "image_size",
-    "keyed_window",
+    "keyed_pool",
     "length_of",
 ]

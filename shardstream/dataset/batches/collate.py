@@ -134,7 +134,7 @@ def ragged_fields(fields: list[Sequence[bytes | bytearray | memoryview]]) -> lis
     return out
 
 
-def split(batch: dict[str, Any], size: int) -> list[dict[str, Any]]:
+def cut_batch(batch: dict[str, Any], size: int) -> list[dict[str, Any]]:
     """A collated batch cut into batches of ``size`` (views, no copies)."""
     n = len(batch["__key__"]) if "__key__" in batch else len(next(iter(batch.values())))
     out = []

@@ -1,16 +1,16 @@
 """``LengthBucketing``: variable-size batches filled up to a token budget (SFT-style sequences).
 
 The dataset's loader reads ``window`` samples at a time (one of its batches, so every rank reads
-the same number of windows: the plan's equal split). Each window is sorted by length (ties by
+the same number of pools: the plan's equal spans). Each pool is sorted by length (ties by
 position, so it is deterministic) and cut into batches whose padded size ``rows x longest``
-stays within ``batch_tokens``. The number of batches of a window depends on its lengths, so
+stays within ``batch_tokens``. The number of batches of a pool depends on its lengths, so
 under ``torch.distributed`` the ranks agree on it with one ``all_reduce(MAX)`` of one integer
-per window, and a rank that needs fewer splits its largest batches: every rank yields the same
+per pool, and a rank that needs fewer cuts its largest batches: every rank yields the same
 number of batches, and none waits for another in a collective.
 
-Resume: :meth:`state_dict` is the loader's state at the start of the current window plus the
-batches handed out from it; :meth:`load_state_dict` reads that window again and skips them. On
-another world size the interrupted window is read whole again (its windows are cut anew).
+Resume: :meth:`state_dict` is the loader's state at the start of the current pool plus the
+batches handed out from it; :meth:`load_state_dict` reads that pool again and skips them. On
+another world size the interrupted pool is read whole again (its batches cut anew).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import torch
 from ...errors import UsageError
 from ..ranks import agree
 from .collate import collate, pad_sequences
-from .windowed import WindowResume
+from .pooled import PoolResume
 
 
 def cut(lengths: np.ndarray, budget: int) -> list[int]:
@@ -39,7 +39,7 @@ def cut(lengths: np.ndarray, budget: int) -> list[int]:
     return ends
 
 
-def split_to(ends: list[int], count: int) -> list[int]:
+def cut_to(ends: list[int], count: int) -> list[int]:
     """``ends`` with its largest batches halved until there are ``count`` (never more than rows)."""
     ends = list(ends)
     while len(ends) < count:
@@ -52,13 +52,13 @@ def split_to(ends: list[int], count: int) -> list[int]:
     return ends
 
 
-class LengthBucketing(WindowResume):
+class LengthBucketing(PoolResume):
     """Batches of ``dataset``'s samples sorted by the length of ``field``, within ``batch_tokens``.
 
     Args:
         dataset: a :class:`ShardDataset` whose samples hold a sequence ``field`` (a tensor, array or list).
         batch_tokens: the most padded tokens in a batch (rows x the longest sequence).
-        window: samples sorted together; larger windows pad less and mix less.
+        window: the pool's size, the samples sorted together; larger pools pad less and mix less.
         field: the sequence field; batches hold it padded with ``padding_value``, with ``lengths``,
             ``attention_mask``, ``position_ids``, ``cu_seqlens`` and ``max_seqlen`` (see :meth:`batch`);
             the other fields are collated as usual.
@@ -84,7 +84,7 @@ class LengthBucketing(WindowResume):
             )
         self.batch_tokens, self.window = int(batch_tokens), int(window)
         self.field, self.padding_value = field, padding_value
-        dataset.collate_fn = list  # the loader hands over each window's samples as they are
+        dataset.collate_fn = list  # the loader hands over each pool's samples as they are
         self.dataset = dataset
         self.loader = dataset.loader(self.window, num_workers, **loader_kwargs)
         self._start: dict[str, Any] = self.loader.state_dict()
@@ -117,23 +117,23 @@ class LengthBucketing(WindowResume):
         it = iter(self.loader)
         while True:
             start = self.loader.state_dict()
-            window: list[dict[str, Any]] | None = next(it, None)
-            if window is None:
+            pool: list[dict[str, Any]] | None = next(it, None)
+            if pool is None:
                 break
             if start != self._start:
                 self._start, self._emitted = start, 0
-            lengths = np.array([len(s[self.field]) for s in window], np.int64)
+            lengths = np.array([len(s[self.field]) for s in pool], np.int64)
             order = np.argsort(lengths, kind="stable")
             ends = cut(lengths[order], self.batch_tokens)
-            ends = split_to(ends, agree(len(ends), "max"))
+            ends = cut_to(ends, agree(len(ends), "max"))
             begin = 0
             for k, end in enumerate(ends):
                 if k >= self._skip:
                     self._emitted = k + 1
-                    yield self.batch([window[i] for i in order[begin:end].tolist()])
+                    yield self.batch([pool[i] for i in order[begin:end].tolist()])
                 begin = end
             self._skip = 0
         self._start, self._emitted = self.loader.state_dict(), 0
 
 
-__all__ = ["LengthBucketing", "cut", "split_to"]
+__all__ = ["LengthBucketing", "cut", "cut_to"]

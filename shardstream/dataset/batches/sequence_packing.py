@@ -1,7 +1,7 @@
 """``SequencePacking``: variable-length samples (SFT conversations, instruction pairs) packed into rows
-of at most ``seq_len`` tokens by best-fit decreasing over a window.
+of at most ``seq_len`` tokens by best-fit decreasing over a pool.
 
-Each window of samples is packed by :func:`shardstream.plan.packing.best_fit_decreasing`; each batch
+Each pool of samples is packed by :func:`shardstream.plan.bins.best_fit_decreasing`; each batch
 holds ``batch_rows`` rows of exactly ``seq_len`` tokens (the tail of a row is padding), with
 ``input_ids``, ``labels`` (the sample's labels or loss mask; -100 on padding and on the first token of
 every sample, so that a model that shifts its labels, as Hugging Face's do, never predicts one sample's
@@ -19,9 +19,9 @@ import numpy as np
 import torch
 
 from ...errors import UsageError
-from ...plan.packing import best_fit_decreasing, deal, split_largest
+from ...plan.bins import best_fit_decreasing, cut_largest, deal
 from ..tokens import varlen_fields
-from .windowed import WindowedBatches
+from .pooled import PooledBatches
 
 IGNORE = -100  # the label no loss is taken of (PyTorch's cross_entropy ignore_index)
 
@@ -30,7 +30,7 @@ def _tokens(value: Any) -> np.ndarray:
     return np.asarray(value.numpy() if isinstance(value, torch.Tensor) else value, dtype=np.int64)
 
 
-class SequencePacking(WindowedBatches):
+class SequencePacking(PooledBatches):
     """Batches of ``batch_rows`` rows of ``seq_len`` tokens, several samples to a row.
 
     Args:
@@ -39,7 +39,8 @@ class SequencePacking(WindowedBatches):
             -100 where no loss is taken) or ``loss_mask`` (the same length, 1 where a loss is taken).
         seq_len: tokens per row; a longer sample is an error naming it (truncate or filter it in the
             dataset's transform).
-        window: samples packed together; larger windows pad less (the loader reads a window at a time).
+        window: the pool's size, the samples packed together (the loader reads a pool at a time);
+            larger pools pad less.
         batch_rows: rows per batch (the batch's shape is always ``batch_rows x seq_len``).
         field: the samples' field of token ids.
         labels: the samples' field of labels, if they have one.
@@ -74,7 +75,7 @@ class SequencePacking(WindowedBatches):
         super().__init__(dataset, window, num_workers, loader_kwargs)
 
     def plan(self, samples: list[Any]) -> list[list[list[int]]]:
-        """The window's rows (best fit decreasing), dealt into batches of ``batch_rows`` rows."""
+        """The pool's rows (best fit decreasing), dealt into batches of ``batch_rows`` rows."""
         lengths = np.array([len(s[self.field]) for s in samples], dtype=np.int64)
         long = np.flatnonzero(lengths > self.seq_len)
         if len(long):
@@ -89,7 +90,7 @@ class SequencePacking(WindowedBatches):
 
     def fit(self, groups: list[list[list[int]]], count: int) -> list[list[list[int]]]:
         """``count`` batches of the same rows, rows halved where there are fewer rows than batches."""
-        rows = split_largest([r for g in groups for r in g], count)
+        rows = cut_largest([r for g in groups for r in g], count)
         return [rows[a:b] for a, b in _batches(len(rows), count)]
 
     def _labels(self, sample: dict[str, Any], ids: np.ndarray) -> np.ndarray:

@@ -187,13 +187,13 @@ def decode_image(data: bytes, ext: str, mode: str, writable: bool = True) -> Any
 
 
 def decode_value(
-    data: bytes, ext: str, mode: str | None, writable: bool = True, defer: bool = False
+    data: bytes, ext: str, mode: str | None, writable: bool = True, jpegs_into_batch: bool = False
 ) -> Any:
-    """One field's value from its bytes, by extension; ``mode=None`` keeps bytes. ``defer``: a JPEG
+    """One field's value from its bytes, by extension; ``mode=None`` keeps bytes. ``jpegs_into_batch``: a JPEG
     as a tensor may be a :class:`PendingJpeg`, for a batch to decode straight into its memory."""
     if mode is None:
         return data
-    if defer and mode == "torch" and ext in ("jpg", "jpeg") and _simplejpeg is not None:
+    if jpegs_into_batch and mode == "torch" and ext in ("jpg", "jpeg") and _simplejpeg is not None:
         pending = PendingJpeg.of(data)
         if pending is not None:
             return pending
@@ -241,8 +241,8 @@ class Decoder:
             s: out for out, alts in (self.select or {}).items() for s in alts if s != out
         }
         # set when results are only copied into a batch: read-only is fine
-        self.copied_later = False
-        self.defer = False  # set when the default collate makes the batch: JPEGs decoded into it (PendingJpeg)
+        self.collated = False
+        self.jpegs_into_batch = False  # set when the default collate makes the batch: JPEGs decoded into it (PendingJpeg)
         self.whole: Callable[[dict[str, Any]], dict[str, Any]] | None = None
         self.fields: dict[str, Any] = {}
         self.default: str | None = "torch"
@@ -354,7 +354,7 @@ class Decoder:
                     out[name] = _TYPED[self.types[name]](bytes(value))
                 else:
                     out[name] = decode_value(
-                        value, extension(name), how, not self.copied_later, self.defer
+                        value, extension(name), how, not self.collated, self.jpegs_into_batch
                     )
             except Exception as exc:  # decoders raise many types; the caller adds shard and sample
                 by = "the decoder given for it raised " if callable(how) else ""

@@ -108,7 +108,7 @@ class SampleReader:
         self.raw = True
         self.count = SkipCount()
         # stage times and counts of every process (shardstream.loader.stats)
-        self.stats = StageCounters()
+        self.counters = StageCounters()
         self._decode_ns = self._transform_ns = 0  # this batch's so far (see account)
         self.candidates: Callable[[], Iterable[tuple[int, int]]] | None = None
         self.last_good: Any = None
@@ -145,7 +145,7 @@ class SampleReader:
         ``collated``: the default collate makes every batch of undecoded samples, so JPEGs can be
         decoded straight into it (unless a failure must be skipped sample by sample)."""
         self.decoder, self.transform, self.on_error = decoder, transform, on_error
-        decoder.defer = collated and on_error == "raise"
+        decoder.jpegs_into_batch = collated and on_error == "raise"
         self.raw = raw  # undecoded bytes, no transform: views of the shard's memory into the batch
         self.candidates = candidates
         self.last_good = self.last_row = None
@@ -164,7 +164,7 @@ class SampleReader:
         started = perf_counter_ns()
         sample = self.decoder(stored)
         decoded = perf_counter_ns()
-        if self.decoder.defer:  # JPEGs decoded by the collate: name them for its errors
+        if self.decoder.jpegs_into_batch:  # JPEGs decoded by the collate: name them for its errors
             for name, value in sample.items():
                 if type(value) is PendingJpeg:
                     value.where = (
@@ -313,7 +313,7 @@ class SampleReader:
             0,
         )
         read = perf_counter_ns() - started - decode - transform - waited
-        self.stats.add(
+        self.counters.add(
             samples=samples,
             wait_ns=waited,
             read_ns=max(read, 0),
@@ -328,7 +328,7 @@ class SampleReader:
             return collate_fn(samples)
         finally:
             decoding = PendingJpeg.decode_ns - decoded
-            self.stats.add(collate_ns=perf_counter_ns() - started - decoding, decode_ns=decoding)
+            self.counters.add(collate_ns=perf_counter_ns() - started - decoding, decode_ns=decoding)
 
     def _gather(self, shards: OpenShards, ids: np.ndarray, offsets: np.ndarray) -> Any:
         import pyarrow as pa
@@ -396,7 +396,7 @@ class SampleReader:
             if isinstance(exc, ShardstreamError):
                 raise type(exc)(f"{where}: {detail}") from exc
             raise ShardstreamError(f"{where}: {detail}") from exc
-        self.stats.skipped(shard, offset)
+        self.counters.skipped(shard, offset)
         if shard not in failed:
             failed[shard] = [
                 0,

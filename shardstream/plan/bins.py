@@ -3,7 +3,7 @@
 :func:`best_fit_decreasing` packs variable-length samples into rows of at most ``capacity`` tokens:
 longest first, each into the fullest row that still has room (the row with the least room left that
 fits it), a new row where none fits. It uses at most 11/9 of the optimal number of rows plus one,
-and with many short samples fills rows almost exactly. :func:`split_largest` makes more rows (or batches) of the same
+and with many short samples fills rows almost exactly. :func:`cut_largest` makes more rows (or batches) of the same
 samples (the ranks of a window agree on one count of batches), and :func:`bucket_batches` cuts a
 window into batches of one bucket each. All are deterministic: ties go to the lower index.
 """
@@ -43,7 +43,7 @@ def best_fit_decreasing(lengths: Sequence[int] | np.ndarray, capacity: int) -> l
     return rows
 
 
-def split_largest(groups: list[Any], count: int) -> list[Any]:
+def cut_largest(groups: list[Any], count: int) -> list[Any]:
     """``groups`` (rows of a pack, or batches of a bucket) with the group of most samples halved until
     there are at least ``count``; a group of one sample stays whole (fewer groups then, if every group
     holds one sample). Each half keeps its row's or bucket's samples in order."""
@@ -89,5 +89,5 @@ __all__ = [
     "bucket_batches",
     "bucket_of",
     "deal",
-    "split_largest",
+    "cut_largest",
 ]

@@ -1,4 +1,4 @@
-"""How a window crosses from a DataLoader worker: raw values in one shared-memory arena (or left in the
+"""How a pool crosses from a DataLoader worker: raw values in one shared-memory arena (or left in the
 shard files as locations), the samples given back as rows with the same values."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import numpy as np
 
 import shardstream as ss
 from shardstream.dataset.batches.collate import RaggedBytes
-from shardstream.dataset.batches.windowed import WINDOW, WindowedBatches, rows_of, window_of
+from shardstream.dataset.batches.pooled import POOL, PooledBatches, pool_of, pool_samples
 
 
 def test_a_window_of_dict_samples_crosses_as_columns_and_comes_back_as_rows():
@@ -16,11 +16,11 @@ def test_a_window_of_dict_samples_crosses_as_columns_and_comes_back_as_rows():
         {"__key__": f"k{i}", "jpg": data[i : i + 3], "txt": b"x" * i, "ids": np.arange(i), "cls": i}
         for i in range(5)
     ]
-    window = window_of(samples)
-    columns = window[WINDOW]["columns"]
+    window = pool_of(samples)
+    columns = window[POOL]["columns"]
     assert isinstance(columns["jpg"], RaggedBytes) and isinstance(columns["txt"], RaggedBytes)
     assert columns["cls"] == [0, 1, 2, 3, 4]
-    rows = rows_of(window)
+    rows = pool_samples(window)
     assert len(rows) == 5
     for i, row in enumerate(rows):
         assert bytes(row["jpg"]) == bytes(data[i : i + 3]) and bytes(row["txt"]) == b"x" * i
@@ -30,11 +30,11 @@ def test_a_window_of_dict_samples_crosses_as_columns_and_comes_back_as_rows():
 
 def test_samples_of_different_fields_or_kinds_cross_as_they_are():
     odd = [{"a": memoryview(b"1")}, {"b": b"2"}]
-    assert rows_of(window_of(odd)) == [{"a": b"1"}, {"b": b"2"}]  # memoryviews become bytes
-    assert rows_of(window_of([(1, b"x"), (2, b"y")])) == [(1, b"x"), (2, b"y")]
+    assert pool_samples(pool_of(odd)) == [{"a": b"1"}, {"b": b"2"}]  # memoryviews become bytes
+    assert pool_samples(pool_of([(1, b"x"), (2, b"y")])) == [(1, b"x"), (2, b"y")]
 
 
-class InOrder(WindowedBatches):
+class InOrder(PooledBatches):
     def plan(self, samples):
         return [np.arange(len(samples))]
 
