@@ -278,14 +278,15 @@ def child_remote(paths: dict[str, str], endpoint: str, reads: int) -> dict[str, 
         started = time.perf_counter()
         m = ShardMap(paths["remote"], decode=None, storage_options=options, cache_dir=scratch)
         rng = random.Random(SEED)
-        shards = len(m.counts)
+        samples = m.sample_set
+        shards = len(samples.per_shard)
         first_index = rng.randrange(len(m))
         m[first_index]
         first = time.perf_counter() - started
         times = []
         for k in range(reads):  # one sample per shard: none of them is dense, none is cached
             shard = k % shards
-            i = int(m.ends[shard] - m.counts[shard]) + rng.randrange(int(m.counts[shard]))
+            i = samples.first(shard) + rng.randrange(int(samples.per_shard[shard]))
             t = time.perf_counter()
             assert len(m[i]["jpg"]) > 0
             times.append(time.perf_counter() - t)
