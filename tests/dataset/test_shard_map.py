@@ -202,7 +202,7 @@ def test_ls_keys_and_cat_read_through_the_map(dataset):
     n = len(ShardMap(dataset, decode=None))
     listed = CliRunner().invoke(cli, ["ls", dataset, "--keys"])
     assert listed.exit_code == 0, listed.output
-    rows = [line.split("\t") for line in listed.output.splitlines()]
+    rows = [line.split("\t") for line in listed.stdout.splitlines()]
     assert [(int(i), k) for i, k, _ in rows] == [(i, key_of(i)) for i in range(n)]
     shown = CliRunner().invoke(cli, ["cat", dataset, "--key", key_of(n - 1), "--field", "txt"])
     assert shown.stdout_bytes == f"text {n - 1}".encode()
