@@ -203,8 +203,7 @@ class SampleIndex:
         """Like :meth:`samples`, as sequences that read a sample's names when it is asked for: opening a
         shard costs no pass over all its samples (the first batch of a shuffled epoch opens many shards
         for a few samples of each); a sample whose names do not form one raises when it is read."""
-        read = IndexedSamples(self, name)
-        return _Column(read, 0), _Column(read, 1)
+        return IndexedSamples(self, name).columns()
 
     def indexed(self, name: str) -> IndexedSamples:
         """Each sample's key and fields together (:meth:`IndexedSamples.sample`), read when asked for, as
@@ -231,6 +230,10 @@ class MemberNames(Sequence):
         start = ends[j - 1] + 1 if j else 0
         return self.text[start:end].decode("utf-8", "surrogateescape")
 
+    def encoded(self) -> list[bytes]:
+        """Every name as its bytes in the index (what ``name.encode("utf-8", "surrogateescape")`` gives)."""
+        return self.text.split(b"\0")[:-1]
+
     def run(self, start: int, stop: int) -> list[str]:
         """The names of members ``start:stop`` (``start < stop``), decoded at once."""
         ends = self.ends
@@ -244,7 +247,7 @@ class IndexedSamples:
     def __init__(self, index: SampleIndex, name: str):
         self.index, self.name = index, name
         self.first = index.first.tolist()
-        self.offsets, self.sizes = index.data_offsets.tolist(), index.sizes.tolist()
+        self.offsets, self.sizes = index.data_offsets, index.sizes
         names = index.names
         self.run = (
             names.run
@@ -255,13 +258,18 @@ class IndexedSamples:
     def __len__(self) -> int:
         return len(self.first) - 1
 
+    def columns(self) -> tuple[Sequence[str], Sequence[dict[str, tuple[int, int]]]]:
+        """The keys and the fields of the samples, as :meth:`SampleIndex.lazy_samples` gives them."""
+        return _Column(self, 0), _Column(self, 1)
+
     def sample(self, i: int) -> tuple[str, dict[str, tuple[int, int]]]:
         """Sample ``i``'s key and per field its (offset, size); ``i`` in ``range(len(self))``."""
         key = None
         entry: dict[str, tuple[int, int]] = {}
         start, stop = self.first[i], self.first[i + 1]
-        offsets, sizes = self.offsets, self.sizes
-        for j, member in enumerate(self.run(start, stop), start):
+        # (a sample's few numbers as Python ints: no list of all of them made at open)
+        offsets, sizes = self.offsets[start:stop].tolist(), self.sizes[start:stop].tolist()
+        for j, member in enumerate(self.run(start, stop)):
             slash = member.rfind("/") + 1
             dot = member.find(".", slash)
             if dot <= slash or dot == len(member) - 1 or key not in (None, member[:dot]):

@@ -57,8 +57,8 @@ class TarShard:
         # the shard's sample index (checked against the manifest) says what its headers would, without parsing them
         # (each sample's key and fields from one parse of its names: :meth:`locate`)
         self.indexed = index.indexed(name) if index is not None else None
-        if index is not None:
-            self.keys, self.fields = index.lazy_samples(name)
+        if self.indexed is not None:
+            self.keys, self.fields = self.indexed.columns()
         else:  # with sparse members, the samples are in a copy of the tar followed by their bytes
             found = tar_format.read_samples(data, name)
             self.keys, self.fields, data = found.keys, found.fields, found.data
@@ -70,7 +70,8 @@ class TarShard:
         self.sums: list[int] | None = None
         self.first: list[int] = []
         if index is not None and index.checksums is not None:
-            self.sums, self.first = index.checksums.tolist(), index.first.tolist()
+            assert self.indexed is not None
+            self.sums, self.first = index.checksums.tolist(), self.indexed.first
         if len(self.keys) != expected_samples:
             raise CorruptShardError(
                 f"{name}: {len(self.keys)} samples, the manifest says {expected_samples}; "
