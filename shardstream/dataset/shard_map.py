@@ -157,7 +157,15 @@ class ShardMap(StoredDataset, Dataset):
 
     # -- reading -----------------------------------------------------------------------------------
     def __getitem__(self, index: int) -> Any:
-        return self.__getitems__([index])[0]
+        if self.tokens is not None:
+            return self.__getitems__([index])[0]
+        shard, offset = self.locate(index)  # one sample: no arrays to make
+        opened = self._open()
+        opened.shards.forget_failures()  # a shard that failed is tried again by the next read
+        row = offset
+        if self.samples.selected:
+            row = int(self.samples.stored_rows(np.array([shard]), np.array([offset]))[0])
+        return self._finish(opened.sparse.read([(shard, row)])[0], shard, row)
 
     def __getitems__(self, indexes: list[int]) -> list[Any]:
         """The samples at ``indexes`` (a DataLoader's batch of a sampler's indexes: remote ones fetched
@@ -270,26 +278,33 @@ class ShardMap(StoredDataset, Dataset):
 
     def _finish(self, stored: dict[str, Any], shard: int, offset: int) -> Any:
         """A stored sample decoded and transformed, as ``ShardDataset`` does; errors name the sample."""
-        named = sample_name(offset, stored.get("__key__"))
-        url = self.store.url_of(self.manifest.paths[shard])
+        key = stored.get("__key__")  # (what a transform does to the sample leaves its name)
         if self.samples.relabels:  # a merge's labels, mapped to its class list
-            stored = self.samples.labeled(dict(stored), shard, f"{named} of {url}")
-        try:
-            # raw bytes: the decoder would hand every field back as it is
-            sample = stored if self.decoder.keeps_bytes else self.decoder(stored)
-        except UsageError:
-            raise
-        except ShardstreamError as exc:
-            raise type(exc)(f"{url}: {named}: {exc}") from exc
+            stored = self.samples.labeled(dict(stored), shard, self._where(key, shard, offset))
+        if self.decoder.keeps_bytes:  # raw bytes: the decoder would hand every field back as it is
+            sample = stored
+        else:
+            try:
+                sample = self.decoder(stored)
+            except UsageError:
+                raise
+            except ShardstreamError as exc:
+                url = self.store.url_of(self.manifest.paths[shard])
+                raise type(exc)(f"{url}: {sample_name(offset, key)}: {exc}") from exc
         if self.transform is None:
             return sample
         try:
             return self.transform(sample)
         except Exception as exc:
             raise TransformError(
-                f"the transform raised {type(exc).__name__} on {named} of {url}: {exc}; "
-                "fix the transform (or catch the error in it)"
+                f"the transform raised {type(exc).__name__} on {self._where(key, shard, offset)}: "
+                f"{exc}; fix the transform (or catch the error in it)"
             ) from exc
+
+    def _where(self, key: str | None, shard: int, offset: int) -> str:
+        """Sample ``offset`` of ``shard`` (key ``key``) named for a message: made only when one is."""
+        url = self.store.url_of(self.manifest.paths[shard])
+        return f"{sample_name(offset, key)} of {url}"
 
 
 def _index(index: Any) -> int:

@@ -22,9 +22,11 @@ from typing import TYPE_CHECKING
 
 from ..errors import CorruptShardError
 from . import tar as tar_format
-from .tar_index import SampleIndex
+from .tar_index import MemberNames, SampleIndex
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     import numpy as np
 
 BLOCK = 512
@@ -122,11 +124,15 @@ def _checksums_match(rows: np.ndarray) -> bool:
     return bool((stored == actual).all())
 
 
-def _names_match(rows: np.ndarray, names: list[str]) -> bool:
+def _names_match(rows: np.ndarray, names: Sequence[str]) -> bool:
     """Every header's name field is the index's name, NUL-padded, with no ustar prefix."""
     import numpy as np
 
-    encoded = [n.encode("utf-8", "surrogateescape") for n in names]
+    encoded = (
+        names.encoded()  # the bytes as they are in the index: none decoded
+        if isinstance(names, MemberNames)
+        else [n.encode("utf-8", "surrogateescape") for n in names]
+    )
     if max(map(len, encoded)) > 100 or rows[:, 345].any():
         return False  # prefixes and long names: the careful path joins them as the parser does
     expected = np.frombuffer(b"".join(n.ljust(100, b"\0") for n in encoded), dtype=np.uint8)

@@ -154,7 +154,7 @@ class SampleIndex:
     first: np.ndarray  # n + 1 first-member numbers
     data_offsets: np.ndarray  # m
     sizes: np.ndarray  # m
-    names: list[str]  # m
+    names: Sequence[str]  # m (:class:`MemberNames`: decoded when read)
     grouped: bool = False  # version 2: no sample spans, no per-sample digests
     checksums: np.ndarray | None = None  # version 3: m member checksums (uint64)
     compressed: bool = False  # offsets in the decompressed tar, no per-sample digests
@@ -203,8 +203,42 @@ class SampleIndex:
         """Like :meth:`samples`, as sequences that read a sample's names when it is asked for: opening a
         shard costs no pass over all its samples (the first batch of a shuffled epoch opens many shards
         for a few samples of each); a sample whose names do not form one raises when it is read."""
-        read = IndexedSamples(self, name)
-        return _Column(read, 0), _Column(read, 1)
+        return IndexedSamples(self, name).columns()
+
+    def indexed(self, name: str) -> IndexedSamples:
+        """Each sample's key and fields together (:meth:`IndexedSamples.sample`), read when asked for, as
+        :meth:`lazy_samples` reads them: a reader that wants both parses a sample's names once."""
+        return IndexedSamples(self, name)
+
+
+class MemberNames(Sequence):
+    """An index's member names, decoded when one is read (opening a shard decodes none of them): the
+    names' bytes, each followed by a NUL, and where each NUL lies."""
+
+    def __init__(self, text: bytes, ends: list[int]):
+        self.text, self.ends = text, ends
+
+    def __len__(self) -> int:
+        return len(self.ends)
+
+    def __getitem__(self, j):  # type: ignore[override]
+        if isinstance(j, slice):
+            return [self[k] for k in range(*j.indices(len(self)))]
+        ends = self.ends
+        end = ends[j]  # IndexError outside
+        j %= len(ends)
+        start = ends[j - 1] + 1 if j else 0
+        return self.text[start:end].decode("utf-8", "surrogateescape")
+
+    def encoded(self) -> list[bytes]:
+        """Every name as its bytes in the index (what ``name.encode("utf-8", "surrogateescape")`` gives)."""
+        return self.text.split(b"\0")[:-1]
+
+    def run(self, start: int, stop: int) -> list[str]:
+        """The names of members ``start:stop`` (``start < stop``), decoded at once."""
+        ends = self.ends
+        begin = ends[start - 1] + 1 if start else 0
+        return self.text[begin : ends[stop - 1]].decode("utf-8", "surrogateescape").split("\0")
 
 
 class IndexedSamples:
@@ -214,16 +248,28 @@ class IndexedSamples:
         self.index, self.name = index, name
         self.first = index.first.tolist()
         self.offsets, self.sizes = index.data_offsets, index.sizes
+        names = index.names
+        self.run = (
+            names.run
+            if isinstance(names, MemberNames)
+            else lambda start, stop: list(names[start:stop])
+        )
 
     def __len__(self) -> int:
         return len(self.first) - 1
 
+    def columns(self) -> tuple[Sequence[str], Sequence[dict[str, tuple[int, int]]]]:
+        """The keys and the fields of the samples, as :meth:`SampleIndex.lazy_samples` gives them."""
+        return _Column(self, 0), _Column(self, 1)
+
     def sample(self, i: int) -> tuple[str, dict[str, tuple[int, int]]]:
+        """Sample ``i``'s key and per field its (offset, size); ``i`` in ``range(len(self))``."""
         key = None
         entry: dict[str, tuple[int, int]] = {}
         start, stop = self.first[i], self.first[i + 1]
-        for j in range(start, stop):
-            member = self.index.names[j]
+        # (a sample's few numbers as Python ints: no list of all of them made at open)
+        offsets, sizes = self.offsets[start:stop].tolist(), self.sizes[start:stop].tolist()
+        for j, member in enumerate(self.run(start, stop)):
             slash = member.rfind("/") + 1
             dot = member.find(".", slash)
             if dot <= slash or dot == len(member) - 1 or key not in (None, member[:dot]):
@@ -232,7 +278,7 @@ class IndexedSamples:
                     f"({member!r}); {_FIX}"
                 )
             key = member[:dot]
-            entry[member[dot + 1 :].lower()] = (int(self.offsets[j]), int(self.sizes[j]))
+            entry[member[dot + 1 :].lower()] = (offsets[j], sizes[j])
         if len(entry) != stop - start:
             raise CorruptShardError(
                 f"{self.name}: sample {i} ({key!r}) has a field twice in the index; {_FIX}"
@@ -293,7 +339,12 @@ def parse_index(data: bytes, name: str, samples: int, tar_size: int) -> SampleIn
     at += 32 * n
     first, data_offsets, sizes = numbers(n + 1), numbers(m), numbers(m)
     checksums = numbers(m).astype(np.uint64) if checked else None
-    names = bytes(data[at:]).split(b"\0")
+    text = bytes(data[at:])
+    ends = np.flatnonzero(np.frombuffer(text, dtype=np.uint8) == 0)
+    names = (
+        len(ends),
+        not text or text[-1] == 0,
+    )  # how many, and whether the last ends with its NUL
     if grouped:
         _check_grouped(offsets, first, data_offsets, sizes, names, m, tar_size, bad)
     else:
@@ -304,7 +355,7 @@ def parse_index(data: bytes, name: str, samples: int, tar_size: int) -> SampleIn
         first.astype(np.int64),
         data_offsets.astype(np.int64),
         sizes.astype(np.int64),
-        [b.decode("utf-8", "surrogateescape") for b in names[:-1]],
+        MemberNames(text, ends.tolist()),
         grouped=grouped,
         checksums=checksums,
         compressed=bool(flags & COMPRESSED),
@@ -326,8 +377,8 @@ def _check_spans(offsets, first, data_offsets, sizes, names, m: int, tar_size: i
         raise bad("its sample offsets are not increasing 512-byte blocks inside the shard")
     if first[0] != 0 or int(first[-1]) != m or (np.diff(first.astype(np.int64)) <= 0).any():
         raise bad("its member numbers do not give each sample its members")
-    if len(names) != m + 1 or names[-1] != b"":
-        raise bad(f"it names {len(names) - 1} members, not {m}")
+    if names != (m, True):
+        raise bad(f"it names {names[0]} members, not {m}")
     owner = np.repeat(np.arange(n), np.diff(first.astype(np.int64)))  # the sample of each member
     ends = data_offsets + sizes
     if (
@@ -350,8 +401,8 @@ def _check_grouped(offsets, first, data_offsets, sizes, names, m: int, tar_size:
         raise bad("its end of members is no 512-byte block inside the shard")
     if first[0] != 0 or int(first[-1]) != m or (np.diff(first.astype(np.int64)) <= 0).any():
         raise bad("its member numbers do not give each sample its members")
-    if len(names) != m + 1 or names[-1] != b"":
-        raise bad(f"it names {len(names) - 1} members, not {m}")
+    if names != (m, True):
+        raise bad(f"it names {names[0]} members, not {m}")
     ends = data_offsets + sizes
     if m and ((data_offsets < 512) | (ends < data_offsets) | (ends > end)).any():
         raise bad("a member's data lies outside the tar's members")

@@ -17,6 +17,7 @@ one of: its selected samples, or its windows.
 
 from __future__ import annotations
 
+import bisect
 import operator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -45,9 +46,13 @@ class SampleSet:
     per_shard: np.ndarray
     seq_len: int | None = None
     _ends: np.ndarray = field(init=False, repr=False, compare=False)
+    _bounds: list[int] = field(
+        init=False, repr=False, compare=False
+    )  # _ends, for one index at a time
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_ends", np.cumsum(self.per_shard, dtype=np.int64))
+        object.__setattr__(self, "_bounds", self._ends.tolist())
 
     @property
     def total(self) -> int:
@@ -74,13 +79,14 @@ class SampleSet:
         if isinstance(index, (bool, np.bool_)):
             raise TypeError(f"sample indexes are integers, not {index!r}")
         i = operator.index(index)
-        n = self.total
+        bounds = self._bounds  # (a Python list: no array made for one index)
+        n = bounds[-1] if bounds else 0
         if i < 0:
             i += n
         if not 0 <= i < n:
             raise IndexError(f"sample {index} is out of range: the dataset has {n:,} samples")
-        shard = int(np.searchsorted(self._ends, i, side="right"))
-        return shard, i - self.first(shard)
+        shard = bisect.bisect_right(bounds, i)
+        return shard, i - (bounds[shard - 1] if shard else 0)
 
     def locate_many(self, indexes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """:meth:`locate` of many indexes at once (all within ``[-total, total)``, already checked)."""

@@ -257,3 +257,31 @@ def test_an_index_that_does_not_check_is_ignored_for_the_headers(tmp_path, monke
     assert parsed == [
         str(shard_path(indexed, 1))
     ]  # that shard alone: the others opened from their index
+
+
+def test_a_sample_read_from_its_index_parses_its_entry_once(tmp_path, monkeypatch):
+    from shardstream.formats import tar_index
+    from shardstream.formats.tar_index import parse_index
+    from shardstream.manifest.side_names import index_name
+
+    _, indexed = _indexed_pair(tmp_path)
+    path = shard_path(indexed, 0)
+    data = path.read_bytes()
+    raw = (path.parent / index_name(path.name)).read_bytes()
+    index = parse_index(raw, path.name, 4, len(data))
+    shard = TarShard(data, path.name, 4, index=index)
+    plain = TarShard(data, path.name, 4)  # from the headers: the same samples
+    calls = []
+    parse = tar_index.IndexedSamples.sample
+    monkeypatch.setattr(
+        tar_index.IndexedSamples, "sample", lambda self, i: calls.append(i) or parse(self, i)
+    )
+    for i in (2, 0, -1):
+        assert shard.sample(i) == plain.sample(i)
+        assert {k: bytes(v) for k, v in shard.views(i).items() if k != "__key__"} == {
+            k: v for k, v in plain.sample(i).items() if k != "__key__"
+        }
+        assert shard.locate(i) == plain.locate(i)
+    assert calls == [2, 2, 2, 0, 0, 0, 3, 3, 3]
+    with pytest.raises(IndexError):
+        shard.locate(4)

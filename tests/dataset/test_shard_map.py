@@ -208,3 +208,19 @@ def test_ls_keys_and_cat_read_through_the_map(dataset):
     assert shown.stdout_bytes == f"text {n - 1}".encode()
     missing = CliRunner().invoke(cli, ["cat", dataset, str(n)])
     assert missing.exit_code != 0 and "out of range" in missing.output
+
+
+def test_a_split_part_reads_the_same_by_index_and_by_batch(tmp_path):
+    import shardstream as ss
+
+    url = write_dataset(tmp_path / "ds", COUNTS)
+    parts = ss.split(url, tmp_path / "parts", {"a": 0.5, "b": 0.5}, seed=0)
+    for part in parts:
+        m = ShardMap(str(tmp_path / "parts" / part), decode=None)
+        assert m.sample_set.selected  # stored rows mapped from the selection
+        epoch = list(ShardDataset(str(tmp_path / "parts" / part), decode=None, shuffle=False))
+        order = np.random.default_rng(1).permutation(len(m)).tolist()
+        one = [m[i] for i in order]
+        assert all(same(a, b) for a, b in zip(one, m.__getitems__(order)))
+        assert all(same(one[k], epoch[i]) for k, i in enumerate(order))
+        assert same(m[-1], epoch[-1])

@@ -270,3 +270,40 @@ def test_a_version_2_index_with_a_member_outside_the_tar_is_refused():
     raw[32 : 32 + 8] = struct.pack("<Q", 512)  # a sample offset: version 2 has none but the last
     with pytest.raises(CorruptShardError, match="end of members"):
         parse_index(bytes(raw), "s.tar", 2, len(tar))
+
+
+def test_member_names_are_decoded_when_read_and_read_as_the_names_written():
+    from shardstream.formats.tar_index import MemberNames
+
+    samples = [
+        ("caf\u00e9/0001", [("cls", b"1"), ("jpg", b"x")]),
+        ("a.b/c", [("txt", b"t")]),
+        *SAMPLES,
+    ]
+    tar, raw = _shard(samples)
+    index = parse_index(raw, "s.tar", len(samples), len(tar))
+    names = index.names
+    assert isinstance(names, MemberNames)
+    written = [f"{k}.{ext}" for k, fields in samples for ext, _ in fields]
+    assert list(names) == written and len(names) == len(written)
+    assert names[-1] == written[-1] and names[1:4] == written[1:4]
+    assert names.run(0, 3) == written[:3]
+    with pytest.raises(IndexError):
+        names[len(written)]
+
+
+def test_names_that_are_no_utf8_read_as_they_did():
+    from shardstream.formats.tar_index import MemberNames
+
+    text = b"\xe9t\xc3.jpg\0k.\xff\0"
+    names = MemberNames(text, [i for i, b in enumerate(text) if b == 0])
+    expected = [b.decode("utf-8", "surrogateescape") for b in text.split(b"\0")[:-1]]
+    assert list(names) == expected and names.run(0, 2) == expected
+
+
+def test_a_sample_of_the_index_is_its_key_and_fields_from_one_read():
+    tar, raw = _shard(SAMPLES)
+    index = parse_index(raw, "s.tar", 5, len(tar))
+    keys, fields = index.samples("s.tar")
+    read = index.indexed("s.tar")
+    assert [read.sample(i) for i in range(len(read))] == list(zip(keys, fields))

@@ -156,7 +156,11 @@ def test_locate_matches_brute_force():
     counts = rng.integers(0, 4, size=50)
     m = make_manifest(samples=tuple(int(c) for c in counts))
     flat = [(s, j) for s, c in enumerate(counts) for j in range(c)]
-    assert [samples_of(m).locate(i) for i in range(m.num_samples)] == flat
+    samples = samples_of(m)
+    assert [samples.locate(i) for i in range(m.num_samples)] == flat
+    assert [samples.locate(i - m.num_samples) for i in range(m.num_samples)] == flat
+    shards, offsets = samples.locate_many(np.arange(-m.num_samples, m.num_samples))
+    assert list(zip(shards.tolist(), offsets.tolist())) == flat + flat
 
 
 @pytest.mark.parametrize("index", [-11, 10, 11, 10**12])

@@ -55,8 +55,10 @@ class TarShard:
     ):
         self.name = name
         # the shard's sample index (checked against the manifest) says what its headers would, without parsing them
-        if index is not None:
-            self.keys, self.fields = index.lazy_samples(name)
+        # (each sample's key and fields from one parse of its names: :meth:`locate`)
+        self.indexed = index.indexed(name) if index is not None else None
+        if self.indexed is not None:
+            self.keys, self.fields = self.indexed.columns()
         else:  # with sparse members, the samples are in a copy of the tar followed by their bytes
             found = tar_format.read_samples(data, name)
             self.keys, self.fields, data = found.keys, found.fields, found.data
@@ -68,7 +70,8 @@ class TarShard:
         self.sums: list[int] | None = None
         self.first: list[int] = []
         if index is not None and index.checksums is not None:
-            self.sums, self.first = index.checksums.tolist(), index.first.tolist()
+            assert self.indexed is not None
+            self.sums, self.first = index.checksums.tolist(), self.indexed.first
         if len(self.keys) != expected_samples:
             raise CorruptShardError(
                 f"{name}: {len(self.keys)} samples, the manifest says {expected_samples}; "
@@ -77,27 +80,37 @@ class TarShard:
 
     def sample(self, i: int) -> dict[str, Any]:
         view = self.view
-        sample: dict[str, Any] = {"__key__": self.keys[i]}
-        for ext, (offset, size) in self.fields[i].items():
+        key, fields = self.locate(i)
+        sample: dict[str, Any] = {"__key__": key}
+        for ext, (offset, size) in fields.items():
             sample[ext] = bytes(view[offset : offset + size])
         if self.sums is not None and checksums_format.CHECK_ON_READ:
-            self.check(i, sample)
+            self.check(i % len(self.keys), sample)
         return sample
 
     row = sample  # one sample read at random: the same
 
     def locate(self, i: int) -> tuple[str, dict[str, tuple[int, int]]]:
-        """The i-th sample's key and its fields' (offset, size) in the shard."""
-        return self.keys[i], self.fields[i]
+        """The i-th sample's key and its fields' (offset, size) in the shard (its index entry read once)."""
+        indexed = self.indexed
+        if indexed is None:
+            return self.keys[i], self.fields[i]
+        n = len(indexed)
+        if not 0 <= i < n:
+            if not -n <= i < 0:
+                raise IndexError(f"sample {i} of {n}")
+            i += n
+        return indexed.sample(i)
 
     def views(self, i: int) -> dict[str, Any]:
         """Like :meth:`sample`, with ``memoryview`` slices of the shard instead of copies."""
         view = self.view
-        sample: dict[str, Any] = {"__key__": self.keys[i]}
-        for ext, (offset, size) in self.fields[i].items():
+        key, fields = self.locate(i)
+        sample: dict[str, Any] = {"__key__": key}
+        for ext, (offset, size) in fields.items():
             sample[ext] = view[offset : offset + size]
         if self.sums is not None and checksums_format.CHECK_ON_READ:
-            self.check(i, sample)
+            self.check(i % len(self.keys), sample)
         return sample
 
     def check(self, i: int, values: dict[str, Any]) -> None:

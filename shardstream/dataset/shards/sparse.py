@@ -70,8 +70,14 @@ class SparseReads:
     def read(self, pairs: list[tuple[int, int]]) -> list[dict[str, Any]]:
         """The stored samples at ``pairs`` of (shard, offset), in order."""
         if self.fetcher.store.local:  # maps of the files: no ranged reads
-            get = self.shards.get_whole
-            return [get(s).row(o) for s, o in pairs]
+            readers: dict[int, Any] = {}  # each shard of the batch looked up once
+            found = []
+            for s, o in pairs:
+                reader = readers.get(s)
+                if reader is None:
+                    reader = readers[s] = self.shards.get_whole(s)
+                found.append(reader.row(o))
+            return found
         out: list[dict[str, Any] | None] = [None] * len(pairs)
         wanted: list[tuple[int, int, int, SampleIndex]] = []
         for k, (s, o) in enumerate(pairs):
