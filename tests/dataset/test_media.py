@@ -239,3 +239,18 @@ def test_without_pyav_decoding_media_says_how_to_install_it(dataset, monkeypatch
 
 def test_a_start_past_the_end_gives_the_last_frame(clip):
     assert near(frame_levels(VideoClip(frames=2, start=5.0)(clip)), [190, 190])
+
+
+def test_the_same_clips_after_a_resume_mid_epoch(dataset):
+    whole = read_all(dataset, 0, epoch=1)
+    first = ss.ShardDataset(dataset, decode={"mp4": VideoClip(frames=3)}, seed=5)
+    first.set_epoch(1)
+    loader = first.loader(batch_size=2, num_workers=0)
+    seen = next(iter(loader))["__key__"]
+    state = loader.state_dict()
+    again = ss.ShardDataset(dataset, decode={"mp4": VideoClip(frames=3)}, seed=5)
+    second = again.loader(batch_size=2, num_workers=2)
+    second.load_state_dict(state)
+    rest = {k: f for batch in second for k, f in zip(batch["__key__"], batch["mp4"])}
+    assert sorted([*seen, *rest]) == sorted(whole)
+    assert all(torch.equal(whole[k], rest[k]) for k in rest)
