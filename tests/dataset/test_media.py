@@ -254,3 +254,16 @@ def test_the_same_clips_after_a_resume_mid_epoch(dataset):
     rest = {k: f for batch in second for k, f in zip(batch["__key__"], batch["mp4"])}
     assert sorted([*seen, *rest]) == sorted(whole)
     assert all(torch.equal(whole[k], rest[k]) for k in rest)
+
+
+def test_hugging_face_audio_values_in_arrow_rows_decode_by_their_path(tmp_path):
+    url = str(tmp_path / "ds")
+    with ss.ShardWriter(url, format="arrow") as writer:
+        for i in range(2):
+            value = {"bytes": audio(seconds=0.5), "path": f"a{i}.wav"}
+            writer.write({"__key__": f"k{i}", "audio": value, "cls": i})
+    assert next(iter(ss.ShardDataset(url, shuffle=False)))["audio"].shape == (1, 4000)
+    clip = AudioClip(seconds=0.1, start="start")
+    assert next(iter(ss.ShardDataset(url, decode={"audio": clip})))["audio"].shape == (1, 800)
+    kept = next(iter(ss.ShardDataset(url, shuffle=False, decode="pil")))["audio"]
+    assert isinstance(kept, dict) and kept["path"] == "a0.wav"
