@@ -149,10 +149,9 @@ def info(
 
 def _media_summary(store: Any, m: Any) -> dict[str, Any]:
     """Per video and audio field: samples of known duration, total hours, spread of durations."""
-    from ..manifest.media_facts import duration_summary, read_media_facts
+    from ..manifest.media_facts import duration_summary, recorded_media
 
-    facts = read_media_facts(m.media.reference, store.read_bytes, m.stored_counts)
-    return duration_summary(facts)
+    return duration_summary(recorded_media(store, m))  # type: ignore[arg-type]
 
 
 def _media_lines(summary: dict[str, Any]) -> list[tuple[str, str]]:

@@ -135,6 +135,36 @@ def _columns(fields: list[str], table: np.ndarray) -> dict[str, dict[str, np.nda
     return {name: {c: table[f, j] for j, c in enumerate(COLUMNS)} for f, name in enumerate(fields)}
 
 
+def facts_of_shards(
+    parts: Sequence[tuple[MediaFacts | None, Sequence[int], Sequence[int]]],
+) -> MediaFacts | None:
+    """The facts of shards picked from several datasets, in order, as a new side file (a merge, an
+    append, a split part): ``parts`` are (recorded facts or None, each shard's sample count, the shards
+    picked). The union of their fields; 0 (unknown) where a part does not record a field or has no
+    facts; None when no part has any."""
+    if all(facts is None for facts, _, _ in parts):
+        return None
+    fields = sorted({name for facts, _, _ in parts if facts is not None for name in facts.fields})
+    kinds = {n: k for facts, _, _ in parts if facts is not None for n, k in facts.kinds.items()}
+    codecs = sorted({c for facts, _, _ in parts if facts is not None for c in facts.codecs})
+    counts, tables = [], []
+    for facts, per_shard, keep in parts:
+        per_shard = np.asarray(per_shard, dtype=np.int64)
+        starts = np.concatenate([[0], np.cumsum(per_shard)])
+        rows = [np.arange(starts[i], starts[i + 1]) for i in keep]
+        picked = np.concatenate(rows) if rows else np.zeros(0, dtype=np.int64)
+        table = np.zeros((len(fields), len(COLUMNS), len(picked)), dtype=np.float64)
+        if facts is not None:
+            renumber = np.array([0] + [codecs.index(c) + 1 for c in facts.codecs], dtype=np.float64)
+            for f, name in enumerate(fields):
+                if name in facts.columns:
+                    table[f] = np.stack([facts.columns[name][c][picked] for c in COLUMNS])
+                    table[f, -1] = renumber[table[f, -1].astype(np.int64)]
+        counts.append(per_shard[list(keep)])
+        tables.append(table)
+    return _encoded(np.concatenate(counts), fields, kinds, codecs, np.concatenate(tables, axis=2))
+
+
 def reference_problem(ref: Any) -> str | None:
     """What keeps ``ref`` (the head's ``media``) from naming a media facts file, or None."""
     if not isinstance(ref, dict):
@@ -212,6 +242,14 @@ def read_media_facts(
     return facts
 
 
+def recorded_media(store: Any, m: Any) -> MediaFacts | None:
+    """The media facts manifest ``m`` (of ``store``, a :class:`~shardstream.storage.Store`) recorded at
+    pack time, read and checked; None where it records none."""
+    if m.media is None:
+        return None
+    return read_media_facts(m.media.reference, store.read_bytes, m.stored_counts)
+
+
 def duration_summary(facts: MediaFacts) -> dict[str, dict[str, Any]]:
     """Per media field: how many samples have a known duration, their total hours, and the spread of
     durations in seconds (min, median, max, and the 10th and 90th percentiles)."""
@@ -239,7 +277,9 @@ __all__ = [
     "ShardMedia",
     "duration_summary",
     "encode_media_facts",
+    "facts_of_shards",
     "read_media_facts",
+    "recorded_media",
     "reference_only",
     "reference_problem",
 ]

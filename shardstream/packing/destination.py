@@ -52,7 +52,7 @@ from ..manifest.image_sizes import (
     join_image_sizes,
     read_image_sizes,
 )
-from ..manifest.media_facts import MEDIA_PREFIX, MEDIA_SUFFIX
+from ..manifest.media_facts import MEDIA_PREFIX, MEDIA_SUFFIX, facts_of_shards, recorded_media
 from ..manifest.selection import SELECTION_PREFIX, SELECTION_SUFFIX
 from ..manifest.side_names import NAMESPACE, index_names, old_index_name, side_file_pattern
 from ..manifest.versions import (
@@ -381,7 +381,18 @@ class Claim:
             return manifest
         try:
             sizes = self._joined_sizes(manifest)
-            return appended(self.base, manifest, self.store.url, self.version, sizes)
+            joined = appended(self.base, manifest, self.store.url, self.version, sizes)
+            joined.media = facts_of_shards(  # the base's facts, then this run's
+                [
+                    (
+                        recorded_media(self.store, self.base),
+                        self.base.stored_counts,
+                        range(self.base.num_shards),
+                    ),
+                    (manifest.media, manifest.stored_counts, range(manifest.num_shards)),
+                ]
+            )
+            return joined
         except ShardstreamError:
             for name in [n for n in dataset_files(self.store) if self.owns(n)]:
                 self.store.remove(name)

@@ -11,6 +11,7 @@ from shardstream.manifest.media_facts import (
     ShardMedia,
     duration_summary,
     encode_media_facts,
+    facts_of_shards,
     read_media_facts,
     reference_problem,
 )
@@ -77,3 +78,28 @@ def test_duration_summary_gives_hours_and_spread():
     assert summary["mp4"]["seconds"]["min"] == pytest.approx(1.0, abs=0.15)
     assert summary["mp4"]["seconds"]["max"] == pytest.approx(2.0, abs=0.15)
     assert summary["wav"]["samples"] == 2
+
+
+def test_facts_of_shards_picks_joins_and_renumbers_codecs():
+    first = encode_media_facts(shards())  # mp4 (mpeg4) and wav (pcm_s16le)
+    webm = ShardMedia()
+    webm.record("webm", video(fmt="webm", codec="libvpx"))
+    webm.end_sample()
+    second = encode_media_facts([webm])
+    joined = facts_of_shards(
+        [(first, [2, 1], [1]), (None, [3], [0]), (second, [1], [0]), (first, [2, 1], [0])]
+    )
+    assert joined.fields == ["mp4", "wav", "webm"] and joined.codecs == [
+        "mpeg4",
+        "pcm_s16le",
+        "vp8",
+    ]
+    assert joined.counts.tolist() == [1, 3, 1, 2]
+    assert joined.codec_names("mp4") == ["", "", "", "", "", "mpeg4", "mpeg4"]
+    assert joined.codec_names("webm") == ["", "", "", "", "vp8", "", ""]
+    assert joined.codec_names("wav") == ["pcm_s16le", "", "", "", "", "pcm_s16le", ""]
+    back = read_media_facts(
+        joined.reference, {joined.reference["file"]: joined.data}.get, [1, 3, 1, 2]
+    )
+    assert back.codec_names("webm") == joined.codec_names("webm")
+    assert facts_of_shards([(None, [2], [0])]) is None

@@ -12,7 +12,7 @@ from click.testing import CliRunner
 import shardstream as ss
 from shardstream.cli import cli
 from shardstream.manifest import load_manifest
-from shardstream.manifest.media_facts import read_media_facts
+from shardstream.manifest.media_facts import read_media_facts, recorded_media
 from shardstream.storage import Store
 from tests.media import audio, video
 
@@ -90,3 +90,35 @@ def test_gc_keeps_the_media_facts(clips, tmp_path):
     result = CliRunner().invoke(cli, ["gc", str(tmp_path / "ds"), "--keep", "1", "--delete"])
     assert result.exit_code == 0, result.output
     assert (tmp_path / "ds" / name).exists()
+
+
+def durations(url) -> list[float]:
+    m = load_manifest(str(url))
+    facts = recorded_media(Store(str(url)), m)
+    return facts.columns["mp4"]["duration"].round(1).tolist()
+
+
+def test_append_merge_and_split_carry_the_facts(clips, tmp_path):
+    ss.pack(clips, tmp_path / "a", layout="imagefolder", workers=1, progress=False, shuffle=False)
+    for cls in ("jump", "run"):  # the same classes: an append must keep them
+        other = tmp_path / "more" / cls
+        other.mkdir(parents=True)
+    (other / "z.mp4").write_bytes(video(seconds=3.0))
+    (other / "z.json").write_text("{}")
+    (other / "z.txt").write_text("run z")
+    ss.pack(tmp_path / "more", tmp_path / "b", layout="imagefolder", workers=1, progress=False)
+    assert durations(tmp_path / "a") == [2.0, 2.0, 1.0, 1.0]
+    ss.merge([tmp_path / "a", tmp_path / "b"], tmp_path / "merged")
+    assert durations(tmp_path / "merged") == [2.0, 2.0, 1.0, 1.0, 3.0]
+    ss.pack(
+        tmp_path / "more",
+        tmp_path / "a",
+        layout="imagefolder",
+        workers=1,
+        progress=False,
+        append=True,
+    )
+    assert durations(tmp_path / "a") == [2.0, 2.0, 1.0, 1.0, 3.0]
+    parts = ss.split(tmp_path / "a", tmp_path / "parts", {"x": 0.5, "y": 0.5})
+    for name, m in parts.items():  # the stored samples of the shards each part lists
+        assert len(durations(tmp_path / "parts" / name)) == int(m.stored_counts.sum())
