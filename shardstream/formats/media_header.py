@@ -56,12 +56,13 @@ def open_container(data: bytes | bytearray | memoryview) -> Any:
     try:
         return av.open(io.BytesIO(bytes(data)), mode="r")
     except (av.FFmpegError, ValueError, OSError) as exc:
-        raise ValueError(f"not a media container FFmpeg opens ({_short(exc)})") from None
+        raise ValueError(f"not a media container FFmpeg opens ({one_line(exc)})") from None
 
 
-def _short(exc: BaseException) -> str:
-    text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-    return text[:160]
+def one_line(exc: BaseException) -> str:
+    """An FFmpeg error's message as one short line (its first, at most 160 characters)."""
+    lines = str(exc).splitlines()
+    return (lines[0] if lines else type(exc).__name__)[:160]
 
 
 def stream_seconds(container: Any, stream: Any) -> float:
@@ -110,6 +111,7 @@ __all__ = [
     "import_av",
     "media_header",
     "media_kind",
+    "one_line",
     "open_container",
     "stream_seconds",
 ]

@@ -267,3 +267,26 @@ def test_hugging_face_audio_values_in_arrow_rows_decode_by_their_path(tmp_path):
     assert next(iter(ss.ShardDataset(url, decode={"audio": clip})))["audio"].shape == (1, 800)
     kept = next(iter(ss.ShardDataset(url, shuffle=False, decode="pil")))["audio"]
     assert isinstance(kept, dict) and kept["path"] == "a0.wav"
+
+
+@pytest.mark.parametrize("kind", ["video", "audio"])
+def test_damaged_media_decodes_or_raises_a_one_line_value_error(kind, clip):
+    """Cuts and flipped bytes anywhere: a clip or a ValueError of one line, never FFmpeg's own error."""
+    import random
+
+    data = clip if kind == "video" else audio(seconds=0.5, fmt="flac", codec="flac")
+    decoder = (
+        VideoClip(frames=3, start=0.5) if kind == "video" else AudioClip(seconds=0.2, start=0.1)
+    )
+    rng = random.Random(42)
+    for _ in range(40):
+        damaged = bytearray(data)
+        if rng.random() < 0.5:
+            damaged = damaged[: rng.randrange(len(damaged))]
+        else:
+            for _ in range(8):
+                damaged[rng.randrange(len(damaged))] = rng.randrange(256)
+        try:
+            decoder(bytes(damaged))
+        except ValueError as exc:
+            assert "\n" not in str(exc)

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...errors import UsageError
-from ...formats.media_header import import_av, open_container, stream_seconds
+from ...formats.media_header import import_av, one_line, open_container, stream_seconds
 
 Start = str | float | int
 
@@ -90,7 +90,11 @@ def _seek(container: Any, stream: Any, seconds: float) -> None:
     if seconds <= 0 or stream.time_base is None:
         return
     offset = int(seconds / stream.time_base) + (stream.start_time or 0)
-    container.seek(offset, stream=stream, backward=True, any_frame=False)
+    av = import_av()
+    try:
+        container.seek(offset, stream=stream, backward=True, any_frame=False)
+    except av.FFmpegError as exc:
+        raise ValueError(f"it does not seek to {seconds:.3f} s ({one_line(exc)})") from None
 
 
 def _decoded(container: Any, stream: Any) -> Any:
@@ -99,7 +103,7 @@ def _decoded(container: Any, stream: Any) -> Any:
     try:
         yield from container.decode(stream)
     except av.FFmpegError as exc:
-        raise ValueError(f"its data does not decode ({str(exc).splitlines()[0][:160]})") from None
+        raise ValueError(f"its data does not decode ({one_line(exc)})") from None
 
 
 @dataclass(frozen=True)
