@@ -69,7 +69,8 @@ class ShardWriter:
         append: add to the dataset at ``url`` as its next version (not with ``overwrite``).
         image_sizes: record each image field's width and height, read from its header (never
             decoded), in a side file the manifest names (default True; see
-            :mod:`shardstream.manifest.image_sizes`).
+            :mod:`shardstream.manifest.image_sizes`), and each video and audio field's facts from its
+            container headers (:mod:`shardstream.manifest.media_facts`).
     """
 
     def __init__(  # noqa: PLR0913 - a public constructor: one keyword per setting, as webdataset's ShardWriter
