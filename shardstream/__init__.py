@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from .manifest.index_tars import IndexResult
 
 __all__ = [
+    "AudioClip",
     "Bucketed",
     "CorruptSampleError",
     "CorruptShardError",
@@ -52,6 +53,7 @@ __all__ = [
     "TokenDataset",
     "TransformError",
     "UsageError",
+    "VideoClip",
     "__version__",
     "aspect_ratio",
     "image_area",
@@ -81,6 +83,8 @@ _LAZY = {  # name -> module: these import torch (seconds); packing and the comma
     "DeviceLoader": "device",
     "FieldCollate": "dataset.batches.collate",
     "pad_sequences": "dataset.batches.collate",
+    "VideoClip": "dataset.samples.media",
+    "AudioClip": "dataset.samples.media",
 }
 
 

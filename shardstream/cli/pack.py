@@ -80,7 +80,8 @@ from .common import cli, safe, storage_option, storage_options_for
     default=True,
     show_default=True,
     help="Record each image's width and height, read from its header (never decoded), so aspect-ratio "
-    "buckets are planned without reading a sample.",
+    "buckets are planned without reading a sample; and each video's and recording's duration, rate, "
+    "size and codec from its container headers (with PyAV).",
 )
 @click.option(
     "--shuffle/--no-shuffle",

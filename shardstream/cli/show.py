@@ -76,6 +76,8 @@ def info(
         doc["tokens"] = dict(
             m.tokens, **({"windows": token_window_stats(m, seq_len)} if seq_len else {})
         )
+    if m.media is not None:  # video and audio: total hours and the spread of durations
+        doc["media"] = _media_summary(store, m)
     if quality:
         doc["shuffle_quality"] = _shuffle_quality(dataset, m, batch_size, storage_options)
     if as_json:
@@ -108,6 +110,7 @@ def info(
         lines.append(("classes", f"{len(m.classes):,}: {shown}"))
     if m.tokens is not None:
         lines += [(k, safe(str(v))) for k, v in describe(m, seq_len)]
+    lines += _media_lines(doc.get("media", {}))
     if quality:
         q = doc["shuffle_quality"]
         window = count(q["window"], "sample")
@@ -142,6 +145,32 @@ def info(
     width = max(len(k) for k, _ in lines)
     for key, value in lines:
         click.echo(f"{key:<{width}}  {value}")
+
+
+def _media_summary(store: Any, m: Any) -> dict[str, Any]:
+    """Per video and audio field: samples of known duration, total hours, spread of durations."""
+    from ..manifest.media_facts import duration_summary, recorded_media
+
+    return duration_summary(recorded_media(store, m))  # type: ignore[arg-type]
+
+
+def _media_lines(summary: dict[str, Any]) -> list[tuple[str, str]]:
+    """``info``'s lines of the media summary: one per field."""
+    lines = []
+    for name, s in summary.items():
+        spread = s["seconds"]
+        shown = (
+            f"{s['hours']:,.2f} hours in {s['samples']:,} {s['kind'] or 'media'} samples; seconds "
+            + (
+                "min {min:.1f}, p10 {p10:.1f}, median {median:.1f}, p90 {p90:.1f}, max {max:.1f}".format(
+                    **spread
+                )
+                if spread
+                else "unknown"
+            )
+        )
+        lines.append((safe(name), shown))
+    return lines
 
 
 def _shuffle_quality(

@@ -372,6 +372,8 @@ class ShardDataset(StoredDataset, PlannedDataset):
     def read_pass(self, run: PassRun) -> Iterator[Any]:
         batched = self.batch_size is not None
         self.decoder.collated = batched and self.transform is None and self.default_collate
+        # where random media clips start: from (seed, epoch, key)
+        self.decoder.begin_pass(run.seed, run.position.epoch)
         shards = self.open_shards()
         shards.forget_failures()
         with ShardPass(

@@ -199,6 +199,9 @@ def manifest_files(
     sizes = manifest.image_sizes
     if sizes is not None and sizes.data is not None:
         side.append((sizes.reference["file"], sizes.data))
+    media = manifest.media
+    if media is not None and media.data is not None:
+        side.append((media.reference["file"], media.data))
     if manifest.num_shards < table_threshold:
         return [*side, (MANIFEST_NAME, manifest.to_json())]
     data = encode_table(

@@ -28,6 +28,7 @@ import numpy as np
 
 from ..errors import ManifestError
 from ..formats.image_header import image_size
+from .media_facts import ShardMedia
 from .side_names import side_name, side_name_fits
 
 SIZES_PREFIX, SIZES_SUFFIX = "image_sizes-", ".npy"
@@ -60,6 +61,7 @@ class ShardSizes:
         self.samples = 0
         self.found: dict[str, list[tuple[int, tuple[int, int]]]] = {}
         self._images: dict[str, bool] = {}  # field -> whether it holds images
+        self.media = ShardMedia()  # video and audio fields' header facts (manifest.media)
 
     def record(self, name: str, data: bytes | bytearray | memoryview) -> None:
         """Record field ``name`` of the current sample (read at once: ``data`` may be a reused buffer)."""
@@ -68,10 +70,13 @@ class ShardSizes:
             image = self._images[name] = is_image_field(name)
         if image:
             self.found.setdefault(name, []).append((self.samples, header_size(data)))
+        else:
+            self.media.record(name, data)
 
     def end_sample(self) -> None:
         """The current sample is complete; the next ``record`` is of the next one."""
         self.samples += 1
+        self.media.end_sample()
 
     def add(self, fields: Sequence[tuple[str, Any]]) -> None:
         """Record the next sample, given as (field, encoded bytes) pairs."""

@@ -25,6 +25,7 @@ from ..storage import Store, is_url
 from ..storage.conditional import WriteConflict
 from .files import IN_PROGRESS, sync_existing, write_durably
 from .image_sizes import ShardSizes, encode_image_sizes
+from .media_facts import encode_media_facts
 from .schema import MANIFEST_NAME, Manifest, creation_info
 from .side_names import index_name
 from .versions import publish_next
@@ -158,6 +159,7 @@ def _scan(urls: list[str], root: Store, on_shard: Callable[[int], None] | None) 
         ),
     )
     manifest.image_sizes = encode_image_sizes(shards.sizes)
+    manifest.media = encode_media_facts([s.media for s in shards.sizes])
     indexes = shards.indexes if any(i is not None for i in shards.indexes) else None
     return IndexResult(manifest, root.url, shards.unkeyed, shards.notes, indexes)
 

@@ -33,6 +33,7 @@ from .table import HexColumn, decode_table, reference_problem
 
 if TYPE_CHECKING:
     from .image_sizes import ImageSizes
+    from .media_facts import MediaFacts
     from .relabel import Relabel
     from .selection import Selection
 
@@ -102,6 +103,8 @@ class Manifest:
             :mod:`shardstream.manifest.relabel`), or None: labels as stored.
         image_sizes: each sample's image width and height recorded at pack time (its side file and
             sha256; see :mod:`shardstream.manifest.image_sizes`), or None.
+        media: each video and audio sample's facts (duration, frame rate, size, sample rate, ...) from its
+            container headers at pack time (see :mod:`shardstream.manifest.media_facts`), or None.
         format: the manifest format it was read in (:data:`FORMAT_VERSION` for one made now): 4 and up
             keep shardstream's files in ``.shardstream/`` (see :mod:`shardstream.manifest.side_names`).
         table: the shard table a head read from storage named (its columns came from it), or None.
@@ -133,6 +136,8 @@ class Manifest:
     image_sizes: ImageSizes | None = None
     format: int = FORMAT_VERSION
     table: str | None = None
+    # each video and audio sample's header facts, in a side file (read by info and what plans from them)
+    media: MediaFacts | None = None
     source: InitVar[str | None] = None
 
     def __post_init__(self, source: str | None) -> None:
@@ -230,6 +235,7 @@ class Manifest:
             **({"selection": self.selection.reference} if self.selection is not None else {}),
             **({"relabel": self.relabel.to_json()} if self.relabel is not None else {}),
             **({"image_sizes": self.image_sizes.reference} if self.image_sizes is not None else {}),
+            **({"media": self.media.reference} if self.media is not None else {}),
             "shards": table
             if table is not None
             else {
@@ -308,6 +314,7 @@ class Manifest:
             doc["shardstream_manifest"],
             doc["shards"].get("table") if isinstance(doc["shards"].get("table"), str) else None,
             source=source,
+            media=_media(doc, check),
         )
         for total, actual in (
             ("num_shards", manifest.num_shards),
@@ -413,6 +420,19 @@ def _image_sizes(doc: dict[str, Any], check: _Checker) -> ImageSizes | None:
     if problem is not None:
         raise check.fail(problem)
     return ImageSizes(np.zeros(0, dtype=np.int64), list(ref["fields"]), reference=dict(ref))
+
+
+def _media(doc: dict[str, Any], check: _Checker) -> MediaFacts | None:
+    """The head's reference to the recorded media facts (the file itself is read when asked for)."""
+    ref = doc.get("media")
+    if ref is None:
+        return None
+    from .media_facts import reference_only, reference_problem
+
+    problem = reference_problem(ref)
+    if problem is not None:
+        raise check.fail(problem)
+    return reference_only(ref)
 
 
 def creation_info(source: str | None = None, **extra: Any) -> dict[str, Any]:

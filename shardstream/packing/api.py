@@ -91,7 +91,9 @@ def pack(  # noqa: PLR0913 - the public pack: one keyword per setting, as the co
     storage by ranged reads. ``False`` writes the tars alone (read without per-sample checksums).
     ``image_sizes`` (default True): record each image field's width and height, read from its header
     (never decoded), in a side file the manifest names (:mod:`shardstream.manifest.image_sizes`), so
-    :class:`~shardstream.dataset.batches.bucketed.Bucketed` plans aspect-ratio buckets without reading a sample.
+    :class:`~shardstream.dataset.batches.bucketed.Bucketed` plans aspect-ratio buckets without reading a sample;
+    and, with PyAV installed, each video and audio field's facts (duration, frame rate, size, sample
+    rate, ...) from its container headers (:mod:`shardstream.manifest.media_facts`).
     ``append``: add the source's samples to the dataset at ``dest`` as its next version, in new shards
     (same shard format and fields; the earlier versions stay readable; see
     :mod:`shardstream.manifest.versions`); into an empty ``dest`` it packs version 1.
@@ -124,7 +126,8 @@ def pack(  # noqa: PLR0913 - the public pack: one keyword per setting, as the co
         ray_address: the Ray cluster for ``engine="ray"`` (default: ``RAY_ADDRESS``, else a local Ray).
         source_options: fsspec options for ``source`` (default: ``storage_options``).
         index: write sample indexes (default True; False: the tars alone).
-        image_sizes: record each image's width and height from its header (default True).
+        image_sizes: record each image's width and height from its header, and each video's and
+            recording's facts from its container headers (default True).
         append: add to the dataset at ``dest`` as its next version (not with ``overwrite``).
         **token_options: for ``format="tokens"``: ``tokenizer``, ``text_field``, ``eos``, ``eos_id``,
             ``vocab_size``, ``dtype``, ``per_file``.

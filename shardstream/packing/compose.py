@@ -36,6 +36,7 @@ from ..manifest import Manifest, creation_info, dataset_store, load_manifest
 from ..manifest.combine import difference
 from ..manifest.image_sizes import ImageSizes, join_image_sizes, read_image_sizes, select_shards
 from ..manifest.locate import open_stored
+from ..manifest.media_facts import facts_of_shards, recorded_media
 from ..manifest.relabel import Relabel, unify
 from ..manifest.sample_set import samples_of
 from ..manifest.selection import encode_selection
@@ -168,6 +169,12 @@ def merge(
         selection=selection,
         image_sizes=_joined_sizes(stores, manifests),
         **_unified_classes(manifests),
+        media=facts_of_shards(
+            [
+                (recorded_media(s, m), m.stored_counts, range(m.num_shards))
+                for s, m in zip(stores, manifests)
+            ]
+        ),
     )
     return _publish(target, manifest, overwrite)
 
@@ -304,7 +311,7 @@ def split(
     root = Store(os.fspath(dest), storage_options)
     chosen: list[list[np.ndarray]] = [[] for _ in names]
     fields: list[Counter[str]] = [Counter() for _ in names]  # each part's samples of each field
-    sizes = _recorded_sizes(store, m)
+    sizes, media = _recorded_sizes(store, m), recorded_media(store, m)
     for shard, rows in enumerate(_rows(m)):
         keys, members = _shard_keys(store, m, shard)
         part = part_of_keys([keys[int(r)] for r in rows], fractions, seed)
@@ -317,6 +324,8 @@ def split(
         target = Store(posixpath.join(root.url, name), storage_options)
         _check_dest(target, [store])
         part = _part((m, store, sizes), target, chosen[k], fields[k], name, seed)
+        kept = [i for i, r in enumerate(chosen[k]) if len(r)]  # the shards the part lists
+        part.media = facts_of_shards([(media, m.stored_counts, kept)])
         out[name] = _publish(target, part, overwrite)
     return out
 

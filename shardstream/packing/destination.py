@@ -52,6 +52,7 @@ from ..manifest.image_sizes import (
     join_image_sizes,
     read_image_sizes,
 )
+from ..manifest.media_facts import MEDIA_PREFIX, MEDIA_SUFFIX, facts_of_shards, recorded_media
 from ..manifest.selection import SELECTION_PREFIX, SELECTION_SUFFIX
 from ..manifest.side_names import NAMESPACE, index_names, old_index_name, side_file_pattern
 from ..manifest.versions import (
@@ -103,6 +104,8 @@ _SHARD_TABLE = re.compile(rf"^(?:{re.escape(NAMESPACE)}/|_)shards-[0-9a-f]{{16}}
 _SELECTION = side_file_pattern(SELECTION_PREFIX, SELECTION_SUFFIX)
 # each sample's recorded image size (manifest.image_sizes)
 _IMAGE_SIZES = side_file_pattern(SIZES_PREFIX, SIZES_SUFFIX)
+# each video and audio sample's recorded facts (manifest.media)
+_MEDIA = side_file_pattern(MEDIA_PREFIX, MEDIA_SUFFIX)
 # a run's test of conditional writes
 _PROBE = re.compile(r"^\.shardstream-probe-(?P<run>[0-9a-f]{16})$")
 # one being written
@@ -126,6 +129,7 @@ def made_by_shardstream(name: str) -> bool:
             _SHARD_TABLE,
             _SELECTION,
             _IMAGE_SIZES,
+            _MEDIA,
             _PROBE,
         )
     ) and not _BESIDE_INDEX.match(name)
@@ -377,7 +381,18 @@ class Claim:
             return manifest
         try:
             sizes = self._joined_sizes(manifest)
-            return appended(self.base, manifest, self.store.url, self.version, sizes)
+            joined = appended(self.base, manifest, self.store.url, self.version, sizes)
+            joined.media = facts_of_shards(  # the base's facts, then this run's
+                [
+                    (
+                        recorded_media(self.store, self.base),
+                        self.base.stored_counts,
+                        range(self.base.num_shards),
+                    ),
+                    (manifest.media, manifest.stored_counts, range(manifest.num_shards)),
+                ]
+            )
+            return joined
         except ShardstreamError:
             for name in [n for n in dataset_files(self.store) if self.owns(n)]:
                 self.store.remove(name)
@@ -598,6 +613,8 @@ def files_of(m: Manifest, store: Store | None = None, listed: set[str] | None = 
         side.append(m.selection.reference["file"])
     if m.image_sizes is not None:
         side.append(m.image_sizes.reference["file"])
+    if m.media is not None:
+        side.append(m.media.reference["file"])
     digests = m.index_sha256 or [""] * m.num_shards
     indexes = [_used_index(p, d, store, listed) for p, d in zip(m.paths, digests) if d]
     return {*m.paths, *(n for found in indexes for n in found), *side}

@@ -18,6 +18,7 @@ from typing import Any
 from ..errors import ShardstreamError, UsageError
 from ..manifest import Manifest, creation_info
 from ..manifest.image_sizes import encode_image_sizes
+from ..manifest.media_facts import encode_media_facts
 from ..sources import FolderSource, TableSource, open_source, sample_permutation
 from ..sources.remote import is_remote
 from ..storage import Store
@@ -139,6 +140,7 @@ def _manifest(shard_format: str, results: list[ShardResult], **kw: Any) -> Manif
     recorded = [r.image_sizes for r in results]
     if recorded and all(s is not None for s in recorded):
         kw["image_sizes"] = encode_image_sizes(recorded)  # type: ignore[arg-type]
+        kw["media"] = encode_media_facts([s.media for s in recorded])  # type: ignore[union-attr]
     return Manifest(
         shard_format=shard_format,
         paths=[r.path for r in results],

@@ -12,6 +12,7 @@ from ..formats import tar as tar_format
 from ..manifest import Manifest, creation_info
 from ..manifest.files import sync_file
 from ..manifest.image_sizes import ShardSizes, encode_image_sizes
+from ..manifest.media_facts import encode_media_facts
 from ..storage import Store, describe_os_error
 from .destination import Claim, prepare_destination
 from .fields import check_key, check_name, encode_field, merge_types
@@ -68,7 +69,8 @@ class ShardWriter:
         append: add to the dataset at ``url`` as its next version (not with ``overwrite``).
         image_sizes: record each image field's width and height, read from its header (never
             decoded), in a side file the manifest names (default True; see
-            :mod:`shardstream.manifest.image_sizes`).
+            :mod:`shardstream.manifest.image_sizes`), and each video and audio field's facts from its
+            container headers (:mod:`shardstream.manifest.media_facts`).
     """
 
     def __init__(  # noqa: PLR0913 - a public constructor: one keyword per setting, as webdataset's ShardWriter
@@ -294,6 +296,9 @@ class ShardWriter:
             created=creation_info(writer="ShardWriter"),
             **({"index_sha256": self.index_sha256} if self.index else {}),
             image_sizes=None if self.image_sizes is None else encode_image_sizes(self.image_sizes),
+            media=None
+            if self.image_sizes is None
+            else encode_media_facts([s.media for s in self.image_sizes]),
         )
         warn_small_shards(self.manifest, self.shard_size)
         self._closed = True

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import SourceError
-from .folder import IMAGE_SUFFIXES, FileSample, FolderSource, walk
+from .folder import CLASS_SUFFIXES, FileSample, FolderSource, walk
 from .remote import arrow_filesystem, is_remote, walk_remote
 from .table import TABLE_SUFFIXES, TableSource, sample_permutation
 
@@ -170,7 +170,7 @@ def _open_folder(path: str, layout: str) -> Any:
         return REGISTRY["table"].load("table")(path, formats.pop(), [p for _, p, _ in files])
     in_class_dirs = all(rel.count("/") == 1 for rel, _, _ in files)
     if layout == "auto":
-        layout = "imagefolder" if in_class_dirs and suffixes <= IMAGE_SUFFIXES else "files"
+        layout = "imagefolder" if in_class_dirs and suffixes <= CLASS_SUFFIXES else "files"
         if layout == "files":
             _refuse_strays(path, files)
     return REGISTRY[layout].load(layout)(path, files, hidden)
@@ -201,7 +201,7 @@ def _open_remote(
         return REGISTRY["table"].load("table")(url, formats.pop(), paths, filesystem)
     if layout == "auto":
         in_class_dirs = all(rel.count("/") == 1 for rel, _, _ in files)
-        layout = "imagefolder" if in_class_dirs and suffixes <= IMAGE_SUFFIXES else "files"
+        layout = "imagefolder" if in_class_dirs and suffixes <= CLASS_SUFFIXES else "files"
         if layout == "files":
             _refuse_strays(url, files)
     source = REGISTRY[layout].load(layout)(url, files, hidden)
@@ -210,7 +210,7 @@ def _open_remote(
 
 
 def _fits_image_folder(rel: str) -> bool:
-    return rel.count("/") == 1 and os.path.splitext(rel)[1].lower() in IMAGE_SUFFIXES
+    return rel.count("/") == 1 and os.path.splitext(rel)[1].lower() in CLASS_SUFFIXES
 
 
 def _refuse_strays(path: str, files: list[tuple[str, str, int]]) -> None:

@@ -13,9 +13,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import SourceError
+from ..formats.media_header import MEDIA_EXTENSIONS
 from ..storage import describe_os_error
 
 IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".webp", ".bmp", ".gif", ".tif", ".tiff", ".ppm", ".pgm"}
+# video and audio: class folders of them are ImageFolder trees too (each sample's cls, the classes)
+MEDIA_SUFFIXES = {f".{ext}" for ext in MEDIA_EXTENSIONS}
+# what each sample of a class folder holds: an image, a video or an audio recording
+CLASS_SUFFIXES = IMAGE_SUFFIXES | MEDIA_SUFFIXES
 NO_EXTENSION_FIELD = "bin"
 
 
@@ -145,16 +150,17 @@ def image_folder(path: str, files: list[tuple[str, str, int]], hidden: int) -> F
         )
     samples = group(files)
     index = {c: i for i, c in enumerate(classes)}
-    # not images alone: each sample
-    if not {f".{ext}" for s in samples for ext, _, _ in s.files} <= IMAGE_SUFFIXES:
+    # not images (or videos, or recordings) alone: each sample
+    if not {f".{ext}" for s in samples for ext, _, _ in s.files} <= CLASS_SUFFIXES:
         imageless = [
-            s for s in samples if not any(f".{ext}" in IMAGE_SUFFIXES for ext, _, _ in s.files)
+            s for s in samples if not any(f".{ext}" in CLASS_SUFFIXES for ext, _, _ in s.files)
         ]
         # class folders of images with strays among them
         if imageless and len(imageless) < len(samples):
             raise SourceError(
-                f"{imageless[0].files[0][1]}: sample {imageless[0].key!r} has no image file, unlike "
-                "the other samples of this ImageFolder; remove the file, or pack with --layout files"
+                f"{imageless[0].files[0][1]}: sample {imageless[0].key!r} has no image, video or audio "
+                "file, unlike the other samples of this ImageFolder; remove the file, or pack with "
+                "--layout files"
             )
         for s in samples:
             if any(ext == "cls" for ext, _, _ in s.files):

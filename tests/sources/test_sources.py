@@ -37,7 +37,8 @@ def test_an_explicit_imagefolder_refuses_a_sample_without_an_image(tmp_path):
         tmp_path / "src", {"cat/1.jpg": b"c1", "cat/notes.txt": b"n", "dog/2.png": b"d2"}
     )
     with pytest.raises(
-        SourceError, match=r"notes\.txt.*no image file, unlike the other.*--layout files"
+        SourceError,
+        match=r"notes\.txt.*no image, video or audio file, unlike the other.*--layout files",
     ):
         open_source(str(root), layout="imagefolder")
     assert open_source(str(root), layout="files").layout == "files"

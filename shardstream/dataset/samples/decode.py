@@ -1,9 +1,11 @@
-"""Decoders by field extension: images, class labels, text, JSON, numpy and torch files.
+"""Decoders by field extension: images, video, audio, class labels, text, JSON, numpy and torch files.
 
 The last part of a field's name picks the decoder (``seg.png`` decodes as PNG).
 Images become PIL images, numpy HWC uint8 RGB arrays or torch CHW uint8 RGB tensors;
 JPEGs go through ``simplejpeg`` when it is installed (the ``fast`` extra), which is
-about 1.7x Pillow here. Fields with other extensions stay ``bytes``.
+about 1.7x Pillow here. Video and audio fields (``mp4``, ``wav``, ...) become tensors through
+:mod:`.media` (PyAV, the ``media`` extra) under ``"torch"`` and arrays under ``"numpy"``; ``"pil"``
+keeps their bytes. Fields with other extensions stay ``bytes``.
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from ...errors import ShardstreamError, UsageError
+from ...formats.media_header import media_kind
+from .media import DEFAULT_AUDIO, DEFAULT_VIDEO, MediaClip, clip_fraction
 
 IMAGE_EXTENSIONS = frozenset(
     {"jpg", "jpeg", "png", "ppm", "pgm", "pbm", "pnm", "webp", "bmp", "gif", "tif", "tiff"}
@@ -82,6 +86,14 @@ def written_types(manifest: Any) -> dict[str, str]:
 
 class DecodeError(ShardstreamError):
     """A field's bytes do not decode as its extension says."""
+
+
+def default_clip(ext: str) -> MediaClip | None:
+    """What ``decode="torch"`` decodes a field of extension ``ext`` with: video fields with
+    :data:`~.media.DEFAULT_VIDEO` (16 frames at the video's rate, a random start), audio fields with
+    :data:`~.media.DEFAULT_AUDIO` (the whole recording, mono, at its own rate); None for others."""
+    kind = media_kind(ext)
+    return DEFAULT_VIDEO if kind == "video" else DEFAULT_AUDIO if kind == "audio" else None
 
 
 @functools.lru_cache(maxsize=1024)
@@ -244,6 +256,8 @@ class Decoder:
         self.collated = False
         self.jpegs_into_batch = False  # set when the default collate makes the batch: JPEGs decoded into it (PendingJpeg)
         self.whole: Callable[[dict[str, Any]], dict[str, Any]] | None = None
+        # with a sample's key, where a random media clip starts (begin_pass)
+        self.seed = self.epoch = 0
         self.fields: dict[str, Any] = {}
         self.default: str | None = "torch"
         if callable(spec) and not isinstance(spec, Mapping):
@@ -336,32 +350,68 @@ class Decoder:
         for name, value in sample.items():
             how = self.fields.get(name, self.fields.get(self._alias.get(name, name), self.default))
             if name.startswith("__") or not isinstance(value, (bytes, bytearray, memoryview)):
-                if callable(how):  # named by the user: theirs, whatever its type
-                    value = _call_field(name, how, value)
-                # a Hugging Face Image: {"bytes", "path"}
-                elif how is not None and _is_file_struct(value):
-                    ext = _suffix(value.get("path")) or extension(name)
-                    if ext in IMAGE_EXTENSIONS:
-                        value = _call_field(
-                            name, lambda v, e=ext, m=how: decode_image(v["bytes"], e, m), value
-                        )
-                out[name] = value
-                continue
-            try:
-                if callable(how):
-                    out[name] = how(value)
-                elif how is not None and name in self.types:
-                    out[name] = _TYPED[self.types[name]](bytes(value))
-                else:
-                    out[name] = decode_value(
-                        value, extension(name), how, not self.collated, self.jpegs_into_batch
-                    )
-            except Exception as exc:  # decoders raise many types; the caller adds shard and sample
-                by = "the decoder given for it raised " if callable(how) else ""
-                raise DecodeError(
-                    f"field {name!r} does not decode ({by}{type(exc).__name__}: {exc})"
-                ) from exc
+                out[name] = self._not_bytes(name, value, how, sample)
+            else:
+                out[name] = self._bytes_field(name, value, how, sample)
         return out if self.select is None else self._selected(out)
+
+    def _not_bytes(self, name: str, value: Any, how: Any, sample: dict[str, Any]) -> Any:
+        """A value that is not bytes: the user's callable takes it as it is; a Hugging Face ``Image`` or
+        ``Audio`` value (``{"bytes", "path"}``) decodes by its path's suffix (a media clip given for
+        the field takes its bytes); anything else stays as it is."""
+        struct = how is not None and _is_file_struct(value)
+        if callable(how) and not (struct and isinstance(how, MediaClip)):
+            return _call_field(name, how, value)  # named by the user: theirs, whatever its type
+        if not struct:
+            return value
+        ext = _suffix(value.get("path")) or extension(name)
+        if ext in IMAGE_EXTENSIONS:
+            return _call_field(name, lambda v: decode_image(v["bytes"], ext, how), value)
+        if isinstance(how, MediaClip) or (how in ("torch", "numpy") and media_kind(ext)):
+            return self._bytes_field(name, value["bytes"], how, sample, ext)
+        return value
+
+    def _bytes_field(
+        self, name: str, value: Any, how: Any, sample: dict[str, Any], ext: str | None = None
+    ) -> Any:
+        """:meth:`_field`, its failures a :class:`DecodeError` naming the field (a UsageError as it is)."""
+        try:
+            return self._field(name, value, how, sample, ext)
+        except UsageError:
+            raise
+        except Exception as exc:  # decoders raise many types; the caller adds shard and sample
+            by = "the decoder given for it raised " if callable(how) else ""
+            raise DecodeError(
+                f"field {name!r} does not decode ({by}{type(exc).__name__}: {exc})"
+            ) from exc
+
+    def begin_pass(self, seed: int, epoch: int) -> None:
+        """The seed and epoch that, with each sample's key, fix where random media clips start."""
+        self.seed, self.epoch = int(seed), int(epoch)
+
+    def _field(
+        self, name: str, value: Any, how: Any, sample: dict[str, Any], ext: str | None = None
+    ) -> Any:
+        """One bytes field decoded by ``how``: a media clip, a callable, a mode (or None: as stored);
+        ``ext``: what picks its decoder, when not the field's name."""
+        ext = ext or extension(name)
+        clip = how if isinstance(how, MediaClip) else None
+        if clip is None and how in ("torch", "numpy") and name not in self.types:
+            clip = default_clip(ext)
+        if clip is not None:
+            fraction = clip_fraction(self.seed, self.epoch, sample.get("__key__"))
+            try:
+                decoded = clip.decode(value, fraction)
+            except ImportError as exc:  # not the data's fault: never skipped
+                raise UsageError(
+                    f"field {name!r}: {exc}, or decode={{{name!r}: None}} to keep its bytes"
+                ) from None
+            return decoded.numpy() if how == "numpy" else decoded
+        if callable(how):
+            return how(value)
+        if how is not None and name in self.types:
+            return _TYPED[self.types[name]](bytes(value))
+        return decode_value(value, ext, how, not self.collated, self.jpegs_into_batch)
 
     def _selected(self, sample: dict[str, Any]) -> dict[str, Any]:
         """The fields ``fields=`` asks for, under their output names, plus the ``__key__``-style entries.

@@ -1,0 +1,124 @@
+"""Packing video and audio: class folders give cls and classes, paired files of one key are one sample,
+each clip's facts are read from its headers and recorded beside the manifest, and info sums them up."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+from click.testing import CliRunner
+
+import shardstream as ss
+from shardstream.cli import cli
+from shardstream.manifest import load_manifest
+from shardstream.manifest.media_facts import read_media_facts, recorded_media
+from shardstream.storage import Store
+from tests.media import audio, video
+
+
+@pytest.fixture(scope="module")
+def clips(tmp_path_factory):
+    """Class folders of videos (2 s and 1 s), each with a JSON and a caption of the same key."""
+    root = tmp_path_factory.mktemp("clips")
+    for cls, seconds in (("jump", 2.0), ("run", 1.0)):
+        (root / cls).mkdir()
+        for i in range(2):
+            (root / cls / f"c{i}.mp4").write_bytes(video(seconds=seconds))
+            (root / cls / f"c{i}.json").write_text(json.dumps({"i": i}))
+            (root / cls / f"c{i}.txt").write_text(f"{cls} {i}")
+    return root
+
+
+def test_class_folders_of_videos_and_their_paired_files(clips, tmp_path):
+    ss.pack(clips, tmp_path / "ds", layout="imagefolder", workers=1, progress=False)
+    m = load_manifest(str(tmp_path / "ds"))
+    assert m.classes == ["jump", "run"]
+    assert {f["name"] for f in m.fields} == {"cls", "json", "mp4", "txt"}
+    assert m.num_samples == 4
+    facts = read_media_facts(
+        m.media.reference, Store(str(tmp_path / "ds")).read_bytes, m.stored_counts
+    )
+    assert facts.kinds == {"mp4": "video"}
+    assert sorted(facts.columns["mp4"]["duration"].round(1).tolist()) == [1.0, 1.0, 2.0, 2.0]
+    assert set(facts.columns["mp4"]["frames"].tolist()) == {10, 20}
+
+
+def test_class_folders_of_recordings_are_detected(tmp_path):
+    for cls in ("a", "b"):
+        (tmp_path / "src" / cls).mkdir(parents=True)
+        (tmp_path / "src" / cls / "x.wav").write_bytes(audio(seconds=0.5))
+        (tmp_path / "src" / cls / "y.flac").write_bytes(
+            audio(seconds=0.5, fmt="flac", codec="flac")
+        )
+    ss.pack(tmp_path / "src", tmp_path / "ds", workers=1, progress=False)
+    m = load_manifest(str(tmp_path / "ds"))
+    assert m.created["layout"] == "imagefolder" and m.classes == ["a", "b"]
+    assert m.media.fields == ["flac", "wav"] and m.media.kinds == {"flac": "audio", "wav": "audio"}
+
+
+def test_info_shows_hours_and_the_spread_of_durations(clips, tmp_path):
+    ss.pack(clips, tmp_path / "ds", layout="imagefolder", workers=1, progress=False)
+    result = CliRunner().invoke(cli, ["info", str(tmp_path / "ds")])
+    assert result.exit_code == 0, result.output
+    lines = dict(
+        re.split(r"\s{2,}", line, maxsplit=1) for line in result.stdout.strip().splitlines()
+    )
+    assert lines["mp4"].startswith(
+        "0.00 hours in 4 video samples; seconds min 1.0, p10 1.0, median 1.5"
+    )
+    assert lines["mp4"].endswith("max 2.0")
+    doc = json.loads(CliRunner().invoke(cli, ["info", str(tmp_path / "ds"), "--json"]).stdout)
+    assert doc["media"]["mp4"]["hours"] == pytest.approx(6.0 / 3600, abs=1e-4)
+    assert doc["media"]["mp4"]["seconds"]["median"] == pytest.approx(1.5, abs=0.1)
+
+
+def test_shard_writer_records_media_facts(tmp_path):
+    with ss.ShardWriter(str(tmp_path / "ds"), shard_size="1MB") as writer:
+        for i in range(3):
+            writer.write({"__key__": f"k{i}", "mp4": video(seconds=1.0 + i / 2), "cls": i})
+    m = load_manifest(str(tmp_path / "ds"))
+    facts = read_media_facts(
+        m.media.reference, Store(str(tmp_path / "ds")).read_bytes, m.stored_counts
+    )
+    assert facts.columns["mp4"]["duration"].round(1).tolist() == [1.0, 1.5, 2.0]
+
+
+def test_gc_keeps_the_media_facts(clips, tmp_path):
+    ss.pack(clips, tmp_path / "ds", layout="imagefolder", workers=1, progress=False)
+    name = load_manifest(str(tmp_path / "ds")).media.reference["file"]
+    result = CliRunner().invoke(cli, ["gc", str(tmp_path / "ds"), "--keep", "1", "--delete"])
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "ds" / name).exists()
+
+
+def durations(url) -> list[float]:
+    m = load_manifest(str(url))
+    facts = recorded_media(Store(str(url)), m)
+    return facts.columns["mp4"]["duration"].round(1).tolist()
+
+
+def test_append_merge_and_split_carry_the_facts(clips, tmp_path):
+    ss.pack(clips, tmp_path / "a", layout="imagefolder", workers=1, progress=False, shuffle=False)
+    for cls in ("jump", "run"):  # the same classes: an append must keep them
+        other = tmp_path / "more" / cls
+        other.mkdir(parents=True)
+    (other / "z.mp4").write_bytes(video(seconds=3.0))
+    (other / "z.json").write_text("{}")
+    (other / "z.txt").write_text("run z")
+    ss.pack(tmp_path / "more", tmp_path / "b", layout="imagefolder", workers=1, progress=False)
+    assert durations(tmp_path / "a") == [2.0, 2.0, 1.0, 1.0]
+    ss.merge([tmp_path / "a", tmp_path / "b"], tmp_path / "merged")
+    assert durations(tmp_path / "merged") == [2.0, 2.0, 1.0, 1.0, 3.0]
+    ss.pack(
+        tmp_path / "more",
+        tmp_path / "a",
+        layout="imagefolder",
+        workers=1,
+        progress=False,
+        append=True,
+    )
+    assert durations(tmp_path / "a") == [2.0, 2.0, 1.0, 1.0, 3.0]
+    parts = ss.split(tmp_path / "a", tmp_path / "parts", {"x": 0.5, "y": 0.5})
+    for name, m in parts.items():  # the stored samples of the shards each part lists
+        assert len(durations(tmp_path / "parts" / name)) == int(m.stored_counts.sum())
