@@ -122,3 +122,16 @@ def test_append_merge_and_split_carry_the_facts(clips, tmp_path):
     parts = ss.split(tmp_path / "a", tmp_path / "parts", {"x": 0.5, "y": 0.5})
     for name, m in parts.items():  # the stored samples of the shards each part lists
         assert len(durations(tmp_path / "parts" / name)) == int(m.stored_counts.sum())
+
+
+def test_verify_checks_the_media_facts_file(clips, tmp_path):
+    ss.pack(clips, tmp_path / "ds", layout="imagefolder", workers=1, progress=False)
+    runner = CliRunner()
+    assert runner.invoke(cli, ["verify", str(tmp_path / "ds")]).exit_code == 0
+    side = next((tmp_path / "ds" / ".shardstream").glob("media-*.npy"))
+    data = bytearray(side.read_bytes())
+    data[-1] ^= 0xFF  # one changed byte in the recorded facts
+    side.write_bytes(bytes(data))
+    result = runner.invoke(cli, ["verify", str(tmp_path / "ds")])
+    assert result.exit_code != 0
+    assert f"{side.name} does not match its sha256 in the manifest" in result.output
