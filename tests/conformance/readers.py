@@ -114,7 +114,7 @@ def bucketed(case: Case) -> Found:
 
 # every dataset with image sizes recorded at pack time (or by index, or carried by a split or merge):
 # the epoch planned from them; Parquet read in place records none
-PLANNED = set(BUILDERS) - {"parquet in place", "token windows"}
+PLANNED = set(BUILDERS) - {"parquet in place", "token windows", "video and audio"}
 
 
 def shard_map(case: Case) -> Found:
@@ -210,7 +210,12 @@ READERS = [
     Reader("ShardMap: m.get(key)", shard_map_get, {"token windows": NO_KEYS}),
     Reader("MixedDataset of one source", mixed_one_source),
     Reader(
-        "Bucketed (aspect ratio)", bucketed, {"token windows": "a token dataset holds no images"}
+        "Bucketed (aspect ratio)",
+        bucketed,
+        {
+            "token windows": "a token dataset holds no images",
+            "video and audio": "a dataset of videos and recordings holds no images",
+        },
     ),
     Reader("shardstream cat", cat, {"token windows": NO_KEYS}),
     Reader("shardstream ls --keys", ls_keys, {"token windows": NO_KEYS}),
