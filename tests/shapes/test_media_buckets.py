@@ -89,6 +89,20 @@ def test_exact_resume_mid_epoch_gives_the_same_batches(url, stop):
     assert head + keys(again) == whole
 
 
+def test_a_split_part_plans_from_its_own_samples_durations(url, tmp_path):
+    ss.split(url, tmp_path / "parts", {"train": 0.6, "val": 0.4}, seed=1)
+    read = {}
+    for name in ("train", "val"):
+        batches = bucketed(str(tmp_path / "parts" / name), decode=None)
+        assert batches.planned_up_front
+        read[name] = [k for b in keys(batches) for k in b]
+        part = [s["__key__"] for s in ss.ShardDataset(str(tmp_path / "parts" / name), decode=None)]
+        assert sorted(read[name]) == sorted(part)
+        for batch in keys(bucketed(str(tmp_path / "parts" / name), decode=None)):
+            assert len({bucket_of(seconds_of(k)) for k in batch}) == 1
+    assert sorted(read["train"] + read["val"]) == [f"k{i:03d}" for i in range(N)]
+
+
 def test_decoded_audio_padded_to_the_longest_of_each_bucket(url):
     pad = ss.AudioCollate("wav")
     batches = bucketed(url, decode={"wav": ss.AudioClip(start="start")}, collate_fn=pad, workers=1)
