@@ -204,3 +204,7 @@ def test_video_durations_plan_buckets_too(tmp_path):
     grouped = sorted(sorted(b["__key__"]) for b in batches)
     assert grouped == [["v0", "v3"], ["v1"], ["v2", "v4"]]
     assert ss.duration("mp4")({"mp4": video(seconds=1.0, fps=10)}) == pytest.approx(1.0, abs=0.1)
+    with pytest.raises(UsageError, match=r"reads encoded media, not a Tensor"):
+        ss.duration("wav")({"wav": torch.zeros(1, 8)})
+    with pytest.raises(ValueError, match=r"sample 'x': the headers of its 'mp4' do not give"):
+        ss.duration("mp4")({"__key__": "x", "mp4": b"not a video"})

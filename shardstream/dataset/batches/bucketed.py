@@ -112,7 +112,10 @@ class duration:  # a key, used like a function
             )
         found = media_header(value, self.field.rsplit(".", 1)[-1].lower())
         if found is None or found.duration <= 0:
-            raise ValueError(f"the headers of {self.field!r} do not give its duration")
+            raise ValueError(
+                f"sample {sample.get('__key__')!r}: the headers of its {self.field!r} do not give "
+                "its duration"
+            )
         return found.duration
 
 
