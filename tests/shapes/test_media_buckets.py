@@ -89,6 +89,21 @@ def test_exact_resume_mid_epoch_gives_the_same_batches(url, stop):
     assert head + keys(again) == whole
 
 
+def test_resume_on_another_world_size_reads_each_sample_once(url):
+    read, states = [], []
+    for rank in range(3):  # 3 ranks read one batch each, then stop
+        batches = bucketed(url, rank=rank, world=3, decode=None)
+        read += list(next(iter(batches))["__key__"])
+        states.append(batches.state_dict())
+    for rank in range(2):  # and go on as 2 ranks
+        batches = bucketed(url, rank=rank, world=2, decode=None)
+        batches.load_state_dict(states[0])
+        for batch in keys(batches):
+            assert len({bucket_of(seconds_of(k)) for k in batch}) == 1
+            read += batch
+    assert Counter(read) == Counter(f"k{i:03d}" for i in range(N))
+
+
 def test_a_split_part_plans_from_its_own_samples_durations(url, tmp_path):
     ss.split(url, tmp_path / "parts", {"train": 0.6, "val": 0.4}, seed=1)
     read = {}
