@@ -112,6 +112,15 @@ def bucketed(case: Case) -> Found:
     return through_loader(batches, ds, case)
 
 
+def bucketed_by_duration(case: Case) -> Found:
+    ds = dataset(case)
+    batches = ss.Bucketed(
+        ds, ss.duration("mp4"), boundaries=[0.8, 1.2], batch_size=3, num_workers=0
+    )
+    assert batches.planned_up_front
+    return through_loader(batches, ds, case)
+
+
 # every dataset with image sizes recorded at pack time (or by index, or carried by a split or merge):
 # the epoch planned from them; Parquet read in place records none
 PLANNED = set(BUILDERS) - {"parquet in place", "token windows", "video and audio"}
@@ -215,6 +224,15 @@ READERS = [
         {
             "token windows": "a token dataset holds no images",
             "video and audio": "a dataset of videos and recordings holds no images",
+        },
+    ),
+    Reader(
+        "Bucketed (duration)",
+        bucketed_by_duration,
+        {
+            d: "a dataset without video or audio has no durations"
+            for d in BUILDERS
+            if d != "video and audio"
         },
     ),
     Reader("shardstream cat", cat, {"token windows": NO_KEYS}),
