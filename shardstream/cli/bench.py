@@ -139,9 +139,13 @@ def bench(  # noqa: PLR0913 - one per option
         if ideal and no_ideal is None and not interrupted
         else None
     )
+    from ..dataset.samples.decode import decoder_libraries
+
     result = {
         "dataset_samples": manifest.num_samples,  # one epoch's samples (a split part's own)
-        "decoders": bench_run.decoders((f["name"] for f in manifest.fields), decode),
+        "decoders": decoder_libraries(
+            (f["name"] for f in manifest.fields), bench_run.DECODE[decode]
+        ),
         **summary(dataset, settings, points, baseline, interrupted, no_ideal),
     }
     if plot_path is not None and any(p["samples"] for p in result["points"]):

@@ -15,7 +15,7 @@ import io
 import json
 import time
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from ...errors import ShardstreamError, UsageError
@@ -34,6 +34,31 @@ except ImportError:  # pragma: no cover - depends on the installed extras
 
 DecodeSpec = str | None | Callable[[dict[str, Any]], dict[str, Any]] | Mapping[str, Any]
 FieldSpec = Mapping[str, str] | list[str] | tuple[str, ...] | None
+
+
+def decoder_libraries(field_names: Iterable[str], mode: str | None) -> dict[str, str]:
+    """Which library (and its version) decodes each image, video and audio field under ``mode``
+    (``"pil"``, ``"numpy"``, ``"torch"`` or None): what a measured rate depends on; empty for None."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    def named(package: str, label: str) -> str:
+        try:
+            return f"{label} {version(package)}"
+        except PackageNotFoundError:
+            return f"{label} (not installed)"
+
+    if mode is None:
+        return {}
+    out = {}
+    for name in field_names:
+        ext = name.rsplit(".", 1)[-1].lower()
+        if media_kind(ext) is not None and mode != "pil":
+            out[name] = named("av", "PyAV")
+        elif ext in ("jpg", "jpeg") and mode != "pil" and _simplejpeg is not None:
+            out[name] = named("simplejpeg", "simplejpeg")
+        elif ext in IMAGE_EXTENSIONS:
+            out[name] = named("pillow", "Pillow")
+    return out
 
 
 def parse_fields(spec: FieldSpec) -> dict[str, tuple[str, ...]] | None:
