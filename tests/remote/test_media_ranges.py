@@ -4,9 +4,6 @@ digest recorded at pack time, and smaller videos read whole."""
 
 from __future__ import annotations
 
-import io
-
-import numpy as np
 import pytest
 import torch
 
