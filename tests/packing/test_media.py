@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 
 import pytest
 from click.testing import CliRunner
@@ -12,7 +13,12 @@ from click.testing import CliRunner
 import shardstream as ss
 from shardstream.cli import cli
 from shardstream.manifest import load_manifest
-from shardstream.manifest.media_facts import read_media_facts, recorded_media
+from shardstream.manifest.media_facts import (
+    BLOCK,
+    block_digests,
+    read_media_facts,
+    recorded_media,
+)
 from shardstream.storage import Store
 from tests.media import audio, video
 
@@ -122,3 +128,27 @@ def test_append_merge_and_split_carry_the_facts(clips, tmp_path):
     parts = ss.split(tmp_path / "a", tmp_path / "parts", {"x": 0.5, "y": 0.5})
     for name, m in parts.items():  # the stored samples of the shards each part lists
         assert len(durations(tmp_path / "parts" / name)) == int(m.stored_counts.sum())
+
+
+def test_block_digests_of_large_media_are_written_kept_and_carried(tmp_path):
+    big = video(seconds=10, size=(192, 256), noise=60, bit_rate=40_000_000)
+    assert len(big) > BLOCK
+    with ss.ShardWriter(str(tmp_path / "a"), samples_per_shard=1) as writer:
+        writer.write({"__key__": "big", "mp4": big})
+        writer.write({"__key__": "small", "mp4": video()})
+
+    def blocks(url) -> list[bytes]:
+        facts = recorded_media(Store(str(url)), load_manifest(str(url)))
+        return [facts.block_digests("mp4", j) for j in range(int(facts.counts.sum()))]
+
+    assert blocks(tmp_path / "a") == [block_digests(big), b""]
+    ref = load_manifest(str(tmp_path / "a")).media.reference["blocks"]
+    result = CliRunner().invoke(cli, ["gc", str(tmp_path / "a"), "--keep", "1", "--delete"])
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "a" / ref["file"]).exists()
+    shutil.copytree(tmp_path / "a", tmp_path / "b")
+    ss.merge([tmp_path / "a", tmp_path / "b"], tmp_path / "merged")
+    assert blocks(tmp_path / "merged") == [block_digests(big), b""] * 2
+    parts = ss.split(tmp_path / "merged", tmp_path / "parts", {"x": 0.5, "y": 0.5})
+    carried = [d for name in parts for d in blocks(tmp_path / "parts" / name)]
+    assert sorted(carried) == sorted([block_digests(big), b""] * 2)
