@@ -87,9 +87,9 @@ class ShardMap(StoredDataset, Dataset):
             ``ShardDataset``'s storage keywords but ``prefetch``: a map reads nothing ahead.
         version: the dataset's version to read (default: the latest), as for ``ShardDataset``.
         partial_media: a video or audio field of a remote shard decoded by a media clip
-            (``VideoClip``, ``AudioClip``) and of at least this many bytes (default 8 MiB) is read by
-            the 1 MiB blocks the clip needs, each checked against its digest recorded at pack time,
-            instead of whole; None: always whole.
+            (``VideoClip``, ``AudioClip``) and of at least this many bytes (an int or a size like
+            ``"8MiB"``, which is the default) is read by the 1 MiB blocks the clip needs, each
+            checked against its digest recorded at pack time, instead of whole; None: always whole.
     """
 
     def __init__(  # noqa: PLR0913 - keyword settings with defaults, as ShardDataset's
