@@ -141,6 +141,7 @@ def bench(  # noqa: PLR0913 - one per option
     )
     result = {
         "dataset_samples": manifest.num_samples,  # one epoch's samples (a split part's own)
+        "decoders": bench_run.decoders((f["name"] for f in manifest.fields), decode),
         **summary(dataset, settings, points, baseline, interrupted, no_ideal),
     }
     if plot_path is not None and any(p["samples"] for p in result["points"]):
@@ -217,6 +218,9 @@ def table(result: dict[str, Any]) -> str:
             f"{p['peak_rss_mb']:>6,.0f} MB" + ("  (interrupted)" if p["interrupted"] else "")
         )
     lines += legend(result)
+    if result.get("decoders"):
+        used = ", ".join(f"{name}: {lib}" for name, lib in result["decoders"].items())
+        lines.append(f"decoders: {used}")
     best = result["recommended_workers"]
     if best is not None:
         lines.append(

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import gc
+import importlib.util
 import os
 import tempfile
 import time
@@ -95,6 +96,35 @@ def check_decode(decode: str) -> None:
             raise UsageError(
                 "--decode fast needs simplejpeg: pip install 'shardstream[fast]'"
             ) from exc
+
+
+def decoders(field_names: Iterable[str], decode: str) -> dict[str, str]:
+    """Which library decodes each image, video and audio field under ``decode`` (with its version):
+    the backend a measured rate depends on; empty with ``none``."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    from ..formats.media_header import media_kind
+    from ..manifest.image_sizes import IMAGE_EXTENSIONS
+
+    def named(package: str, label: str) -> str:
+        try:
+            return f"{label} {version(package)}"
+        except PackageNotFoundError:
+            return f"{label} (not installed)"
+
+    if decode == "none":
+        return {}
+    out = {}
+    for name in field_names:
+        ext = name.rsplit(".", 1)[-1].lower()
+        if media_kind(ext) is not None and decode in ("torch", "fast"):
+            out[name] = named("av", "PyAV")
+        elif ext in ("jpg", "jpeg") and decode != "pil":
+            fast = decode == "fast" or importlib.util.find_spec("simplejpeg") is not None
+            out[name] = named("simplejpeg", "simplejpeg") if fast else named("pillow", "Pillow")
+        elif ext in IMAGE_EXTENSIONS:
+            out[name] = named("pillow", "Pillow")
+    return out
 
 
 def why_no_ideal(settings: Settings) -> str | None:

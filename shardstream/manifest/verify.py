@@ -19,6 +19,7 @@ from ..sizes import count as counted
 from ..storage import Store
 from .image_sizes import read_image_sizes
 from .locate import open_stored
+from .media_facts import recorded_media
 from .schema import Manifest
 from .side_names import index_names
 
@@ -389,10 +390,20 @@ def verify(
             report.checksums.append(checked)
             if on_shard:
                 on_shard(int(manifest.nbytes[i]))
-    problem = _sizes_problem(store, manifest)
-    if problem:
-        report.problems.append(problem)
+    for problem in (_sizes_problem(store, manifest), _media_problem(store, manifest)):
+        if problem:
+            report.problems.append(problem)
     return report
+
+
+def _media_problem(store: Store, manifest: Manifest) -> str | None:
+    """What is wrong with the recorded media facts the manifest names (their file, its sha256, its
+    counts per shard), or None."""
+    try:
+        recorded_media(store, manifest)
+    except ShardstreamError as exc:
+        return f"{store.url}: {exc}"
+    return None
 
 
 def _sizes_problem(store: Store, manifest: Manifest) -> str | None:

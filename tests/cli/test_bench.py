@@ -39,6 +39,7 @@ POINT_KEYS = {
 RESULT_KEYS = {
     "dataset",
     "dataset_samples",
+    "decoders",
     "batch_size",
     "decode",
     "samples_per_point",
@@ -367,3 +368,35 @@ def test_the_data_wait_panel_says_on_its_axis_what_its_title_says(figures, tmp_p
         and ax.get_ylabel() == "time per step (ms)"
     )
     assert {line.get_label() for line in ax.get_lines()} == {"waiting for data", "computing"}
+
+
+def test_bench_names_the_library_that_decodes_each_field():
+    from importlib.metadata import version
+
+    fields = ["cls", "jpg", "png", "clip.mp4", "wav", "json"]
+    assert bench_run.decoders(fields, "none") == {}
+    assert bench_run.decoders(fields, "fast")["jpg"] == f"simplejpeg {version('simplejpeg')}"
+    pil = bench_run.decoders(fields, "pil")
+    assert pil == {"jpg": f"Pillow {version('pillow')}", "png": f"Pillow {version('pillow')}"}
+    torch_ = bench_run.decoders(fields, "torch")
+    assert torch_["clip.mp4"] == torch_["wav"] == f"PyAV {version('av')}"
+    assert set(torch_) == {"jpg", "png", "clip.mp4", "wav"}
+
+
+def test_the_table_names_the_decoders(tmp_path):
+    import io
+
+    from PIL import Image
+
+    def image(i: int) -> dict:
+        out = io.BytesIO()
+        Image.new("RGB", (8, 8), (i, 0, 0)).save(out, format="PNG")
+        return {"__key__": f"{i:04d}", "png": out.getvalue(), "cls": i % 2}
+
+    images = write_dataset(tmp_path, [4, 4], make=image)
+    args = ["bench", images, "--workers", "0", "--samples", "8", "--batch-size", "4"]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 0, result.output
+    assert re.search(r"^decoders: png: Pillow [\d.]+$", result.output, re.M), result.output
+    text = CliRunner().invoke(cli, ["bench", write_dataset(tmp_path, [4], name="t"), *args[2:]])
+    assert text.exit_code == 0 and "decoders:" not in text.output  # nothing decoded by a library

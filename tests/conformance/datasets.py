@@ -299,6 +299,23 @@ def build_pinned(b: Builder) -> Case:
     return b.case("pinned older version", b.root / "ds/living", samples=first, version=1)
 
 
+def build_media(b: Builder) -> Case:
+    """Class folders of videos with a recording of the same key beside each (one sample, two fields);
+    their media facts recorded at pack time."""
+    from tests.media import audio, video
+
+    samples = {}
+    for c, n in (("jump", 3), ("run", 4)):
+        (b.root / "src-media" / c).mkdir(parents=True)
+        for i in range(n):
+            fields = {"mp4": video(seconds=0.5 + i / 4), "wav": audio(seconds=0.25 + i / 8)}
+            for ext, data in fields.items():
+                (b.root / "src-media" / c / f"{i:02d}.{ext}").write_bytes(data)
+            samples[f"{c}/{i:02d}"] = Sample(fields, c)
+    ss.pack(str(b.root / "src-media"), str(b.root / "ds/media"), **PACK)
+    return b.case("video and audio", b.root / "ds/media", samples=samples)
+
+
 SEQ_LEN = 7
 
 
@@ -337,5 +354,6 @@ BUILDERS: dict[str, Callable[[Builder], Case]] = {
     "merge across stores": build_merge_across_stores,
     "appended version": build_appended,
     "pinned older version": build_pinned,
+    "video and audio": build_media,
     "token windows": build_tokens,
 }

@@ -112,9 +112,18 @@ def bucketed(case: Case) -> Found:
     return through_loader(batches, ds, case)
 
 
+def bucketed_by_duration(case: Case) -> Found:
+    ds = dataset(case)
+    batches = ss.Bucketed(
+        ds, ss.duration("mp4"), boundaries=[0.8, 1.2], batch_size=3, num_workers=0
+    )
+    assert batches.planned_up_front
+    return through_loader(batches, ds, case)
+
+
 # every dataset with image sizes recorded at pack time (or by index, or carried by a split or merge):
 # the epoch planned from them; Parquet read in place records none
-PLANNED = set(BUILDERS) - {"parquet in place", "token windows"}
+PLANNED = set(BUILDERS) - {"parquet in place", "token windows", "video and audio"}
 
 
 def shard_map(case: Case) -> Found:
@@ -210,7 +219,21 @@ READERS = [
     Reader("ShardMap: m.get(key)", shard_map_get, {"token windows": NO_KEYS}),
     Reader("MixedDataset of one source", mixed_one_source),
     Reader(
-        "Bucketed (aspect ratio)", bucketed, {"token windows": "a token dataset holds no images"}
+        "Bucketed (aspect ratio)",
+        bucketed,
+        {
+            "token windows": "a token dataset holds no images",
+            "video and audio": "a dataset of videos and recordings holds no images",
+        },
+    ),
+    Reader(
+        "Bucketed (duration)",
+        bucketed_by_duration,
+        {
+            d: "a dataset without video or audio has no durations"
+            for d in BUILDERS
+            if d != "video and audio"
+        },
     ),
     Reader("shardstream cat", cat, {"token windows": NO_KEYS}),
     Reader("shardstream ls --keys", ls_keys, {"token windows": NO_KEYS}),

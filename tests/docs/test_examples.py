@@ -32,7 +32,13 @@ def run(*command: str, cwd: Path, timeout: int = 300, env: dict | None = None) -
 def test_every_example_is_linked_from_the_docs():
     pages = "\n".join(p.read_text() for p in (DOCS / "guides").glob("*.md"))
     listing = (DOCS / "examples.md").read_text()
-    for script in ("imagefolder_lightning", "llm_pretrain", "weighted_mix_resume", "s3_stream"):
+    for script in (
+        "imagefolder_lightning",
+        "llm_pretrain",
+        "weighted_mix_resume",
+        "s3_stream",
+        "video_audio",
+    ):
         assert f'--8<-- "examples/{script}.py"' in listing
     assert "examples.md#" in pages  # the guides link into the examples page
 
@@ -99,3 +105,20 @@ def test_s3_stream_packs_into_a_local_server_and_trains_from_it(tmp_path):
     assert "packed 96 samples" in out and "s3://shardstream-example/train" in out
     assert "epoch 1:" in out
     assert (tmp_path / "work" / "cache").is_dir()  # whole shards came through the local cache
+
+
+def test_video_audio_trains_on_clips_and_resumes_exactly(tmp_path):
+    pytest.importorskip("av")
+    script = str(EXAMPLES / "video_audio.py")
+    first = run(sys.executable, script, "--work", "run", "--steps", "4", cwd=tmp_path)
+    assert "24 samples of 3 classes" in first
+    assert "clips (4, 16, 3, 32, 48) torch.uint8, audio (4, 1, 16000) torch.float32" in first
+    later = run(sys.executable, script, "--work", "run", "--steps", "4", "--resume", cwd=tmp_path)
+    assert "step 8 epoch 1" in later and "packed" not in later
+    steps = [
+        json.loads(line) for line in (tmp_path / "run" / "seen.jsonl").read_text().splitlines()
+    ]
+    first_epoch = Counter(key for s in steps if s["epoch"] == 0 for key in s["keys"])
+    # the interrupted epoch read every sample exactly once across the two runs
+    assert len(first_epoch) == 24 and set(first_epoch.values()) == {1}
+    assert sum(len(s["keys"]) for s in steps if s["epoch"] == 1) == 8

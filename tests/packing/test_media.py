@@ -152,3 +152,40 @@ def test_block_digests_of_large_media_are_written_kept_and_carried(tmp_path):
     parts = ss.split(tmp_path / "merged", tmp_path / "parts", {"x": 0.5, "y": 0.5})
     carried = [d for name in parts for d in blocks(tmp_path / "parts" / name)]
     assert sorted(carried) == sorted([block_digests(big), b""] * 2)
+
+
+def test_verify_checks_the_media_facts_file(clips, tmp_path):
+    ss.pack(clips, tmp_path / "ds", layout="imagefolder", workers=1, progress=False)
+    runner = CliRunner()
+    assert runner.invoke(cli, ["verify", str(tmp_path / "ds")]).exit_code == 0
+    side = next((tmp_path / "ds" / ".shardstream").glob("media-*.npy"))
+    data = bytearray(side.read_bytes())
+    data[-1] ^= 0xFF  # one changed byte in the recorded facts
+    side.write_bytes(bytes(data))
+    result = runner.invoke(cli, ["verify", str(tmp_path / "ds")])
+    assert result.exit_code != 0
+    assert f"{side.name} does not match its sha256 in the manifest" in result.output
+
+
+def test_index_of_webdataset_tars_records_their_media_facts(tmp_path):
+    import webdataset as wds
+
+    folder = tmp_path / "wds"
+    folder.mkdir()
+    for shard in range(2):
+        with wds.TarWriter(str(folder / f"train-{shard}.tar")) as sink:
+            for i in range(2):
+                sink.write(
+                    {
+                        "__key__": f"s{shard}-{i}",
+                        "mp4": video(seconds=1.0 + i),
+                        "wav": audio(seconds=0.5),
+                    }
+                )
+    result = CliRunner().invoke(cli, ["index", str(folder / "train-{0..1}.tar"), "-q"])
+    assert result.exit_code == 0, result.output
+    m = load_manifest(str(folder))
+    facts = recorded_media(Store(str(folder)), m)
+    assert facts.kinds == {"mp4": "video", "wav": "audio"}
+    assert facts.columns["mp4"]["duration"].tolist() == pytest.approx([1.0, 2.0, 1.0, 2.0], abs=0.1)
+    assert facts.columns["wav"]["sample_rate"].tolist() == [8000] * 4

@@ -19,8 +19,10 @@ from typing import Any
 import numpy as np
 from torch.utils.data import DataLoader, Dataset
 
+from ...errors import UsageError
 from ...host import loader_workers
 from ...manifest.image_sizes import read_image_sizes
+from ...manifest.media_facts import read_media_facts
 from ...plan.buckets import epoch_batches, rank_batches
 from ..shard_dataset import ShardDataset
 from ..shard_map import ShardMap
@@ -55,6 +57,46 @@ def recorded_sizes(dataset: Any, field: str) -> tuple[np.ndarray, np.ndarray] | 
         )
         return None
     return widths, heights
+
+
+def recorded_durations(dataset: Any, field: str) -> np.ndarray:
+    """Every sample's duration in seconds of the video or audio ``field``, in the order of the dataset's
+    samples, from the media facts recorded at pack time (a split takes its selected samples'). A dataset
+    the plan cannot come from (not a ``ShardDataset``, one with a ``transform``, no facts recorded for
+    ``field``, a sample without a recorded duration) is a one-line :class:`UsageError` naming the fix."""
+    name = f"duration({field!r})"
+    if not isinstance(dataset, ShardDataset):
+        raise UsageError(
+            f"{name} plans the epoch from the durations recorded in a ShardDataset's manifest, which a "
+            f"{type(dataset).__name__} does not have; bucket a ShardDataset"
+        )
+    if dataset.transform is not None:
+        raise UsageError(
+            f"{name} plans the epoch from recorded durations and reads each batch by index, without "
+            "the dataset's transform; drop the transform and do its work in collate_fn"
+        )
+    m, samples, url = dataset.manifest, dataset.sample_set, dataset.store.url
+    if m.media is None or field not in m.media.fields:
+        recorded = f" (it records {', '.join(m.media.fields)})" if m.media is not None else ""
+        raise UsageError(
+            f"{name}: {url} records no media facts for {field!r}{recorded}; re-pack it with PyAV "
+            "installed (pip install 'shardstream[media]') and without --no-image-sizes "
+            f"(image_sizes=False), or run `shardstream index {url} --overwrite`"
+        )
+    seconds = read_media_facts(m.media.reference, dataset.store.read_bytes, m.stored_counts)
+    seconds = seconds.columns[field]["duration"]
+    picked = samples.stored_numbers() if samples.selected else np.arange(len(seconds))
+    unknown = picked[seconds[picked] <= 0]
+    if len(unknown):
+        starts = np.cumsum(m.stored_counts)
+        shard = int(np.searchsorted(starts, unknown[0], side="right"))
+        offset = int(unknown[0]) - (int(starts[shard - 1]) if shard else 0)
+        raise UsageError(
+            f"{name}: {len(unknown)} samples of {url} have no recorded duration of {field!r} (the "
+            f"first: sample {offset} of shard {m.paths[shard]}): they lack the field or its headers "
+            "do not read; re-pack without them"
+        )
+    return seconds[picked]
 
 
 CHUNK = 8  # batches a worker reads and sends at once (one trip through the DataLoader's queues)
@@ -199,4 +241,4 @@ class PlannedBuckets:
         self.emitted = 0
 
 
-__all__ = ["PlannedBuckets", "recorded_sizes"]
+__all__ = ["PlannedBuckets", "recorded_durations", "recorded_sizes"]

@@ -21,9 +21,10 @@ import torch
 
 from ...errors import UsageError
 from ...formats.image_header import image_size as header_size
+from ...formats.media_header import media_header
 from ...plan.bins import bucket_batches, bucket_of, cut_largest
 from ..shards.mapped import MappedBytes
-from .bucket_plan import PlannedBuckets, recorded_sizes
+from .bucket_plan import PlannedBuckets, recorded_durations, recorded_sizes
 from .collate import collate
 from .pooled import PooledBatches, pool_of, pool_samples
 
@@ -86,6 +87,36 @@ class image_area:  # a key, used like a function
     def from_size(self, width: np.ndarray, height: np.ndarray) -> np.ndarray:
         """The key of images of these widths and heights (from sizes recorded at pack time)."""
         return width.astype(np.float64) * height.astype(np.float64)
+
+
+@dataclass(frozen=True)
+class duration:  # a key, used like a function
+    """A key: the duration in seconds of the video or recording in ``field``.
+
+    ``Bucketed`` plans the whole epoch from the durations recorded at pack time (the dataset's media
+    facts), decoding nothing; a dataset without them for ``field`` is an error naming the fix. Called on
+    a sample, it reads the duration from the encoded value's container headers.
+
+    Args:
+        field: the sample's video or audio field (``"wav"``, ``"mp4"``).
+    """
+
+    field: str
+
+    def __call__(self, sample: dict[str, Any]) -> float:
+        value = sample[self.field]
+        if not isinstance(value, (bytes, bytearray, memoryview)):
+            raise UsageError(
+                f"duration({self.field!r}) reads encoded media, not a {type(value).__name__}; "
+                f"read the field with decode={{{self.field!r}: None}}"
+            )
+        found = media_header(value, self.field.rsplit(".", 1)[-1].lower())
+        if found is None or found.duration <= 0:
+            raise ValueError(
+                f"sample {sample.get('__key__')!r}: the headers of its {self.field!r} do not give "
+                "its duration"
+            )
+        return found.duration
 
 
 @dataclass(frozen=True)
@@ -178,7 +209,7 @@ class Bucketed(PooledBatches):
     Args:
         dataset: a :class:`ShardDataset` or :class:`MixedDataset`.
         key: a field name holding a number (``"cls"``), or a callable of the sample dict
-            (:func:`aspect_ratio`, :func:`length_of`, or your own).
+            (:func:`aspect_ratio`, :func:`duration`, :func:`length_of`, or your own).
         boundaries: increasing edges: bucket ``b`` holds keys in ``[boundaries[b-1], boundaries[b])``;
             ``None``: each distinct key is a bucket (classes).
         batch_size: the most samples per batch.
@@ -199,6 +230,10 @@ class Bucketed(PooledBatches):
     plans from its selected samples' sizes), the whole epoch is planned from them before anything is read
     (:mod:`shardstream.dataset.batches.bucket_plan`; ``window`` is then unused) and resumes exactly on any
     world size; :attr:`planned_up_front` says so. Otherwise buckets are found per pool as read.
+    A :func:`duration` key is always planned, from the media facts recorded at pack time; a dataset
+    without them for its field (or with a ``transform``, which a planned read does not apply) is an
+    error naming the fix. Decoded audio of varying length is batched by a ``collate_fn`` such as
+    :class:`~shardstream.dataset.batches.collate.AudioCollate`.
     """
 
     def __init__(  # keyword settings with defaults, as LengthBucketing's
@@ -303,17 +338,26 @@ class Bucketed(PooledBatches):
 def _planned(
     shape: Bucketed, dataset: Any, num_workers: int | None, loader_kwargs: dict[str, Any]
 ) -> PlannedBuckets | None:
-    """The whole epoch planned from recorded image sizes, where the dataset has them for the key's field."""
-    if not isinstance(shape.key, (aspect_ratio, image_area)):
+    """The whole epoch planned from recorded image sizes, where the dataset has them for the key's field,
+    or from recorded durations (which a :func:`duration` key requires)."""
+    if isinstance(shape.key, duration):
+        keys = recorded_durations(dataset, shape.key.field)
+    elif isinstance(shape.key, (aspect_ratio, image_area)):
+        sizes = recorded_sizes(dataset, shape.key.field)
+        if sizes is None:
+            return None
+        keys = shape.key.from_size(*sizes)
+    else:
         return None
-    sizes = recorded_sizes(dataset, shape.key.field)
-    if sizes is None:
-        return None
-    keys = shape.key.from_size(*sizes)
     planned = PlannedBuckets(
         dataset, shape.buckets(keys), shape.batch_size, shape.collate_fn, num_workers, loader_kwargs
     )
     if planned.map.manifest.fingerprint != dataset.manifest.fingerprint:
+        if isinstance(shape.key, duration):
+            raise UsageError(
+                f"duration({shape.key.field!r}): {dataset.store.url} now holds another version than "
+                "the one the dataset reads; open the dataset again"
+            )
         return None  # another version of the dataset than the one it reads
     return planned
 
@@ -322,6 +366,7 @@ __all__ = [
     "Bucketed",
     "KeyedPool",
     "aspect_ratio",
+    "duration",
     "image_area",
     "image_size",
     "keyed_pool",

@@ -8,7 +8,9 @@ which is what decoders produce and what GPUs prefer), and bytes fields become on
 
 For fields of varying length, :func:`pad_sequences` pads them into one tensor with
 their lengths and a mask, and :class:`FieldCollate` is a ``collate_fn`` that pads some
-fields, keeps others as lists (detection boxes) and collates the rest as above.
+fields, keeps others as lists (detection boxes) and collates the rest as above;
+:class:`AudioCollate` pads decoded recordings of varying length to the longest of a batch, or crops
+them to the shortest.
 """
 
 from __future__ import annotations
@@ -405,4 +407,81 @@ class FieldCollate:
     def __repr__(self) -> str:
         return (
             f"FieldCollate(pad={self.pad!r}, lists={self.lists!r}, max_length={self.max_length!r})"
+        )
+
+
+class AudioCollate:
+    """A ``collate_fn`` for decoded recordings of varying length (``AudioClip`` without ``seconds``).
+
+    Each field in ``fields`` holds a (channels, samples) tensor per sample; the batch holds it as one
+    (N, channels, L) tensor with ``batch[name + "_lengths"]`` (int64 N: the samples of each row that are
+    its recording's) and ``batch[name + "_mask"]`` (bool N x L, True on them). ``mode="pad"`` (the
+    default): L is the longest recording, the others followed by ``padding_value``; ``mode="crop"``: L
+    is the shortest, each recording's first L samples kept (the mask all True). Every other field is
+    collated by :func:`collate`. It pickles, so ``spawn`` workers can use it.
+
+    Args:
+        fields: the audio fields: a name or names.
+        mode: ``"pad"`` to the longest of the batch or ``"crop"`` to the shortest.
+        padding_value: what follows a shorter recording when padding (default 0.0, silence).
+    """
+
+    def __init__(
+        self, fields: str | Iterable[str], *, mode: str = "pad", padding_value: float = 0.0
+    ):
+        if mode not in ("pad", "crop"):
+            raise UsageError(f'AudioCollate(mode={mode!r}) must be "pad" or "crop"')
+        self.fields = [fields] if isinstance(fields, str) else list(fields)
+        if not self.fields:
+            raise UsageError("AudioCollate needs at least one field")
+        self.mode, self.padding_value = mode, float(padding_value)
+
+    def _batch(self, name: str, samples: list[dict[str, Any]]) -> tuple[torch.Tensor, ...]:
+        values = [s.get(name) for s in samples]
+        for s, v in zip(samples, values):
+            if not (isinstance(v, torch.Tensor) and v.dim() == 2):
+                what = "no value" if v is None else f"a {type(v).__name__}"
+                raise UsageError(
+                    f"AudioCollate: field {name!r} of sample {s.get('__key__')!r} holds {what}, not "
+                    f"a (channels, samples) tensor; decode it with decode={{{name!r}: ss.AudioClip()}}"
+                )
+        channels = {int(v.shape[0]) for v in values}
+        if len(channels) > 1:
+            raise UsageError(
+                f"AudioCollate: field {name!r} holds {sorted(channels)} channels in one batch; "
+                "decode it with ss.AudioClip(mono=True) or to one channel count"
+            )
+        lengths = [int(v.shape[1]) for v in values]
+        size = max(lengths) if self.mode == "pad" else min(lengths)
+        dtype = values[0].dtype
+        for v in values[1:]:
+            dtype = torch.promote_types(dtype, v.dtype)
+        out = empty_batch_tensor((len(values), channels.pop(), size), dtype)
+        if self.mode == "pad" and min(lengths) < size:
+            out.fill_(self.padding_value)
+        kept = [min(n, size) for n in lengths]
+        for row, v, n in zip(out, values, kept):
+            row[:, :n].copy_(v[:, :n])
+        counts = empty_batch_tensor((len(values),), torch.int64)
+        counts.copy_(torch.tensor(kept, dtype=torch.int64))
+        mask = empty_batch_tensor((len(values), size), torch.bool)
+        torch.lt(torch.arange(size).unsqueeze(0), counts.unsqueeze(1), out=mask)
+        return out, counts, mask
+
+    def __call__(self, samples: list[dict[str, Any]]) -> dict[str, Any]:
+        special = set(self.fields)
+        rest = collate([{k: v for k, v in s.items() if k not in special} for s in samples])
+        batch: dict[str, Any] = {}
+        for name in dict.fromkeys([*(n for s in samples for n in s), *self.fields]):
+            if name in special:
+                audio, lengths, mask = self._batch(name, samples)
+                batch[name], batch[f"{name}_lengths"], batch[f"{name}_mask"] = audio, lengths, mask
+            else:
+                batch[name] = rest[name]
+        return batch
+
+    def __repr__(self) -> str:
+        return (
+            f"AudioCollate(fields={self.fields!r}, mode={self.mode!r}, "
+            f"padding_value={self.padding_value!r})"
         )
