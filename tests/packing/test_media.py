@@ -189,3 +189,18 @@ def test_index_of_webdataset_tars_records_their_media_facts(tmp_path):
     assert facts.kinds == {"mp4": "video", "wav": "audio"}
     assert facts.columns["mp4"]["duration"].tolist() == pytest.approx([1.0, 2.0, 1.0, 2.0], abs=0.1)
     assert facts.columns["wav"]["sample_rate"].tolist() == [8000] * 4
+
+
+def test_verify_checks_the_block_digests_file(tmp_path):
+    big = video(seconds=10, size=(192, 256), noise=60, bit_rate=40_000_000)
+    with ss.ShardWriter(str(tmp_path / "ds"), samples_per_shard=1) as writer:
+        writer.write({"__key__": "big", "mp4": big})
+    runner = CliRunner()
+    assert runner.invoke(cli, ["verify", str(tmp_path / "ds")]).exit_code == 0
+    side = next((tmp_path / "ds" / ".shardstream").glob("media_blocks-*.npy"))
+    data = bytearray(side.read_bytes())
+    data[-1] ^= 0xFF  # one changed byte of a block's digest
+    side.write_bytes(bytes(data))
+    result = runner.invoke(cli, ["verify", str(tmp_path / "ds")])
+    assert result.exit_code != 0
+    assert f"{side.name} does not match its sha256 in the manifest" in result.output
