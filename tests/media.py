@@ -22,16 +22,25 @@ def video(
     fmt: str = "mp4",
     codec: str = "mpeg4",
     gop: int = 5,
+    noise: int = 0,
+    bit_rate: int | None = None,
 ) -> bytes:
-    """A video of ``seconds`` at ``fps`` (height, width ``size``): frame i is gray level 10 * i (mod 250)."""
+    """A video of ``seconds`` at ``fps`` (height, width ``size``): frame i is gray level 10 * i (mod 250);
+    ``noise``: plus random levels in [0, noise) (fixed by the frame's index), which compress badly: with a
+    high ``bit_rate``, a video of megabytes from a few seconds."""
     height, width = size
     sink = io.BytesIO()
     with av.open(sink, "w", format=fmt) as container:
         stream = container.add_stream(codec, rate=fps)
         stream.width, stream.height, stream.pix_fmt = width, height, "yuv420p"
         stream.codec_context.gop_size = gop
+        if bit_rate is not None:
+            stream.bit_rate = bit_rate
         for i in range(round(seconds * fps)):
             pixels = np.full((height, width, 3), (10 * i) % 250, np.uint8)
+            if noise:
+                grain = np.random.default_rng(i).integers(0, noise, (height, width, 3))
+                pixels = np.clip(pixels.astype(np.int64) + grain, 0, 255).astype(np.uint8)
             for packet in stream.encode(av.VideoFrame.from_ndarray(pixels, format="rgb24")):
                 container.mux(packet)
         for packet in stream.encode():

@@ -25,10 +25,12 @@ from torch.utils.data import Dataset
 
 from ..errors import ShardstreamError, TransformError, UsageError, sample_name
 from ..manifest.sample_set import SampleSet
+from ..sizes import parse_size
 from ..storage import ShardFetcher
 from ..storage.settings import DEFAULT, StorageSettings
 from .samples.decode import Decoder, DecodeSpec, FieldSpec, written_types
 from .shard_pass import Stored, StoredDataset, open_stored
+from .shards.media_ranges import PARTIAL_MEDIA, MediaRanges
 from .shards.readers import OpenShards
 from .shards.sparse import SparseReads
 from .tokens import TokenDataset
@@ -84,6 +86,10 @@ class ShardMap(StoredDataset, Dataset):
         timeout: seconds one request may take (``StorageSettings.timeout``). These are
             ``ShardDataset``'s storage keywords but ``prefetch``: a map reads nothing ahead.
         version: the dataset's version to read (default: the latest), as for ``ShardDataset``.
+        partial_media: a video or audio field of a remote shard decoded by a media clip
+            (``VideoClip``, ``AudioClip``) and of at least this many bytes (an int or a size like
+            ``"8MiB"``, which is the default) is read by the 1 MiB blocks the clip needs, each
+            checked against its digest recorded at pack time, instead of whole; None: always whole.
     """
 
     def __init__(  # noqa: PLR0913 - keyword settings with defaults, as ShardDataset's
@@ -102,6 +108,7 @@ class ShardMap(StoredDataset, Dataset):
         timeout: float | None = DEFAULT,
         verify_checksums: bool = False,
         version: int | None = None,
+        partial_media: int | str | None = PARTIAL_MEDIA,
     ):
         storage = StorageSettings.combine(
             storage,
@@ -137,6 +144,9 @@ class ShardMap(StoredDataset, Dataset):
         )
         self.transform = transform
         self.verify_checksums = bool(verify_checksums)
+        self.partial_media = (
+            None if partial_media is None else parse_size(partial_media, "partial_media")
+        )
         self._opened: _Opened | None = None
 
     @property
@@ -273,7 +283,16 @@ class ShardMap(StoredDataset, Dataset):
                         verify_local=self.verify_checksums,
                     )
                     shards = OpenShards(self.store, self.manifest, fetcher=fetcher)
-                    opened = self._opened = _Opened(os.getpid(), shards, SparseReads(shards))
+                    sparse = SparseReads(shards)
+                    if self.partial_media is not None and self.manifest.media is not None:
+                        sparse.media = MediaRanges(
+                            self.store,
+                            self.manifest,
+                            lambda name: self.decoder.clip_for(name) is not None,
+                            self.partial_media,
+                            sparse.count,
+                        )
+                    opened = self._opened = _Opened(os.getpid(), shards, sparse)
         return opened
 
     def _finish(self, stored: dict[str, Any], shard: int, offset: int) -> Any:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import io
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, BinaryIO
 
 VIDEO_EXTENSIONS = frozenset({"mp4", "webm", "mkv", "mov", "avi"})
 AUDIO_EXTENSIONS = frozenset({"wav", "flac", "mp3", "ogg", "m4a"})
@@ -50,11 +50,13 @@ def import_av() -> Any:
     return av
 
 
-def open_container(data: bytes | bytearray | memoryview) -> Any:
-    """An input container over ``data`` (PyAV's ``av.open``); FFmpeg's errors as a ValueError of one line."""
+def open_container(data: bytes | bytearray | memoryview | BinaryIO) -> Any:
+    """An input container over ``data``, bytes or a seekable file (PyAV's ``av.open``); FFmpeg's errors as
+    a ValueError of one line."""
     av = import_av()
     try:
-        return av.open(io.BytesIO(bytes(data)), mode="r")
+        source = data if hasattr(data, "read") else io.BytesIO(bytes(data))  # type: ignore[arg-type]
+        return av.open(source, mode="r")
     except (av.FFmpegError, ValueError, OSError) as exc:
         raise ValueError(f"not a media container FFmpeg opens ({one_line(exc)})") from None
 

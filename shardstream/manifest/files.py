@@ -202,6 +202,8 @@ def manifest_files(
     media = manifest.media
     if media is not None and media.data is not None:
         side.append((media.reference["file"], media.data))
+        if media.blocks_data is not None:
+            side.append((media.reference["blocks"]["file"], media.blocks_data))
     if manifest.num_shards < table_threshold:
         return [*side, (MANIFEST_NAME, manifest.to_json())]
     data = encode_table(

@@ -11,6 +11,14 @@ column of :data:`COLUMNS` every sample's value (samples in manifest order). 0 me
 lacks the field, or its headers do not read); the ``codec`` column is 1 + the codec's place in the head's
 ``codecs``. Recorded only where PyAV is installed when packing; read by ``shardstream info`` and what
 plans from durations, never by a plain read. The file is untrusted input, checked as image sizes are.
+
+Media fields of more than one block (:data:`BLOCK`, 1 MiB) also get each block's blake2b-128 digest, in a
+second side file ``.shardstream/media_blocks-<16 hex>-<16 hex>.npy`` the reference names under
+``blocks`` (``{file, sha256}``): a reader that fetches only the blocks a clip needs from object storage
+checks each against it (:mod:`shardstream.dataset.shards.media_ranges`), as a whole sample is checked
+against its sha256. It is a flat NumPy ``uint64`` array: the block size, the number of samples ``t``,
+the number of fields ``k``, then ``k * t + 1`` block numbers (field ``f``'s sample ``j`` has blocks
+``starts[f * t + j]:starts[f * t + j + 1]``), then each block's 16-byte digest as two ``uint64``.
 """
 
 from __future__ import annotations
@@ -31,6 +39,18 @@ from .side_names import side_name, side_name_fits
 MEDIA_PREFIX, MEDIA_SUFFIX = "media-", ".npy"
 COLUMNS = ("duration", "fps", "frames", "width", "height", "sample_rate", "channels", "codec")
 _KEYS = {"file", "sha256", "fields", "kinds", "codecs", "samples"}
+BLOCKS_PREFIX, BLOCKS_SUFFIX = "media_blocks-", ".npy"
+BLOCK = 1 << 20  # bytes per digested block of a large media field
+DIGEST = 16  # blake2b-128
+
+
+def block_digests(data: bytes | bytearray | memoryview, block: int = BLOCK) -> bytes:
+    """The blake2b-128 digests of ``data``'s blocks of ``block`` bytes (the last may be shorter), joined."""
+    view = memoryview(data).cast("B")
+    return b"".join(
+        hashlib.blake2b(view[a : a + block], digest_size=DIGEST).digest()
+        for a in range(0, len(view), block)
+    )
 
 
 @functools.lru_cache(maxsize=1)
@@ -49,6 +69,7 @@ class ShardMedia:
     def __init__(self) -> None:
         self.samples = 0
         self.found: dict[str, list[tuple[int, MediaHeader]]] = {}
+        self.blocks: dict[str, dict[int, bytes]] = {}  # per field: sample -> its blocks' digests
 
     def record(self, name: str, data: bytes | bytearray | memoryview) -> None:
         """Record field ``name`` of the current sample, if it is video or audio (read at once)."""
@@ -56,6 +77,8 @@ class ShardMedia:
         if media_kind(ext) is None or not _av_installed():
             return
         found = media_header(data, ext)
+        if len(data) > BLOCK:  # read by the blocks a clip needs: each block checked on its own
+            self.blocks.setdefault(name, {})[self.samples] = block_digests(data)
         self.found.setdefault(name, []).append(
             (self.samples, found or MediaHeader(media_kind(ext)))
         )
@@ -68,7 +91,8 @@ class ShardMedia:
 class MediaFacts:
     """The media facts of a dataset: ``columns[field][column]`` per sample (manifest order, 0: unknown);
     ``kinds[field]`` is ``"video"`` or ``"audio"``; ``reference`` what the manifest's head holds; ``data``
-    the side file's bytes while it is still to be written."""
+    the side file's bytes while it is still to be written. ``blocks[field][j]``: the block digests of
+    sample ``j``'s field (``b""``: none recorded), ``blocks_data`` their side file's bytes to write."""
 
     counts: np.ndarray
     fields: list[str]
@@ -77,6 +101,13 @@ class MediaFacts:
     columns: dict[str, dict[str, np.ndarray]] = field(default_factory=dict)
     reference: dict[str, Any] = field(default_factory=dict)
     data: bytes | None = None
+    blocks: dict[str, list[bytes]] = field(default_factory=dict)
+    blocks_data: bytes | None = None
+
+    def block_digests(self, name: str, row: int) -> bytes:
+        """The recorded block digests of field ``name`` of sample ``row`` (manifest order); b"" if none."""
+        found = self.blocks.get(name)
+        return found[row] if found is not None and 0 <= row < len(found) else b""
 
     def codec_names(self, name: str) -> list[str]:
         """Field ``name``'s codec per sample, ``""`` where unknown."""
@@ -96,13 +127,18 @@ def encode_media_facts(shards: Sequence[ShardMedia]) -> MediaFacts | None:
     starts = np.concatenate([[0], np.cumsum(counts)])
     table = np.zeros((len(fields), len(COLUMNS), int(counts.sum())), dtype=np.float64)
     kinds = {}
+    blocks: dict[str, list[bytes]] = {}
     for f, name in enumerate(fields):
         kinds[name] = media_kind(name.rsplit(".", 1)[-1].lower()) or ""
+        digests = [b""] * int(counts.sum())
         for s, shard in enumerate(shards):
             for i, h in shard.found.get(name, []):
                 row = [getattr(h, c) for c in COLUMNS[:-1]] + [place.get(h.codec, 0)]
                 table[f, :, starts[s] + i] = row
-    return _encoded(counts, fields, kinds, codecs, table)
+            for i, d in shard.blocks.get(name, {}).items():
+                digests[starts[s] + i] = d
+        blocks[name] = digests
+    return _encoded(counts, fields, kinds, codecs, table, blocks)
 
 
 def _encoded(
@@ -111,6 +147,7 @@ def _encoded(
     kinds: dict[str, str],
     codecs: list[str],
     table: np.ndarray,
+    blocks: dict[str, list[bytes]],
 ) -> MediaFacts:
     array = np.concatenate(
         [np.array([len(counts), len(fields)], dtype=np.float64), counts.astype(np.float64)]
@@ -128,7 +165,30 @@ def _encoded(
         "codecs": codecs,
         "samples": int(counts.sum()),
     }
-    return MediaFacts(counts, fields, kinds, codecs, _columns(fields, table), reference, data)
+    facts = MediaFacts(counts, fields, kinds, codecs, _columns(fields, table), reference, data)
+    if any(d for name in fields for d in blocks.get(name, ())):
+        facts.blocks = {name: list(blocks.get(name, [b""] * int(counts.sum()))) for name in fields}
+        facts.blocks_data = _encoded_blocks(fields, int(counts.sum()), facts.blocks)
+        found = hashlib.sha256(facts.blocks_data).hexdigest()
+        reference["blocks"] = {
+            "file": side_name(BLOCKS_PREFIX, BLOCKS_SUFFIX, found),
+            "sha256": found,
+        }
+    return facts
+
+
+def _encoded_blocks(fields: list[str], total: int, blocks: dict[str, list[bytes]]) -> bytes:
+    """The block digests' side file (see the module)."""
+    runs = [d for name in fields for d in blocks[name]]
+    sizes = np.array([len(d) // DIGEST for d in runs], dtype=np.uint64)
+    starts = np.concatenate([np.zeros(1, dtype=np.uint64), np.cumsum(sizes, dtype=np.uint64)])
+    digests = np.frombuffer(b"".join(runs), dtype="<u8").astype(np.uint64)
+    array = np.concatenate(
+        [np.array([BLOCK, total, len(fields)], dtype=np.uint64), starts, digests]
+    )
+    sink = io.BytesIO()
+    np.save(sink, array, allow_pickle=False)
+    return sink.getvalue()
 
 
 def _columns(fields: list[str], table: np.ndarray) -> dict[str, dict[str, np.ndarray]]:
@@ -148,6 +208,7 @@ def facts_of_shards(
     kinds = {n: k for facts, _, _ in parts if facts is not None for n, k in facts.kinds.items()}
     codecs = sorted({c for facts, _, _ in parts if facts is not None for c in facts.codecs})
     counts, tables = [], []
+    blocks: dict[str, list[bytes]] = {name: [] for name in fields}
     for facts, per_shard, keep in parts:
         per_shard = np.asarray(per_shard, dtype=np.int64)
         starts = np.concatenate([[0], np.cumsum(per_shard)])
@@ -160,9 +221,14 @@ def facts_of_shards(
                 if name in facts.columns:
                     table[f] = np.stack([facts.columns[name][c][picked] for c in COLUMNS])
                     table[f, -1] = renumber[table[f, -1].astype(np.int64)]
+        for name in fields:
+            have = facts.blocks.get(name) if facts is not None else None
+            blocks[name] += [have[j] for j in picked.tolist()] if have else [b""] * len(picked)
         counts.append(per_shard[list(keep)])
         tables.append(table)
-    return _encoded(np.concatenate(counts), fields, kinds, codecs, np.concatenate(tables, axis=2))
+    return _encoded(
+        np.concatenate(counts), fields, kinds, codecs, np.concatenate(tables, axis=2), blocks
+    )
 
 
 def reference_problem(ref: Any) -> str | None:
@@ -173,8 +239,19 @@ def reference_problem(ref: Any) -> str | None:
     def strings(value: Any) -> bool:
         return isinstance(value, list) and all(isinstance(v, str) for v in value)
 
+    blocks = ref.get("blocks")
     fine = (
-        set(ref) == _KEYS
+        set(ref) - {"blocks"} == _KEYS
+        and (
+            "blocks" not in ref
+            or (
+                isinstance(blocks, dict)
+                and set(blocks) == {"file", "sha256"}
+                and side_name_fits(
+                    blocks.get("file"), BLOCKS_PREFIX, BLOCKS_SUFFIX, blocks.get("sha256")
+                )
+            )
+        )
         and side_name_fits(ref.get("file"), MEDIA_PREFIX, MEDIA_SUFFIX, ref.get("sha256"))
         and strings(ref.get("fields"))
         and strings(ref.get("kinds"))
@@ -239,7 +316,42 @@ def read_media_facts(
         counts,
         _columns(facts.fields, table.reshape(k, len(COLUMNS), total)),
     )
+    if "blocks" in ref:
+        facts.blocks = _read_blocks(ref["blocks"], read, facts.fields, total)
     return facts
+
+
+def _read_blocks(
+    ref: dict[str, Any], read: Callable[[str], bytes], fields: list[str], total: int
+) -> dict[str, list[bytes]]:
+    """The block digests ``ref`` names, checked against its sha256 and the media facts' shape."""
+    name, fix = ref["file"], "re-pack the dataset"
+    data = bytes(read(name))
+    if hashlib.sha256(data).hexdigest() != ref["sha256"]:
+        raise ManifestError(f"{name} does not match its sha256 in the manifest; {fix}")
+    try:
+        array = np.load(io.BytesIO(data), allow_pickle=False)
+    except (ValueError, OSError, EOFError) as exc:
+        raise ManifestError(f"{name} is not a NumPy array ({str(exc)[:80]}); {fix}") from None
+    k = len(fields)
+    if array.dtype != np.uint64 or array.ndim != 1 or len(array) < 4 + k * total:
+        raise ManifestError(f"{name} is not a flat uint64 array of {k} fields; {fix}")
+    if int(array[0]) != BLOCK or int(array[1]) != total or int(array[2]) != k:
+        raise ManifestError(
+            f"{name} records blocks of {int(array[0])} bytes of {int(array[1])} samples and "
+            f"{int(array[2])} fields, not of {BLOCK} bytes, {total} samples and {k}; {fix}"
+        )
+    starts = array[3 : 4 + k * total].astype(np.int64)
+    digests = array[4 + k * total :].astype("<u8").tobytes()
+    if starts[0] != 0 or np.any(np.diff(starts) < 0) or int(starts[-1]) * DIGEST != len(digests):
+        raise ManifestError(f"{name}'s block numbers do not match its digests; {fix}")
+    bounds = (starts * DIGEST).tolist()
+    return {
+        field_name: [
+            digests[bounds[f * total + j] : bounds[f * total + j + 1]] for j in range(total)
+        ]
+        for f, field_name in enumerate(fields)
+    }
 
 
 def recorded_media(store: Any, m: Any) -> MediaFacts | None:
@@ -272,7 +384,9 @@ def duration_summary(facts: MediaFacts) -> dict[str, dict[str, Any]]:
 
 
 __all__ = [
+    "BLOCK",
     "COLUMNS",
+    "block_digests",
     "MediaFacts",
     "ShardMedia",
     "duration_summary",

@@ -52,7 +52,14 @@ from ..manifest.image_sizes import (
     join_image_sizes,
     read_image_sizes,
 )
-from ..manifest.media_facts import MEDIA_PREFIX, MEDIA_SUFFIX, facts_of_shards, recorded_media
+from ..manifest.media_facts import (
+    BLOCKS_PREFIX,
+    BLOCKS_SUFFIX,
+    MEDIA_PREFIX,
+    MEDIA_SUFFIX,
+    facts_of_shards,
+    recorded_media,
+)
 from ..manifest.selection import SELECTION_PREFIX, SELECTION_SUFFIX
 from ..manifest.side_names import NAMESPACE, index_names, old_index_name, side_file_pattern
 from ..manifest.versions import (
@@ -106,6 +113,8 @@ _SELECTION = side_file_pattern(SELECTION_PREFIX, SELECTION_SUFFIX)
 _IMAGE_SIZES = side_file_pattern(SIZES_PREFIX, SIZES_SUFFIX)
 # each video and audio sample's recorded facts (manifest.media)
 _MEDIA = side_file_pattern(MEDIA_PREFIX, MEDIA_SUFFIX)
+# the block digests of large video and audio fields (manifest.media's blocks)
+_MEDIA_BLOCKS = side_file_pattern(BLOCKS_PREFIX, BLOCKS_SUFFIX)
 # a run's test of conditional writes
 _PROBE = re.compile(r"^\.shardstream-probe-(?P<run>[0-9a-f]{16})$")
 # one being written
@@ -130,6 +139,7 @@ def made_by_shardstream(name: str) -> bool:
             _SELECTION,
             _IMAGE_SIZES,
             _MEDIA,
+            _MEDIA_BLOCKS,
             _PROBE,
         )
     ) and not _BESIDE_INDEX.match(name)
@@ -615,6 +625,8 @@ def files_of(m: Manifest, store: Store | None = None, listed: set[str] | None = 
         side.append(m.image_sizes.reference["file"])
     if m.media is not None:
         side.append(m.media.reference["file"])
+        if "blocks" in m.media.reference:
+            side.append(m.media.reference["blocks"]["file"])
     digests = m.index_sha256 or [""] * m.num_shards
     indexes = [_used_index(p, d, store, listed) for p, d in zip(m.paths, digests) if d]
     return {*m.paths, *(n for found in indexes for n in found), *side}

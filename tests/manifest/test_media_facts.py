@@ -8,7 +8,9 @@ import pytest
 
 from shardstream.errors import ManifestError
 from shardstream.manifest.media_facts import (
+    BLOCK,
     ShardMedia,
+    block_digests,
     duration_summary,
     encode_media_facts,
     facts_of_shards,
@@ -103,3 +105,42 @@ def test_facts_of_shards_picks_joins_and_renumbers_codecs():
     )
     assert back.codec_names("webm") == joined.codec_names("webm")
     assert facts_of_shards([(None, [2], [0])]) is None
+
+
+def large() -> list[ShardMedia]:
+    """One shard: a field of 2 blocks and a byte (its headers do not read: still digested), a small one."""
+    shard = ShardMedia()
+    shard.record("mp4", bytes(range(256)) * (2 * BLOCK // 256) + b"x")
+    shard.end_sample()
+    shard.record("mp4", video())
+    shard.end_sample()
+    return [shard]
+
+
+def test_block_digests_of_large_fields_round_trip_and_are_carried():
+    facts = encode_media_facts(large())
+    expected = block_digests(bytes(range(256)) * (2 * BLOCK // 256) + b"x")
+    assert len(expected) == 3 * 16
+    assert facts.block_digests("mp4", 0) == expected and facts.block_digests("mp4", 1) == b""
+    files = {
+        facts.reference["file"]: facts.data,
+        facts.reference["blocks"]["file"]: facts.blocks_data,
+    }
+    back = read_media_facts(facts.reference, files.__getitem__, np.array([2]))
+    assert back.block_digests("mp4", 0) == expected and back.block_digests("mp4", 1) == b""
+    picked = facts_of_shards([(back, [2], [0]), (encode_media_facts(shards()), [2, 1], [1])])
+    assert [picked.block_digests("mp4", j) for j in range(3)] == [expected, b"", b""]
+    assert reference_problem(picked.reference) is None
+    assert "blocks" not in encode_media_facts(shards()).reference  # no large field: no file
+
+
+def test_the_block_digests_file_is_checked_before_it_is_used():
+    facts = encode_media_facts(large())
+    name = facts.reference["blocks"]["file"]
+    files = {facts.reference["file"]: facts.data, name: facts.blocks_data[:-16] + bytes(16)}
+    with pytest.raises(ManifestError, match="sha256"):
+        read_media_facts(facts.reference, files.__getitem__, np.array([2]))
+    with pytest.raises(ManifestError, match="media reference"):
+        read_media_facts(
+            {**facts.reference, "blocks": {"file": name}}, files.__getitem__, np.array([2])
+        )

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 
 import pytest
 from click.testing import CliRunner
@@ -12,7 +13,12 @@ from click.testing import CliRunner
 import shardstream as ss
 from shardstream.cli import cli
 from shardstream.manifest import load_manifest
-from shardstream.manifest.media_facts import read_media_facts, recorded_media
+from shardstream.manifest.media_facts import (
+    BLOCK,
+    block_digests,
+    read_media_facts,
+    recorded_media,
+)
 from shardstream.storage import Store
 from tests.media import audio, video
 
@@ -124,6 +130,30 @@ def test_append_merge_and_split_carry_the_facts(clips, tmp_path):
         assert len(durations(tmp_path / "parts" / name)) == int(m.stored_counts.sum())
 
 
+def test_block_digests_of_large_media_are_written_kept_and_carried(tmp_path):
+    big = video(seconds=10, size=(192, 256), noise=60, bit_rate=40_000_000)
+    assert len(big) > BLOCK
+    with ss.ShardWriter(str(tmp_path / "a"), samples_per_shard=1) as writer:
+        writer.write({"__key__": "big", "mp4": big})
+        writer.write({"__key__": "small", "mp4": video()})
+
+    def blocks(url) -> list[bytes]:
+        facts = recorded_media(Store(str(url)), load_manifest(str(url)))
+        return [facts.block_digests("mp4", j) for j in range(int(facts.counts.sum()))]
+
+    assert blocks(tmp_path / "a") == [block_digests(big), b""]
+    ref = load_manifest(str(tmp_path / "a")).media.reference["blocks"]
+    result = CliRunner().invoke(cli, ["gc", str(tmp_path / "a"), "--keep", "1", "--delete"])
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "a" / ref["file"]).exists()
+    shutil.copytree(tmp_path / "a", tmp_path / "b")
+    ss.merge([tmp_path / "a", tmp_path / "b"], tmp_path / "merged")
+    assert blocks(tmp_path / "merged") == [block_digests(big), b""] * 2
+    parts = ss.split(tmp_path / "merged", tmp_path / "parts", {"x": 0.5, "y": 0.5})
+    carried = [d for name in parts for d in blocks(tmp_path / "parts" / name)]
+    assert sorted(carried) == sorted([block_digests(big), b""] * 2)
+
+
 def test_verify_checks_the_media_facts_file(clips, tmp_path):
     ss.pack(clips, tmp_path / "ds", layout="imagefolder", workers=1, progress=False)
     runner = CliRunner()
@@ -159,3 +189,18 @@ def test_index_of_webdataset_tars_records_their_media_facts(tmp_path):
     assert facts.kinds == {"mp4": "video", "wav": "audio"}
     assert facts.columns["mp4"]["duration"].tolist() == pytest.approx([1.0, 2.0, 1.0, 2.0], abs=0.1)
     assert facts.columns["wav"]["sample_rate"].tolist() == [8000] * 4
+
+
+def test_verify_checks_the_block_digests_file(tmp_path):
+    big = video(seconds=10, size=(192, 256), noise=60, bit_rate=40_000_000)
+    with ss.ShardWriter(str(tmp_path / "ds"), samples_per_shard=1) as writer:
+        writer.write({"__key__": "big", "mp4": big})
+    runner = CliRunner()
+    assert runner.invoke(cli, ["verify", str(tmp_path / "ds")]).exit_code == 0
+    side = next((tmp_path / "ds" / ".shardstream").glob("media_blocks-*.npy"))
+    data = bytearray(side.read_bytes())
+    data[-1] ^= 0xFF  # one changed byte of a block's digest
+    side.write_bytes(bytes(data))
+    result = runner.invoke(cli, ["verify", str(tmp_path / "ds")])
+    assert result.exit_code != 0
+    assert f"{side.name} does not match its sha256 in the manifest" in result.output

@@ -18,7 +18,7 @@ import warnings
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from ...errors import ShardstreamError, UsageError
+from ...errors import CorruptShardError, ShardstreamError, UsageError
 from ...formats.media_header import media_kind
 from .media import DEFAULT_AUDIO, DEFAULT_VIDEO, MediaClip, clip_fraction
 
@@ -347,6 +347,18 @@ class Decoder:
             unknown = [name for name in unknown if name not in self.select or name in stored]
         return unknown
 
+    def clip_for(self, name: str) -> MediaClip | None:
+        """The media clip that decodes field ``name`` (as :meth:`_field` picks it), or None: a field a
+        clip decodes may come as a seekable file instead of its bytes."""
+        if self.whole is not None or name.startswith("__"):
+            return None
+        how = self.fields.get(name, self.fields.get(self._alias.get(name, name), self.default))
+        if isinstance(how, MediaClip):
+            return how
+        if how in ("torch", "numpy") and name not in self.types:
+            return default_clip(extension(name))
+        return None
+
     @property
     def keeps_bytes(self) -> bool:
         """Whether every field stays as stored (``decode=None``)."""
@@ -374,7 +386,9 @@ class Decoder:
         out: dict[str, Any] = {}
         for name, value in sample.items():
             how = self.fields.get(name, self.fields.get(self._alias.get(name, name), self.default))
-            if name.startswith("__") or not isinstance(value, (bytes, bytearray, memoryview)):
+            if name.startswith("__") or not isinstance(
+                value, (bytes, bytearray, memoryview, io.RawIOBase)
+            ):
                 out[name] = self._not_bytes(name, value, how, sample)
             else:
                 out[name] = self._bytes_field(name, value, how, sample)
@@ -402,7 +416,7 @@ class Decoder:
         """:meth:`_field`, its failures a :class:`DecodeError` naming the field (a UsageError as it is)."""
         try:
             return self._field(name, value, how, sample, ext)
-        except UsageError:
+        except (UsageError, CorruptShardError):  # a damaged block of a field read by blocks
             raise
         except Exception as exc:  # decoders raise many types; the caller adds shard and sample
             by = "the decoder given for it raised " if callable(how) else ""

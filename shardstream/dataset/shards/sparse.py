@@ -25,6 +25,7 @@ import threading
 from typing import Any
 
 from ...formats.tar_index import SampleIndex
+from .media_ranges import MediaRanges
 from .ranged import sample_of_span
 from .readers import OpenShards, load_sample_index
 
@@ -36,11 +37,17 @@ class SparseReads:
     """Stored samples (undecoded) by (shard, offset), from ``shards`` or by checked ranged reads. Threads
     may share one (as they share a map): its counts change under a lock."""
 
-    def __init__(self, shards: OpenShards):
+    def __init__(self, shards: OpenShards, media: MediaRanges | None = None):
         self.shards, self.fetcher, self.manifest = shards, shards.fetcher, shards.manifest
         self.ranged_bytes: dict[int, int] = {}  # per shard: bytes fetched by ranged reads
         self._indexes: dict[int, SampleIndex | None] = {}
         self._lock = threading.Lock()
+        self.media = media  # large clip fields read by the blocks a clip needs (None: whole)
+
+    def count(self, shard: int, n: int) -> None:
+        """``n`` more bytes fetched by ranged reads from ``shard``."""
+        with self._lock:
+            self.ranged_bytes[shard] = self.ranged_bytes.get(shard, 0) + n
 
     def index(self, shard: int) -> SampleIndex | None:
         """Shard ``shard``'s verified sample index (fetched once per process, but for threads that ask at
@@ -86,6 +93,11 @@ class SparseReads:
             ):  # counted as chosen: a batch asking for most of a shard fetches it whole
                 index = self._indexes[s]
                 assert index is not None
+                if self.media is not None and self.media.wanted(index, o):
+                    where = self.fetcher.store.url_of(self.manifest.paths[s])
+                    out[k] = self.media.sample(s, o, index, where)
+                    if out[k] is not None:
+                        continue
                 start, end = index.span(o)
                 with self._lock:
                     self.ranged_bytes[s] = self.ranged_bytes.get(s, 0) + end - start
