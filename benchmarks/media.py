@@ -6,6 +6,7 @@ in it are installed apart and added with ``--site``::
     pip install --target /tmp/media-site --no-deps decord torchcodec
     python benchmarks/media.py --site /tmp/media-site                       # everything
     python benchmarks/media.py --videos 40 --recordings 40 --repeat 3 --kinds video
+    git archive main shardstream | tar -x -C /tmp/main && python benchmarks/media.py --before /tmp/main
 
 The data (made once, seeded, untimed): ``--videos`` videos of 10 s, 640x360, H.264 (libx264, preset
 ``veryfast``, a keyframe every 2 s), 25 fps, moving textures that compress like footage; and
@@ -18,6 +19,8 @@ torch ``DataLoader`` of batch ``--batch`` at 1 and 2 workers, one clip per file 
 - ``pyav``: the loop a user writes over the files: ``av.open``, seek to the keyframe before the random
   start, decode 16 frames to RGB (``to_ndarray(format="rgb24")``), stack into a tensor;
 - ``decord``: ``decord.VideoReader(path).get_batch(...)`` / ``decord.AudioReader``, default settings;
+- ``before`` (with ``--before DIR``): shardstream from another checkout, the row ``shardstream`` is
+  compared with;
 - ``hf``: Hugging Face ``datasets`` ``Video()`` / ``Audio()`` features over the same files (it decodes
   with torchcodec): where it cannot run here, its row says why.
 
@@ -258,7 +261,9 @@ def child(tool: str, kind: str, paths: dict[str, str], workers: int, batch: int)
 
     files = json.loads(paths["files"])
     started = time.perf_counter()
-    if tool == "shardstream":
+    if tool in ("shardstream", "before"):
+        if tool == "before":  # another checkout's shardstream, e.g. the one before a change
+            sys.path.insert(0, paths["before"])
         import shardstream as ss
 
         clip = (
@@ -311,7 +316,7 @@ def run_child(args: argparse.Namespace, *argv: str) -> dict[str, Any]:
 
 # -- the parent -------------------------------------------------------------------------------------
 def backend(tool: str, kind: str) -> str:
-    if tool == "shardstream" or tool == "pyav":
+    if tool in ("shardstream", "before", "pyav"):
         import av
 
         return f"PyAV {av.__version__} (FFmpeg {av.library_versions['libavcodec'][0]}.x avcodec)"
@@ -379,18 +384,27 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--site", default=None, help="a folder of peers to add to the children's path"
     )
+    parser.add_argument(
+        "--before",
+        type=Path,
+        default=None,
+        help="a folder holding another shardstream package (e.g. from `git archive`), measured as "
+        "the row 'before'",
+    )
     parser.add_argument("--child", nargs="+", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
         tool, kind, paths, workers, batch = args.child
         print(json.dumps(child(tool, kind, json.loads(paths), int(workers), int(batch))))
         return 0
-    args.tools = [t for t in args.tools.split(",") if t]
+    args.tools = [t for t in args.tools.split(",") if t] + (["before"] if args.before else [])
     args.workers = [int(w) for w in args.workers.split(",") if w]
     report = [f"machine: {os.cpu_count()} CPUs (shared), python {sys.version.split()[0]}"]
     for kind in args.kinds.split(","):
         count = args.videos if kind == "video" else args.recordings
         paths = prepare(args.data, kind, count)
+        if args.before:
+            paths["before"] = str(args.before.resolve())
         print(f"{kind} ...", flush=True)
         report += ["", f"### {kind}", "", *part(args, kind, paths)]
     print("\n".join(report))
