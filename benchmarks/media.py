@@ -225,6 +225,14 @@ class HFClips:
     def __init__(self, files: list[str], kind: str):
         import datasets
 
+        try:  # what datasets decodes with: say why it does not load, not only that
+            import torchcodec  # noqa: F401
+        except Exception as exc:
+            cause = f" ({exc.__cause__})" if exc.__cause__ else ""
+            raise SystemExit(
+                f"HF datasets' decoder torchcodec does not load: {exc}{cause}"
+            ) from None
+
         feature = datasets.Video() if kind == "video" else datasets.Audio(sampling_rate=RATE)
         self.kind = kind
         self.ds = datasets.Dataset.from_dict({"media": files}).cast_column("media", feature)
@@ -309,7 +317,10 @@ def run_child(args: argparse.Namespace, *argv: str) -> dict[str, Any]:
     )
     if proc.returncode != 0:
         lines = proc.stderr.strip().splitlines()
-        reason = next((ln for ln in reversed(lines) if "Error" in ln), lines[-1] if lines else "")
+        reason = next(
+            (ln for ln in reversed(lines) if "Error" in ln or "does not" in ln),
+            lines[-1] if lines else "",
+        )
         return {"error": f"exit {proc.returncode}: {reason.strip()[:300]}"}
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
