@@ -5,6 +5,7 @@ as one line naming the sample, or skipped."""
 from __future__ import annotations
 
 import logging
+import os
 
 import pytest
 import torch
@@ -290,3 +291,33 @@ def test_damaged_media_decodes_or_raises_a_one_line_value_error(kind, clip):
             decoder(bytes(damaged))
         except ValueError as exc:
             assert "\n" not in str(exc)
+
+
+@pytest.mark.parametrize("start", [0.0, 1.3])
+def test_decoding_with_threads_gives_the_same_frames(monkeypatch, start):
+    """FFmpeg's frame and slice threads decode exactly the frames one thread does."""
+    data = video(seconds=3.0, fps=10, size=(48, 64), gop=10)
+    decoder = VideoClip(frames=8, start=start)
+    monkeypatch.setattr(media, "decode_threads", lambda: 1)
+    alone = decoder(data)
+    monkeypatch.setattr(media, "decode_threads", lambda: 4)
+    threaded = decoder(data)
+    assert torch.equal(alone, threaded)
+    assert near(frame_levels(threaded), [10 * (round(start * 10) + i) for i in range(8)])
+
+
+def test_each_worker_decodes_with_its_share_of_the_cpus():
+    cpus = len(os.sched_getaffinity(0))
+    assert media.decode_threads() == cpus
+    loader = torch.utils.data.DataLoader(Threads(), num_workers=2, batch_size=None)
+    assert list(loader) == [max(1, cpus // 2)] * 2
+
+
+class Threads(torch.utils.data.Dataset):
+    """decode_threads() as a worker sees it."""
+
+    def __len__(self) -> int:
+        return 2
+
+    def __getitem__(self, index: int) -> int:
+        return media.decode_threads()

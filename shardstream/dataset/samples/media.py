@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -85,6 +86,16 @@ def _stream(container: Any, kind: str) -> Any:
     return streams[0]
 
 
+def decode_threads() -> int:
+    """FFmpeg's decoding threads per clip: this process's share of the CPUs it may run on (all of them
+    in the main process, a 1/n share in each of n ``DataLoader`` workers), at least 1."""
+    import torch.utils.data
+
+    info = torch.utils.data.get_worker_info()
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return max(1, (cpus or 1) // (info.num_workers if info is not None else 1))
+
+
 def _seek(container: Any, stream: Any, seconds: float) -> None:
     """To the keyframe at or before ``seconds`` into ``stream`` (nothing to do at its start)."""
     if seconds <= 0 or stream.time_base is None:
@@ -143,6 +154,11 @@ class VideoClip(MediaClip):
     def decode(self, data: bytes | bytearray | memoryview, fraction: float) -> Any:
         with open_container(data) as container:
             stream = _stream(container, "video")
+            threads, codec = decode_threads(), stream.codec_context
+            if (
+                threads > 1 and codec is not None
+            ):  # frame and slice threads: the same frames, sooner
+                codec.thread_type, codec.thread_count = "AUTO", threads
             rate = stream.average_rate or stream.base_rate or stream.guessed_rate
             native = float(rate) if rate else 0.0
             step = 1 / (self.fps or native or 25.0)
