@@ -22,7 +22,8 @@ on them in the run (nothing is downloaded), in ``--data-dir`` (made once, reused
   and ``StreamingDataset(item_loader=TokensLoader(block_size=seq_len + 1))`` through its
   ``StreamingDataLoader(batch_size=8, num_workers=2)``, tokens/s. Target: shardstream at least 2x.
 
-Each round runs nanoGPT's loop and each reader in turn (which goes first alternates by round); a rate is the
+Each round runs nanoGPT's loop and each reader in turn, each in a fresh process with torch and shardstream
+imported before the clock starts (which goes first alternates by round); a rate is the
 median of ``--repeat`` rounds and a ratio the median of the rounds' ratios (each against nanoGPT's loop of
 that round). ``--no-pack`` leaves out the pack measure (the shards are packed once if missing).
 """
@@ -35,6 +36,7 @@ import os
 import random
 import shutil
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -204,7 +206,37 @@ def timed(fn, *args):
     return result, time.perf_counter() - started
 
 
+def in_process(args: argparse.Namespace, reader: str, path: Path, tokens: int = 0) -> list[float]:
+    """One read in a process of its own, as a training script makes one loader (so no loader left
+    from another reader is collected inside this one's timing): ``[seconds]`` of nanoGPT's loop
+    (``reader="nanogpt"``), else ``[tokens, first batch s, tokens/s after it, seconds]``."""
+    out = subprocess.run(
+        [sys.executable, __file__, "--one", reader, str(path), str(tokens), str(args.seq_len)],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    return json.loads(out.splitlines()[-1])
+
+
+def one(reader: str, path: Path, tokens: int, seq_len: int) -> None:
+    import torch  # noqa: F401 - imported before any timing, as a training script has it
+
+    import shardstream as ss
+
+    ss.TokenDataset, ss.ShardLoader  # noqa: B018 - the lazily imported stages too, before the clock
+    if reader == "nanogpt":
+        print(json.dumps([timed(nanogpt_read, path, seq_len, tokens)[1]]))
+    else:
+        (n, first, steady), seconds = timed(ss_read, path, seq_len, reader)
+        print(json.dumps([n, first, steady, seconds]))
+
+
 def main() -> None:
+    if sys.argv[1:2] == ["--one"]:
+        reader, path, tokens, seq_len = sys.argv[2:6]
+        one(reader, Path(path), int(tokens), int(seq_len))
+        return
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--docs", type=int, default=200_000)
     parser.add_argument("--vocab", type=int, default=8192)
@@ -256,11 +288,11 @@ def main() -> None:
     for round_ in range(args.repeat):
         for w in counts:
             if round_ % 2 and w in epoch_tokens:  # nanoGPT's loop first in odd rounds
-                nano = timed(nanogpt_read, flat, args.seq_len, epoch_tokens[w])[1]
-                (n, first, steady), seconds = timed(ss_read, shards, args.seq_len, w)
+                nano = in_process(args, "nanogpt", flat, epoch_tokens[w])[0]
+                n, first, steady, seconds = in_process(args, w, shards)
             else:
-                (n, first, steady), seconds = timed(ss_read, shards, args.seq_len, w)
-                nano = timed(nanogpt_read, flat, args.seq_len, n)[1]
+                n, first, steady, seconds = in_process(args, w, shards)
+                nano = in_process(args, "nanogpt", flat, n)[0]
             epoch_tokens[w] = n
             keep("nanoGPT read", n / nano)
             keep(f"read {w}", n / seconds)
@@ -268,6 +300,12 @@ def main() -> None:
             first_batch[w].append(first)
             keep(f"epoch ratio {w}", nano / seconds)
             keep(f"steady ratio {w}", steady / (n / nano))
+            print(
+                f"round {round_ + 1}: {w} workers {n / seconds:,.0f} tokens/s, nanoGPT {n / nano:,.0f}, "
+                f"ratio {nano / seconds:.2f}",
+                file=sys.stderr,
+                flush=True,
+            )
         if lit is not None:
             try:
                 n, seconds = timed(litdata_read, lit, args.seq_len)
