@@ -39,8 +39,9 @@ _CHUNK_BYTES = 4 << 20
 TOKEN_FIELDS = ("input_ids", "labels", "position_ids")
 IGNORE_INDEX = -100  # labels the loss skips (torch.nn.CrossEntropyLoss's default ignore_index)
 _LOWEST = np.iinfo(np.int64).min
-# tokens a worker below which an epoch reads faster in reader threads than in worker processes
-# (TokenDataset.threads_win): measured with benchmarks/tokens.py
+# tokens a worker below which an epoch is read by reader threads rather than worker processes
+# (TokenDataset.threads_win): an estimate from the 5.5 M-token epochs of benchmarks/tokens.py (a worker
+# process's start costs 0.2-0.8 s there, a thread reads 10-45 M tokens/s), not measured at the boundary
 THREADS_BELOW_TOKENS = 32 << 20
 
 
