@@ -272,8 +272,9 @@ class TokenDataset(StoredDataset, PlannedDataset):
         """Reader threads (``workers="auto"``) for one worker, or for an epoch of this rank under
         :data:`THREADS_BELOW_TOKENS` tokens a worker; worker processes for more. A batch of windows
         holds the GIL for well under a millisecond, while starting worker processes costs a few tenths
-        of a second and each batch then crosses shared memory: one process never beat one thread, and
-        several pay back their start only over an epoch of many batches."""
+        of a second and each batch then crosses shared memory: one worker process read slower than the
+        training process itself in ``benchmarks/tokens.py``, and several pay back their start only over
+        an epoch of many batches."""
         tokens = self.num_samples * self.seq_len / max(self.world_size, 1)
         return num_workers <= 1 or tokens < num_workers * THREADS_BELOW_TOKENS
 
@@ -358,9 +359,8 @@ class TokenDataset(StoredDataset, PlannedDataset):
         for shard, where in _by_shard(ids):
             reader = shards.get(shard)
             picked = offsets[where]
-            taken = _window_view(reader, length)[
-                picked
-            ]  # (rows of this shard, span), the shard's dtype
+            # (rows of this shard, span), in the shard's dtype
+            taken = _window_view(reader, length)[picked]
             inputs[where] = taken[:, :-1]
             labels[where] = taken[:, 1:]
             starts = picked * length
