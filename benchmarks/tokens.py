@@ -11,15 +11,21 @@ on them in the run (nothing is downloaded), in ``--data-dir`` (made once, reused
   the same tokenizer's ``encode_batch`` over the same texts (1,024 at a time) plus one numpy write of all
   ids, the upper bound. Target: at least 0.8x.
 - ``read``: one epoch of ``TokenDataset(seq_len).loader(8, num_workers=W)`` for each ``--workers`` W
-  (``2t``: 2 reader threads, ``workers="threads"``; ``2p``: 2 worker processes) (input_ids, labels,
-  position_ids, cu_seqlens per batch) tokens/s against nanoGPT's ``get_batch``: random windows of a
-  flat ``np.memmap`` of the same tokens, stacked into int64 tensors, as many tokens. Target: at least 0.8x.
+  (``d``: the defaults, ``loader(8)`` with nothing else; ``2t``: 2 reader threads, ``workers="threads"``;
+  ``2p``: 2 worker processes; a bare count: ``workers="auto"``) (input_ids, labels, position_ids,
+  cu_seqlens per batch) tokens/s against nanoGPT's ``get_batch``: random windows of a flat ``np.memmap``
+  of the same tokens, stacked into int64 tensors, as many tokens. ``epoch``: the whole epoch from
+  ``TokenDataset(...)`` on (the start of its workers included); ``read``: after the first batch.
+  Targets: the whole epoch with the defaults at least 1.0x, after the first batch at least 0.8x.
 - ``first``: seconds from ``TokenDataset(...)`` to the first batch of its loader.
 - ``litdata`` (``--tools`` with litdata, in ``.venv-bench``): ``litdata.optimize`` of the same tokens
   and ``StreamingDataset(item_loader=TokensLoader(block_size=seq_len + 1))`` through its
   ``StreamingDataLoader(batch_size=8, num_workers=2)``, tokens/s. Target: shardstream at least 2x.
 
-Each rate is the best of ``--repeat`` runs; the output is one line per measure with its ratio.
+Each round runs nanoGPT's loop and each reader in turn, each in a fresh process with torch and shardstream
+imported before the clock starts (which goes first alternates by round); a rate is the
+median of ``--repeat`` rounds and a ratio the median of the rounds' ratios (each against nanoGPT's loop of
+that round). ``--no-pack`` leaves out the pack measure (the shards are packed once if missing).
 """
 
 from __future__ import annotations
@@ -29,6 +35,8 @@ import json
 import os
 import random
 import shutil
+import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -132,13 +140,18 @@ KINDS = {"": "auto", "t": "threads", "p": "processes"}
 
 
 def ss_read(url: Path, seq_len: int, workers: str) -> tuple[int, float, float]:
-    """Tokens of one epoch, seconds to the first batch, and tokens/s after it. ``workers``: a count, with
-    ``t`` (reader threads) or ``p`` (worker processes) after it, or neither (the default kind)."""
+    """Tokens of one epoch, seconds to the first batch, and tokens/s after it. ``workers``: ``d`` (the
+    loader's defaults), or a count with ``t`` (reader threads) or ``p`` (worker processes) after it, or
+    neither (the default kind)."""
     import shardstream as ss
 
     started = time.perf_counter()
-    count, kind = int(workers.rstrip("tp")), KINDS[workers.lstrip("0123456789")]
-    loader = ss.TokenDataset(str(url), seq_len, seed=1).loader(8, num_workers=count, workers=kind)
+    ds = ss.TokenDataset(str(url), seq_len, seed=1)
+    if workers == "d":
+        loader = ds.loader(8)
+    else:
+        count, kind = int(workers.rstrip("tp")), KINDS[workers.lstrip("0123456789")]
+        loader = ds.loader(8, num_workers=count, workers=kind)
     done, first, after = 0, None, 0.0
     for batch in loader:
         if first is None:
@@ -193,7 +206,37 @@ def timed(fn, *args):
     return result, time.perf_counter() - started
 
 
+def in_process(args: argparse.Namespace, reader: str, path: Path, tokens: int = 0) -> list[float]:
+    """One read in a process of its own, as a training script makes one loader (so no loader left
+    from another reader is collected inside this one's timing): ``[seconds]`` of nanoGPT's loop
+    (``reader="nanogpt"``), else ``[tokens, first batch s, tokens/s after it, seconds]``."""
+    out = subprocess.run(
+        [sys.executable, __file__, "--one", reader, str(path), str(tokens), str(args.seq_len)],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    return json.loads(out.splitlines()[-1])
+
+
+def one(reader: str, path: Path, tokens: int, seq_len: int) -> None:
+    import torch  # noqa: F401 - imported before any timing, as a training script has it
+
+    import shardstream as ss
+
+    ss.TokenDataset, ss.ShardLoader  # noqa: B018 - the lazily imported stages too, before the clock
+    if reader == "nanogpt":
+        print(json.dumps([timed(nanogpt_read, path, seq_len, tokens)[1]]))
+    else:
+        (n, first, steady), seconds = timed(ss_read, path, seq_len, reader)
+        print(json.dumps([n, first, steady, seconds]))
+
+
 def main() -> None:
+    if sys.argv[1:2] == ["--one"]:
+        reader, path, tokens, seq_len = sys.argv[2:6]
+        one(reader, Path(path), int(tokens), int(seq_len))
+        return
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--docs", type=int, default=200_000)
     parser.add_argument("--vocab", type=int, default=8192)
@@ -202,10 +245,11 @@ def main() -> None:
     parser.add_argument("--tools", default="shardstream", help="shardstream[,litdata]")
     parser.add_argument(
         "--workers",
-        default="0,2,2t",
-        help="workers of the read, one pass each: a count, 't' after it for reader threads, 'p' "
-        "for worker processes [0,2,2t]",
+        default="d,0,2t,2p",
+        help="workers of the read, one pass each: 'd' for the loader's defaults, or a count, 't' after "
+        "it for reader threads, 'p' for worker processes [d,0,2t,2p]",
     )
+    parser.add_argument("--no-pack", action="store_true", help="leave out the pack measure")
     parser.add_argument("--data-dir", type=Path, default=Path("bench-data") / "tokens")
     args = parser.parse_args()
     import torch  # noqa: F401 - imported before any timing, as a training script has it
@@ -216,12 +260,17 @@ def main() -> None:
     corpus, tokenizer = make_data(root, args.docs, args.vocab)
     texts = read_texts(corpus)
     flat, shards = root / "flat.bin", root / "shards"
-    best: dict[str, float] = {}
+    rates: dict[str, list[float]] = {}
 
     def keep(name: str, rate: float) -> None:
-        best[name] = max(best.get(name, 0.0), rate)
+        rates.setdefault(name, []).append(rate)
 
-    for _ in range(args.repeat):
+    def mid(name: str) -> float:
+        return statistics.median(rates[name])
+
+    for _ in range(1 if args.no_pack else args.repeat):
+        if args.no_pack and flat.exists() and (shards / "_manifest.json").exists():
+            break
         n, seconds = timed(bare_pack, texts, tokenizer, flat)
         keep("bare pack", n / seconds)
         n, seconds = timed(ss_pack, corpus, tokenizer, shards)
@@ -234,15 +283,29 @@ def main() -> None:
         except Exception as exc:  # reported, the others still run
             print(f"litdata: cannot convert: {type(exc).__name__}: {exc}", file=sys.stderr)
     counts = args.workers.split(",")
-    first_batch = {w: float("inf") for w in counts}
-    for _ in range(args.repeat):
+    first_batch: dict[str, list[float]] = {w: [] for w in counts}
+    epoch_tokens: dict[str, int] = {}  # tokens of one epoch of each reader (the same every round)
+    for round_ in range(args.repeat):
         for w in counts:
-            (n, first, steady), seconds = timed(ss_read, shards, args.seq_len, w)
+            if round_ % 2 and w in epoch_tokens:  # nanoGPT's loop first in odd rounds
+                nano = in_process(args, "nanogpt", flat, epoch_tokens[w])[0]
+                n, first, steady, seconds = in_process(args, w, shards)
+            else:
+                n, first, steady, seconds = in_process(args, w, shards)
+                nano = in_process(args, "nanogpt", flat, n)[0]
+            epoch_tokens[w] = n
+            keep("nanoGPT read", n / nano)
             keep(f"read {w}", n / seconds)
             keep(f"steady {w}", steady)
-            first_batch[w] = min(first_batch[w], first)
-        n, seconds = timed(nanogpt_read, flat, args.seq_len, n)
-        keep("nanoGPT read", n / seconds)
+            first_batch[w].append(first)
+            keep(f"epoch ratio {w}", nano / seconds)
+            keep(f"steady ratio {w}", steady / (n / nano))
+            print(
+                f"round {round_ + 1}: {w} workers {n / seconds:,.0f} tokens/s, nanoGPT {n / nano:,.0f}, "
+                f"ratio {nano / seconds:.2f}",
+                file=sys.stderr,
+                flush=True,
+            )
         if lit is not None:
             try:
                 n, seconds = timed(litdata_read, lit, args.seq_len)
@@ -251,26 +314,29 @@ def main() -> None:
                 print(f"litdata: {type(exc).__name__}: {exc}", file=sys.stderr)
     print(
         f"{args.docs:,} documents, {total:,} tokens, vocabulary {args.vocab}, seq_len {args.seq_len}, "
-        f"best of {args.repeat}, {os.cpu_count()} cores"
+        f"median of {args.repeat} alternating rounds, {os.cpu_count()} cores"
     )
-    print(
-        f"pack   shardstream {best['shardstream pack']:>14,.0f} tokens/s   bare encode_batch+write "
-        f"{best['bare pack']:>14,.0f}   ratio {best['shardstream pack'] / best['bare pack']:.2f} (target >= 0.80)"
-    )
-    nano = best["nanoGPT read"]
+    if "shardstream pack" in rates:
+        print(
+            f"pack   shardstream {mid('shardstream pack'):>14,.0f} tokens/s   bare encode_batch+write "
+            f"{mid('bare pack'):>14,.0f}   ratio {mid('shardstream pack') / mid('bare pack'):.2f} (target >= 0.80)"
+        )
+    nano = mid("nanoGPT read")
     for w in counts:
         print(
-            f"read   shardstream {best[f'steady {w}']:>14,.0f} tokens/s, {w} workers   nanoGPT memmap get_batch "
-            f"{nano:>12,.0f}   ratio {best[f'steady {w}'] / nano:.2f} (target >= 0.80; after the first batch)"
+            f"read   shardstream {mid(f'steady {w}'):>14,.0f} tokens/s, {w} workers   nanoGPT memmap get_batch "
+            f"{nano:>12,.0f}   ratio {mid(f'steady ratio {w}'):.2f} (target >= 0.80; after the first batch)"
         )
         print(
-            f"epoch  shardstream {best[f'read {w}']:>14,.0f} tokens/s, {w} workers (the whole epoch, with the "
-            f"start of its workers)   ratio {best[f'read {w}'] / nano:.2f}; first batch after {first_batch[w]:.2f} s"
+            f"epoch  shardstream {mid(f'read {w}'):>14,.0f} tokens/s, {w} workers (the whole epoch, with the "
+            f"start of its workers)   ratio {mid(f'epoch ratio {w}'):.2f} "
+            f"(rounds {', '.join(f'{r:.2f}' for r in rates[f'epoch ratio {w}'])}); "
+            f"first batch after {statistics.median(first_batch[w]):.2f} s"
         )
-        if "litdata read" in best:
+        if "litdata read" in rates:
             print(
-                f"epoch  shardstream {best[f'read {w}']:>14,.0f} tokens/s, {w} workers   litdata TokensLoader "
-                f"(2 workers) {best['litdata read']:>12,.0f}   ratio {best[f'read {w}'] / best['litdata read']:.2f} "
+                f"epoch  shardstream {mid(f'read {w}'):>14,.0f} tokens/s, {w} workers   litdata TokensLoader "
+                f"(2 workers) {mid('litdata read'):>12,.0f}   ratio {mid(f'read {w}') / mid('litdata read'):.2f} "
                 "(target >= 2)"
             )
 

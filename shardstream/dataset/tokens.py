@@ -39,6 +39,10 @@ _CHUNK_BYTES = 4 << 20
 TOKEN_FIELDS = ("input_ids", "labels", "position_ids")
 IGNORE_INDEX = -100  # labels the loss skips (torch.nn.CrossEntropyLoss's default ignore_index)
 _LOWEST = np.iinfo(np.int64).min
+# tokens a worker below which an epoch is read by reader threads rather than worker processes
+# (TokenDataset.threads_win): an estimate from the 5.5 M-token epochs of benchmarks/tokens.py (a worker
+# process's start costs 0.2-0.8 s there, a thread reads 10-45 M tokens/s), not measured at the boundary
+THREADS_BELOW_TOKENS = 32 << 20
 
 
 class TokenShards(OpenShards):
@@ -264,6 +268,16 @@ class TokenDataset(StoredDataset, PlannedDataset):
         """Stored bytes of ``samples`` windows (the token shards' bytes per window)."""
         return int(self.manifest.total_bytes / max(self.num_samples, 1) * samples)
 
+    def threads_win(self, num_workers: int) -> bool:
+        """Reader threads (``workers="auto"``) for one worker, or for an epoch of this rank under
+        :data:`THREADS_BELOW_TOKENS` tokens a worker; worker processes for more. A batch of windows
+        holds the GIL for well under a millisecond, while starting worker processes costs a few tenths
+        of a second and each batch then crosses shared memory: one worker process read slower than the
+        training process itself in ``benchmarks/tokens.py``, and several pay back their start only over
+        an epoch of many batches."""
+        tokens = self.num_samples * self.seq_len / max(self.world_size, 1)
+        return num_workers <= 1 or tokens < num_workers * THREADS_BELOW_TOKENS
+
     def batches_per_chunk(self, batch_size: int, num_workers: int) -> int:
         """Batches a worker makes and sends at once (about 4 MB of tensors): a batch of windows is cheap
         to make and dear to hand over, so workers send several and the loader cuts them apart."""
@@ -333,33 +347,64 @@ class TokenDataset(StoredDataset, PlannedDataset):
     def windows(
         self, shards: OpenShards, ids: np.ndarray, offsets: np.ndarray
     ) -> dict[str, torch.Tensor]:
-        """The windows ``offsets`` of shards ``ids`` as ``input_ids``, ``labels`` and ``position_ids`` rows."""
+        """The windows ``offsets`` of shards ``ids`` as ``input_ids``, ``labels`` and ``position_ids`` rows:
+        each shard's rows gathered in one step from a strided view of its windows."""
         length, rows = self.seq_len, len(ids)
+        span = length + 1
         out = {name: empty_batch_tensor((rows, length), torch.int64) for name in TOKEN_FIELDS}
         inputs, labels, positions = (t.numpy() for t in out.values())
         # positions: 0 at each row's start and at each document start inside it (see token_window_positions)
-        base = np.full((rows, length + 1), _LOWEST, np.int64)
+        base = np.full((rows, span), _LOWEST, np.int64)
         base[:, 0] = 0
-        inner: list[np.ndarray] = []
-        for i, (shard, window) in enumerate(zip(ids.tolist(), offsets.tolist())):
+        for shard, where in _by_shard(ids):
             reader = shards.get(shard)
-            start = window * length
-            tokens = reader.tokens[start : start + length + 1]
-            inputs[i] = tokens[:-1]
-            labels[i] = tokens[1:]
+            picked = offsets[where]
+            # (rows of this shard, span), in the shard's dtype
+            taken = _window_view(reader, length)[picked]
+            inputs[where] = taken[:, :-1]
+            labels[where] = taken[:, 1:]
+            starts = picked * length
             doc = reader.offsets
-            first = int(doc.searchsorted(start, side="right"))
-            last = int(doc.searchsorted(start + length + 1, side="left"))
-            inner.append(doc[first:last] - start)
-        counts = np.fromiter(map(len, inner), np.int64, rows)
-        if counts.any():
-            cols = np.concatenate(inner)
-            base[np.repeat(np.arange(rows), counts), cols] = cols
-        where = np.arange(length + 1) - np.maximum.accumulate(base, axis=1)
-        positions[:] = where[:, :-1]
+            first = doc.searchsorted(starts, side="right")
+            counts = doc.searchsorted(starts + span, side="left") - first
+            total = int(counts.sum())
+            if total:  # the document starts inside each row, as columns of its row
+                ends = np.cumsum(counts)
+                inner = np.arange(total) + np.repeat(first - (ends - counts), counts)
+                cols = doc[inner] - np.repeat(starts, counts)
+                base[np.repeat(np.arange(rows)[where], counts), cols] = cols
+        counted = np.arange(span) - np.maximum.accumulate(base, axis=1)
+        positions[:] = counted[:, :-1]
         if self.mask_across_documents:
-            labels[where[:, 1:] == 0] = IGNORE_INDEX
+            labels[counted[:, 1:] == 0] = IGNORE_INDEX
         return out
+
+
+def _by_shard(ids: np.ndarray) -> list[tuple[int, Any]]:
+    """The rows of each shard in ``ids``: one slice of all rows when they share a shard (the usual
+    batch), else each shard's row indices."""
+    if not len(ids):
+        return []
+    first = ids[0]
+    if (ids == first).all():
+        return [(int(first), slice(None))]
+    return [(int(shard), np.flatnonzero(ids == shard)) for shard in np.unique(ids)]
+
+
+def _window_view(reader: TokenShard, length: int) -> np.ndarray:
+    """Shard ``reader``'s windows of ``length + 1`` tokens as rows of one strided view (window ``j``
+    starts at token ``j * length``; no copy), made once per open shard and length."""
+    found = reader.__dict__.get("window_view")
+    if found is not None and found[0] == length:
+        return found[1]
+    tokens = reader.tokens
+    count = max((len(tokens) - 1) // length, 0)
+    step = tokens.strides[0]
+    view = np.lib.stride_tricks.as_strided(
+        tokens, shape=(count, length + 1), strides=(length * step, step), writeable=False
+    )
+    reader.window_view = (length, view)  # type: ignore[attr-defined]
+    return view
 
 
 __all__ = [

@@ -101,7 +101,8 @@ class ShardLoader(AdaptedDataLoader):
     in this process: no fork, no pickling, no ``/dev/shm``; the same order and resume state; see
     :mod:`shardstream.loader.threads`), or ``"auto"`` (default): threads where they were measured to be
     faster (batches of stored bytes with no user code: ``decode=None``, no transform, the default
-    collate, local or remote), else processes. ``reader_threads`` says how many threads read (0: none).
+    collate, local or remote; a :class:`TokenDataset`'s windows with one worker or a small epoch, see
+    ``TokenDataset.threads_win``), else processes. ``reader_threads`` says how many threads read (0: none).
 
     Args:
         dataset: what to read: a :class:`ShardDataset`, :class:`TokenDataset`, :class:`MixedDataset`

@@ -76,7 +76,7 @@ def thread_count(
 ) -> int:
     """Reader threads for a loader of ``num_workers`` workers (0: worker processes, or none). ``workers``:
     ``"threads"``, ``"processes"``, or ``"auto"``: threads where they were measured to win
-    (:func:`threads_win`) and no argument of the loader's is one that only worker processes take."""
+    (the dataset's ``threads_win``) and no argument of the loader's is one that only worker processes take."""
     if workers not in WORKER_MODES:
         raise UsageError(
             f"workers must be one of {', '.join(map(repr, WORKER_MODES))}, not {workers!r}"
@@ -84,7 +84,7 @@ def thread_count(
     if num_workers <= 0 or workers == "processes":
         return 0
     if workers == "auto" and (
-        not threads_win(dataset)
+        not dataset.threads_win(num_workers)
         or any(k in (kwargs or {}) for k in PROCESS_ARGUMENTS)
         or dataset.replaces_failures
     ):
@@ -102,17 +102,6 @@ def thread_count(
             "workers='processes' for reproducible augmentations"
         )
     return num_workers
-
-
-def threads_win(dataset: Any) -> bool:
-    """Whether reader threads beat worker processes for ``dataset``: batches of stored bytes with no user
-    code in them (no decoder, transform or collate_fn of the user's). Local tars' batches are locations,
-    which a thread hands over without pickling or shared memory (measured 2-4x the samples/s of worker
-    processes, a first batch in a third of the time); remote shards and compressed tars are read and
-    decompressed outside the GIL (one thread against one process on SeaweedFS: a first batch in
-    0.14-0.16 s against 0.30-0.68 s, 1.1-1.3x the samples/s). Decoding was about even on 2 cores, and a
-    user's Python code holds the GIL: processes."""
-    return bool(dataset.mapped or (dataset.raw and dataset.default_collate))
 
 
 def threaded_pass(
@@ -159,4 +148,4 @@ def threaded_pass(
             worker.join(timeout=_POLL * 10)
 
 
-__all__ = ["WORKER_MODES", "thread_count", "threaded_pass", "threads_win"]
+__all__ = ["WORKER_MODES", "thread_count", "threaded_pass"]

@@ -126,7 +126,7 @@ def last_line(exc: BaseException) -> str:
 @pytest.mark.parametrize("kind", list(EXPECTED))
 def test_an_error_of_ours_in_a_worker_is_its_one_line(urls, kind):
     main = raised(reading(urls, kind), num_workers=0)
-    exc = raised(reading(urls, kind), num_workers=2)
+    exc = raised(reading(urls, kind), num_workers=2, workers="processes")
     assert type(exc) is type(main) is EXPECTED[kind]
     assert str(exc) == str(main)  # exactly the message the dataset raises where it reads
     assert "Caught" not in str(exc) and WORKER_TEXT not in str(exc) and "Traceback" not in str(exc)
