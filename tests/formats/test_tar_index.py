@@ -147,6 +147,9 @@ def test_hostile_indexes_are_refused(change, says):
         (["0000.cls", "0000.cls"], "has a field twice"),
         (["0000.cls", "0000."], "do not form one sample"),
         (["0000.cls", "noext"], "do not form one sample"),
+        (["d/.cls", "d/.jpg"], "do not form one sample"),
+        (["0000.cls", "0000.c/ls"], "do not form one sample"),
+        (["0000.cls", "0000.CLS"], "has a field twice"),
     ],
 )
 def test_index_members_must_form_samples(names, says):
