@@ -387,6 +387,31 @@ def child_remote(paths: dict[str, str], endpoint: str, reads: int) -> dict[str, 
         shutil.rmtree(scratch, ignore_errors=True)
 
 
+def child_remote_lance(uri: str, endpoint: str, reads: int) -> dict[str, Any]:
+    """Single random rows of the Lance copy in a SeaweedFS bucket (``take`` of one row each)."""
+    import random
+
+    options = {
+        "aws_endpoint": endpoint,
+        "allow_http": "true",
+        "aws_region": os.environ.get("AWS_DEFAULT_REGION", "us-east-1"),
+        "aws_access_key_id": os.environ["AWS_ACCESS_KEY_ID"],
+        "aws_secret_access_key": os.environ["AWS_SECRET_ACCESS_KEY"],
+    }
+    started = time.perf_counter()
+    ds = LanceMap(uri, options)
+    rng = random.Random(SEED)
+    assert len(ds[rng.randrange(len(ds))]["jpg"]) > 0
+    first = time.perf_counter() - started
+    times = []
+    for _ in range(reads):
+        i = rng.randrange(len(ds))
+        t = time.perf_counter()
+        assert len(ds[i]["jpg"]) > 0
+        times.append(time.perf_counter() - t)
+    return {"median": statistics.median(times), "first": first, "cached": False}
+
+
 def run_child(args: argparse.Namespace, *child: str) -> dict[str, Any]:
     env = dict(os.environ, OMP_NUM_THREADS="1")
     if (
@@ -458,23 +483,45 @@ def part_remote(args: argparse.Namespace, paths: dict[str, str]) -> list[str]:
     with RemoteSeaweed(latencies=()) as remote:
         remote.upload(Path(paths["shardstream"]), "ds")
         remote_paths = {**paths, "remote": f"s3://{remote.bucket}/ds"}
-        results = [
-            run_child(
-                args, "remote", json.dumps(remote_paths), remote.endpoint_url, str(args.reads)
+        lance = "lance" in args.tools and "lance" in paths
+        if lance:
+            remote.upload(Path(paths["lance"]), "lance")
+        results, lance_results = [], []
+        for _ in range(args.repeat):  # alternating
+            results.append(
+                run_child(
+                    args, "remote", json.dumps(remote_paths), remote.endpoint_url, str(args.reads)
+                )
             )
-            for _ in range(args.repeat)
-        ]
+            if lance:
+                uri = f"s3://{remote.bucket}/lance"
+                lance_results.append(
+                    run_child(args, "remote-lance", uri, remote.endpoint_url, str(args.reads))
+                )
     print(f"  remote: {results}", flush=True)
+    print(f"  remote lance: {lance_results}", flush=True)
     ok = [r for r in results if "error" not in r]
     if not ok:
         return [f"remote: failed: {results[0]['error']}"]
     median = statistics.median(r["median"] for r in ok)
     first = statistics.median(r["first"] for r in ok)
     verdict = "met" if median <= 0.1 else "missed"
-    return [
+    lines = [
         "| SeaweedFS (weed mini, 127.0.0.1) | median per sample, shard not cached | first sample of a fresh map |",
         "|---|---:|---:|",
         f"| ShardMap, ranged reads | {median * 1000:.1f} ms | {first * 1000:.0f} ms |",
+    ]
+    lance_ok = [r for r in lance_results if "error" not in r]
+    if lance_ok:
+        lance_median = statistics.median(r["median"] for r in lance_ok)
+        lance_first = statistics.median(r["first"] for r in lance_ok)
+        lines.append(
+            f"| Lance `take` of one row | {lance_median * 1000:.1f} ms | {lance_first * 1000:.0f} ms |"
+        )
+    elif lance_results:
+        lines.append(f"| Lance | failed: {lance_results[0]['error'][:120]} | |")
+    return [
+        *lines,
         f"\nGoal ({GOALS['remote']}): {verdict}: {median * 1000:.1f} ms"
         + (" (a shard ended up cached: check)" if any(r["cached"] for r in ok) else ""),
     ]
@@ -534,6 +581,8 @@ def main(argv: list[str] | None = None) -> int:
         kind, *rest = args.child
         if kind == "random":
             out = child_random(rest[0], json.loads(rest[1]), int(rest[2]), rest[3])
+        elif kind == "remote-lance":
+            out = child_remote_lance(rest[0], rest[1], int(rest[2]))
         elif kind == "epoch":
             out = child_epoch(rest[0], json.loads(rest[1]))
         else:
