@@ -1,24 +1,31 @@
-"""Random-access benchmark: ``ShardMap`` against wids, LitData, Mosaic and HF ``datasets``, and Parquet in place.
+"""Random-access benchmark: ``ShardMap`` against wids, LitData, Mosaic, HF ``datasets`` and Lance, and Parquet in place.
 
 Run it in the benchmark environment (``.venv-bench``, see ``benchmarks/read.py``; ``wids`` and HF
-``datasets`` come from ``requirements-bench.txt``)::
+``datasets`` come from ``requirements-bench.txt``; Lance is ``pip install pylance``, its ``--no-deps``
+wheel beside the venv's pyarrow and numpy if the environment must keep its own)::
 
     .venv-bench/bin/python benchmarks/random_access.py                       # everything
-    .venv-bench/bin/python benchmarks/random_access.py --parts random --samples 5000
+    .venv-bench/bin/python benchmarks/random_access.py --parts random --tools shardstream,hf,lance
     .venv-bench/bin/python benchmarks/random_access.py --hf-site /tmp/hf      # datasets installed apart
 
 Parts (each measurement is a fresh subprocess; the table prints ratios against peers of the same run):
 
-- ``random``: uniform random reads of the 20,000-JPEG set (``benchmarks/_data.py``), raw bytes, a
-  ``DataLoader`` with 2 workers, batches of 64, the indexes of a seeded random permutation (a
-  ``SubsetRandomSampler``-like sampler): samples/s over ``--samples`` reads, and the first sample's
-  latency (making the dataset and reading one random sample, in a fresh process). Peers:
-  ``wids.ShardListDataset`` on the very tars shardstream packed, LitData and Mosaic ``__getitem__`` on
-  their own packs (``readbench`` conversions), HF ``Dataset.from_parquet`` on a Parquet copy (its Arrow
-  conversion counted in its first-sample latency, and reported apart).
-- ``remote``: a SeaweedFS server (``weed mini``, real S3) holding the tars and their sample indexes;
-  ``ShardMap`` reads single random samples with an empty cache: the median latency per sample (each
-  one's shard not cached), and the same for the first read of a fresh map.
+- ``random``: uniform random reads of the 20,000-JPEG set (``benchmarks/_data.py``), raw bytes, batches
+  of 64, the indexes of a seeded random permutation (a ``SubsetRandomSampler``-like sampler), in each of
+  ``--modes``: ``loop`` (one process, no ``DataLoader``: each batch read by the dataset's
+  ``__getitems__`` where it has one, else ``ds[i]`` each, as a ``DataLoader`` would), ``w0`` and ``w2`` (a
+  ``DataLoader`` with 0 or 2 workers, its default settings but the sampler and a collate that takes the
+  bytes): samples/s over ``--samples`` reads, the first batch, and the first sample's latency (making the
+  dataset and reading one random sample, in a fresh process). Peers: ``wids.ShardListDataset`` on the
+  very tars shardstream packed, LitData and Mosaic ``__getitem__`` on their own packs (``readbench``
+  conversions), HF ``Dataset.from_parquet`` on a Parquet copy (its Arrow conversion counted in its
+  first-sample latency, and reported apart), and Lance (``lance.write_dataset`` of the Parquet copy's
+  rows, read by ``take`` of a batch through a map-style dataset). HF and Lance read the same images in
+  the same order as the readers of the tars (their rows found by key, untimed).
+- ``remote``: a SeaweedFS server (``weed mini``, real S3) holding the tars and their sample indexes, and
+  the Lance copy; ``ShardMap`` reads single random samples with an empty cache: the median latency per
+  sample (each one's shard not cached), and the same for the first read of a fresh map; Lance ``take``
+  of single random rows from the same server, alternating with it.
 - ``parquet``: sequential epochs (``shuffle=False``, raw bytes, 2 workers, batch 64) of the Parquet copy
   indexed in place, against the same rows packed as Arrow shards, and HF ``datasets`` streaming the
   same Parquet files (``load_dataset("parquet", streaming=True)``).
