@@ -153,24 +153,26 @@ def _lance_copy(parquet: Path, folder: Path) -> Path:
 
 class LanceMap:
     """A Lance dataset as a map-style dataset: ``m[i]`` and ``__getitems__`` by ``take`` (one call per
-    batch, what a ``DataLoader`` asks of a dataset that has it); each process opens its own."""
+    batch, what a ``DataLoader`` asks of a dataset that has it). Each process opens its own: a dataset
+    opened before a fork hangs in the forked worker (its runtime's threads are not there)."""
 
     def __init__(self, uri: str, storage_options: dict[str, str] | None = None):
         self.uri, self.storage_options = uri, storage_options
-        self._open()
+        self.rows = self._dataset().count_rows()
 
-    def _open(self) -> None:
-        import lance
+    def _dataset(self) -> Any:
+        opened = self.__dict__.get("_opened")
+        if opened is None or opened[0] != os.getpid():
+            import lance
 
-        self.ds = lance.dataset(self.uri, storage_options=self.storage_options)
-        self.rows = self.ds.count_rows()
+            opened = self._opened = (
+                os.getpid(),
+                lance.dataset(self.uri, storage_options=self.storage_options),
+            )
+        return opened[1]
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"uri": self.uri, "storage_options": self.storage_options}
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        self._open()
+        return {k: v for k, v in self.__dict__.items() if k != "_opened"}
 
     def __len__(self) -> int:
         return self.rows
@@ -179,7 +181,7 @@ class LanceMap:
         return self.__getitems__([index])[0]
 
     def __getitems__(self, indexes: list[int]) -> list[dict[str, Any]]:
-        return self.ds.take(indexes).to_pylist()
+        return self._dataset().take(indexes).to_pylist()
 
 
 # -- the measured children --------------------------------------------------------------------------
@@ -318,6 +320,8 @@ def child_random(tool: str, paths: dict[str, str], samples: int, mode: str) -> d
                 sampler=Order(order),
                 num_workers=MODES[mode],
                 collate_fn=collate,
+                # Lance is not fork-safe (it says so, and a forked worker hangs): its workers spawned
+                multiprocessing_context="spawn" if tool == "lance" and MODES[mode] else None,
             )
         started = time.perf_counter()
         count = nbytes = 0
