@@ -1,24 +1,31 @@
-"""Random-access benchmark: ``ShardMap`` against wids, LitData, Mosaic and HF ``datasets``, and Parquet in place.
+"""Random-access benchmark: ``ShardMap`` against wids, LitData, Mosaic, HF ``datasets`` and Lance, and Parquet in place.
 
 Run it in the benchmark environment (``.venv-bench``, see ``benchmarks/read.py``; ``wids`` and HF
-``datasets`` come from ``requirements-bench.txt``)::
+``datasets`` come from ``requirements-bench.txt``; Lance is ``pip install pylance``, its ``--no-deps``
+wheel beside the venv's pyarrow and numpy if the environment must keep its own)::
 
     .venv-bench/bin/python benchmarks/random_access.py                       # everything
-    .venv-bench/bin/python benchmarks/random_access.py --parts random --samples 5000
+    .venv-bench/bin/python benchmarks/random_access.py --parts random --tools shardstream,hf,lance
     .venv-bench/bin/python benchmarks/random_access.py --hf-site /tmp/hf      # datasets installed apart
 
 Parts (each measurement is a fresh subprocess; the table prints ratios against peers of the same run):
 
-- ``random``: uniform random reads of the 20,000-JPEG set (``benchmarks/_data.py``), raw bytes, a
-  ``DataLoader`` with 2 workers, batches of 64, the indexes of a seeded random permutation (a
-  ``SubsetRandomSampler``-like sampler): samples/s over ``--samples`` reads, and the first sample's
-  latency (making the dataset and reading one random sample, in a fresh process). Peers:
-  ``wids.ShardListDataset`` on the very tars shardstream packed, LitData and Mosaic ``__getitem__`` on
-  their own packs (``readbench`` conversions), HF ``Dataset.from_parquet`` on a Parquet copy (its Arrow
-  conversion counted in its first-sample latency, and reported apart).
-- ``remote``: a SeaweedFS server (``weed mini``, real S3) holding the tars and their sample indexes;
-  ``ShardMap`` reads single random samples with an empty cache: the median latency per sample (each
-  one's shard not cached), and the same for the first read of a fresh map.
+- ``random``: uniform random reads of the 20,000-JPEG set (``benchmarks/_data.py``), raw bytes, batches
+  of 64, the indexes of a seeded random permutation (a ``SubsetRandomSampler``-like sampler), in each of
+  ``--modes``: ``loop`` (one process, no ``DataLoader``: each batch read by the dataset's
+  ``__getitems__`` where it has one, else ``ds[i]`` each, as a ``DataLoader`` would), ``w0`` and ``w2`` (a
+  ``DataLoader`` with 0 or 2 workers, its default settings but the sampler and a collate that takes the
+  bytes): samples/s over ``--samples`` reads, the first batch, and the first sample's latency (making the
+  dataset and reading one random sample, in a fresh process). Peers: ``wids.ShardListDataset`` on the
+  very tars shardstream packed, LitData and Mosaic ``__getitem__`` on their own packs (``readbench``
+  conversions), HF ``Dataset.from_parquet`` on a Parquet copy (its Arrow conversion counted in its
+  first-sample latency, and reported apart), and Lance (``lance.write_dataset`` of the Parquet copy's
+  rows, read by ``take`` of a batch through a map-style dataset). HF and Lance read the same images in
+  the same order as the readers of the tars (their rows found by key, untimed).
+- ``remote``: a SeaweedFS server (``weed mini``, real S3) holding the tars and their sample indexes, and
+  the Lance copy; ``ShardMap`` reads single random samples with an empty cache: the median latency per
+  sample (each one's shard not cached), and the same for the first read of a fresh map; Lance ``take``
+  of single random rows from the same server, alternating with it.
 - ``parquet``: sequential epochs (``shuffle=False``, raw bytes, 2 workers, batch 64) of the Parquet copy
   indexed in place, against the same rows packed as Arrow shards, and HF ``datasets`` streaming the
   same Parquet files (``load_dataset("parquet", streaming=True)``).
@@ -46,9 +53,15 @@ REPO_ROOT = HERE.parent
 sys.path[:0] = [str(HERE), str(REPO_ROOT)]
 
 BATCH, WORKERS, SEED = 64, 2, 17
+MODES = {"loop": None, "w0": 0, "w2": 2}  # one process without a DataLoader; a DataLoader's workers
+GOAL_RATIO = {"loop": 1.25, "w0": 1.25, "w2": 1.0}  # issue 43: shardstream / the best peer
+MODE_NAMES = {
+    "loop": "one process, batches by __getitems__",
+    "w0": "DataLoader, 0 workers",
+    "w2": "DataLoader, 2 workers",
+}
 PARQUET_ROWS_PER_FILE, PARQUET_ROW_GROUP = 2_500, 250  # about 64 MB files, 6 MB row groups
 GOALS = {
-    "random": "random access >= 2x the best peer (samples/s)",
     "remote": "a random sample from SeaweedFS in <= 100 ms median, its shard not cached",
     "parquet": "a Parquet epoch in place >= 0.9x the same rows packed as Arrow shards",
 }
@@ -75,6 +88,8 @@ def prepare(data: Path, tools: list[str]) -> dict[str, Path]:
         out[name] = done.path
     out["parquet"] = _parquet_copy(images, read_root / "parquet")
     out["arrow"] = _arrow_copy(out["parquet"], read_root / "parquet-arrow")
+    if "lance" in tools:
+        out["lance"] = _lance_copy(out["parquet"], read_root / "lance")
     return out
 
 
@@ -121,6 +136,54 @@ def _arrow_copy(parquet: Path, folder: Path) -> Path:
     return folder
 
 
+def _lance_copy(parquet: Path, folder: Path) -> Path:
+    """The Parquet copy's rows, in their order, as one Lance dataset (``lance.write_dataset``)."""
+    if (folder / "_versions").exists():
+        return folder
+    import lance
+    import pyarrow.parquet as pq
+
+    shutil.rmtree(folder, ignore_errors=True)
+    files = sorted(parquet.glob("*.parquet"))
+    schema = pq.read_schema(files[0])
+    batches = (b for path in files for b in pq.ParquetFile(path).iter_batches(batch_size=500))
+    lance.write_dataset(batches, str(folder), schema=schema)
+    return folder
+
+
+class LanceMap:
+    """A Lance dataset as a map-style dataset: ``m[i]`` and ``__getitems__`` by ``take`` (one call per
+    batch, what a ``DataLoader`` asks of a dataset that has it). Each process opens its own: a dataset
+    opened before a fork hangs in the forked worker (its runtime's threads are not there)."""
+
+    def __init__(self, uri: str, storage_options: dict[str, str] | None = None):
+        self.uri, self.storage_options = uri, storage_options
+        self.rows = self._dataset().count_rows()
+
+    def _dataset(self) -> Any:
+        opened = self.__dict__.get("_opened")
+        if opened is None or opened[0] != os.getpid():
+            import lance
+
+            opened = self._opened = (
+                os.getpid(),
+                lance.dataset(self.uri, storage_options=self.storage_options),
+            )
+        return opened[1]
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if k != "_opened"}
+
+    def __len__(self) -> int:
+        return self.rows
+
+    def __getitem__(self, index: int) -> dict[str, Any]:
+        return self.__getitems__([index])[0]
+
+    def __getitems__(self, indexes: list[int]) -> list[dict[str, Any]]:
+        return self._dataset().take(indexes).to_pylist()
+
+
 # -- the measured children --------------------------------------------------------------------------
 def open_tool(tool: str, paths: dict[str, str], scratch: str) -> tuple[Any, str]:
     """The tool's map-style dataset over the JPEGs, and the name of its JPEG field."""
@@ -137,7 +200,8 @@ def open_tool(tool: str, paths: dict[str, str], scratch: str) -> tuple[Any, str]
         root = Path(paths["shardstream"])
         m = load_manifest(Store(str(root)))
         shards = [
-            {"url": str(root / p), "nsamples": int(n)} for p, n in zip(m.paths, m.samples.tolist())
+            {"url": str(root / p), "nsamples": int(n)}
+            for p, n in zip(m.paths, m.stored_counts.tolist())
         ]
         return wids.ShardListDataset(shards, transformations=[], cache_dir=scratch), ".jpg"
     if tool == "litdata":
@@ -157,7 +221,26 @@ def open_tool(tool: str, paths: dict[str, str], scratch: str) -> tuple[Any, str]
 
         files = sorted(str(p) for p in Path(paths["parquet"]).glob("*.parquet"))
         return datasets.Dataset.from_parquet(files, cache_dir=scratch), "jpg"
+    if tool == "lance":
+        return LanceMap(paths["lance"]), "jpg"
     raise SystemExit(f"unknown tool {tool}")
+
+
+ROWS_OF_PARQUET = ("hf", "lance")  # tools reading the Parquet copy's rows (in its order)
+
+
+def same_rows(paths: dict[str, str], order: list[int]) -> list[int]:
+    """``order`` (indexes of the packed tars) as the Parquet copy's rows holding the same images."""
+    import pyarrow.parquet as pq
+
+    from shardstream import ShardMap
+
+    files = sorted(Path(paths["parquet"]).glob("*.parquet"))
+    keys = [k for f in files for k in pq.read_table(f, columns=["__key__"]).column(0).to_pylist()]
+    row = {k: r for r, k in enumerate(keys)}
+    packed = list(ShardMap(paths["shardstream"], decode=None).keys())
+    packed = [k.rsplit("/", 1)[-1] for k in packed]
+    return [row[packed[i]] for i in order]
 
 
 class Order:
@@ -202,7 +285,10 @@ class MapView:
         return self.dataset[index]
 
 
-def child_random(tool: str, paths: dict[str, str], samples: int) -> dict[str, Any]:
+def child_random(tool: str, paths: dict[str, str], samples: int, mode: str) -> dict[str, Any]:
+    """Random reads of ``tool`` in ``mode``: ``loop`` (batches of the order read in this process by what a
+    ``DataLoader`` calls, ``__getitems__`` where the dataset has it, else ``ds[i]`` each), ``w0`` or
+    ``w2`` (a ``DataLoader`` with 0 or 2 workers, its default settings but the sampler and collate)."""
     import random
 
     from torch.utils.data import DataLoader
@@ -214,28 +300,44 @@ def child_random(tool: str, paths: dict[str, str], samples: int) -> dict[str, An
         opened = time.perf_counter() - started
         order = list(range(len(ds)))
         random.Random(SEED).shuffle(order)
+        if tool in ROWS_OF_PARQUET:  # the same images in the same order as the tars' readers
+            order = same_rows(paths, order)
         first = raw_bytes(ds[order[0]][field])
         latency = time.perf_counter() - started
         assert len(first) > 0
         order = order[:samples]
-        loader = DataLoader(
-            ds,
-            batch_size=BATCH,
-            sampler=Order(order),
-            num_workers=WORKERS,
-            collate_fn=TakeBytes(field),
-        )
+        collate = TakeBytes(field)
+        if mode == "loop":
+            many = getattr(ds, "__getitems__", None)
+            batches = (
+                collate(many(b) if many else [ds[i] for i in b])
+                for b in (order[k : k + BATCH] for k in range(0, len(order), BATCH))
+            )
+        else:
+            batches = DataLoader(
+                ds,
+                batch_size=BATCH,
+                sampler=Order(order),
+                num_workers=MODES[mode],
+                collate_fn=collate,
+                # Lance is not fork-safe (it says so, and a forked worker hangs): its workers spawned
+                multiprocessing_context="spawn" if tool == "lance" and MODES[mode] else None,
+            )
         started = time.perf_counter()
         count = nbytes = 0
-        for batch in loader:
+        first_batch = None
+        for batch in batches:
             count += len(batch)
             nbytes += sum(map(len, batch))
+            if first_batch is None:
+                first_batch = time.perf_counter() - started
         seconds = time.perf_counter() - started
         assert count == len(order), (count, len(order))
         return {
             "rate": count / seconds,
             "latency": latency,
             "open": opened,
+            "first_batch": first_batch,
             "bytes": nbytes,
             "samples": count,
         }
@@ -296,6 +398,31 @@ def child_remote(paths: dict[str, str], endpoint: str, reads: int) -> dict[str, 
         shutil.rmtree(scratch, ignore_errors=True)
 
 
+def child_remote_lance(uri: str, endpoint: str, reads: int) -> dict[str, Any]:
+    """Single random rows of the Lance copy in a SeaweedFS bucket (``take`` of one row each)."""
+    import random
+
+    options = {
+        "aws_endpoint": endpoint,
+        "allow_http": "true",
+        "aws_region": os.environ.get("AWS_DEFAULT_REGION", "us-east-1"),
+        "aws_access_key_id": os.environ["AWS_ACCESS_KEY_ID"],
+        "aws_secret_access_key": os.environ["AWS_SECRET_ACCESS_KEY"],
+    }
+    started = time.perf_counter()
+    ds = LanceMap(uri, options)
+    rng = random.Random(SEED)
+    assert len(ds[rng.randrange(len(ds))]["jpg"]) > 0
+    first = time.perf_counter() - started
+    times = []
+    for _ in range(reads):
+        i = rng.randrange(len(ds))
+        t = time.perf_counter()
+        assert len(ds[i]["jpg"]) > 0
+        times.append(time.perf_counter() - t)
+    return {"median": statistics.median(times), "first": first, "cached": False}
+
+
 def run_child(args: argparse.Namespace, *child: str) -> dict[str, Any]:
     env = dict(os.environ, OMP_NUM_THREADS="1")
     if (
@@ -313,34 +440,51 @@ def run_child(args: argparse.Namespace, *child: str) -> dict[str, Any]:
 
 # -- the parent -------------------------------------------------------------------------------------
 def part_random(args: argparse.Namespace, paths: dict[str, str]) -> list[str]:
+    lines: list[str] = []
+    for mode in args.modes:
+        lines += _random_mode(args, paths, mode) + [""]
+    return lines[:-1]
+
+
+def _random_mode(args: argparse.Namespace, paths: dict[str, str], mode: str) -> list[str]:
+    """One mode's table: the tools run in turn, each round starting with the next one."""
     runs: dict[str, list[dict[str, Any]]] = {t: [] for t in args.tools}
     for r in range(args.repeat):
         for tool in args.tools[r % len(args.tools) :] + args.tools[: r % len(args.tools)]:
-            found = run_child(args, "random", tool, json.dumps(paths), str(args.samples))
-            print(f"  random {tool}: {found}", flush=True)
+            found = run_child(args, "random", tool, json.dumps(paths), str(args.samples), mode)
+            print(f"  random {mode} {tool}: {found}", flush=True)
             runs[tool].append(found)
     lines = [
-        f"| tool | samples/s (median of {args.repeat}) | first sample (s) | open (s) | vs shardstream |",
-        "|---|---:|---:|---:|---:|",
+        f"{MODE_NAMES[mode]}, batch {BATCH}, {args.samples:,} random reads:",
+        "",
+        f"| tool | samples/s (median of {args.repeat}) | first sample (s) | first batch (ms) "
+        "| open (s) | shardstream vs it |",
+        "|---|---:|---:|---:|---:|---:|",
     ]
     ok = {t: [r for r in rs if "error" not in r] for t, rs in runs.items()}
     rate = {t: statistics.median(r["rate"] for r in rs) for t, rs in ok.items() if rs}
     for tool in args.tools:
         if tool not in rate:
-            lines.append(f"| {tool} | failed: {runs[tool][0].get('error', '')[:120]} | | | |")
+            lines.append(f"| {tool} | failed: {runs[tool][0].get('error', '')[:120]} | | | | |")
             continue
         latency = statistics.median(r["latency"] for r in ok[tool])
+        first_batch = statistics.median(r["first_batch"] for r in ok[tool])
         opened = statistics.median(r["open"] for r in ok[tool])
         ratio = rate.get("shardstream", 0) / rate[tool]
         lines.append(
-            f"| {tool} | {rate[tool]:,.0f} | {latency:.3f} | {opened:.3f} | {ratio:.2f}x |"
+            f"| {tool} | {rate[tool]:,.0f} | {latency:.3f} | {first_batch * 1000:.1f} "
+            f"| {opened:.3f} | {ratio:.2f}x |"
         )
     peers = {t: v for t, v in rate.items() if t != "shardstream"}
     if "shardstream" in rate and peers:
         best = max(peers, key=peers.get)  # type: ignore[arg-type]
         ratio = rate["shardstream"] / peers[best]
-        verdict = "met" if ratio >= 2 else "missed"
-        lines.append(f"\nGoal ({GOALS['random']}): {verdict}: {ratio:.2f}x {best}")
+        goal = GOAL_RATIO[mode]
+        verdict = "met" if ratio >= goal else "missed"
+        lines.append(
+            f"\nGoal (random access >= {goal}x the best peer, {MODE_NAMES[mode]}): "
+            f"{verdict}: {ratio:.2f}x {best}"
+        )
     return lines
 
 
@@ -350,23 +494,45 @@ def part_remote(args: argparse.Namespace, paths: dict[str, str]) -> list[str]:
     with RemoteSeaweed(latencies=()) as remote:
         remote.upload(Path(paths["shardstream"]), "ds")
         remote_paths = {**paths, "remote": f"s3://{remote.bucket}/ds"}
-        results = [
-            run_child(
-                args, "remote", json.dumps(remote_paths), remote.endpoint_url, str(args.reads)
+        lance = "lance" in args.tools and "lance" in paths
+        if lance:
+            remote.upload(Path(paths["lance"]), "lance")
+        results, lance_results = [], []
+        for _ in range(args.repeat):  # alternating
+            results.append(
+                run_child(
+                    args, "remote", json.dumps(remote_paths), remote.endpoint_url, str(args.reads)
+                )
             )
-            for _ in range(args.repeat)
-        ]
+            if lance:
+                uri = f"s3://{remote.bucket}/lance"
+                lance_results.append(
+                    run_child(args, "remote-lance", uri, remote.endpoint_url, str(args.reads))
+                )
     print(f"  remote: {results}", flush=True)
+    print(f"  remote lance: {lance_results}", flush=True)
     ok = [r for r in results if "error" not in r]
     if not ok:
         return [f"remote: failed: {results[0]['error']}"]
     median = statistics.median(r["median"] for r in ok)
     first = statistics.median(r["first"] for r in ok)
     verdict = "met" if median <= 0.1 else "missed"
-    return [
+    lines = [
         "| SeaweedFS (weed mini, 127.0.0.1) | median per sample, shard not cached | first sample of a fresh map |",
         "|---|---:|---:|",
         f"| ShardMap, ranged reads | {median * 1000:.1f} ms | {first * 1000:.0f} ms |",
+    ]
+    lance_ok = [r for r in lance_results if "error" not in r]
+    if lance_ok:
+        lance_median = statistics.median(r["median"] for r in lance_ok)
+        lance_first = statistics.median(r["first"] for r in lance_ok)
+        lines.append(
+            f"| Lance `take` of one row | {lance_median * 1000:.1f} ms | {lance_first * 1000:.0f} ms |"
+        )
+    elif lance_results:
+        lines.append(f"| Lance | failed: {lance_results[0]['error'][:120]} | |")
+    return [
+        *lines,
         f"\nGoal ({GOALS['remote']}): {verdict}: {median * 1000:.1f} ms"
         + (" (a shard ended up cached: check)" if any(r["cached"] for r in ok) else ""),
     ]
@@ -412,7 +578,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--data", type=Path, default=REPO_ROOT / "bench-data")
     parser.add_argument("--parts", default="random,remote,parquet")
-    parser.add_argument("--tools", default="shardstream,wids,litdata,mosaic,hf")
+    parser.add_argument("--tools", default="shardstream,wids,litdata,mosaic,hf,lance")
+    parser.add_argument(
+        "--modes", default="loop,w0,w2", help="random part: loop (one process), w0, w2 (workers)"
+    )
     parser.add_argument("--samples", type=int, default=20_000, help="random reads per run")
     parser.add_argument("--reads", type=int, default=40, help="remote single reads per run")
     parser.add_argument("--repeat", type=int, default=3)
@@ -422,7 +591,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.child:
         kind, *rest = args.child
         if kind == "random":
-            out = child_random(rest[0], json.loads(rest[1]), int(rest[2]))
+            out = child_random(rest[0], json.loads(rest[1]), int(rest[2]), rest[3])
+        elif kind == "remote-lance":
+            out = child_remote_lance(rest[0], rest[1], int(rest[2]))
         elif kind == "epoch":
             out = child_epoch(rest[0], json.loads(rest[1]))
         else:
@@ -432,6 +603,7 @@ def main(argv: list[str] | None = None) -> int:
     args.tools = [t for t in args.tools.split(",") if t]
     paths = {k: str(v) for k, v in prepare(args.data, args.tools).items()}
     args.tools = [t for t in args.tools if t in paths or t in ("wids", "hf")]
+    args.modes = [m for m in args.modes.split(",") if m]
     report = [f"machine: {os.cpu_count()} CPUs (shared), python {sys.version.split()[0]}"]
     parts = {"random": part_random, "remote": part_remote, "parquet": part_parquet}
     for name in args.parts.split(","):

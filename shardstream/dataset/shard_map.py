@@ -178,35 +178,50 @@ class ShardMap(StoredDataset, Dataset):
         return self._finish(opened.sparse.read([(shard, row)])[0], shard, row)
 
     def __getitems__(self, indexes: list[int]) -> list[Any]:
-        """The samples at ``indexes`` (a DataLoader's batch of a sampler's indexes: remote ones fetched
-        together)."""
-        where = self.locate_many(indexes)
-        if not where:
+        """The samples at ``indexes`` (a DataLoader's batch of a sampler's indexes: located in one step,
+        each shard's read in one call, remote ones fetched together)."""
+        ids, offsets = self._locate_arrays(indexes)
+        if not len(ids):
             return []
         if self.tokens is not None:
-            ids, offsets = (np.array(x, dtype=np.int64) for x in zip(*where))
             rows = self.tokens.windows(self.tokens.open_shards(), ids, offsets)
-            return [{k: v[j] for k, v in rows.items()} for j in range(len(where))]
+            return [{k: v[j] for k, v in rows.items()} for j in range(len(ids))]
         opened = self._open()
         opened.shards.forget_failures()  # a shard that failed is tried again by the next read
-        ids, offsets = (np.array(x, dtype=np.int64) for x in zip(*where))
         rows = self.samples.stored_rows(ids, offsets).tolist()
         located = list(zip(ids.tolist(), rows))
         stored = opened.sparse.read(located)
+        if self.transform is None and self.decoder.keeps_bytes and not self.samples.relabels:
+            return stored  # raw bytes as stored: nothing to do to a sample
         return [self._finish(s, shard, row) for s, (shard, row) in zip(stored, located)]
 
     def locate_many(self, indexes: list[int]) -> list[tuple[int, int]]:
         """:meth:`locate` of each index (at once: a sampler's batch)."""
-        try:
-            found = np.asarray([_index(i) for i in indexes], dtype=np.int64)
-        except (TypeError, OverflowError):
-            return [self.locate(i) for i in indexes]  # says which index is wrong, and how
+        shards, offsets = self._locate_arrays(indexes)
+        return list(zip(shards.tolist(), offsets.tolist()))
+
+    def _locate_arrays(self, indexes: list[int]) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`locate_many` as two arrays, shards and offsets (a vectorised step)."""
+        if all(type(i) is int for i in indexes):  # a sampler's (no bool: its type is not int)
+            try:
+                found = np.array(indexes, dtype=np.int64)
+            except OverflowError:
+                found = None
+        else:
+            try:
+                found = np.asarray([_index(i) for i in indexes], dtype=np.int64)
+            except (TypeError, OverflowError):
+                found = None
+        if found is None:  # says which index is wrong, and how
+            pairs = [self.locate(i) for i in indexes]
+            return np.array([s for s, _ in pairs], np.int64), np.array(
+                [o for _, o in pairs], np.int64
+            )
         n = len(self)
         bad = np.flatnonzero((found < -n) | (found >= n))
         if len(bad):
-            return [self.locate(indexes[int(bad[0])])]  # raises IndexError naming it
-        shards, offsets = self.samples.locate_many(found)
-        return list(zip(shards.tolist(), offsets.tolist()))
+            self.locate(indexes[int(bad[0])])  # raises IndexError naming it
+        return self.samples.locate_many(found)
 
     def locate(self, index: int) -> tuple[int, int]:
         """(shard, sample of the dataset within the shard) of sample ``index`` (negative counts from the

@@ -264,12 +264,42 @@ class IndexedSamples:
 
     def sample(self, i: int) -> tuple[str, dict[str, tuple[int, int]]]:
         """Sample ``i``'s key and per field its (offset, size); ``i`` in ``range(len(self))``."""
-        key = None
-        entry: dict[str, tuple[int, int]] = {}
         start, stop = self.first[i], self.first[i + 1]
         # (a sample's few numbers as Python ints: no list of all of them made at open)
         offsets, sizes = self.offsets[start:stop].tolist(), self.sizes[start:stop].tolist()
-        for j, member in enumerate(self.run(start, stop)):
+        return self._entry(i, start, stop, offsets, sizes, 0)
+
+    def many(self, rows: list[int]) -> list[tuple[str, dict[str, tuple[int, int]]]]:
+        """:meth:`sample` of each of ``rows`` (each in ``range(len(self))``: a batch), their members' numbers
+        gathered in one step, their names decoded in one call each."""
+        if not rows:
+            return []
+        first = self.first
+        spans = [(first[i], first[i + 1]) for i in rows]
+        members = [j for start, stop in spans for j in range(start, stop)]
+        offsets, sizes = self.offsets[members].tolist(), self.sizes[members].tolist()
+        names = self.index.names
+        if not isinstance(names, MemberNames):
+            return [self._entry(i, a, b, offsets, sizes, 0) for i, (a, b) in zip(rows, spans)]
+        text, ends = names.text, names.ends
+        out, at = [], 0
+        for i, (start, stop) in zip(rows, spans):
+            run = text[ends[start - 1] + 1 if start else 0 : ends[stop - 1]]
+            found = _fields(run.decode("utf-8", "surrogateescape").split("\0"), offsets, sizes, at)
+            if found is None:  # not the common form: the checks of one sample, with their message
+                found = self._entry(i, start, stop, offsets, sizes, at)
+            out.append(found)
+            at += stop - start
+        return out
+
+    def _entry(
+        self, i: int, start: int, stop: int, offsets: list[int], sizes: list[int], at: int
+    ) -> tuple[str, dict[str, tuple[int, int]]]:
+        """Sample ``i``'s key and fields from its members ``start:stop``, whose numbers are ``offsets`` and
+        ``sizes`` from ``at`` on."""
+        key = None
+        entry: dict[str, tuple[int, int]] = {}
+        for member in self.run(start, stop):
             slash = member.rfind("/") + 1
             dot = member.find(".", slash)
             if dot <= slash or dot == len(member) - 1 or key not in (None, member[:dot]):
@@ -278,12 +308,36 @@ class IndexedSamples:
                     f"({member!r}); {_FIX}"
                 )
             key = member[:dot]
-            entry[member[dot + 1 :].lower()] = (offsets[j], sizes[j])
+            entry[member[dot + 1 :].lower()] = (offsets[at], sizes[at])
+            at += 1
         if len(entry) != stop - start:
             raise CorruptShardError(
                 f"{self.name}: sample {i} ({key!r}) has a field twice in the index; {_FIX}"
             )
         return key, entry  # type: ignore[return-value]
+
+
+def _fields(
+    members: list[str], offsets: list[int], sizes: list[int], at: int
+) -> tuple[str, dict[str, tuple[int, int]]] | None:
+    """A sample's key and fields from its member names, if every member is the first's key, a dot and a
+    distinct extension without a slash (what :meth:`IndexedSamples.sample` accepts of such names); None
+    otherwise."""
+    head = members[0]
+    slash = head.rfind("/") + 1
+    dot = head.find(".", slash)
+    if dot <= slash or dot == len(head) - 1:
+        return None
+    key = head[:dot]
+    prefix, k = head[: dot + 1], dot + 1
+    entry: dict[str, tuple[int, int]] = {}
+    for member in members:
+        ext = member[k:]
+        if not member.startswith(prefix) or not ext or "/" in ext:
+            return None
+        entry[ext.lower()] = (offsets[at], sizes[at])
+        at += 1
+    return (key, entry) if len(entry) == len(members) else None
 
 
 class _Column(Sequence):

@@ -19,6 +19,7 @@ import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
 from PIL import Image
+from torch.utils.data import DataLoader
 
 import shardstream as ss
 from shardstream.cli import cli
@@ -195,6 +196,13 @@ def map_item(url: str) -> list:
     return [m[i]["__key__"] for i in range(len(m))]
 
 
+def map_batches(url: str) -> list:
+    """The map through a default DataLoader: its batches read by ``__getitems__``, one call each."""
+    m = ss.ShardMap(url, decode=None)
+    loader = DataLoader(m, batch_size=3, sampler=list(reversed(range(len(m)))), collate_fn=list)
+    return [s["__key__"] for batch in loader for s in batch]
+
+
 def map_get(url: str) -> list:
     m = ss.ShardMap(url, decode=None)
     return [m.get(key(i))["__key__"] for i in range(len(m))]
@@ -228,6 +236,7 @@ READERS = {
     "threads-2": lambda url: epoch(url, num_workers=2, workers="threads"),
     "decoded": decoded,
     "map[i]": map_item,
+    "map batches": map_batches,
     "map.get": map_get,
     "cat": cat,
     "bucketed": bucketed,
@@ -240,7 +249,7 @@ def cases():
             if reader == "bucketed" and kind == "parquet":
                 continue  # indexed in place: no recorded image sizes to plan from
             yield kind, "jpg", reader
-        for reader in ("processes-0", "map[i]"):
+        for reader in ("processes-0", "map[i]", "map batches"):
             yield kind, "cls", reader
 
 

@@ -67,6 +67,42 @@ def test_each_index_is_the_sample_an_unshuffled_epoch_yields_there(dataset, deco
     assert same(m[-1], epoch[-1]) and same(m[-len(m)], epoch[0])
 
 
+@pytest.mark.parametrize("decode", [None, "torch"])
+def test_a_batch_across_shards_is_what_its_indexes_read_one_by_one(dataset, decode):
+    m = ShardMap(dataset, decode=decode, transform=None if decode else _with_index_of_key)
+    n = len(m)
+    order = np.random.default_rng(0).permutation(n).tolist()
+    # repeats, negative indexes and numpy integers too, in the batch's order
+    batch = [*order, order[0], -1, -n, np.int64(2), order[1]]
+    one = [m[i] for i in batch]
+    got = m.__getitems__(batch)
+    assert len(got) == len(batch) and all(same(a, b) for a, b in zip(one, got))
+    assert m.__getitems__([]) == []
+    with pytest.raises(IndexError, match=f"sample {n} is out of range"):
+        m.__getitems__([0, n, 1])
+
+
+def _with_index_of_key(sample):
+    return {**sample, "index": int(sample["__key__"][1:])}  # (keys are key_of(i))
+
+
+def test_a_default_loader_reads_each_batch_in_one_call(dataset, monkeypatch):
+    calls = []
+    batch_of = ShardMap.__getitems__
+
+    def counted(self, indexes):
+        calls.append(list(indexes))
+        return batch_of(self, indexes)
+
+    monkeypatch.setattr(ShardMap, "__getitems__", counted)
+    m = ShardMap(dataset, decode=None)
+    order = np.random.default_rng(1).permutation(len(m)).tolist()
+    loader = DataLoader(m, batch_size=4, sampler=order, collate_fn=list)  # otherwise its defaults
+    keys = [s["__key__"] for batch in loader for s in batch]
+    assert keys == [m[i]["__key__"] for i in order]
+    assert calls == [order[k : k + 4] for k in range(0, len(order), 4)]
+
+
 def test_out_of_range_indexes_raise_index_error_naming_the_dataset(dataset):
     m = ShardMap(dataset, decode=None)
     for bad in (len(m), -len(m) - 1, 10**9):

@@ -147,6 +147,9 @@ def test_hostile_indexes_are_refused(change, says):
         (["0000.cls", "0000.cls"], "has a field twice"),
         (["0000.cls", "0000."], "do not form one sample"),
         (["0000.cls", "noext"], "do not form one sample"),
+        (["d/.cls", "d/.jpg"], "do not form one sample"),
+        (["0000.cls", "0000.c/ls"], "do not form one sample"),
+        (["0000.cls", "0000.CLS"], "has a field twice"),
     ],
 )
 def test_index_members_must_form_samples(names, says):
@@ -155,6 +158,10 @@ def test_index_members_must_form_samples(names, says):
     index = parse_index(_with(p, names=names + p["names"][2:]), "s.tar.idx", 5, len(tar))
     with pytest.raises(CorruptShardError, match=says):
         index.samples("s.tar.idx")
+    with pytest.raises(
+        CorruptShardError, match=says
+    ):  # a batch's samples together: the same checks
+        index.indexed("s.tar.idx").many([4, 0, 1])
 
 
 def test_the_index_gives_the_samples_the_tar_headers_give():
@@ -307,3 +314,16 @@ def test_a_sample_of_the_index_is_its_key_and_fields_from_one_read():
     keys, fields = index.samples("s.tar")
     read = index.indexed("s.tar")
     assert [read.sample(i) for i in range(len(read))] == list(zip(keys, fields))
+
+
+def test_a_batch_of_samples_is_each_sample_read_alone():
+    samples = [
+        ("a/b.c/0001", [("cls", b"1"), ("json", b"{}" * 300), ("jpg", b"x" * 5000)]),
+        ("x" * 150, [("txt", b"long name: a PAX header")]),
+        *SAMPLES,
+    ]
+    tar, raw = _shard(samples)
+    read = parse_index(raw, "s.tar", len(samples), len(tar)).indexed("s.tar")
+    rows = [3, 0, 6, 1, 3, 5]
+    assert read.many(rows) == [read.sample(i) for i in rows]
+    assert read.many([]) == []

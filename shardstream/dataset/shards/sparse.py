@@ -77,14 +77,7 @@ class SparseReads:
     def read(self, pairs: list[tuple[int, int]]) -> list[dict[str, Any]]:
         """The stored samples at ``pairs`` of (shard, offset), in order."""
         if self.fetcher.store.local:  # maps of the files: no ranged reads
-            readers: dict[int, Any] = {}  # each shard of the batch looked up once
-            found = []
-            for s, o in pairs:
-                reader = readers.get(s)
-                if reader is None:
-                    reader = readers[s] = self.shards.get_whole(s)
-                found.append(reader.row(o))
-            return found
+            return self.read_whole(pairs)
         out: list[dict[str, Any] | None] = [None] * len(pairs)
         wanted: list[tuple[int, int, int, SampleIndex]] = []
         for k, (s, o) in enumerate(pairs):
@@ -114,10 +107,30 @@ class SparseReads:
             for (k, s, o, _), data in zip(wanted, parts):
                 where = self.fetcher.store.url_of(self.manifest.paths[s])
                 out[k] = sample_of_span(data, f"{where} (sample {o})")  # None: read whole below
-        for k, (s, o) in enumerate(pairs):
-            if out[k] is None:
-                out[k] = self.shards.get_whole(s).row(o)
+        rest = [k for k, found in enumerate(out) if found is None]
+        for k, found in zip(rest, self.read_whole([pairs[k] for k in rest])):
+            out[k] = found
         return out  # type: ignore[return-value]
+
+    def read_whole(self, pairs: list[tuple[int, int]]) -> list[dict[str, Any]]:
+        """The stored samples at ``pairs`` from their shards opened whole, in order: each shard of the
+        batch looked up once and asked for all its samples of the batch in one call."""
+        wanted: dict[int, list[int]] = {}  # shard -> its places in pairs
+        for k, (s, _) in enumerate(pairs):
+            wanted.setdefault(s, []).append(k)
+        if len(wanted) == 1:  # (at random, a batch of one, or of a shard read alone)
+            (s,) = wanted
+            return self._read_shard(s, [o for _, o in pairs])
+        out: list[dict[str, Any]] = [None] * len(pairs)  # type: ignore[list-item]
+        for s, places in wanted.items():
+            for k, found in zip(places, self._read_shard(s, [pairs[k][1] for k in places])):
+                out[k] = found
+        return out
+
+    def _read_shard(self, shard: int, offsets: list[int]) -> list[dict[str, Any]]:
+        reader = self.shards.get_whole(shard)
+        many = getattr(reader, "read_many", None)  # a tar's; Arrow and Parquet rows one by one
+        return many(offsets) if many is not None else [reader.row(o) for o in offsets]
 
 
 __all__ = ["DENSE_FRACTION", "SMALL_SHARD", "SparseReads"]
