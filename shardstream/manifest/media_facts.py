@@ -285,13 +285,7 @@ def read_media_facts(
     if problem is not None:
         raise ManifestError(f"the dataset's manifest: {problem}; re-pack the dataset")
     name, fix = ref["file"], "re-pack the dataset"
-    data = bytes(read(name))
-    if hashlib.sha256(data).hexdigest() != ref["sha256"]:
-        raise ManifestError(f"{name} does not match its sha256 in the manifest; {fix}")
-    try:
-        array = np.load(io.BytesIO(data), allow_pickle=False)
-    except (ValueError, OSError, EOFError) as exc:
-        raise ManifestError(f"{name} is not a NumPy array ({str(exc)[:80]}); {fix}") from None
+    array = _checked_array(ref, read, fix)
     if array.dtype != np.float64 or array.ndim != 1 or len(array) < 2:
         raise ManifestError(f"{name} is not a flat float64 array; {fix}")
     n, k = int(array[0]), int(array[1])
@@ -321,18 +315,24 @@ def read_media_facts(
     return facts
 
 
+def _checked_array(ref: dict[str, Any], read: Callable[[str], bytes], fix: str) -> np.ndarray:
+    """The NumPy array of the side file ``ref`` names, after its sha256 is checked."""
+    name = ref["file"]
+    data = bytes(read(name))
+    if hashlib.sha256(data).hexdigest() != ref["sha256"]:
+        raise ManifestError(f"{name} does not match its sha256 in the manifest; {fix}")
+    try:
+        return np.load(io.BytesIO(data), allow_pickle=False)
+    except (ValueError, OSError, EOFError) as exc:
+        raise ManifestError(f"{name} is not a NumPy array ({str(exc)[:80]}); {fix}") from None
+
+
 def _read_blocks(
     ref: dict[str, Any], read: Callable[[str], bytes], fields: list[str], total: int
 ) -> dict[str, list[bytes]]:
     """The block digests ``ref`` names, checked against its sha256 and the media facts' shape."""
     name, fix = ref["file"], "re-pack the dataset"
-    data = bytes(read(name))
-    if hashlib.sha256(data).hexdigest() != ref["sha256"]:
-        raise ManifestError(f"{name} does not match its sha256 in the manifest; {fix}")
-    try:
-        array = np.load(io.BytesIO(data), allow_pickle=False)
-    except (ValueError, OSError, EOFError) as exc:
-        raise ManifestError(f"{name} is not a NumPy array ({str(exc)[:80]}); {fix}") from None
+    array = _checked_array(ref, read, fix)
     k = len(fields)
     if array.dtype != np.uint64 or array.ndim != 1 or len(array) < 4 + k * total:
         raise ManifestError(f"{name} is not a flat uint64 array of {k} fields; {fix}")
