@@ -22,6 +22,7 @@ import io
 import struct
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from itertools import chain
 from typing import Any
 
 import numpy as np
@@ -95,8 +96,11 @@ class ShardSizes:
         """(fields, 2, samples) ``uint32``: widths and heights, 0 where unknown."""
         out = np.zeros((len(fields), 2, self.samples), dtype=np.uint32)
         for f, name in enumerate(fields):
-            for i, (w, h) in self.found.get(name, []):
-                out[f, 0, i], out[f, 1, i] = w, h
+            found = self.found.get(name)
+            if found:
+                sizes = chain.from_iterable([size for _, size in found])
+                pairs = np.fromiter(sizes, dtype=np.uint32, count=2 * len(found)).reshape(-1, 2)
+                out[f][:, [i for i, _ in found]] = pairs.T
         return out
 
 
