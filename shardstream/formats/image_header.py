@@ -11,6 +11,9 @@ import struct
 
 # JPEG start-of-frame markers (C4, C8 and CC are other segments)
 _SOF = frozenset(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC}
+_NO_LENGTH = frozenset((0x01, *range(0xD0, 0xD8)))  # markers without a length
+_UNPACK_U16 = struct.Struct(">H").unpack_from
+_UNPACK_2U16 = struct.Struct(">HH").unpack_from
 
 
 def _jpeg(data: bytes | memoryview) -> tuple[int, int] | None:
@@ -22,16 +25,16 @@ def _jpeg(data: bytes | memoryview) -> tuple[int, int] | None:
         if marker == 0xFF:  # fill bytes
             at += 1
             continue
-        if marker in (0x01, *range(0xD0, 0xD8)):  # markers without a length
+        if marker in _NO_LENGTH:
             at += 2
             continue
-        (length,) = struct.unpack_from(">H", data, at + 2)
+        (length,) = _UNPACK_U16(data, at + 2)
         if length < 2:
             return None
         if marker in _SOF:
             if at + 9 > end:
                 return None
-            height, width = struct.unpack_from(">HH", data, at + 5)
+            height, width = _UNPACK_2U16(data, at + 5)
             return (width, height) if width and height else None
         if marker == 0xDA:  # scan data before any frame header
             return None

@@ -34,6 +34,7 @@ from .tar_writer import (  # noqa: F401 - the writing side, under the names it h
     member_header,
     member_size,
     padding,
+    plain_header,
     sample_size,
 )
 

@@ -52,6 +52,26 @@ def _ustar_header(name: bytes, prefix: bytes, size: int, typeflag: bytes = b"0")
     )
 
 
+_PLAIN_TAIL = b"0" + _AFTER_TYPE + bytes(155) + _PAD  # a regular file's header after its checksum
+_PLAIN_SUM = _FIXED_SUM + ord("0")
+
+
+def plain_header(name: bytes, size: int) -> bytes:
+    """The ustar header of a regular file whose ``name`` fits the name field (at most 100 bytes) and whose
+    ``size`` the size field holds: :func:`member_header`'s bytes for it, in fewer steps."""
+    size_field = b"%011o\0" % size
+    return b"".join(
+        (
+            name.ljust(100, b"\0"),
+            _OWNER,
+            size_field,
+            _MTIME,
+            b"%06o\0 " % (_PLAIN_SUM + sum(name) + sum(size_field)),
+            _PLAIN_TAIL,
+        )
+    )
+
+
 def _split_ustar_name(name: bytes) -> tuple[bytes, bytes] | None:
     """(prefix, name) so that ustar can hold ``name``, or None when it cannot."""
     if len(name) <= 100:

@@ -22,12 +22,14 @@ import io
 import struct
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from itertools import chain
 from typing import Any
 
 import numpy as np
 
 from ..errors import ManifestError
 from ..formats.image_header import image_size
+from ..formats.media_header import media_kind
 from .media_facts import ShardMedia
 from .side_names import side_name, side_name_fits
 
@@ -60,17 +62,22 @@ class ShardSizes:
     def __init__(self) -> None:
         self.samples = 0
         self.found: dict[str, list[tuple[int, tuple[int, int]]]] = {}
-        self._images: dict[str, bool] = {}  # field -> whether it holds images
+        # field -> 1: images, 2: video or audio, 0: neither
+        self._kinds: dict[str, int] = {}
         self.media = ShardMedia()  # video and audio fields' header facts (manifest.media)
 
     def record(self, name: str, data: bytes | bytearray | memoryview) -> None:
         """Record field ``name`` of the current sample (read at once: ``data`` may be a reused buffer)."""
-        image = self._images.get(name)
-        if image is None:
-            image = self._images[name] = is_image_field(name)
-        if image:
-            self.found.setdefault(name, []).append((self.samples, header_size(data)))
-        else:
+        kind = self._kinds.get(name)
+        if kind is None:
+            media = media_kind(name.rsplit(".", 1)[-1].lower()) is not None
+            kind = self._kinds[name] = 1 if is_image_field(name) else 2 if media else 0
+        if kind == 1:
+            found = self.found.get(name)
+            if found is None:
+                found = self.found[name] = []
+            found.append((self.samples, header_size(data)))
+        elif kind == 2:
             self.media.record(name, data)
 
     def end_sample(self) -> None:
@@ -89,8 +96,11 @@ class ShardSizes:
         """(fields, 2, samples) ``uint32``: widths and heights, 0 where unknown."""
         out = np.zeros((len(fields), 2, self.samples), dtype=np.uint32)
         for f, name in enumerate(fields):
-            for i, (w, h) in self.found.get(name, []):
-                out[f, 0, i], out[f, 1, i] = w, h
+            found = self.found.get(name)
+            if found:
+                sizes = chain.from_iterable([size for _, size in found])
+                pairs = np.fromiter(sizes, dtype=np.uint32, count=2 * len(found)).reshape(-1, 2)
+                out[f][:, [i for i, _ in found]] = pairs.T
         return out
 
 

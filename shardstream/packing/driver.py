@@ -196,7 +196,7 @@ def _pack_folder_tar(
     def done(i: int) -> None:
         bar.update(job_bytes[i])
 
-    with progress_bar(run.progress, src.total_bytes) as bar:
+    with progress_bar(run.progress, sum(job_bytes)) as bar:
         results = run_jobs(
             run, write_shard, jobs, store.local, done, lambda i: plan[i][0].files[0][1]
         )

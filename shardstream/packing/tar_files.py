@@ -23,7 +23,7 @@ from typing import Any
 
 from ..formats import checksums as checksums_format
 from ..formats.checksums import checksum
-from ..formats.tar import END_OF_ARCHIVE, ZERO_BLOCK, member_header
+from ..formats.tar import END_OF_ARCHIVE, ZERO_BLOCK, member_header, plain_header
 from ..formats.tar_index import IndexBuilder
 from ..manifest.image_sizes import ShardSizes
 from ..sources import FileSample
@@ -32,6 +32,7 @@ from ..sources.remote import is_remote
 # small enough to stay in a core's cache between the read, the hash and the write
 BUFFER_BYTES = 1 << 20
 WRITEBACK_BYTES = 8 << 20  # start the disk writes of every this many bytes
+_PLAIN_SIZE = 8**11 - 1  # the largest size a ustar header holds
 
 _SYNC_FILE_RANGE_WRITE = 2  # linux/fs.h: start writeback of the range, do not wait
 _DIR_FD = os.open in os.supports_dir_fd and hasattr(os, "O_DIRECTORY")
@@ -143,15 +144,27 @@ def write_files(  # noqa: C901, PLR0915 - the pack's inner loop, one frame for i
             label = None
             if sample.label is not None:
                 label = str(sample.label).encode()
-                members = sorted([*members, ("cls", None, len(label))], key=lambda m: m[0])
+                member = ("cls", None, len(label))
+                if len(members) == 1:  # an ImageFolder's file: sorted by hand
+                    members = (
+                        [members[0], member] if members[0][0] <= "cls" else [member, members[0]]
+                    )
+                else:
+                    members = sorted([*members, member], key=lambda m: m[0])
             sample_hash = hashlib.sha256() if index is not None else None
             laid_out: list[tuple[str, int, int]] = []
             sums: list[int] = []  # each member's checksum, for the index
             for ext, path, size in members:
                 counts[ext] += 1
-                header = member_header(f"{sample.key}.{ext}", size)
+                name = f"{sample.key}.{ext}"
+                raw = name.encode("utf-8", "surrogateescape")
+                header = (
+                    plain_header(raw, size)
+                    if len(raw) <= 100 and size <= _PLAIN_SIZE
+                    else member_header(name, size)
+                )
                 pad = -size % 512
-                laid_out.append((f"{sample.key}.{ext}", len(header), size))
+                laid_out.append((name, len(header), size))
                 # straight into the buffer, asking one byte more
                 if path is not None and not is_remote(path):
                     if pos + len(header) + size + 1 + pad > BUFFER_BYTES:

@@ -158,7 +158,10 @@ def _open_folder(path: str, layout: str) -> Any:
     if not files:
         extra = f" ({hidden} hidden entries skipped)" if hidden else ""
         raise SourceError(f"source folder {path} is empty: no files to pack{extra}")
-    suffixes = {os.path.splitext(rel)[1].lower() for rel, _, _ in files}
+    # os.path.splitext's suffixes (no name starts with a dot: hidden files are not listed)
+    suffixes = {
+        rel[dot:].lower() if (dot := rel.rfind(".")) > rel.rfind("/") else "" for rel, _, _ in files
+    }
     is_table = suffixes <= TABLE_SUFFIXES.keys()
     if layout == "table" or (layout == "auto" and is_table):
         formats = {TABLE_SUFFIXES.get(s) for s in suffixes}
@@ -188,7 +191,10 @@ def _open_remote(
     files, hidden = walk_remote(url, storage_options)
     if not files:
         raise SourceError(f"source {url} holds no objects to pack (it is empty or does not exist)")
-    suffixes = {os.path.splitext(rel)[1].lower() for rel, _, _ in files}
+    # os.path.splitext's suffixes (no name starts with a dot: hidden files are not listed)
+    suffixes = {
+        rel[dot:].lower() if (dot := rel.rfind(".")) > rel.rfind("/") else "" for rel, _, _ in files
+    }
     formats = {TABLE_SUFFIXES.get(s) for s in suffixes}
     if layout == "table" or (layout == "auto" and suffixes <= TABLE_SUFFIXES.keys()):
         if len(formats) != 1 or None in formats:

@@ -69,6 +69,16 @@ def test_member_header_and_size_match_the_writer(name, size):
     assert T.sample_size(key, [(ext, size)]) == T.member_size(name, size)
 
 
+# the names whose header is one plain ustar block, without the prefix field
+FITTING_NAMES = [p for p in NAMES if len(p.values[0].encode()) <= 100]
+
+
+@pytest.mark.parametrize("size", [*SIZES, 8**11 - 1])
+@pytest.mark.parametrize("name", FITTING_NAMES)
+def test_plain_header_is_the_member_header_of_names_that_fit(name, size):
+    assert T.plain_header(name.encode(), size) == T.member_header(name, size)
+
+
 @pytest.mark.parametrize("size", [0, 700])
 @pytest.mark.parametrize("name", NAMES)
 def test_tarfile_reads_every_name(name, size):

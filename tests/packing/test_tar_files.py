@@ -76,6 +76,25 @@ def test_same_bytes_as_the_tar_writer(tmp_path):
     assert members[:3] == ["c/000.jpg", "c/000.txt", "c/001.cls"]
 
 
+def test_labels_names_at_the_ustar_limit_and_unicode_keys_give_the_same_bytes(tmp_path):
+    src = tmp_path / "src"
+    samples = [
+        # one field that sorts after "cls", and one equal to it in length, each with a label
+        FileSample("c/a", [("txt", *_file(src, "c/a.txt", 30))], label=1),
+        FileSample("c/b", [("cbz", *_file(src, "c/b.cbz", 31))], label=22),
+        FileSample("c/b2", [("cls", *_file(src, "c/b2.cls", 5))]),
+        # names of 100 bytes (one ustar block) and 101 (a PAX header)
+        FileSample("k" * 96, [("txt", *_file(src, "k" * 96 + ".txt", 700))], label=0),
+        FileSample("k" * 97, [("txt", *_file(src, "k" * 97 + ".txt", 701))]),
+        FileSample("é/" + "é" * 48, [("jpg", *_file(src, "é/" + "é" * 48 + ".jpg", 40))]),
+    ]
+    expected = _reference(samples)
+    data, nbytes, digest, _ = _fast(tmp_path, samples)
+    assert data == expected and digest == hashlib.sha256(expected).hexdigest()
+    members = [name for name, _, _ in iter_members(data)]
+    assert members[:4] == ["c/a.cls", "c/a.txt", "c/b.cbz", "c/b.cls"]
+
+
 def test_writeback_changes_no_byte(tmp_path):
     samples = _samples(tmp_path)
     assert _fast(tmp_path, samples, writeback=True)[0] == _reference(samples)
