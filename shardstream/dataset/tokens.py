@@ -39,10 +39,6 @@ _CHUNK_BYTES = 4 << 20
 TOKEN_FIELDS = ("input_ids", "labels", "position_ids")
 IGNORE_INDEX = -100  # labels the loss skips (torch.nn.CrossEntropyLoss's default ignore_index)
 _LOWEST = np.iinfo(np.int64).min
-# tokens a worker below which an epoch is read by reader threads rather than worker processes
-# (TokenDataset.threads_win): an estimate from the 5.5 M-token epochs of benchmarks/tokens.py (a worker
-# process's start costs 0.2-0.8 s there, a thread reads 10-45 M tokens/s), not measured at the boundary
-THREADS_BELOW_TOKENS = 32 << 20
 
 
 class TokenShards(OpenShards):
@@ -269,14 +265,12 @@ class TokenDataset(StoredDataset, PlannedDataset):
         return int(self.manifest.total_bytes / max(self.num_samples, 1) * samples)
 
     def threads_win(self, num_workers: int) -> bool:
-        """Reader threads (``workers="auto"``) for one worker, or for an epoch of this rank under
-        :data:`THREADS_BELOW_TOKENS` tokens a worker; worker processes for more. A batch of windows
-        holds the GIL for well under a millisecond, while starting worker processes costs a few tenths
-        of a second and each batch then crosses shared memory: one worker process read slower than the
-        training process itself in ``benchmarks/tokens.py``, and several pay back their start only over
-        an epoch of many batches."""
-        tokens = self.num_samples * self.seq_len / max(self.world_size, 1)
-        return num_workers <= 1 or tokens < num_workers * THREADS_BELOW_TOKENS
+        """Never (``workers="auto"`` reads token windows in worker processes): a batch of windows is small
+        numpy calls that hold the GIL, so a reader thread competes with the training loop for it. On a
+        quiet 2-core machine a whole 5.5 M-token epoch (``benchmarks/tokens.py --docs 20000``, medians of
+        5 alternating rounds) read at 1.10x nanoGPT's loop with one worker process and 0.68x with one
+        reader thread."""
+        return False
 
     def batches_per_chunk(self, batch_size: int, num_workers: int) -> int:
         """Batches a worker makes and sends at once (about 4 MB of tensors): a batch of windows is cheap

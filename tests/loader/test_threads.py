@@ -166,13 +166,10 @@ def test_auto_reads_stored_bytes_with_threads_and_user_code_with_processes(tmp_p
     assert custom.reader_threads == 0 and custom.num_workers == 2
 
 
-def test_auto_reads_a_small_token_epoch_with_threads_and_a_large_one_with_processes(
-    tmp_path, monkeypatch
-):
-    """ "auto" for token windows: threads for one worker or an epoch under THREADS_BELOW_TOKENS tokens a
-    worker, processes above it; the count is the user's either way, and the windows are the same."""
+def test_auto_reads_token_windows_with_processes_and_threads_when_named(tmp_path):
+    """ "auto" for token windows: worker processes (measured faster than reader threads); threads when
+    named; the count is the user's either way, and the windows are the same."""
     from shardstream import TokenDataset
-    from shardstream.dataset import tokens
     from tests.token_corpus import pack_positions
 
     url, _ = pack_positions(tmp_path, [5, 1, 30, 12, 7, 3, 44, 9, 2, 18], shard_size="120B")
@@ -180,15 +177,12 @@ def test_auto_reads_a_small_token_epoch_with_threads_and_a_large_one_with_proces
     def rows(loader) -> list[list[int]]:
         return [row for b in loader for row in b["input_ids"].tolist()]
 
-    small = TokenDataset(url, 6, seed=2).loader(3, 2)
-    assert small.reader_threads == 2 and small.num_workers == 0
     expected = rows(TokenDataset(url, 6, seed=2).loader(3, 0))
-    assert rows(small) == expected
-    monkeypatch.setattr(tokens, "THREADS_BELOW_TOKENS", 1)  # every epoch is large
-    large = TokenDataset(url, 6, seed=2).loader(3, 2)
-    assert large.reader_threads == 0 and large.num_workers == 2
-    assert rows(large) == expected
-    one = TokenDataset(url, 6, seed=2).loader(3, 1)
-    assert one.reader_threads == 1 and one.num_workers == 0
+    auto = TokenDataset(url, 6, seed=2).loader(3, 2)
+    assert auto.reader_threads == 0 and auto.num_workers == 2
+    assert rows(auto) == expected
+    threads = TokenDataset(url, 6, seed=2).loader(3, 2, workers="threads")
+    assert threads.reader_threads == 2 and threads.num_workers == 0
+    assert rows(threads) == expected
     named = TokenDataset(url, 6, seed=2).loader(3, 1, workers="processes")
     assert named.reader_threads == 0 and named.num_workers == 1
