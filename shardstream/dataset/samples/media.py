@@ -255,7 +255,14 @@ class AudioClip(MediaClip):
                     self.start, stream_seconds(container, stream), self.seconds, fraction
                 )
             _seek(container, stream, begin)
-            resampler = av.AudioResampler(format="fltp", rate=rate)
+            # samples already at the rate in a format of known scale are converted here; others resampled
+            resampler = (
+                None
+                if rate == stream.rate
+                and stream.format is not None
+                and stream.format.name in _SCALES
+                else av.AudioResampler(format="fltp", rate=rate)
+            )
             first, parts = self._decode(_decoded(container, stream), resampler, begin, rate)
         if not parts:
             raise ValueError("it holds no audio samples")
@@ -281,14 +288,41 @@ class AudioClip(MediaClip):
         for frame in frames:
             if first is None:
                 first = frame.time if frame.time is not None else 0.0
-            for out in resampler.resample(frame):
-                parts.append(out.to_ndarray())
+            for out in [frame] if resampler is None else resampler.resample(frame):
+                parts.append(_planes(out) if resampler is None else out.to_ndarray())
                 got += out.samples
             if end is not None and first + got / rate >= end:
                 break
         else:
-            parts += [out.to_ndarray() for out in resampler.resample(None)]
+            if resampler is not None:
+                parts += [out.to_ndarray() for out in resampler.resample(None)]
         return first or 0.0, [p for p in parts if p.shape[-1]]
+
+
+# sample formats converted without a resampler: (dtype's offset, scale to [-1, 1])
+_SCALES = {
+    "u8": (128.0, 128.0), "u8p": (128.0, 128.0),
+    "s16": (0.0, 32768.0), "s16p": (0.0, 32768.0),
+    "s32": (0.0, 2147483648.0), "s32p": (0.0, 2147483648.0),
+    "flt": (0.0, 1.0), "fltp": (0.0, 1.0),
+    "dbl": (0.0, 1.0), "dblp": (0.0, 1.0),
+}  # fmt: skip
+
+
+def _planes(frame: Any) -> Any:
+    """A decoded audio frame as float32 (channels, samples) in [-1, 1], as a resampler to ``fltp`` gives."""
+    import numpy as np
+
+    offset, scale = _SCALES[frame.format.name]
+    array = frame.to_ndarray()
+    if not frame.format.is_planar:  # (1, samples x channels), interleaved
+        array = array.reshape(-1, len(frame.layout.channels)).T
+    out = array.astype(np.float32)
+    if offset:
+        out -= offset
+    if scale != 1.0:
+        out /= scale
+    return out
 
 
 DEFAULT_VIDEO = VideoClip()
