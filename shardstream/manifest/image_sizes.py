@@ -17,8 +17,6 @@ count per shard against the manifest's, naming the first shard that differs.
 
 from __future__ import annotations
 
-import hashlib
-import io
 import struct
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -31,7 +29,8 @@ from ..errors import ManifestError
 from ..formats.image_header import image_size
 from ..formats.media_header import media_kind
 from .media_facts import ShardMedia
-from .side_names import side_name, side_name_fits
+from .side_arrays import encode_array, load_array
+from .side_names import side_name_fits
 
 SIZES_PREFIX, SIZES_SUFFIX = "image_sizes-", ".npy"
 # fields whose values are encoded images: the last part of the field's name
@@ -171,16 +170,8 @@ def _encoded(counts: np.ndarray, fields: list[str], table: np.ndarray) -> ImageS
         [np.array([len(counts), len(fields)], dtype=np.uint32), counts.astype(np.uint32)]
         + [table.reshape(-1)]
     ).astype(np.uint32)
-    sink = io.BytesIO()
-    np.save(sink, array, allow_pickle=False)
-    data = sink.getvalue()
-    digest = hashlib.sha256(data).hexdigest()
-    reference = {
-        "file": side_name(SIZES_PREFIX, SIZES_SUFFIX, digest),
-        "sha256": digest,
-        "fields": fields,
-        "samples": int(counts.sum()),
-    }
+    data, reference = encode_array(array, SIZES_PREFIX, SIZES_SUFFIX)
+    reference.update(fields=fields, samples=int(counts.sum()))
     widths = {name: table[f, 0] for f, name in enumerate(fields)}
     heights = {name: table[f, 1] for f, name in enumerate(fields)}
     return ImageSizes(counts, fields, widths, heights, reference, data)
@@ -215,15 +206,7 @@ def read_image_sizes(
         raise ManifestError(f"the dataset's manifest: {problem}; re-index it (shardstream index)")
     name = ref["file"]
     fix = "re-create it with `shardstream index --overwrite` or re-pack the dataset"
-    data = read(name)
-    if hashlib.sha256(data).hexdigest() != ref["sha256"]:
-        raise ManifestError(
-            f"{name} does not match its sha256 in the manifest (changed or damaged); {fix}"
-        )
-    try:
-        array = np.load(io.BytesIO(data), allow_pickle=False)
-    except (ValueError, OSError, EOFError) as exc:
-        raise ManifestError(f"{name} is not a NumPy array ({str(exc)[:80]}); {fix}") from None
+    array = load_array(ref, read, fix)
     if array.dtype != np.uint32 or array.ndim != 1 or len(array) < 2:
         raise ManifestError(f"{name} is not a flat uint32 array; {fix}")
     n, k = int(array[0]), int(array[1])

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import io
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -34,7 +33,8 @@ import numpy as np
 
 from ..errors import ManifestError
 from ..formats.media_header import MediaHeader, import_av, media_header, media_kind
-from .side_names import side_name, side_name_fits
+from .side_arrays import encode_array, load_array
+from .side_names import side_name_fits
 
 MEDIA_PREFIX, MEDIA_SUFFIX = "media-", ".npy"
 COLUMNS = ("duration", "fps", "frames", "width", "height", "sample_rate", "channels", "codec")
@@ -153,32 +153,23 @@ def _encoded(
         [np.array([len(counts), len(fields)], dtype=np.float64), counts.astype(np.float64)]
         + [table.reshape(-1)]
     )
-    sink = io.BytesIO()
-    np.save(sink, array, allow_pickle=False)
-    data = sink.getvalue()
-    digest = hashlib.sha256(data).hexdigest()
-    reference = {
-        "file": side_name(MEDIA_PREFIX, MEDIA_SUFFIX, digest),
-        "sha256": digest,
-        "fields": fields,
-        "kinds": [kinds[f] for f in fields],
-        "codecs": codecs,
-        "samples": int(counts.sum()),
-    }
+    data, reference = encode_array(array, MEDIA_PREFIX, MEDIA_SUFFIX)
+    reference.update(
+        fields=fields, kinds=[kinds[f] for f in fields], codecs=codecs, samples=int(counts.sum())
+    )
     facts = MediaFacts(counts, fields, kinds, codecs, _columns(fields, table), reference, data)
     if any(d for name in fields for d in blocks.get(name, ())):
         facts.blocks = {name: list(blocks.get(name, [b""] * int(counts.sum()))) for name in fields}
-        facts.blocks_data = _encoded_blocks(fields, int(counts.sum()), facts.blocks)
-        found = hashlib.sha256(facts.blocks_data).hexdigest()
-        reference["blocks"] = {
-            "file": side_name(BLOCKS_PREFIX, BLOCKS_SUFFIX, found),
-            "sha256": found,
-        }
+        facts.blocks_data, reference["blocks"] = _encoded_blocks(
+            fields, int(counts.sum()), facts.blocks
+        )
     return facts
 
 
-def _encoded_blocks(fields: list[str], total: int, blocks: dict[str, list[bytes]]) -> bytes:
-    """The block digests' side file (see the module)."""
+def _encoded_blocks(
+    fields: list[str], total: int, blocks: dict[str, list[bytes]]
+) -> tuple[bytes, dict[str, str]]:
+    """The block digests' side file (see the module) and its reference."""
     runs = [d for name in fields for d in blocks[name]]
     sizes = np.array([len(d) // DIGEST for d in runs], dtype=np.uint64)
     starts = np.concatenate([np.zeros(1, dtype=np.uint64), np.cumsum(sizes, dtype=np.uint64)])
@@ -186,9 +177,7 @@ def _encoded_blocks(fields: list[str], total: int, blocks: dict[str, list[bytes]
     array = np.concatenate(
         [np.array([BLOCK, total, len(fields)], dtype=np.uint64), starts, digests]
     )
-    sink = io.BytesIO()
-    np.save(sink, array, allow_pickle=False)
-    return sink.getvalue()
+    return encode_array(array, BLOCKS_PREFIX, BLOCKS_SUFFIX)
 
 
 def _columns(fields: list[str], table: np.ndarray) -> dict[str, dict[str, np.ndarray]]:
@@ -285,7 +274,7 @@ def read_media_facts(
     if problem is not None:
         raise ManifestError(f"the dataset's manifest: {problem}; re-pack the dataset")
     name, fix = ref["file"], "re-pack the dataset"
-    array = _checked_array(ref, read, fix)
+    array = load_array(ref, read, fix)
     if array.dtype != np.float64 or array.ndim != 1 or len(array) < 2:
         raise ManifestError(f"{name} is not a flat float64 array; {fix}")
     n, k = int(array[0]), int(array[1])
@@ -315,24 +304,12 @@ def read_media_facts(
     return facts
 
 
-def _checked_array(ref: dict[str, Any], read: Callable[[str], bytes], fix: str) -> np.ndarray:
-    """The NumPy array of the side file ``ref`` names, after its sha256 is checked."""
-    name = ref["file"]
-    data = bytes(read(name))
-    if hashlib.sha256(data).hexdigest() != ref["sha256"]:
-        raise ManifestError(f"{name} does not match its sha256 in the manifest; {fix}")
-    try:
-        return np.load(io.BytesIO(data), allow_pickle=False)
-    except (ValueError, OSError, EOFError) as exc:
-        raise ManifestError(f"{name} is not a NumPy array ({str(exc)[:80]}); {fix}") from None
-
-
 def _read_blocks(
     ref: dict[str, Any], read: Callable[[str], bytes], fields: list[str], total: int
 ) -> dict[str, list[bytes]]:
     """The block digests ``ref`` names, checked against its sha256 and the media facts' shape."""
     name, fix = ref["file"], "re-pack the dataset"
-    array = _checked_array(ref, read, fix)
+    array = load_array(ref, read, fix)
     k = len(fields)
     if array.dtype != np.uint64 or array.ndim != 1 or len(array) < 4 + k * total:
         raise ManifestError(f"{name} is not a flat uint64 array of {k} fields; {fix}")

@@ -409,30 +409,43 @@ def _relabel(doc: dict[str, Any], check: _Checker) -> Relabel | None:
 
 def _image_sizes(doc: dict[str, Any], check: _Checker) -> ImageSizes | None:
     """The head's reference to the recorded image sizes (the file itself is read when planned from)."""
-    ref = doc.get("image_sizes")
-    if ref is None:
-        return None
     import numpy as np
 
-    from .image_sizes import ImageSizes, reference_problem
+    from . import image_sizes
 
-    problem = reference_problem(ref)
-    if problem is not None:
-        raise check.fail(problem)
-    return ImageSizes(np.zeros(0, dtype=np.int64), list(ref["fields"]), reference=dict(ref))
+    def make(ref: dict[str, Any]) -> ImageSizes:
+        return image_sizes.ImageSizes(
+            np.zeros(0, dtype=np.int64), list(ref["fields"]), reference=ref
+        )
+
+    return _side_reference(doc, "image_sizes", check, image_sizes.reference_problem, make)
 
 
 def _media(doc: dict[str, Any], check: _Checker) -> MediaFacts | None:
     """The head's reference to the recorded media facts (the file itself is read when asked for)."""
-    ref = doc.get("media")
+    from . import media_facts
+
+    return _side_reference(
+        doc, "media", check, media_facts.reference_problem, media_facts.reference_only
+    )
+
+
+def _side_reference(
+    doc: dict[str, Any],
+    key: str,
+    check: _Checker,
+    problem_of: Callable[[Any], str | None],
+    make: Callable[[dict[str, Any]], Any],
+) -> Any:
+    """The head's ``key``, a reference to a checked side file (:mod:`.side_arrays`), checked by
+    ``problem_of`` and made by ``make`` (None where the head has none)."""
+    ref = doc.get(key)
     if ref is None:
         return None
-    from .media_facts import reference_only, reference_problem
-
-    problem = reference_problem(ref)
+    problem = problem_of(ref)
     if problem is not None:
         raise check.fail(problem)
-    return reference_only(ref)
+    return make(dict(ref))
 
 
 def creation_info(source: str | None = None, **extra: Any) -> dict[str, Any]:
