@@ -52,6 +52,8 @@ _HEAD = len(MAGIC) + 24
 
 if TYPE_CHECKING:
     import numpy as np
+
+    from .index_batches import BatchEntries, Gathered
 _FIX = "re-pack the dataset (or re-create its index files)"
 
 
@@ -215,11 +217,35 @@ class MemberNames(Sequence):
     """An index's member names, decoded when one is read (opening a shard decodes none of them): the
     names' bytes, each followed by a NUL, and where each NUL lies."""
 
-    def __init__(self, text: bytes, ends: list[int]):
-        self.text, self.ends = text, ends
+    def __init__(self, text: bytes, ends: Sequence[int] | np.ndarray):
+        import numpy as np
+
+        self.text = text
+        self.stops = np.asarray(ends, dtype=np.int64)  # where each name's NUL lies
+        self._ends: list[int] | None = None
+        self._begins: np.ndarray | None = None
+
+    @property
+    def ends(self) -> list[int]:
+        """Where each name's NUL lies, as a list (made when a name is first read one at a time)."""
+        if self._ends is None:
+            self._ends = self.stops.tolist()
+        return self._ends
+
+    @property
+    def begins(self) -> np.ndarray:
+        """Where each name starts in the names' bytes (an array, for gathering a batch's)."""
+        if self._begins is None:
+            import numpy as np
+
+            begins = np.empty_like(self.stops)
+            begins[:1] = 0
+            begins[1:] = self.stops[:-1] + 1
+            self._begins = begins
+        return self._begins
 
     def __len__(self) -> int:
-        return len(self.ends)
+        return len(self.stops)
 
     def __getitem__(self, j):  # type: ignore[override]
         if isinstance(j, slice):
@@ -247,6 +273,7 @@ class IndexedSamples:
     def __init__(self, index: SampleIndex, name: str):
         self.index, self.name = index, name
         self.first = index.first.tolist()
+        self._batches: BatchEntries | None = None
         self.offsets, self.sizes = index.data_offsets, index.sizes
         names = index.names
         self.run = (
@@ -269,28 +296,15 @@ class IndexedSamples:
         offsets, sizes = self.offsets[start:stop].tolist(), self.sizes[start:stop].tolist()
         return self._entry(i, start, stop, offsets, sizes, 0)
 
-    def many(self, rows: list[int]) -> list[tuple[str, dict[str, tuple[int, int]]]]:
-        """:meth:`sample` of each of ``rows`` (each in ``range(len(self))``: a batch), their members' numbers
-        gathered in one step, their names decoded in one call each."""
-        if not rows:
-            return []
-        first = self.first
-        spans = [(first[i], first[i + 1]) for i in rows]
-        members = [j for start, stop in spans for j in range(start, stop)]
-        offsets, sizes = self.offsets[members].tolist(), self.sizes[members].tolist()
-        names = self.index.names
-        if not isinstance(names, MemberNames):
-            return [self._entry(i, a, b, offsets, sizes, 0) for i, (a, b) in zip(rows, spans)]
-        text, ends = names.text, names.ends
-        out, at = [], 0
-        for i, (start, stop) in zip(rows, spans):
-            run = text[ends[start - 1] + 1 if start else 0 : ends[stop - 1]]
-            found = _fields(run.decode("utf-8", "surrogateescape").split("\0"), offsets, sizes, at)
-            if found is None:  # not the common form: the checks of one sample, with their message
-                found = self._entry(i, start, stop, offsets, sizes, at)
-            out.append(found)
-            at += stop - start
-        return out
+    def many(self, rows: list[int]) -> Gathered:
+        """The index entries of ``rows`` (each in ``range(len(self))``: a batch), gathered at once
+        (:class:`~shardstream.formats.index_batches.BatchEntries`); a sample whose names do not form one
+        raises as :meth:`sample` does."""
+        if self._batches is None:
+            from .index_batches import BatchEntries
+
+            self._batches = BatchEntries(self)
+        return self._batches.many(rows)
 
     def _entry(
         self, i: int, start: int, stop: int, offsets: list[int], sizes: list[int], at: int
@@ -317,27 +331,25 @@ class IndexedSamples:
         return key, entry  # type: ignore[return-value]
 
 
-def _fields(
-    members: list[str], offsets: list[int], sizes: list[int], at: int
-) -> tuple[str, dict[str, tuple[int, int]]] | None:
-    """A sample's key and fields from its member names, if every member is the first's key, a dot and a
-    distinct extension without a slash (what :meth:`IndexedSamples.sample` accepts of such names); None
-    otherwise."""
+def split_names(members: list[str]) -> tuple[str, list[str]] | None:
+    """A sample's key and its fields' names (lower case, in member order) from its member names, if every
+    member is the first's key, a dot and a distinct extension without a slash (what
+    :meth:`IndexedSamples.sample` accepts of such names); None otherwise."""
     head = members[0]
     slash = head.rfind("/") + 1
     dot = head.find(".", slash)
     if dot <= slash or dot == len(head) - 1:
         return None
-    key = head[:dot]
     prefix, k = head[: dot + 1], dot + 1
-    entry: dict[str, tuple[int, int]] = {}
+    exts = []
     for member in members:
         ext = member[k:]
         if not member.startswith(prefix) or not ext or "/" in ext:
             return None
-        entry[ext.lower()] = (offsets[at], sizes[at])
-        at += 1
-    return (key, entry) if len(entry) == len(members) else None
+        exts.append(ext.lower())
+    if len(exts) > 1 and len(set(exts)) != len(exts):
+        return None
+    return head[:dot], exts
 
 
 class _Column(Sequence):
@@ -409,7 +421,7 @@ def parse_index(data: bytes, name: str, samples: int, tar_size: int) -> SampleIn
         first.astype(np.int64),
         data_offsets.astype(np.int64),
         sizes.astype(np.int64),
-        MemberNames(text, ends.tolist()),
+        MemberNames(text, ends),
         grouped=grouped,
         checksums=checksums,
         compressed=bool(flags & COMPRESSED),

@@ -316,6 +316,18 @@ def test_a_sample_of_the_index_is_its_key_and_fields_from_one_read():
     assert [read.sample(i) for i in range(len(read))] == list(zip(keys, fields))
 
 
+def _entries(gathered):
+    """A batch's entries as :meth:`IndexedSamples.sample` gives each: (key, {field: (offset, size)})."""
+    return [
+        (key, {f: (numbers[2 + 3 * j], numbers[3 + 3 * j]) for j, f in enumerate(fields)})
+        for key, fields, numbers in zip(gathered.keys, gathered.fields, gathered.numbers)
+    ]
+
+
+def _sums(gathered):
+    return [numbers[4::3] for numbers in gathered.numbers]
+
+
 def test_a_batch_of_samples_is_each_sample_read_alone():
     samples = [
         ("a/b.c/0001", [("cls", b"1"), ("json", b"{}" * 300), ("jpg", b"x" * 5000)]),
@@ -323,7 +335,65 @@ def test_a_batch_of_samples_is_each_sample_read_alone():
         *SAMPLES,
     ]
     tar, raw = _shard(samples)
-    read = parse_index(raw, "s.tar", len(samples), len(tar)).indexed("s.tar")
+    index = parse_index(raw, "s.tar", len(samples), len(tar))
+    read = index.indexed("s.tar")
     rows = [3, 0, 6, 1, 3, 5]
-    assert read.many(rows) == [read.sample(i) for i in rows]
-    assert read.many([]) == []
+    found = read.many(rows)
+    assert _entries(found) == [read.sample(i) for i in rows]
+    first = index.first.tolist()
+    sums = index.checksums.tolist()
+    assert _sums(found) == [sums[first[i] : first[i + 1]] for i in rows]
+    assert read.many([]).keys == []
+
+
+def test_a_batch_of_a_shard_of_like_samples_is_each_sample_read_alone():
+    # every sample two members: one table for the shard, names compared with the first sample's
+    samples = [
+        *SAMPLES,
+        ("a.b/0005", [("cls", b"5"), ("jpg", b"y" * 900)]),
+        ("caf\u00e9/0006", [("cls", b"6"), ("jpg", b"z")]),
+        ("0007", [("txt", b"other fields"), ("json", b"{}")]),
+        ("0008", [("CLS", b"8"), ("Jpg", b"w")]),
+        ("9", [("cls", b"9"), ("jpg", b"v")]),
+    ]
+    tar, raw = _shard(samples)
+    index = parse_index(raw, "s.tar", len(samples), len(tar))
+    read = index.indexed("s.tar")
+    rows = [0, 8, 5, 6, 7, 0, 3, 9, 1]
+    found = read.many(rows)
+    assert _entries(found) == [read.sample(i) for i in rows]
+    sums = index.checksums.tolist()
+    assert _sums(found) == [sums[2 * i : 2 * i + 2] for i in rows]
+    assert found.keys[1] == "0008" and found.fields[1] == ["cls", "jpg"]
+
+
+def _hand_made(*names):
+    """The parsed index of samples of two members named ``names`` (pairs), each of one byte."""
+    from shardstream.formats.tar_index import IndexBuilder
+
+    builder = IndexBuilder()
+    for pair in names:
+        builder.add_hashed(bytes(32), [(n, 512, 1) for n in pair], [7, 8])
+    raw = builder.to_bytes()
+    return parse_index(raw, "s.tar", len(names), builder.offsets[-1] + 1024).indexed("s.tar")
+
+
+def test_a_batch_reads_names_that_only_look_like_the_shards_first_as_each_sample_alone():
+    read = _hand_made(("k.cls", "k.jpg"), ("x.y.cls", "x.y.jpg"), ("d/e.f/g.cls", "d/e.f/g.jpg"))
+    rows = [0, 1, 2]
+    assert _entries(read.many(rows)) == [read.sample(i) for i in rows]
+    assert read.many([1]).keys == ["x"] and read.many([1]).fields == [["y.cls", "y.jpg"]]
+
+
+@pytest.mark.parametrize(
+    "pair",
+    [("k2.cls", "k3.jpg"), ("d/.cls", "d/.jpg"), ("k.cls", "k.cls"), ("kk.cls", "k.jpg")],
+)
+def test_a_batch_with_members_of_no_sample_says_so_as_one_sample_does(pair):
+    read = _hand_made(("k.cls", "k.jpg"), pair)
+    assert read.many([0]).keys == ["k"]
+    with pytest.raises(CorruptShardError) as alone:
+        read.sample(1)
+    with pytest.raises(CorruptShardError) as batch:
+        read.many([0, 1])
+    assert str(batch.value) == str(alone.value) and "s.tar" in str(batch.value)

@@ -93,31 +93,33 @@ class TarShard:
 
     def read_many(self, rows: list[int]) -> list[dict[str, Any]]:
         """:meth:`sample` of each of ``rows`` (a batch of a sampler's, in its order): their index entries
-        read together, each once, and every value checked as :meth:`sample` checks it."""
+        gathered in one step, each read once, and every value checked as :meth:`sample` checks it."""
         indexed = self.indexed
         if indexed is None:
             return [self.sample(i) for i in rows]
+        if not rows:
+            return []
         n = len(indexed)
-        if not all(0 <= i < n for i in rows):
+        if min(rows) < 0 or max(rows) >= n:
             rows = [i + n if -n <= i < 0 else i for i in rows]
             for i in rows:
                 if not 0 <= i < n:
                     raise IndexError(f"sample {i} of {n}")
-        data, out = self.data, []
-        sums = self.sums if checksums_format.CHECK_ON_READ else None
+        data = self.data
         if not isinstance(data, (bytes, mmap.mmap)):  # a slice of it would be no bytes object
             data = self.view
-        for i, (key, fields) in zip(rows, indexed.many(rows)):
+        found = indexed.many(rows)
+        check = self.sums is not None and checksums_format.CHECK_ON_READ
+        out = []
+        for key, fields, numbers in zip(found.keys, found.fields, found.numbers):
             sample: dict[str, Any] = {"__key__": key}
-            for ext, (offset, size) in fields.items():
-                sample[ext] = bytes(data[offset : offset + size])
-            if sums is not None:
-                j = self.first[i]
-                for ext, value in sample.items():
-                    if ext != "__key__":
-                        if checksum(value) != sums[j]:
-                            raise mismatch(self.name, i, key, ext)
-                        j += 1
+            k = 2
+            for ext in fields:
+                offset = numbers[k]
+                value = sample[ext] = data[offset : offset + numbers[k + 1]]
+                if check and checksum(value) != numbers[k + 2]:
+                    raise mismatch(self.name, rows[len(out)], key, ext)
+                k += 3
             out.append(sample)
         return out
 
