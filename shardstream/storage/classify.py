@@ -64,7 +64,12 @@ def storage_errors(action: str, url: str) -> Iterator[None]:
         error = as_storage_error(action, url, exc)
         if error is exc:
             raise
-        raise error from exc
+        try:
+            raise error from exc
+        finally:
+            # the error's traceback holds this frame: kept here, it would hold the error, and every frame
+            # of the call (a caller's loader with its worker processes among them) until a garbage collection
+            del error
 
 
 def as_storage_error(action: str, url: str, exc: BaseException) -> BaseException:
