@@ -16,10 +16,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from .tar_index import IndexedSamples, MemberNames
+
 if TYPE_CHECKING:
     import numpy as np
-
-    from .tar_index import IndexedSamples
 
 
 @dataclass
@@ -80,8 +80,6 @@ class BatchEntries:
         :class:`~shardstream.formats.tar_index.MemberNames` (an index read from a file); else None."""
         import numpy as np
 
-        from .tar_index import MemberNames
-
         index = self.indexed.index
         first = index.first
         counts = np.diff(first)
@@ -104,8 +102,6 @@ class BatchEntries:
     def _parse(self, i: int, run: bytes) -> tuple[str, list[str]]:
         """Sample ``i``'s key and fields from its names ``run`` parsed on their own (the first of the common
         form sets the shard's form); raises as :meth:`IndexedSamples.sample` does for names of no sample."""
-        from .tar_index import split_names
-
         members = run.decode("utf-8", "surrogateescape").split("\0")
         found = split_names(members)
         if found is None:
@@ -156,4 +152,25 @@ def _in_form(run: bytes, form: _Form) -> tuple[str, list[str]] | None:
     return key.decode("utf-8", "surrogateescape"), form.fields
 
 
-__all__ = ["BatchEntries", "Gathered"]
+def split_names(members: list[str]) -> tuple[str, list[str]] | None:
+    """A sample's key and its fields' names (lower case, in member order) from its member names, if every
+    member is the first's key, a dot and a distinct extension without a slash (what
+    :meth:`~shardstream.formats.tar_index.IndexedSamples.sample` accepts of such names); None otherwise."""
+    head = members[0]
+    slash = head.rfind("/") + 1
+    dot = head.find(".", slash)
+    if dot <= slash or dot == len(head) - 1:
+        return None
+    prefix, k = head[: dot + 1], dot + 1
+    exts = []
+    for member in members:
+        ext = member[k:]
+        if not member.startswith(prefix) or not ext or "/" in ext:
+            return None
+        exts.append(ext.lower())
+    if len(exts) > 1 and len(set(exts)) != len(exts):
+        return None
+    return head[:dot], exts
+
+
+__all__ = ["BatchEntries", "Gathered", "split_names"]

@@ -52,8 +52,6 @@ _HEAD = len(MAGIC) + 24
 
 if TYPE_CHECKING:
     import numpy as np
-
-    from .index_batches import BatchEntries, Gathered
 _FIX = "re-pack the dataset (or re-create its index files)"
 
 
@@ -273,7 +271,6 @@ class IndexedSamples:
     def __init__(self, index: SampleIndex, name: str):
         self.index, self.name = index, name
         self.first = index.first.tolist()
-        self._batches: BatchEntries | None = None
         self.offsets, self.sizes = index.data_offsets, index.sizes
         names = index.names
         self.run = (
@@ -295,16 +292,6 @@ class IndexedSamples:
         # (a sample's few numbers as Python ints: no list of all of them made at open)
         offsets, sizes = self.offsets[start:stop].tolist(), self.sizes[start:stop].tolist()
         return self._entry(i, start, stop, offsets, sizes, 0)
-
-    def many(self, rows: list[int]) -> Gathered:
-        """The index entries of ``rows`` (each in ``range(len(self))``: a batch), gathered at once
-        (:class:`~shardstream.formats.index_batches.BatchEntries`); a sample whose names do not form one
-        raises as :meth:`sample` does."""
-        if self._batches is None:
-            from .index_batches import BatchEntries
-
-            self._batches = BatchEntries(self)
-        return self._batches.many(rows)
 
     def _entry(
         self, i: int, start: int, stop: int, offsets: list[int], sizes: list[int], at: int
@@ -329,27 +316,6 @@ class IndexedSamples:
                 f"{self.name}: sample {i} ({key!r}) has a field twice in the index; {_FIX}"
             )
         return key, entry  # type: ignore[return-value]
-
-
-def split_names(members: list[str]) -> tuple[str, list[str]] | None:
-    """A sample's key and its fields' names (lower case, in member order) from its member names, if every
-    member is the first's key, a dot and a distinct extension without a slash (what
-    :meth:`IndexedSamples.sample` accepts of such names); None otherwise."""
-    head = members[0]
-    slash = head.rfind("/") + 1
-    dot = head.find(".", slash)
-    if dot <= slash or dot == len(head) - 1:
-        return None
-    prefix, k = head[: dot + 1], dot + 1
-    exts = []
-    for member in members:
-        ext = member[k:]
-        if not member.startswith(prefix) or not ext or "/" in ext:
-            return None
-        exts.append(ext.lower())
-    if len(exts) > 1 and len(set(exts)) != len(exts):
-        return None
-    return head[:dot], exts
 
 
 class _Column(Sequence):

@@ -161,7 +161,7 @@ def test_index_members_must_form_samples(names, says):
     with pytest.raises(
         CorruptShardError, match=says
     ):  # a batch's samples together: the same checks
-        index.indexed("s.tar.idx").many([4, 0, 1])
+        _many(index.indexed("s.tar.idx"), [4, 0, 1])
 
 
 def test_the_index_gives_the_samples_the_tar_headers_give():
@@ -316,6 +316,12 @@ def test_a_sample_of_the_index_is_its_key_and_fields_from_one_read():
     assert [read.sample(i) for i in range(len(read))] == list(zip(keys, fields))
 
 
+def _many(read, rows):
+    from shardstream.formats.index_batches import BatchEntries
+
+    return BatchEntries(read).many(rows)
+
+
 def _entries(gathered):
     """A batch's entries as :meth:`IndexedSamples.sample` gives each: (key, {field: (offset, size)})."""
     return [
@@ -338,12 +344,12 @@ def test_a_batch_of_samples_is_each_sample_read_alone():
     index = parse_index(raw, "s.tar", len(samples), len(tar))
     read = index.indexed("s.tar")
     rows = [3, 0, 6, 1, 3, 5]
-    found = read.many(rows)
+    found = _many(read, rows)
     assert _entries(found) == [read.sample(i) for i in rows]
     first = index.first.tolist()
     sums = index.checksums.tolist()
     assert _sums(found) == [sums[first[i] : first[i + 1]] for i in rows]
-    assert read.many([]).keys == []
+    assert _many(read, []).keys == []
 
 
 def test_a_batch_of_a_shard_of_like_samples_is_each_sample_read_alone():
@@ -360,7 +366,7 @@ def test_a_batch_of_a_shard_of_like_samples_is_each_sample_read_alone():
     index = parse_index(raw, "s.tar", len(samples), len(tar))
     read = index.indexed("s.tar")
     rows = [0, 8, 5, 6, 7, 0, 3, 9, 1]
-    found = read.many(rows)
+    found = _many(read, rows)
     assert _entries(found) == [read.sample(i) for i in rows]
     sums = index.checksums.tolist()
     assert _sums(found) == [sums[2 * i : 2 * i + 2] for i in rows]
@@ -381,8 +387,8 @@ def _hand_made(*names):
 def test_a_batch_reads_names_that_only_look_like_the_shards_first_as_each_sample_alone():
     read = _hand_made(("k.cls", "k.jpg"), ("x.y.cls", "x.y.jpg"), ("d/e.f/g.cls", "d/e.f/g.jpg"))
     rows = [0, 1, 2]
-    assert _entries(read.many(rows)) == [read.sample(i) for i in rows]
-    assert read.many([1]).keys == ["x"] and read.many([1]).fields == [["y.cls", "y.jpg"]]
+    assert _entries(_many(read, rows)) == [read.sample(i) for i in rows]
+    assert _many(read, [1]).keys == ["x"] and _many(read, [1]).fields == [["y.cls", "y.jpg"]]
 
 
 @pytest.mark.parametrize(
@@ -391,9 +397,9 @@ def test_a_batch_reads_names_that_only_look_like_the_shards_first_as_each_sample
 )
 def test_a_batch_with_members_of_no_sample_says_so_as_one_sample_does(pair):
     read = _hand_made(("k.cls", "k.jpg"), pair)
-    assert read.many([0]).keys == ["k"]
+    assert _many(read, [0]).keys == ["k"]
     with pytest.raises(CorruptShardError) as alone:
         read.sample(1)
     with pytest.raises(CorruptShardError) as batch:
-        read.many([0, 1])
+        _many(read, [0, 1])
     assert str(batch.value) == str(alone.value) and "s.tar" in str(batch.value)

@@ -29,6 +29,7 @@ from ...formats import tar as tar_format
 from ...formats.arrow_checksums import damaged_rows, parse_checksums
 from ...formats.checksums import checksum, mismatch
 from ...formats.compression import decompress
+from ...formats.index_batches import BatchEntries
 from ...formats.tar_index import SampleIndex
 from ...manifest import Manifest
 from ...manifest.side_names import index_name
@@ -58,6 +59,7 @@ class TarShard:
         # the shard's sample index (checked against the manifest) says what its headers would, without parsing them
         # (each sample's key and fields from one parse of its names: :meth:`locate`)
         self.indexed = index.indexed(name) if index is not None else None
+        self.batches = BatchEntries(self.indexed) if self.indexed is not None else None
         if self.indexed is not None:
             self.keys, self.fields = self.indexed.columns()
         else:  # with sparse members, the samples are in a copy of the tar followed by their bytes
@@ -108,7 +110,7 @@ class TarShard:
         data = self.data
         if not isinstance(data, (bytes, mmap.mmap)):  # a slice of it would be no bytes object
             data = self.view
-        found = indexed.many(rows)
+        found = self.batches.many(rows)
         check = self.sums is not None and checksums_format.CHECK_ON_READ
         out = []
         for key, fields, numbers in zip(found.keys, found.fields, found.numbers):
