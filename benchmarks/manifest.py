@@ -42,8 +42,13 @@ def synthetic(n: int, index: bool) -> Manifest:
     )
 
 
+def folder_files(folder: Path) -> list[Path]:
+    """Every file of a manifest folder, those under ``.shardstream/`` (the shard table) included."""
+    return sorted(p for p in folder.rglob("*") if p.is_file())
+
+
 def folder_bytes(folder: Path) -> int:
-    return sum(p.stat().st_size for p in folder.iterdir())
+    return sum(p.stat().st_size for p in folder_files(folder))
 
 
 def timed(store: Store, repeat: int) -> tuple[float, float, str]:
@@ -107,8 +112,8 @@ def remote(folders: dict[str, Path], repeat: int) -> list[tuple]:
         bucket = s3.new_bucket()
         for form, folder in folders.items():
             store = Store(bucket.url(form), bucket.storage_options)
-            for path in folder.iterdir():
-                with store.open_write(path.name) as f:
+            for path in folder_files(folder):
+                with store.open_write(path.relative_to(folder).as_posix()) as f:
                     f.write(path.read_bytes())
             best, median, fp = timed(Store(bucket.url(form), bucket.storage_options), repeat)
             rows.append(("moto S3", form, best, median, folder_bytes(folder), fp))
