@@ -103,7 +103,7 @@ class BatchEntries:
         """Sample ``i``'s key and fields from its names ``run`` parsed on their own (the first of the common
         form sets the shard's form); raises as :meth:`IndexedSamples.sample` does for names of no sample."""
         members = run.decode("utf-8", "surrogateescape").split("\0")
-        found = split_names(members)
+        found = _split_names(members)
         if found is None:
             key, entry = self.indexed.sample(i)
             return key, list(entry)
@@ -128,7 +128,7 @@ class BatchEntries:
         return Gathered(keys, fields, numbers)
 
 
-def _form_of(members: list[str], found: tuple[str, list[str]]) -> _Form | None:
+def _form_of(members: list[str], found: tuple[str, list[str]]) -> _Form:
     """The form of a sample whose names ``members`` split into ``found`` (key, fields)."""
     key = found[0].encode("utf-8", "surrogateescape")
     exts = [m.encode("utf-8", "surrogateescape")[len(key) :] for m in members]
@@ -152,7 +152,7 @@ def _in_form(run: bytes, form: _Form) -> tuple[str, list[str]] | None:
     return key.decode("utf-8", "surrogateescape"), form.fields
 
 
-def split_names(members: list[str]) -> tuple[str, list[str]] | None:
+def _split_names(members: list[str]) -> tuple[str, list[str]] | None:
     """A sample's key and its fields' names (lower case, in member order) from its member names, if every
     member is the first's key, a dot and a distinct extension without a slash (what
     :meth:`~shardstream.formats.tar_index.IndexedSamples.sample` accepts of such names); None otherwise."""
@@ -173,4 +173,4 @@ def split_names(members: list[str]) -> tuple[str, list[str]] | None:
     return head[:dot], exts
 
 
-__all__ = ["BatchEntries", "Gathered", "split_names"]
+__all__ = ["BatchEntries", "Gathered"]

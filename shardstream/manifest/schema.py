@@ -409,11 +409,11 @@ def _relabel(doc: dict[str, Any], check: _Checker) -> Relabel | None:
 
 def _image_sizes(doc: dict[str, Any], check: _Checker) -> ImageSizes | None:
     """The head's reference to the recorded image sizes (the file itself is read when planned from)."""
-    import numpy as np
-
     from . import image_sizes
 
     def make(ref: dict[str, Any]) -> ImageSizes:
+        import numpy as np
+
         return image_sizes.ImageSizes(
             np.zeros(0, dtype=np.int64), list(ref["fields"]), reference=ref
         )
